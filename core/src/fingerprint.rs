@@ -1,0 +1,130 @@
+//! Fingerprints: what an idempotency key originally meant.
+//!
+//! A [`Fingerprint`] is 32 bytes of keyed blake3 over length-framed fields
+//! (operation, schema version, content kind, canonical body); see DESIGN.md,
+//! "Fingerprints". It is displayed as 64 lowercase hex characters.
+
+use core::fmt;
+use core::str::FromStr;
+
+/// A 32-byte request fingerprint; `Display` gives 64 lowercase hex characters.
+#[derive(
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    /// The length in bytes.
+    pub const LEN: usize = 32;
+
+    /// A fingerprint from its raw bytes (as stored in a record).
+    #[must_use]
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Fingerprint(bytes)
+    }
+
+    /// The raw bytes.
+    #[must_use]
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({self})")
+    }
+}
+
+/// The text was not 64 lowercase hex characters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseFingerprintError {
+    /// Byte offset of the first offending character, or the length when it was wrong.
+    pub offset: usize,
+}
+
+impl fmt::Display for ParseFingerprintError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid fingerprint at byte {}: expected 64 lowercase hex characters",
+            self.offset
+        )
+    }
+}
+
+impl std::error::Error for ParseFingerprintError {}
+
+impl FromStr for Fingerprint {
+    type Err = ParseFingerprintError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bytes = s.as_bytes();
+        if bytes.len() != 64 {
+            return Err(ParseFingerprintError {
+                offset: bytes.len().min(64),
+            });
+        }
+        let mut out = [0u8; 32];
+        for (i, (pair, slot)) in bytes.chunks_exact(2).zip(out.iter_mut()).enumerate() {
+            let hi =
+                hex_value(pair.first().copied()).ok_or(ParseFingerprintError { offset: 2 * i })?;
+            let lo = hex_value(pair.get(1).copied())
+                .ok_or(ParseFingerprintError { offset: 2 * i + 1 })?;
+            *slot = (hi << 4) | lo;
+        }
+        Ok(Fingerprint(out))
+    }
+}
+
+fn hex_value(byte: Option<u8>) -> Option<u8> {
+    match byte? {
+        b @ b'0'..=b'9' => Some(b - b'0'),
+        b @ b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_and_parse_round_trip() {
+        let mut raw = [0u8; 32];
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37);
+        }
+        let fp = Fingerprint::from_bytes(raw);
+        let text = fp.to_string();
+        assert_eq!(text.len(), 64);
+        assert!(
+            text.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        );
+        assert_eq!(text.parse::<Fingerprint>(), Ok(fp));
+    }
+
+    #[test]
+    fn parse_names_the_bad_offset() {
+        let mut text = "0".repeat(64);
+        text.replace_range(10..11, "G");
+        assert_eq!(
+            text.parse::<Fingerprint>(),
+            Err(ParseFingerprintError { offset: 10 })
+        );
+        assert_eq!(
+            "abc".parse::<Fingerprint>(),
+            Err(ParseFingerprintError { offset: 3 })
+        );
+    }
+}

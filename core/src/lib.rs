@@ -1,0 +1,51 @@
+//! # idemkit-core
+//!
+//! The no-I/O core of [idemkit](https://github.com/idemkit/idemkit): everything that
+//! decides whether a retried request is the same logical operation, and what to
+//! answer, without touching a disk, a socket or a clock.
+//!
+//! - [`IdempotencyKey`]: parses the `Idempotency-Key` header (quoted or bare).
+//! - [`Scope`] and [`RecordId`]: `(tenant, operation, key)` → an injective storage id,
+//!   with a [`LogRef`] that is safe to log.
+//! - [`Fingerprint`]: what the key originally meant.
+//!
+//! ## What this crate does not do
+//!
+//! It reads no clock (time is a [`UnixMillis`] parameter), draws no randomness
+//! (callers pass it in), and performs no I/O. The `idemkit` crate applies its
+//! decisions to a redb database; the `idemkit` npm package applies them to
+//! JavaScript platform stores. Both give byte-identical results (DESIGN.md,
+//! invariant 6).
+//!
+//! ## Example
+//!
+//! ```
+//! use idemkit_core::{IdempotencyKey, Scope};
+//!
+//! let key = IdempotencyKey::parse_header(br#""order-7f3a""#)?;
+//! let scope = Scope::new("acme", "appointments.create")?;
+//! let id = scope.record_id(&key);
+//! // The same key under another tenant is another record.
+//! let other = Scope::new("globex", "appointments.create")?.record_id(&key);
+//! assert_ne!(id, other);
+//! println!("log reference: {}", id.log_ref());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Panics, errors and unwraps
+//!
+//! Bad input of any kind (bodies, keys, headers, stored bytes) is a typed error,
+//! never a panic (DESIGN.md, invariant 7).
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod fingerprint;
+pub mod key;
+pub mod scope;
+pub mod time;
+
+pub use fingerprint::{Fingerprint, ParseFingerprintError};
+pub use key::{IdempotencyKey, KeyError};
+pub use scope::{LogRef, RecordId, RecordIdError, Scope, ScopeError, ScopePart};
+pub use time::UnixMillis;

@@ -1,0 +1,33 @@
+//! `idemkit`: the operator and developer command line.
+//!
+//! Exit codes follow sysexits(3): 0 success, 64 usage, 65 rejected input (data
+//! error), 69 unavailable / outcome unknown, 74 I/O error, 75 try again later.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod exit;
+mod key_cmd;
+
+/// Safe retries: canonical JSON, fingerprints, keys and an embedded idempotency store.
+#[derive(Parser)]
+#[command(name = "idemkit", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check idempotency keys.
+    #[command(subcommand)]
+    Key(key_cmd::KeyCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Key(cmd) => key_cmd::run(cmd),
+    }
+}
