@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs every test of idemkit: formatting, lints, the Rust test suites (unit, property,
+# corpus, differential, concurrency, crash, fault) and a short fuzz smoke run.
+#
+# It installs what a fresh machine lacks (npm packages for the differential tests,
+# cargo-fuzz), so a newcomer and CI run exactly this:
+#
+#     scripts/test-all.sh
+#
+# Environment:
+#   FUZZ_SECONDS   seconds per fuzz target in the smoke run (default 20; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+started=$SECONDS
+step() { printf '\n==> %s (%ss)\n' "$*" "$((SECONDS - started))"; }
+
+step "checking toolchain"
+for tool in cargo node npm; do
+  command -v "$tool" >/dev/null || { echo "test-all: '$tool' is required but not on PATH" >&2; exit 1; }
+done
+cargo --version
+node --version
+
+step "installing npm packages for the differential tests"
+for project in store/tests/npm; do
+  if [ -f "$project/package.json" ]; then
+    npm ci --prefix "$project" --no-audit --no-fund --loglevel=error
+  fi
+done
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy (warnings denied)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "doc tests and docs build without warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+if [ "$FUZZ_SECONDS" != 0 ]; then
+  step "fuzz smoke (${FUZZ_SECONDS}s per target)"
+  scripts/fuzz-smoke.sh "$FUZZ_SECONDS"
+fi
+
+step "all tests passed"
