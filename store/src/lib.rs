@@ -7,6 +7,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod journal;
+
 pub use idemkit_core as core;
 pub use idemkit_core::{
     Fingerprint, IdempotencyKey, KeyError, LogRef, RecordId, Scope, ScopeError, UnixMillis,
