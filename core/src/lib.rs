@@ -39,6 +39,12 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![warn(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 pub mod client;
 pub mod fingerprint;
