@@ -131,3 +131,6 @@ pub use transitions::{
     GcAction, RecoverGrant, Resolution, StepStart, begin_step, complete, complete_step, gc,
     mark_unknown, prune_body, recover, release, renew, resolve,
 };
+
+#[cfg(test)]
+mod tests;
