@@ -8,6 +8,9 @@
 //! - [`Scope`] and [`RecordId`]: `(tenant, operation, key)` → an injective storage id,
 //!   with a [`LogRef`] that is safe to log.
 //! - [`Fingerprint`]: what the key originally meant.
+//! - [`record`]: the stored record of an operation and its versioned codec.
+//! - [`machine`]: the pure state machine that decides claims, completions,
+//!   recovery and GC; a store applies its decisions atomically.
 //!
 //! ## What this crate does not do
 //!
@@ -50,6 +53,8 @@ pub mod client;
 pub mod fingerprint;
 pub mod http;
 pub mod key;
+pub mod machine;
+pub mod record;
 pub mod scope;
 pub mod time;
 
