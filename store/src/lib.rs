@@ -6,11 +6,15 @@
 //!
 //! - [`redb_store`] — the embedded store: atomic claims, fenced leases, recovery, GC.
 //! - [`clock`] — where the store reads `now` from (system or virtual time).
+//! - [`backend`] — the operations every store offers, as a trait;
+//!   [`conformance`] — the suite every backend must pass.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod clock;
+pub mod conformance;
 pub mod redb_store;
 
 pub use idemkit_core as core;

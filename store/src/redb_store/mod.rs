@@ -8,6 +8,7 @@
 //! - `db.rs` — a database per transaction or for the store's life; lock retries.
 //! - [`FaultyBackend`] — I/O failure injection for tests.
 
+mod backend_impl;
 mod claim;
 mod db;
 mod error;
