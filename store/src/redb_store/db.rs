@@ -67,9 +67,14 @@ impl Handle {
     /// Runs `f` in one write transaction committed with [`Durability::Immediate`]:
     /// when this returns `Ok`, the commit is durable. When `f` fails, nothing is
     /// written.
-    pub(crate) fn write<T, E>(
+    ///
+    /// `f` also says whether it wrote anything; a
+    /// transaction that wrote nothing is aborted instead of committed, which
+    /// saves a sync for the common read-only answers (Replay, InFlight). The
+    /// decision was still taken under the write lock, so it is just as atomic.
+    pub(crate) fn write_if_changed<T, E>(
         &self,
-        f: impl FnOnce(&WriteTransaction) -> Result<T, E>,
+        f: impl FnOnce(&WriteTransaction) -> Result<(T, bool), E>,
     ) -> Result<T, E>
     where
         E: From<StorageError>,
@@ -78,18 +83,21 @@ impl Handle {
         let mut txn = db.begin_write().map_err(StorageError::from)?;
         txn.set_durability(Durability::Immediate)
             .map_err(StorageError::from)?;
-        let value = match f(&txn) {
-            Ok(value) => value,
-            Err(e) => {
-                // Dropping the transaction would abort it too; aborting explicitly
-                // surfaces nothing useful, so the error from `f` is what is returned.
-                let _ = txn.abort();
-                return Err(e);
+        match f(&txn) {
+            Ok((value, true)) => {
+                txn.commit().map_err(StorageError::from)?;
+                Ok(value)
             }
-        };
-        txn.commit().map_err(StorageError::from)?;
-        drop(db);
-        Ok(value)
+            Ok((value, false)) => {
+                txn.abort().map_err(StorageError::from)?;
+                Ok(value)
+            }
+            Err(e) => {
+                // The error from `f` is what matters; an abort failure adds nothing.
+                let _ = txn.abort();
+                Err(e)
+            }
+        }
     }
 
     /// Runs `f` in one read transaction.
