@@ -76,8 +76,8 @@ fn expired_external_lease_is_uncertain_until_resolved() {
             ..
         }
     ));
-    // Keep the worker from reporting: it vanished. Forget its guard without Drop.
-    std::mem::forget(first);
+    // The worker vanished without reporting.
+    first.abandon();
     store
         .resolve(&scope, &key, Resolution::NotApplied, &policy)
         .unwrap();
@@ -185,7 +185,7 @@ fn recover_reuses_the_persisted_provider_key() {
             provider_key: "pk-first".into()
         }
     );
-    std::mem::forget(worker);
+    worker.abandon();
     clock.advance(Duration::from_secs(60));
     let mut reconciler = store.recover(&scope, &key, "reconciler", &policy).unwrap();
     assert_eq!(reconciler.steps().len(), 1);

@@ -376,6 +376,15 @@ impl ExecutionGuard {
         Ok(disposition)
     }
 
+    /// Walks away without reporting anything: the record stays Running until its
+    /// lease expires, and then the state machine decides (takeover for Local,
+    /// Unknown for External) — exactly as if this process had crashed. For tests
+    /// of crash recovery, and for handing a lease to a process that keeps the
+    /// token (see [`ExecutionGuard::token`]).
+    pub fn abandon(mut self) {
+        self.finished = true;
+    }
+
     /// Extends the lease by the policy's lease duration from now.
     pub fn renew(&mut self) -> Result<UnixMillis, WorkerError> {
         let now = self.store.now();
