@@ -3,6 +3,11 @@
 //! Safe retries for HTTP APIs, webhooks and agent tool calls. This is the crate
 //! services add: it re-exports the no-I/O core ([`idemkit_core`]) and adds the
 //! embedded store and the `idemkit` command-line tool.
+//!
+//! - [`redb_store`] — the embedded store: atomic claims, fenced leases, recovery, GC.
+//! - [`clock`] — where the store reads `now` from (system or virtual time).
+//! - [`backend`] — the operations every store offers, as a trait;
+//!   [`conformance`] — the suite every backend must pass.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -14,6 +19,11 @@
 )]
 
 pub mod journal;
+
+pub mod backend;
+pub mod clock;
+pub mod conformance;
+pub mod redb_store;
 
 pub use idemkit_core as core;
 pub use idemkit_core::{

@@ -1,0 +1,753 @@
+//! The conformance suite: the decision table of DESIGN.md, checked through the
+//! [`IdempotencyBackend`] trait so that every backend (this redb store, file-backed
+//! and in memory; later PostgreSQL and the JavaScript platform stores) gives the
+//! same answers.
+//!
+//! ```no_run
+//! idemkit::conformance::run_all(|| idemkit::redb_store::Store::in_memory().unwrap());
+//! ```
+//!
+//! Each check gets a fresh backend from `make` and drives virtual time itself
+//! (every method takes `now`). A failing check panics with its name, like a test.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "conformance checks are test code: a failure must abort the test run"
+)]
+
+use std::time::Duration;
+
+use idemkit_core::machine::{ClaimOutcome, Policy, Resolution, StepStart, TransitionError};
+use idemkit_core::record::{
+    EffectKind, FencingToken, RecordState, StateName, StoredResponse, UnknownReason,
+};
+use idemkit_core::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+
+use crate::backend::{BackendError, IdempotencyBackend};
+
+/// One named check.
+pub type Check<B> = (&'static str, fn(&B));
+
+/// Every check, by name.
+#[must_use]
+pub fn checks<B: IdempotencyBackend>() -> Vec<Check<B>> {
+    vec![
+        ("first_claim_executes", first_claim_executes::<B>),
+        (
+            "concurrent_attempt_is_in_flight",
+            concurrent_attempt_is_in_flight::<B>,
+        ),
+        ("completion_replays", completion_replays::<B>),
+        (
+            "changed_payload_is_refused",
+            changed_payload_is_refused::<B>,
+        ),
+        ("scopes_are_isolated", scopes_are_isolated::<B>),
+        (
+            "release_lets_a_retry_execute",
+            release_lets_a_retry_execute::<B>,
+        ),
+        (
+            "local_lease_expiry_is_taken_over",
+            local_lease_expiry_is_taken_over::<B>,
+        ),
+        (
+            "external_lease_expiry_is_uncertain",
+            external_lease_expiry_is_uncertain::<B>,
+        ),
+        (
+            "resolve_not_applied_executes_again",
+            resolve_not_applied_executes_again::<B>,
+        ),
+        (
+            "mark_unknown_blocks_until_resolved",
+            mark_unknown_blocks_until_resolved::<B>,
+        ),
+        ("renew_keeps_the_lease", renew_keeps_the_lease::<B>),
+        (
+            "recovery_reuses_persisted_provider_keys",
+            recovery_reuses_persisted_provider_keys::<B>,
+        ),
+        ("gc_prunes_then_deletes", gc_prunes_then_deletes::<B>),
+        (
+            "gc_never_touches_running_or_unknown",
+            gc_never_touches_running_or_unknown::<B>,
+        ),
+        (
+            "gc_runs_in_bounded_batches",
+            gc_runs_in_bounded_batches::<B>,
+        ),
+        (
+            "list_unresolved_from_indexes",
+            list_unresolved_from_indexes::<B>,
+        ),
+        (
+            "missing_record_is_not_found",
+            missing_record_is_not_found::<B>,
+        ),
+    ]
+}
+
+/// Runs every check, each on a fresh backend from `make`.
+pub fn run_all<B: IdempotencyBackend>(make: impl Fn() -> B) {
+    for (name, check) in checks::<B>() {
+        let backend = make();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&backend)));
+        if let Err(payload) = result {
+            let why = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            panic!("conformance check {name} failed: {why}");
+        }
+    }
+}
+
+const T0: UnixMillis = UnixMillis::from_millis(1_800_000_000_000);
+
+fn at(offset: Duration) -> UnixMillis {
+    T0.saturating_add(offset)
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn scope() -> Scope {
+    Scope::new("acme", "appointments.create").unwrap()
+}
+
+fn key(k: &str) -> IdempotencyKey {
+    IdempotencyKey::new(k).unwrap()
+}
+
+fn fp(n: u8) -> Fingerprint {
+    Fingerprint::from_bytes([n; 32])
+}
+
+fn local() -> Policy {
+    Policy::default()
+        .with_effect(EffectKind::Local)
+        .with_lease(secs(30))
+        .with_replay_window(secs(3_600))
+        .with_record_window(secs(7_200))
+}
+
+fn external() -> Policy {
+    local().with_effect(EffectKind::External)
+}
+
+fn response(body: &str) -> StoredResponse {
+    let mut r = StoredResponse::new(201, body.as_bytes().to_vec());
+    r.resource_ref = Some(format!("res-{body}"));
+    r
+}
+
+fn execute<B: IdempotencyBackend>(
+    b: &B,
+    scope: &Scope,
+    k: &IdempotencyKey,
+    policy: &Policy,
+    now: UnixMillis,
+) -> FencingToken {
+    match b.claim(scope, k, fp(1), "worker", policy, now).unwrap() {
+        ClaimOutcome::Execute { token, .. } => token,
+        other => panic!("expected Execute, got {other:?}"),
+    }
+}
+
+fn refused<E: BackendError>(result: Result<impl std::fmt::Debug, E>) -> TransitionError {
+    match result {
+        Err(e) => e
+            .transition_error()
+            .cloned()
+            .unwrap_or_else(|| panic!("expected a transition error, got {e}")),
+        Ok(v) => panic!("expected a refusal, got Ok({v:?})"),
+    }
+}
+
+fn first_claim_executes<B: IdempotencyBackend>(b: &B) {
+    let outcome = b
+        .claim(&scope(), &key("k"), fp(1), "w", &local(), T0)
+        .unwrap();
+    match outcome {
+        ClaimOutcome::Execute {
+            token,
+            attempt,
+            lease_expires_at,
+            steps,
+        } => {
+            assert_eq!(token, FencingToken::FIRST);
+            assert_eq!(attempt, 1);
+            assert_eq!(lease_expires_at, at(secs(30)));
+            assert!(steps.is_empty());
+        }
+        other => panic!("expected Execute, got {other:?}"),
+    }
+    let record = b
+        .get(&scope(), &key("k"))
+        .unwrap()
+        .expect("claim is durable");
+    assert_eq!(record.state.name(), StateName::Running);
+    assert_eq!(record.fingerprint, fp(1));
+}
+
+fn concurrent_attempt_is_in_flight<B: IdempotencyBackend>(b: &B) {
+    execute(b, &scope(), &key("k"), &local(), T0);
+    let outcome = b
+        .claim(
+            &scope(),
+            &key("k"),
+            fp(1),
+            "other",
+            &local(),
+            at(Duration::from_millis(10_500)),
+        )
+        .unwrap();
+    assert_eq!(
+        outcome,
+        ClaimOutcome::InFlight {
+            retry_after: secs(20)
+        }
+    );
+}
+
+fn completion_replays<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &external(), T0);
+    b.complete(
+        &scope(),
+        &key("k"),
+        token,
+        response("a"),
+        &external(),
+        at(secs(1)),
+    )
+    .unwrap();
+    for later in [2, 60, 3_600] {
+        let outcome = b
+            .claim(
+                &scope(),
+                &key("k"),
+                fp(1),
+                "w",
+                &external(),
+                at(secs(later)),
+            )
+            .unwrap();
+        assert_eq!(
+            outcome,
+            ClaimOutcome::Replay {
+                response: response("a")
+            },
+            "at +{later}s"
+        );
+    }
+    // A second completion with the same token is refused: the outcome is final.
+    let again = b.complete(
+        &scope(),
+        &key("k"),
+        token,
+        response("b"),
+        &external(),
+        at(secs(2)),
+    );
+    assert!(matches!(refused(again), TransitionError::WrongState { .. }));
+}
+
+fn changed_payload_is_refused<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &local(), T0);
+    let running = b
+        .claim(&scope(), &key("k"), fp(2), "w", &local(), at(secs(1)))
+        .unwrap();
+    assert_eq!(running, ClaimOutcome::Mismatch { status: 422 });
+    b.complete(
+        &scope(),
+        &key("k"),
+        token,
+        response("a"),
+        &local(),
+        at(secs(2)),
+    )
+    .unwrap();
+    let done = b
+        .claim(&scope(), &key("k"), fp(2), "w", &local(), at(secs(3)))
+        .unwrap();
+    assert_eq!(done, ClaimOutcome::Mismatch { status: 422 });
+    let record = b.get(&scope(), &key("k")).unwrap().unwrap();
+    assert_eq!(record.fingerprint, fp(1), "a mismatch never overwrites");
+    assert_eq!(record.state.name(), StateName::Completed);
+}
+
+fn scopes_are_isolated<B: IdempotencyBackend>(b: &B) {
+    let k = key("shared-key");
+    let token = execute(b, &scope(), &k, &local(), T0);
+    b.complete(&scope(), &k, token, response("a"), &local(), at(secs(1)))
+        .unwrap();
+    let other_tenant = Scope::new("globex", "appointments.create").unwrap();
+    let other_operation = Scope::new("acme", "appointments.cancel").unwrap();
+    for other in [&other_tenant, &other_operation] {
+        assert!(b.get(other, &k).unwrap().is_none());
+        // Another payload under another scope is not a mismatch: it is a new operation.
+        let outcome = b
+            .claim(other, &k, fp(9), "w", &local(), at(secs(2)))
+            .unwrap();
+        assert!(
+            matches!(outcome, ClaimOutcome::Execute { token, .. } if token == FencingToken::FIRST),
+            "{other:?}: {outcome:?}"
+        );
+    }
+    let mine = b
+        .claim(&scope(), &k, fp(1), "w", &local(), at(secs(3)))
+        .unwrap();
+    assert_eq!(
+        mine,
+        ClaimOutcome::Replay {
+            response: response("a")
+        }
+    );
+}
+
+fn release_lets_a_retry_execute<B: IdempotencyBackend>(b: &B) {
+    let first = execute(b, &scope(), &key("k"), &local(), T0);
+    b.release(&scope(), &key("k"), first, &local(), at(secs(1)))
+        .unwrap();
+    match b
+        .claim(&scope(), &key("k"), fp(1), "w", &local(), at(secs(2)))
+        .unwrap()
+    {
+        ClaimOutcome::Execute { token, attempt, .. } => {
+            assert!(token > first);
+            assert_eq!(attempt, 2);
+        }
+        other => panic!("expected Execute after release, got {other:?}"),
+    }
+    // The released lease's token is dead.
+    let stale = b.complete(
+        &scope(),
+        &key("k"),
+        first,
+        response("x"),
+        &local(),
+        at(secs(3)),
+    );
+    assert!(matches!(refused(stale), TransitionError::StaleToken { .. }));
+}
+
+fn local_lease_expiry_is_taken_over<B: IdempotencyBackend>(b: &B) {
+    let old = execute(b, &scope(), &key("k"), &local(), T0);
+    let taken = match b
+        .claim(
+            &scope(),
+            &key("k"),
+            fp(1),
+            "new-owner",
+            &local(),
+            at(secs(31)),
+        )
+        .unwrap()
+    {
+        ClaimOutcome::Execute { token, attempt, .. } => {
+            assert_eq!(attempt, 2);
+            token
+        }
+        other => panic!("expected a takeover, got {other:?}"),
+    };
+    assert!(taken > old, "a takeover gets a higher fencing token");
+    let stale = b.complete(
+        &scope(),
+        &key("k"),
+        old,
+        response("old"),
+        &local(),
+        at(secs(32)),
+    );
+    assert_eq!(
+        refused(stale),
+        TransitionError::StaleToken {
+            presented: old,
+            current: taken
+        }
+    );
+    assert!(matches!(
+        refused(b.renew(&scope(), &key("k"), old, &local(), at(secs(32)))),
+        TransitionError::StaleToken { .. }
+    ));
+    b.complete(
+        &scope(),
+        &key("k"),
+        taken,
+        response("new"),
+        &local(),
+        at(secs(33)),
+    )
+    .unwrap();
+    let outcome = b
+        .claim(&scope(), &key("k"), fp(1), "w", &local(), at(secs(34)))
+        .unwrap();
+    assert_eq!(
+        outcome,
+        ClaimOutcome::Replay {
+            response: response("new")
+        }
+    );
+}
+
+fn external_lease_expiry_is_uncertain<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &external(), T0);
+    for later in [31, 100, 10_000] {
+        let outcome = b
+            .claim(
+                &scope(),
+                &key("k"),
+                fp(1),
+                "w",
+                &external(),
+                at(secs(later)),
+            )
+            .unwrap();
+        assert!(
+            matches!(outcome, ClaimOutcome::Uncertain { .. }),
+            "an expired External lease is never executed again (+{later}s): {outcome:?}"
+        );
+    }
+    let unresolved = b.list_unresolved(at(secs(10_001))).unwrap();
+    assert_eq!(unresolved.len(), 1);
+    assert_eq!(unresolved[0].record.state.name(), StateName::Unknown);
+    // The original worker may still report the real outcome with its token.
+    b.complete(
+        &scope(),
+        &key("k"),
+        token,
+        response("late"),
+        &external(),
+        at(secs(10_002)),
+    )
+    .unwrap();
+    let outcome = b
+        .claim(
+            &scope(),
+            &key("k"),
+            fp(1),
+            "w",
+            &external(),
+            at(secs(10_003)),
+        )
+        .unwrap();
+    assert_eq!(
+        outcome,
+        ClaimOutcome::Replay {
+            response: response("late")
+        }
+    );
+    assert!(b.list_unresolved(at(secs(10_004))).unwrap().is_empty());
+}
+
+fn resolve_not_applied_executes_again<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &external(), T0);
+    b.mark_unknown(
+        &scope(),
+        &key("k"),
+        token,
+        UnknownReason::MarkedByWorker("timeout".into()),
+        at(secs(1)),
+    )
+    .unwrap();
+    b.resolve(
+        &scope(),
+        &key("k"),
+        Resolution::NotApplied,
+        &external(),
+        at(secs(2)),
+    )
+    .unwrap();
+    assert!(matches!(
+        b.claim(&scope(), &key("k"), fp(1), "w", &external(), at(secs(3)))
+            .unwrap(),
+        ClaimOutcome::Execute { attempt: 2, .. }
+    ));
+}
+
+fn mark_unknown_blocks_until_resolved<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &external(), T0);
+    b.mark_unknown(
+        &scope(),
+        &key("k"),
+        token,
+        UnknownReason::MarkedByWorker("x".into()),
+        at(secs(1)),
+    )
+    .unwrap();
+    let outcome = b
+        .claim(&scope(), &key("k"), fp(1), "w", &external(), at(secs(2)))
+        .unwrap();
+    assert_eq!(outcome, ClaimOutcome::Uncertain { since: at(secs(1)) });
+    // Resolving a record that is not unresolved is refused.
+    let other = execute(b, &scope(), &key("live"), &external(), at(secs(2)));
+    assert!(matches!(
+        refused(b.resolve(
+            &scope(),
+            &key("live"),
+            Resolution::NotApplied,
+            &external(),
+            at(secs(3))
+        )),
+        TransitionError::WrongState { .. }
+    ));
+    b.release(&scope(), &key("live"), other, &external(), at(secs(3)))
+        .unwrap();
+    b.resolve(
+        &scope(),
+        &key("k"),
+        Resolution::Applied(response("r")),
+        &external(),
+        at(secs(4)),
+    )
+    .unwrap();
+    let outcome = b
+        .claim(&scope(), &key("k"), fp(1), "w", &external(), at(secs(5)))
+        .unwrap();
+    assert_eq!(
+        outcome,
+        ClaimOutcome::Replay {
+            response: response("r")
+        }
+    );
+}
+
+fn renew_keeps_the_lease<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &local(), T0);
+    let expires = b
+        .renew(&scope(), &key("k"), token, &local(), at(secs(25)))
+        .unwrap();
+    assert_eq!(expires, at(secs(55)));
+    // Past the original lease, but within the renewed one: still in flight.
+    let outcome = b
+        .claim(&scope(), &key("k"), fp(1), "w", &local(), at(secs(40)))
+        .unwrap();
+    assert!(
+        matches!(outcome, ClaimOutcome::InFlight { .. }),
+        "{outcome:?}"
+    );
+    b.complete(
+        &scope(),
+        &key("k"),
+        token,
+        response("a"),
+        &local(),
+        at(secs(41)),
+    )
+    .unwrap();
+}
+
+fn recovery_reuses_persisted_provider_keys<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &external(), T0);
+    let start = b
+        .begin_step(&scope(), &key("k"), token, "book", "pk-1", at(secs(1)))
+        .unwrap();
+    assert_eq!(
+        start,
+        StepStart::Dispatch {
+            provider_key: "pk-1".into()
+        }
+    );
+    b.complete_step(
+        &scope(),
+        &key("k"),
+        token,
+        "book",
+        Some("appt-1".into()),
+        at(secs(2)),
+    )
+    .unwrap();
+    let notify = b
+        .begin_step(&scope(), &key("k"), token, "notify", "pk-2", at(secs(3)))
+        .unwrap();
+    assert_eq!(
+        notify,
+        StepStart::Dispatch {
+            provider_key: "pk-2".into()
+        }
+    );
+    // The worker dies; its lease expires; a reconciler takes over.
+    let grant = b
+        .recover(
+            &scope(),
+            &key("k"),
+            "reconciler",
+            &external(),
+            at(secs(100)),
+        )
+        .unwrap();
+    assert!(grant.token > token);
+    assert_eq!(grant.steps.len(), 2);
+    let book = b
+        .begin_step(
+            &scope(),
+            &key("k"),
+            grant.token,
+            "book",
+            "pk-NEW",
+            at(secs(101)),
+        )
+        .unwrap();
+    assert_eq!(
+        book,
+        StepStart::AlreadyDone {
+            provider_ref: Some("appt-1".into())
+        }
+    );
+    let notify = b
+        .begin_step(
+            &scope(),
+            &key("k"),
+            grant.token,
+            "notify",
+            "pk-NEW",
+            at(secs(102)),
+        )
+        .unwrap();
+    assert_eq!(
+        notify,
+        StepStart::Dispatch {
+            provider_key: "pk-2".into()
+        },
+        "a replacement worker never invents a new provider key"
+    );
+    assert!(matches!(
+        refused(b.begin_step(&scope(), &key("k"), token, "notify", "pk-3", at(secs(103)))),
+        TransitionError::StaleToken { .. }
+    ));
+    b.complete(
+        &scope(),
+        &key("k"),
+        grant.token,
+        response("done"),
+        &external(),
+        at(secs(104)),
+    )
+    .unwrap();
+}
+
+fn gc_prunes_then_deletes<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &local(), T0);
+    b.complete(&scope(), &key("k"), token, response("a"), &local(), T0)
+        .unwrap();
+    assert_eq!(b.gc(at(secs(3_599)), 100).unwrap().pruned, 0);
+    let report = b.gc(at(secs(3_600)), 100).unwrap();
+    assert_eq!((report.pruned, report.deleted, report.more), (1, 0, false));
+    let record = b.get(&scope(), &key("k")).unwrap().unwrap();
+    match &record.state {
+        RecordState::Completed { response, .. } => assert!(response.body.is_none()),
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    // After the replay window: completed, response gone, never a new execution.
+    let outcome = b
+        .claim(&scope(), &key("k"), fp(1), "w", &local(), at(secs(3_601)))
+        .unwrap();
+    assert_eq!(
+        outcome,
+        ClaimOutcome::ResponseExpired {
+            status: 201,
+            resource_ref: Some("res-a".into())
+        }
+    );
+    let report = b.gc(at(secs(7_200)), 100).unwrap();
+    assert_eq!((report.pruned, report.deleted), (0, 1));
+    assert!(b.get(&scope(), &key("k")).unwrap().is_none());
+}
+
+fn gc_never_touches_running_or_unknown<B: IdempotencyBackend>(b: &B) {
+    execute(b, &scope(), &key("running"), &local(), T0);
+    let t = execute(b, &scope(), &key("unknown"), &external(), T0);
+    b.mark_unknown(&scope(), &key("unknown"), t, UnknownReason::Crash, T0)
+        .unwrap();
+    let far = at(secs(10 * 365 * 24 * 3_600));
+    let report = b.gc(far, 100).unwrap();
+    assert_eq!((report.pruned, report.deleted), (0, 0));
+    assert!(b.get(&scope(), &key("running")).unwrap().is_some());
+    assert!(b.get(&scope(), &key("unknown")).unwrap().is_some());
+}
+
+fn gc_runs_in_bounded_batches<B: IdempotencyBackend>(b: &B) {
+    for i in 0..25 {
+        let k = key(&format!("k{i}"));
+        let token = execute(b, &scope(), &k, &local(), T0);
+        b.release(&scope(), &k, token, &local(), T0).unwrap();
+    }
+    let late = at(secs(7_200));
+    let mut deleted = 0;
+    let mut rounds = 0;
+    loop {
+        let report = b.gc(late, 10).unwrap();
+        assert!(report.deleted <= 10);
+        deleted += report.deleted;
+        rounds += 1;
+        if !report.more {
+            break;
+        }
+        assert!(rounds < 10, "gc does not terminate");
+    }
+    assert_eq!((deleted, rounds), (25, 3));
+}
+
+fn list_unresolved_from_indexes<B: IdempotencyBackend>(b: &B) {
+    execute(b, &scope(), &key("live"), &local(), T0);
+    execute(b, &scope(), &key("expired"), &local(), T0);
+    let t = execute(b, &scope(), &key("unknown"), &external(), T0);
+    b.mark_unknown(
+        &scope(),
+        &key("unknown"),
+        t,
+        UnknownReason::Crash,
+        at(secs(1)),
+    )
+    .unwrap();
+    let done = execute(b, &scope(), &key("done"), &local(), T0);
+    b.complete(
+        &scope(),
+        &key("done"),
+        done,
+        response("d"),
+        &local(),
+        at(secs(1)),
+    )
+    .unwrap();
+    // Renew "live" so that only "expired" is past its lease at +31 s.
+    let live = b.get(&scope(), &key("live")).unwrap().unwrap().last_token;
+    b.renew(&scope(), &key("live"), live, &local(), at(secs(20)))
+        .unwrap();
+    let mut keys: Vec<String> = b
+        .list_unresolved(at(secs(31)))
+        .unwrap()
+        .into_iter()
+        .map(|l| l.key.to_string())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["expired", "unknown"]);
+    assert!(
+        b.list_unresolved(at(secs(2)))
+            .unwrap()
+            .iter()
+            .all(|l| l.key.as_str() == "unknown")
+    );
+}
+
+fn missing_record_is_not_found<B: IdempotencyBackend>(b: &B) {
+    let result = b.complete(
+        &scope(),
+        &key("never-claimed"),
+        FencingToken::FIRST,
+        response("x"),
+        &local(),
+        T0,
+    );
+    match result {
+        Err(e) => assert!(e.is_not_found(), "{e}"),
+        Ok(()) => panic!("completing a missing record must fail"),
+    }
+    assert!(b.get(&scope(), &key("never-claimed")).unwrap().is_none());
+}

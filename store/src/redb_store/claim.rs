@@ -1,0 +1,477 @@
+//! Claims and the execution guard.
+
+use std::time::Duration;
+
+use idemkit_core::machine::{self, ClaimOutcome, ClaimRequest, Policy, StepStart, TransitionError};
+use idemkit_core::record::{EffectKind, FencingToken, Record, Step, StoredResponse, UnknownReason};
+use idemkit_core::{Fingerprint, IdempotencyKey, LogRef, RecordId, Scope, UnixMillis};
+
+use super::Store;
+use super::error::{ClaimError, TxError, WorkerError};
+use super::records::Tables;
+
+/// The answer to [`Store::claim`]. Only [`Claim::Execute`] lets the caller run
+/// the operation; every other answer is final for this request.
+#[must_use = "a claim must be acted on: Execute runs the operation, the rest are answers"]
+#[derive(Debug)]
+pub enum Claim {
+    /// Run the operation, then report its outcome through the guard.
+    Execute(ExecutionGuard),
+    /// Completed within the replay window: answer the stored response.
+    Replay {
+        /// The stored response, body included.
+        response: StoredResponse,
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// Completed, but the response is no longer kept: answer that it completed,
+    /// with the resource reference. Never a new execution.
+    ResponseExpired {
+        /// The stored status.
+        status: u16,
+        /// What was created, if known.
+        resource_ref: Option<String>,
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// Another attempt holds a live lease.
+    InFlight {
+        /// When to try again (for `Retry-After`).
+        retry_after: Duration,
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// The key was used with another payload; nothing executed or overwritten.
+    Mismatch {
+        /// The status to answer (422 or 409, per policy).
+        status: u16,
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// The outcome is ambiguous: only `resolve` (or a reconciler's `recover`)
+    /// moves it on.
+    Uncertain {
+        /// Since when.
+        since: UnixMillis,
+        /// The record's log reference, for the operator.
+        log_ref: LogRef,
+    },
+}
+
+impl Store {
+    /// Claims `(scope, key)` for a request with `fingerprint`, in one durable
+    /// transaction: read the record, let the core decide, write its decision.
+    ///
+    /// `owner` names the worker for operators. Time comes from the store's clock.
+    pub fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: Fingerprint,
+        owner: &str,
+        policy: &Policy,
+    ) -> Result<Claim, ClaimError> {
+        let id = scope.record_id(key);
+        let now = self.now();
+        let (outcome, effect) = self.claim_at(&id, fingerprint, owner, policy, now)?;
+        let log_ref = id.log_ref();
+        Ok(match outcome {
+            ClaimOutcome::Execute {
+                token,
+                attempt,
+                lease_expires_at,
+                steps,
+            } => Claim::Execute(ExecutionGuard {
+                store: self.clone(),
+                id,
+                token,
+                attempt,
+                lease_expires_at,
+                steps,
+                effect: effect.unwrap_or(policy.effect),
+                policy: *policy,
+                finished: false,
+            }),
+            ClaimOutcome::Replay { response } => Claim::Replay { response, log_ref },
+            ClaimOutcome::ResponseExpired {
+                status,
+                resource_ref,
+            } => Claim::ResponseExpired {
+                status,
+                resource_ref,
+                log_ref,
+            },
+            ClaimOutcome::InFlight { retry_after } => Claim::InFlight {
+                retry_after,
+                log_ref,
+            },
+            ClaimOutcome::Mismatch { status } => Claim::Mismatch { status, log_ref },
+            ClaimOutcome::Uncertain { since } => Claim::Uncertain { since, log_ref },
+        })
+    }
+
+    /// The claim transaction, with an explicit `now`. Also returns the effect
+    /// kind of the record written (an existing record keeps its own).
+    pub(crate) fn claim_at(
+        &self,
+        id: &RecordId,
+        fingerprint: Fingerprint,
+        owner: &str,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<(ClaimOutcome, Option<EffectKind>), ClaimError> {
+        self.inner.handle.write_if_changed(|txn| {
+            let mut tables = Tables::open(txn)?;
+            let existing = tables.load(id)?;
+            let request = ClaimRequest {
+                fingerprint,
+                owner: owner.to_owned(),
+            };
+            let decision = machine::claim(existing.as_ref(), &request, policy, now);
+            if let Some(write) = &decision.write {
+                tables.put(id.as_bytes(), existing.as_ref(), Some(write))?;
+            }
+            let effect = decision.write.as_ref().map(|r| r.effect);
+            let changed = decision.write.is_some();
+            Ok::<_, ClaimError>(((decision.outcome, effect), changed))
+        })
+    }
+
+    /// One read → decide → write on an existing record. `decide` returns the
+    /// record to write (or `None` to leave it) and the caller's answer.
+    pub(crate) fn transition<T>(
+        &self,
+        id: &RecordId,
+        decide: impl FnOnce(&Record) -> Result<(Option<Record>, T), TransitionError>,
+    ) -> Result<T, TxError> {
+        self.inner.handle.write_if_changed(|txn| {
+            let mut tables = Tables::open(txn)?;
+            let log_ref = id.log_ref();
+            let existing = tables.load(id)?.ok_or(TxError::NotFound { log_ref })?;
+            let (write, answer) =
+                decide(&existing).map_err(|error| TxError::Rejected { log_ref, error })?;
+            let changed = match write {
+                Some(write) if write != existing => {
+                    tables.put(id.as_bytes(), Some(&existing), Some(&write))?;
+                    true
+                }
+                _ => false,
+            };
+            Ok((answer, changed))
+        })
+    }
+
+    pub(crate) fn complete_at(
+        &self,
+        id: &RecordId,
+        token: FencingToken,
+        response: StoredResponse,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<(), TxError> {
+        self.transition(id, |r| {
+            Ok((
+                Some(machine::complete(r, token, response, policy, now)?),
+                (),
+            ))
+        })
+    }
+
+    pub(crate) fn release_at(
+        &self,
+        id: &RecordId,
+        token: FencingToken,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<(), TxError> {
+        self.transition(id, |r| {
+            Ok((Some(machine::release(r, token, policy, now)?), ()))
+        })
+    }
+
+    pub(crate) fn mark_unknown_at(
+        &self,
+        id: &RecordId,
+        token: FencingToken,
+        reason: UnknownReason,
+        now: UnixMillis,
+    ) -> Result<(), TxError> {
+        self.transition(id, |r| {
+            Ok((Some(machine::mark_unknown(r, token, reason, now)?), ()))
+        })
+    }
+
+    pub(crate) fn renew_at(
+        &self,
+        id: &RecordId,
+        token: FencingToken,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<UnixMillis, TxError> {
+        self.transition(id, |r| {
+            let next = machine::renew(r, token, policy, now)?;
+            let expires = next.lease_expires_at().unwrap_or(now);
+            Ok((Some(next), expires))
+        })
+    }
+
+    pub(crate) fn begin_step_at(
+        &self,
+        id: &RecordId,
+        token: FencingToken,
+        name: &str,
+        proposed_provider_key: &str,
+        now: UnixMillis,
+    ) -> Result<StepStart, TxError> {
+        self.transition(id, |r| {
+            let (next, start) = machine::begin_step(r, token, name, proposed_provider_key, now)?;
+            Ok((Some(next), start))
+        })
+    }
+
+    pub(crate) fn complete_step_at(
+        &self,
+        id: &RecordId,
+        token: FencingToken,
+        name: &str,
+        provider_ref: Option<String>,
+        now: UnixMillis,
+    ) -> Result<(), TxError> {
+        self.transition(id, |r| {
+            Ok((
+                Some(machine::complete_step(r, token, name, provider_ref, now)?),
+                (),
+            ))
+        })
+    }
+}
+
+/// The right to execute one claimed operation, fenced by its token.
+///
+/// Report the outcome with one of the consuming methods: [`complete`](Self::complete),
+/// [`release`](Self::release), [`mark_unknown`](Self::mark_unknown) or
+/// [`finish`](Self::finish). Each returns only after the outcome is durable.
+///
+/// **Dropped without an outcome** (a panic, an early return, or a consuming method
+/// that failed), the guard does its best in `Drop`: an
+/// [`EffectKind::Local`] record is released (nothing durable happened, a retry may
+/// execute), an [`EffectKind::External`] one becomes Unknown
+/// ([`UnknownReason::GuardDropped`]), never silently re-executed. Errors there are
+/// ignored: the lease then expires and the state machine applies the same rule.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases (Local) or marks Unknown (External)"]
+pub struct ExecutionGuard {
+    store: Store,
+    id: RecordId,
+    token: FencingToken,
+    attempt: u32,
+    lease_expires_at: UnixMillis,
+    steps: Vec<Step>,
+    effect: EffectKind,
+    policy: Policy,
+    finished: bool,
+}
+
+impl ExecutionGuard {
+    /// Builds a guard for a lease granted by `recover`.
+    pub(crate) fn recovered(
+        store: Store,
+        id: RecordId,
+        token: FencingToken,
+        record: &Record,
+        policy: &Policy,
+    ) -> Self {
+        ExecutionGuard {
+            store,
+            token,
+            attempt: record.attempt,
+            lease_expires_at: record.lease_expires_at().unwrap_or(UnixMillis::ZERO),
+            steps: record.steps.clone(),
+            effect: record.effect,
+            policy: *policy,
+            finished: false,
+            id,
+        }
+    }
+
+    /// The fencing token of this lease.
+    #[must_use]
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The attempt number (1 for the first).
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// When the lease expires unless renewed.
+    #[must_use]
+    pub fn lease_expires_at(&self) -> UnixMillis {
+        self.lease_expires_at
+    }
+
+    /// Steps persisted by earlier attempts (their provider keys are reused).
+    #[must_use]
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// The record's effect kind (decides what dropping the guard does).
+    #[must_use]
+    pub fn effect(&self) -> EffectKind {
+        self.effect
+    }
+
+    /// The record's log reference.
+    #[must_use]
+    pub fn log_ref(&self) -> LogRef {
+        self.id.log_ref()
+    }
+
+    /// Stores the outcome; retries replay it from now on.
+    pub fn complete(mut self, response: StoredResponse) -> Result<(), WorkerError> {
+        let now = self.store.now();
+        self.store
+            .complete_at(&self.id, self.token, response, &self.policy, now)?;
+        self.finished = true;
+        Ok(())
+    }
+
+    /// The attempt had no effect: a retry with the same key executes again.
+    pub fn release(mut self) -> Result<(), WorkerError> {
+        let now = self.store.now();
+        self.store
+            .release_at(&self.id, self.token, &self.policy, now)?;
+        self.finished = true;
+        Ok(())
+    }
+
+    /// The outcome is ambiguous: retries get `Uncertain` until an operator resolves it.
+    pub fn mark_unknown(mut self, reason: impl Into<String>) -> Result<(), WorkerError> {
+        let now = self.store.now();
+        self.store.mark_unknown_at(
+            &self.id,
+            self.token,
+            UnknownReason::MarkedByWorker(reason.into()),
+            now,
+        )?;
+        self.finished = true;
+        Ok(())
+    }
+
+    /// Records `response` as the policy classifies its status
+    /// ([`machine::classify`]): stored, released, or marked Unknown.
+    pub fn finish(self, response: StoredResponse) -> Result<machine::Disposition, WorkerError> {
+        let disposition = machine::classify(response.status, &self.policy);
+        match disposition {
+            machine::Disposition::Store => self.complete(response)?,
+            machine::Disposition::Release => self.release()?,
+            machine::Disposition::Unknown => {
+                let reason = format!("status {}", response.status);
+                self.mark_unknown(reason)?;
+            }
+        }
+        Ok(disposition)
+    }
+
+    /// Walks away without reporting anything: the record stays Running until its
+    /// lease expires, and then the state machine decides (takeover for Local,
+    /// Unknown for External) — exactly as if this process had crashed. For tests
+    /// of crash recovery, and for handing a lease to a process that keeps the
+    /// token (see [`ExecutionGuard::token`]).
+    pub fn abandon(mut self) {
+        self.finished = true;
+    }
+
+    /// Extends the lease by the policy's lease duration from now.
+    pub fn renew(&mut self) -> Result<UnixMillis, WorkerError> {
+        let now = self.store.now();
+        let expires = self
+            .store
+            .renew_at(&self.id, self.token, &self.policy, now)?;
+        self.lease_expires_at = expires;
+        Ok(expires)
+    }
+
+    /// A handle that renews this lease from another thread (for example every
+    /// third of the lease while a long task runs).
+    #[must_use]
+    pub fn renewer(&self) -> Renewer {
+        Renewer {
+            store: self.store.clone(),
+            id: self.id.clone(),
+            token: self.token,
+            policy: self.policy,
+        }
+    }
+
+    /// Persists step `name` with its downstream idempotency key *before* the
+    /// caller dispatches it. A step begun by an earlier lease keeps its persisted
+    /// key (`proposed_provider_key` is then ignored); a done step answers
+    /// [`StepStart::AlreadyDone`].
+    pub fn begin_step(
+        &mut self,
+        name: &str,
+        proposed_provider_key: &str,
+    ) -> Result<StepStart, WorkerError> {
+        let now = self.store.now();
+        let start =
+            self.store
+                .begin_step_at(&self.id, self.token, name, proposed_provider_key, now)?;
+        Ok(start)
+    }
+
+    /// Records that step `name` is done, with the provider's reference.
+    pub fn complete_step(
+        &mut self,
+        name: &str,
+        provider_ref: Option<String>,
+    ) -> Result<(), WorkerError> {
+        let now = self.store.now();
+        self.store
+            .complete_step_at(&self.id, self.token, name, provider_ref, now)?;
+        Ok(())
+    }
+}
+
+impl Drop for ExecutionGuard {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let now = self.store.now();
+        // Best effort, errors ignored (see the type's doc): a failure here leaves
+        // the record Running, and its lease expiry has the same effect.
+        let _ = match self.effect {
+            EffectKind::Local => self
+                .store
+                .release_at(&self.id, self.token, &self.policy, now),
+            EffectKind::External => {
+                self.store
+                    .mark_unknown_at(&self.id, self.token, UnknownReason::GuardDropped, now)
+            }
+        };
+    }
+}
+
+/// Renews one lease; `Send`, so a background thread can keep a long task's lease alive.
+#[derive(Clone, Debug)]
+pub struct Renewer {
+    store: Store,
+    id: RecordId,
+    token: FencingToken,
+    policy: Policy,
+}
+
+impl Renewer {
+    /// Extends the lease by the policy's lease duration from now; a
+    /// [`WorkerError::Rejected`] with a stale token means the lease was lost.
+    pub fn renew(&self) -> Result<UnixMillis, WorkerError> {
+        let now = self.store.now();
+        Ok(self
+            .store
+            .renew_at(&self.id, self.token, &self.policy, now)?)
+    }
+}

@@ -1,0 +1,144 @@
+//! The embedded redb store.
+//!
+//! Every operation is *read → decide (idemkit-core) → write* inside one redb write
+//! transaction committed with [`redb::Durability::Immediate`]: the store never
+//! decides anything itself, and nothing is acknowledged before it is durable.
+//!
+//! - [`tables`](self) — table definitions and the format check (`tables.rs`).
+//! - `db.rs` — a database per transaction or for the store's life; lock retries.
+//! - [`FaultyBackend`] — I/O failure injection for tests.
+
+mod backend_impl;
+mod claim;
+mod db;
+mod error;
+mod fault;
+mod operator;
+mod records;
+mod tables;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use claim::{Claim, ExecutionGuard, Renewer};
+pub use db::LockRetry;
+pub use error::{
+    ClaimError, Error, OpenError, OperatorError, QueryError, StorageError, WorkerError,
+};
+pub use fault::{FaultSwitch, FaultyBackend};
+pub use operator::{GcReport, ListedRecord, Stats, VerifyReport};
+pub use tables::FORMAT_VERSION;
+
+use crate::clock::{Clock, SystemClock};
+use db::Handle;
+
+/// An idemkit store in a redb database. Cheap to clone (handles share the database).
+#[derive(Clone, Debug)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    handle: Handle,
+    clock: Arc<dyn Clock>,
+    /// The file, when there is one (for `stats`).
+    path: Option<std::path::PathBuf>,
+}
+
+impl Store {
+    /// Opens the store in `path`, creating the file if it does not exist, and keeps
+    /// it open (and locked against other processes) until the last clone is dropped.
+    ///
+    /// A file that is not an idemkit database, has an unknown format version, or is
+    /// damaged gives an [`OpenError`], never a panic.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        let path = path.as_ref();
+        let db = db::open_file_once(path)?;
+        Ok(Store::from_handle(
+            Handle::Open(Arc::new(db)),
+            Some(path.to_owned()),
+        ))
+    }
+
+    /// Like [`Store::open`], but the file is opened for each transaction and closed
+    /// right after, so several processes can use it in turn (the `idemkit` CLI does
+    /// this). While another process holds the file, each operation retries per
+    /// `retry` and then fails with [`OpenError::Busy`].
+    pub fn open_shared(path: impl AsRef<Path>, retry: LockRetry) -> Result<Store, OpenError> {
+        let path = path.as_ref();
+        // Check (or create) the file once now, so a bad file is reported at open.
+        drop(db::open_file_with_retry(path, retry)?);
+        Ok(Store::from_handle(
+            Handle::PerTransaction {
+                path: path.to_owned(),
+                retry,
+            },
+            Some(path.to_owned()),
+        ))
+    }
+
+    /// A store in memory (redb's `InMemoryBackend`): for tests and caches.
+    pub fn in_memory() -> Result<Store, OpenError> {
+        Store::with_backend(redb::backends::InMemoryBackend::new())
+    }
+
+    /// A store on any redb [`redb::StorageBackend`] (for example a
+    /// [`FaultyBackend`]).
+    pub fn with_backend(backend: impl redb::StorageBackend) -> Result<Store, OpenError> {
+        let db = db::open_backend(backend)?;
+        Ok(Store::from_handle(Handle::Open(Arc::new(db)), None))
+    }
+
+    fn from_handle(handle: Handle, path: Option<std::path::PathBuf>) -> Store {
+        Store {
+            inner: Arc::new(Inner {
+                handle,
+                clock: Arc::new(SystemClock),
+                path,
+            }),
+        }
+    }
+
+    /// This store reading time from `clock` (a [`crate::clock::ManualClock`] in tests).
+    #[must_use]
+    pub fn with_clock(self, clock: impl Clock + 'static) -> Store {
+        let inner = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner,
+            Err(shared) => {
+                // Another clone exists: share its database handle.
+                return Store {
+                    inner: Arc::new(Inner {
+                        handle: match &shared.handle {
+                            Handle::Open(db) => Handle::Open(Arc::clone(db)),
+                            Handle::PerTransaction { path, retry } => Handle::PerTransaction {
+                                path: path.clone(),
+                                retry: *retry,
+                            },
+                        },
+                        clock: Arc::new(clock),
+                        path: shared.path.clone(),
+                    }),
+                };
+            }
+        };
+        Store {
+            inner: Arc::new(Inner {
+                clock: Arc::new(clock),
+                ..inner
+            }),
+        }
+    }
+
+    /// The current time by this store's clock.
+    #[must_use]
+    pub fn now(&self) -> idemkit_core::UnixMillis {
+        self.inner.clock.now()
+    }
+
+    /// The database file, if the store has one.
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref().or(self.inner.handle.path())
+    }
+}

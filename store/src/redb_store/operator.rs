@@ -1,0 +1,387 @@
+//! Operator and maintenance operations: get, list, resolve, recover, GC, stats, verify.
+
+use std::collections::BTreeMap;
+
+use idemkit_core::machine::{self, GcAction, Policy, Resolution};
+use idemkit_core::record::{Record, RecordState, StateName};
+use idemkit_core::{IdempotencyKey, LogRef, RecordId, Scope, UnixMillis};
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use super::Store;
+use super::claim::ExecutionGuard;
+use super::error::{OperatorError, QueryError, StorageError, TxError};
+use super::records::{Tables, decode, load_from, log_ref_of};
+use super::tables::{GC_DUE, LEASE_EXPIRY, RECORDS, UNKNOWN};
+
+/// A record with the scope and key it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedRecord {
+    /// Tenant and operation.
+    pub scope: Scope,
+    /// The idempotency key.
+    pub key: IdempotencyKey,
+    /// The record.
+    pub record: Record,
+}
+
+impl ListedRecord {
+    /// The record's log reference.
+    #[must_use]
+    pub fn log_ref(&self) -> LogRef {
+        self.scope.record_id(&self.key).log_ref()
+    }
+}
+
+/// What one [`Store::gc`] batch did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Completed records whose response body was dropped (replay window over).
+    pub pruned: u64,
+    /// Completed or Released records deleted (record window over).
+    pub deleted: u64,
+    /// Whether more records are due: call again.
+    pub more: bool,
+}
+
+/// Counts per state and the file size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records per state.
+    pub by_state: BTreeMap<StateName, u64>,
+    /// All records.
+    pub total: u64,
+    /// Running records whose lease has expired (also counted as Running).
+    pub expired_leases: u64,
+    /// The database file's size in bytes, when the store is a file.
+    pub file_size: Option<u64>,
+}
+
+/// Problems found by [`Store::verify`]; empty when the store is consistent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Records checked.
+    pub records: u64,
+    /// One line per problem (an undecodable record or id, an index entry without
+    /// its record, a record missing from an index).
+    pub problems: Vec<String>,
+}
+
+impl Store {
+    /// The record of `(scope, key)`, if any.
+    pub fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, QueryError> {
+        let id = scope.record_id(key);
+        self.inner.handle.read(|txn| {
+            let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
+            Ok(load_from(&records, id.as_bytes())?)
+        })
+    }
+
+    /// All records, or those in `state`, in storage order (grouped by tenant).
+    pub fn list(&self, state: Option<StateName>) -> Result<Vec<ListedRecord>, QueryError> {
+        self.inner.handle.read(|txn| {
+            let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
+            let mut out = Vec::new();
+            for entry in records.iter().map_err(StorageError::from)? {
+                let (id, bytes) = entry.map_err(StorageError::from)?;
+                let record = decode(id.value(), bytes.value())?;
+                if state.is_none_or(|s| s == record.state.name()) {
+                    out.push(listed(id.value(), record)?);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Records that need an operator or reconciler (by the store's clock).
+    pub fn list_unresolved(&self) -> Result<Vec<ListedRecord>, QueryError> {
+        self.list_unresolved_at(self.now())
+    }
+
+    /// Unknown records and Running records past their lease, read from the
+    /// indexes (not a scan): expired leases first, by expiry, then Unknown records.
+    pub(crate) fn list_unresolved_at(
+        &self,
+        now: UnixMillis,
+    ) -> Result<Vec<ListedRecord>, QueryError> {
+        self.inner.handle.read(|txn| {
+            let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
+            let leases = txn.open_table(LEASE_EXPIRY).map_err(StorageError::from)?;
+            let unknown = txn.open_table(UNKNOWN).map_err(StorageError::from)?;
+            let mut out = Vec::new();
+            for entry in leases.iter().map_err(StorageError::from)? {
+                let (key, ()) = entry.map_err(StorageError::from).map(|(k, _)| (k, ()))?;
+                let (expires, id) = key.value();
+                if expires > now.as_millis() {
+                    break;
+                }
+                if let Some(record) = load_from(&records, id)?
+                    && record.is_unresolved(now)
+                {
+                    out.push(listed(id, record)?);
+                }
+            }
+            for entry in unknown.iter().map_err(StorageError::from)? {
+                let (id, _) = entry.map_err(StorageError::from)?;
+                if let Some(record) = load_from(&records, id.value())? {
+                    out.push(listed(id.value(), record)?);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Settles an unresolved record (Unknown, or Running past its lease):
+    /// `Applied(response)` → Completed, `NotApplied` → Released. Returns the
+    /// record as written.
+    pub fn resolve(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        policy: &Policy,
+    ) -> Result<Record, OperatorError> {
+        let now = self.now();
+        Ok(self.resolve_at(&scope.record_id(key), resolution, policy, now)?)
+    }
+
+    pub(crate) fn resolve_at(
+        &self,
+        id: &RecordId,
+        resolution: Resolution,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<Record, TxError> {
+        self.transition(id, |r| {
+            let next = machine::resolve(r, resolution, policy, now)?;
+            Ok((Some(next.clone()), next))
+        })
+    }
+
+    /// Takes a new lease on an unresolved record so a reconciler can re-drive its
+    /// persisted steps (their provider keys are reused by
+    /// [`ExecutionGuard::begin_step`]). The old token is fenced off.
+    pub fn recover(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        owner: &str,
+        policy: &Policy,
+    ) -> Result<ExecutionGuard, OperatorError> {
+        let id = scope.record_id(key);
+        let now = self.now();
+        let (token, record) = self.recover_at(&id, owner, policy, now)?;
+        Ok(ExecutionGuard::recovered(
+            self.clone(),
+            id,
+            token,
+            &record,
+            policy,
+        ))
+    }
+
+    pub(crate) fn recover_at(
+        &self,
+        id: &RecordId,
+        owner: &str,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<(idemkit_core::record::FencingToken, Record), TxError> {
+        self.transition(id, |r| {
+            let (next, grant) = machine::recover(r, owner, policy, now)?;
+            Ok((Some(next.clone()), (grant.token, next)))
+        })
+    }
+
+    /// One bounded GC batch by the store's clock: see [`GcReport`].
+    pub fn gc(&self, max_batch: usize) -> Result<GcReport, QueryError> {
+        self.gc_at(self.now(), max_batch)
+    }
+
+    /// Walks the GC index up to `now`, at most `max_batch` records, in one write
+    /// transaction: prunes bodies after the replay window, deletes records after
+    /// the record window. Running and Unknown records are never in that index.
+    pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, QueryError> {
+        self.inner.handle.write_if_changed(|txn| {
+            let mut tables = Tables::open(txn)?;
+            let mut due: Vec<Vec<u8>> = Vec::new();
+            let mut more = false;
+            for entry in tables.gc_due.iter().map_err(StorageError::from)? {
+                let (key, _) = entry.map_err(StorageError::from)?;
+                let (at, id) = key.value();
+                if at > now.as_millis() {
+                    break;
+                }
+                if due.len() == max_batch {
+                    more = true;
+                    break;
+                }
+                due.push(id.to_vec());
+            }
+            let mut report = GcReport {
+                more,
+                ..GcReport::default()
+            };
+            for id in due {
+                let Some(record) = load_from(&tables.records, &id)? else {
+                    // An index entry without its record cannot be produced by `put`;
+                    // `verify` reports it. Skip rather than fail the whole batch.
+                    continue;
+                };
+                match machine::gc(&record, now) {
+                    GcAction::Delete => {
+                        tables.put(&id, Some(&record), None)?;
+                        report.deleted += 1;
+                    }
+                    GcAction::PruneBody => {
+                        let pruned = machine::prune_body(&record);
+                        tables.put(&id, Some(&record), Some(&pruned))?;
+                        report.pruned += 1;
+                    }
+                    GcAction::Keep => {}
+                }
+            }
+            let changed = report.pruned + report.deleted > 0;
+            Ok((report, changed))
+        })
+    }
+
+    /// Counts per state (a scan of the records) and the file size.
+    pub fn stats(&self) -> Result<Stats, QueryError> {
+        let now = self.now();
+        let mut stats = self.inner.handle.read(|txn| {
+            let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
+            let mut stats = Stats::default();
+            for entry in records.iter().map_err(StorageError::from)? {
+                let (id, bytes) = entry.map_err(StorageError::from)?;
+                let record = decode(id.value(), bytes.value())?;
+                *stats.by_state.entry(record.state.name()).or_insert(0) += 1;
+                stats.total += 1;
+                if matches!(record.state, RecordState::Running { .. }) && record.is_unresolved(now)
+                {
+                    stats.expired_leases += 1;
+                }
+            }
+            Ok::<_, QueryError>(stats)
+        })?;
+        stats.file_size = self
+            .path()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len());
+        Ok(stats)
+    }
+
+    /// Checks that every record and id decodes and that the three indexes hold
+    /// exactly the entries the records imply. Used after crashes and I/O faults.
+    pub fn verify(&self) -> Result<VerifyReport, QueryError> {
+        self.inner.handle.read(|txn| {
+            let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
+            let gc_due = txn.open_table(GC_DUE).map_err(StorageError::from)?;
+            let leases = txn.open_table(LEASE_EXPIRY).map_err(StorageError::from)?;
+            let unknown = txn.open_table(UNKNOWN).map_err(StorageError::from)?;
+            let mut report = VerifyReport::default();
+            let mut expected_gc = std::collections::BTreeSet::new();
+            let mut expected_lease = std::collections::BTreeSet::new();
+            let mut expected_unknown = BTreeMap::new();
+            for entry in records.iter().map_err(StorageError::from)? {
+                let (id, bytes) = entry.map_err(StorageError::from)?;
+                let id = id.value().to_vec();
+                report.records += 1;
+                if let Err(e) = RecordId::decode(&id) {
+                    report
+                        .problems
+                        .push(format!("record id does not decode: {e}"));
+                }
+                let record = match Record::decode(bytes.value()) {
+                    Ok(record) => record,
+                    Err(e) => {
+                        report.problems.push(format!(
+                            "record {} does not decode: {e}",
+                            display_log_ref(&id)
+                        ));
+                        continue;
+                    }
+                };
+                if let Some(due) = record.gc_due_at() {
+                    expected_gc.insert((due.as_millis(), id.clone()));
+                }
+                if let Some(at) = record.lease_expires_at() {
+                    expected_lease.insert((at.as_millis(), id.clone()));
+                }
+                if let RecordState::Unknown { since, .. } = &record.state {
+                    expected_unknown.insert(id.clone(), since.as_millis());
+                }
+            }
+            let mut found_gc = std::collections::BTreeSet::new();
+            for entry in gc_due.iter().map_err(StorageError::from)? {
+                let (key, _) = entry.map_err(StorageError::from)?;
+                let (at, id) = key.value();
+                found_gc.insert((at, id.to_vec()));
+            }
+            let mut found_lease = std::collections::BTreeSet::new();
+            for entry in leases.iter().map_err(StorageError::from)? {
+                let (key, _) = entry.map_err(StorageError::from)?;
+                let (at, id) = key.value();
+                found_lease.insert((at, id.to_vec()));
+            }
+            let mut found_unknown = BTreeMap::new();
+            for entry in unknown.iter().map_err(StorageError::from)? {
+                let (id, since) = entry.map_err(StorageError::from)?;
+                found_unknown.insert(id.value().to_vec(), since.value());
+            }
+            compare("gc_due", &expected_gc, &found_gc, &mut report.problems);
+            compare(
+                "lease_expiry",
+                &expected_lease,
+                &found_lease,
+                &mut report.problems,
+            );
+            if expected_unknown != found_unknown {
+                report.problems.push(format!(
+                    "unknown index holds {} entries, records imply {}",
+                    found_unknown.len(),
+                    expected_unknown.len()
+                ));
+            }
+            // Sizes too, in case a table's own metadata disagrees with its entries.
+            let n = records.len().map_err(StorageError::from)?;
+            if n != report.records {
+                report.problems.push(format!(
+                    "records table says {n} entries, iteration found {}",
+                    report.records
+                ));
+            }
+            Ok(report)
+        })
+    }
+}
+
+fn compare(
+    name: &str,
+    expected: &std::collections::BTreeSet<(u64, Vec<u8>)>,
+    found: &std::collections::BTreeSet<(u64, Vec<u8>)>,
+    problems: &mut Vec<String>,
+) {
+    for (at, id) in expected.difference(found) {
+        problems.push(format!(
+            "{name} index misses record {} at {at}",
+            display_log_ref(id)
+        ));
+    }
+    for (at, id) in found.difference(expected) {
+        problems.push(format!(
+            "{name} index has a stray entry for {} at {at}",
+            display_log_ref(id)
+        ));
+    }
+}
+
+fn display_log_ref(id: &[u8]) -> String {
+    log_ref_of(id).map_or_else(|| "(undecodable id)".to_owned(), |r| r.to_string())
+}
+
+fn listed(id: &[u8], record: Record) -> Result<ListedRecord, StorageError> {
+    let (scope, key) = RecordId::decode(id).map_err(|e| StorageError::CorruptId {
+        detail: e.to_string(),
+    })?;
+    Ok(ListedRecord { scope, key, record })
+}

@@ -1,0 +1,36 @@
+//! The redb tables of an idemkit database and the format check.
+//!
+//! | table | key | value | holds |
+//! |---|---|---|---|
+//! | `idemkit.meta` | `&str` | bytes | `magic` = [`MAGIC`], `format` = [`FORMAT_VERSION`] (u32 LE) |
+//! | `idemkit.records` | record id bytes | `Record::encode()` | every record |
+//! | `idemkit.gc_due` | `(due_at ms, id)` | `()` | Completed/Released records by next GC step |
+//! | `idemkit.lease_expiry` | `(expires_at ms, id)` | `()` | Running records by lease expiry |
+//! | `idemkit.unknown` | id | `since` ms | Unknown records |
+//!
+//! The three indexes are derived from the records (`Record::gc_due_at`,
+//! `Record::lease_expires_at`, the Unknown state) and are rewritten in the same write
+//! transaction as the record, so they can never disagree with it after a commit.
+
+use redb::TableDefinition;
+
+/// Store-wide metadata: what kind of file this is and its format version.
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("idemkit.meta");
+/// Record id bytes → encoded record.
+pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemkit.records");
+/// `(due_at, id)` for every record GC will act on once `due_at` has passed.
+pub(crate) const GC_DUE: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("idemkit.gc_due");
+/// `(lease expires_at, id)` for every Running record.
+pub(crate) const LEASE_EXPIRY: TableDefinition<(u64, &[u8]), ()> =
+    TableDefinition::new("idemkit.lease_expiry");
+/// id → `since` for every Unknown record.
+pub(crate) const UNKNOWN: TableDefinition<&[u8], u64> = TableDefinition::new("idemkit.unknown");
+
+/// The `magic` value in [`META`]: this file is an idemkit store.
+pub(crate) const MAGIC: &[u8] = b"idemkit store";
+/// The store format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Meta key of the magic value.
+pub(crate) const META_MAGIC: &str = "magic";
+/// Meta key of the format version.
+pub(crate) const META_FORMAT: &str = "format";
