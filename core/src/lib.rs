@@ -42,6 +42,7 @@
 
 pub mod client;
 pub mod fingerprint;
+pub mod json;
 pub mod key;
 pub mod scope;
 pub mod time;
