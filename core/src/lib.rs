@@ -7,7 +7,8 @@
 //! - [`IdempotencyKey`]: parses the `Idempotency-Key` header (quoted or bare).
 //! - [`Scope`] and [`RecordId`]: `(tenant, operation, key)` → an injective storage id,
 //!   with a [`LogRef`] that is safe to log.
-//! - [`Fingerprint`]: what the key originally meant.
+//! - [`json`]: strict RFC 8785 canonical JSON ([`canonicalize`]).
+//! - [`Fingerprint`]: what the key originally meant, computed by a [`FingerprintSpec`].
 //!
 //! ## What this crate does not do
 //!
@@ -47,7 +48,10 @@ pub mod key;
 pub mod scope;
 pub mod time;
 
-pub use fingerprint::{Fingerprint, ParseFingerprintError};
+pub use fingerprint::{
+    ContentKind, Fingerprint, FingerprintError, FingerprintSpec, ParseFingerprintError, SpecError,
+};
+pub use json::{JsonError, JsonErrorKind, Profile, canonicalize};
 pub use key::{IdempotencyKey, KeyError};
 pub use scope::{LogRef, RecordId, RecordIdError, Scope, ScopeError, ScopePart};
 pub use time::UnixMillis;

@@ -1,6 +1,14 @@
 //! All 72 cases of `shared/testdata/jcs/edge_cases.json`, in both profiles: exact
 //! output bytes or a rejection (`implementation-defined` accepts either).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: a failed expectation should panic with its message"
+)]
+
 mod common;
 
 use idemkit_core::json::{CanonicalizeOptions, Profile, canonicalize_with};

@@ -3,6 +3,14 @@
 //! the expected ECMAScript string; we also check that the string parses back to
 //! the same double and that the strict profile accepts it unchanged.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: a failed expectation should panic with its message"
+)]
+
 mod common;
 
 use idemkit_core::json::{canonicalize, format_number};

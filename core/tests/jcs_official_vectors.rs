@@ -2,6 +2,14 @@
 //! `input/X.json` must give exactly `output/X.json`, which must equal
 //! `outhex/X.txt`. One test per file and profile.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: a failed expectation should panic with its message"
+)]
+
 mod common;
 
 use idemkit_core::json::{CanonicalizeOptions, JsonErrorKind, Profile, canonicalize_with};

@@ -55,7 +55,7 @@ pub use error::{JsonError, JsonErrorKind};
 pub use number::format as format_number;
 pub use pointer::{JsonPointer, PointerError};
 
-pub(crate) use parser::{Document, Node, parse};
+pub(crate) use parser::parse;
 pub(crate) use pointer::{Target, resolve};
 pub(crate) use serializer::write_node;
 

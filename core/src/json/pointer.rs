@@ -142,8 +142,9 @@ impl Target {
 }
 
 /// RFC 6901 §4 evaluation. Array indices are `0` or digits without a leading
-/// zero; `-` and anything else select nothing.
-pub(crate) fn resolve(doc: &Document<'_>, pointer: &JsonPointer) -> Option<Target> {
+/// zero; `-` and anything else select nothing. A path through an entry listed
+/// in `skip` (sorted entry indices) selects nothing either.
+pub(crate) fn resolve(doc: &Document<'_>, pointer: &JsonPointer, skip: &[usize]) -> Option<Target> {
     let mut target = Target::Root(doc.root);
     for token in &pointer.tokens {
         let (start, len, object) = match doc.node(target.value()) {
@@ -161,6 +162,9 @@ pub(crate) fn resolve(doc: &Document<'_>, pointer: &JsonPointer) -> Option<Targe
             parse_index(token).filter(|&i| i < len)
         }?;
         let entry = entries.get(found)?;
+        if skip.binary_search(&(start + found)).is_ok() {
+            return None;
+        }
         target = Target::Entry {
             entry: start + found,
             value: entry.value,

@@ -1,5 +1,10 @@
 //! Shared helpers: locating `../shared/testdata/jcs` and hex decoding.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "shared test helpers; not every test file uses each"
+)]
 
 use std::path::PathBuf;
 
