@@ -1,13 +1,16 @@
 //! `idemkit`: the operator and developer command line.
 //!
 //! Exit codes follow sysexits(3): 0 success, 64 usage, 65 rejected input (data
-//! error), 69 unavailable / outcome unknown, 74 I/O error, 75 try again later.
+//! error), 66 unreadable input, 69 unavailable / outcome unknown, 74 I/O error, 75 try again later.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod canonicalize_cmd;
 mod exit;
+mod fingerprint_cmd;
+mod input;
 mod key_cmd;
 
 /// Safe retries: canonical JSON, fingerprints, keys and an embedded idempotency store.
@@ -23,11 +26,16 @@ enum Command {
     /// Check idempotency keys.
     #[command(subcommand)]
     Key(key_cmd::KeyCommand),
+    // The about text and examples come from the argument structs' doc comments.
+    Canonicalize(canonicalize_cmd::CanonicalizeArgs),
+    Fingerprint(fingerprint_cmd::FingerprintArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Key(cmd) => key_cmd::run(cmd),
+        Command::Canonicalize(args) => canonicalize_cmd::run(&args),
+        Command::Fingerprint(args) => fingerprint_cmd::run(&args),
     }
 }
