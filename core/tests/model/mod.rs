@@ -199,9 +199,7 @@ pub(crate) fn spell_string(s: &str, rng: &mut Rng, out: &mut String) {
 /// Exact decimal digits and exponent of the shortest ECMAScript form of `f`:
 /// `f == digits × 10^exp` exactly for the decimal the JCS output denotes.
 pub(crate) fn shortest(f: f64) -> (bool, String, i64) {
-    let mut b = ryu_js::Buffer::new();
-    let s = if f == 0.0 { "0" } else { b.format_finite(f) };
-    decimal_parts(s)
+    decimal_parts(&idemkit_core::json::format_number(f).unwrap())
 }
 
 /// `(negative, significant digits without leading/trailing zeros, exponent)`
