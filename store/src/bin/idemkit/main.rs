@@ -1,7 +1,7 @@
 //! `idemkit`: the operator and developer command line.
 //!
 //! Exit codes follow sysexits(3): 0 success, 64 usage, 65 rejected input (data
-//! error), 69 unavailable / outcome unknown, 74 I/O error, 75 try again later.
+//! error), 66 unreadable input, 69 unavailable / outcome unknown, 74 I/O error, 75 try again later.
 
 #![warn(
     clippy::unwrap_used,
@@ -15,7 +15,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod call_cmd;
+mod canonicalize_cmd;
 mod exit;
+mod fingerprint_cmd;
+mod input;
 mod key_cmd;
 
 /// Safe retries: canonical JSON, fingerprints, keys and an embedded idempotency store.
@@ -33,6 +36,9 @@ enum Command {
     /// Check idempotency keys.
     #[command(subcommand)]
     Key(key_cmd::KeyCommand),
+    // The about text and examples come from the argument structs' doc comments.
+    Canonicalize(canonicalize_cmd::CanonicalizeArgs),
+    Fingerprint(fingerprint_cmd::FingerprintArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,5 +46,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Call(args) => call_cmd::run(args),
         Command::Key(cmd) => key_cmd::run(cmd),
+        Command::Canonicalize(args) => canonicalize_cmd::run(&args),
+        Command::Fingerprint(args) => fingerprint_cmd::run(&args),
     }
 }
