@@ -51,10 +51,11 @@ impl Store {
     /// it open (and locked against other processes) until the last clone is dropped.
     ///
     /// A file that is not an idemkit database, has an unknown format version, or is
-    /// damaged gives an [`OpenError`], never a panic.
+    /// damaged gives an [`OpenError`], never a panic: the open runs redb's
+    /// integrity check (every page's checksum), which reads the whole file once.
     pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
         let path = path.as_ref();
-        let db = db::open_file_once(path)?;
+        let db = db::open_file_once(path, db::Integrity::Check)?;
         Ok(Store::from_handle(
             Handle::Open(Arc::new(db)),
             Some(path.to_owned()),
@@ -67,8 +68,9 @@ impl Store {
     /// `retry` and then fails with [`OpenError::Busy`].
     pub fn open_shared(path: impl AsRef<Path>, retry: LockRetry) -> Result<Store, OpenError> {
         let path = path.as_ref();
-        // Check (or create) the file once now, so a bad file is reported at open.
-        drop(db::open_file_with_retry(path, retry)?);
+        // Check (or create) the file once now, with redb's full integrity check, so
+        // a bad file is reported here; the per-transaction opens trust it.
+        drop(db::open_file_with_retry(path, retry, db::Integrity::Check)?);
         Ok(Store::from_handle(
             Handle::PerTransaction {
                 path: path.to_owned(),

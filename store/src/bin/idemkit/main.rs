@@ -51,6 +51,21 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The store turns a panic inside redb (damaged pages) into a typed error; keep
+    // what the default hook would print to one line on stderr.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("idemkit: internal error: {message}{place}");
+    }));
     let cli = Cli::parse();
     match cli.command {
         Command::Call(args) => call_cmd::run(args),
