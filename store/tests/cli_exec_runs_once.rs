@@ -223,3 +223,43 @@ fn a_running_command_keeps_its_lease_and_others_exit_75() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "slow-done\n");
 }
+
+#[test]
+fn stored_output_is_bounded_and_json_output_is_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("exec.redb");
+    let first = exec(
+        &db,
+        "big",
+        &["--max-output", "5", "--effect", "local"],
+        "echo 0123456789",
+    );
+    assert_eq!(first.status.code(), Some(0));
+    assert_eq!(
+        text(&first.stdout),
+        "0123456789\n",
+        "the first run streams everything"
+    );
+    assert!(text(&first.stderr).contains("--max-output"));
+    let again = exec(
+        &db,
+        "big",
+        &["--max-output", "5", "--effect", "local"],
+        "echo 0123456789",
+    );
+    assert_eq!(
+        text(&again.stdout),
+        "01234",
+        "only the bounded prefix is stored"
+    );
+
+    let json_run = exec(&db, "j", &["--json", "--effect", "local"], "echo hi");
+    let value: serde_json::Value = serde_json::from_slice(&json_run.stdout).unwrap();
+    assert_eq!(value["outcome"], "executed");
+    assert_eq!(value["recorded"], "completed");
+    assert_eq!(value["stdout"], "hi\n");
+    let replay = exec(&db, "j", &["--json", "--effect", "local"], "echo hi");
+    let value: serde_json::Value = serde_json::from_slice(&replay.stdout).unwrap();
+    assert_eq!(value["outcome"], "replayed");
+    assert_eq!(value["exit_status"], 0);
+}
