@@ -9,6 +9,9 @@
 //!   with a [`LogRef`] that is safe to log.
 //! - [`json`]: strict RFC 8785 canonical JSON ([`canonicalize`]).
 //! - [`Fingerprint`]: what the key originally meant, computed by a [`FingerprintSpec`].
+//! - [`record`]: the stored record of an operation and its versioned codec.
+//! - [`machine`]: the pure state machine that decides claims, completions,
+//!   recovery and GC; a store applies its decisions atomically.
 //!
 //! ## What this crate does not do
 //!
@@ -45,6 +48,8 @@ pub mod client;
 pub mod fingerprint;
 pub mod json;
 pub mod key;
+pub mod machine;
+pub mod record;
 pub mod scope;
 pub mod time;
 
