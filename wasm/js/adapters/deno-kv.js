@@ -1,0 +1,31 @@
+// Deno KV. Claims are atomic operations checked on the versionstamp: a check with
+// `versionstamp: null` is insert-if-absent, a check with the versionstamp read is
+// compare-and-set. A KV value is at most 64 KiB, so a record (which holds the stored
+// response body) must fit in that.
+
+/**
+ * @param {Deno.Kv} kv
+ * @param {{ prefix?: Deno.KvKey }} [options]
+ * @returns {import("../index.d.ts").Adapter}
+ */
+export function denoKvAdapter(kv, options = {}) {
+  const prefix = options.prefix ?? ["idemkit"];
+  if (typeof kv?.atomic !== "function") throw new TypeError("denoKvAdapter expects a Deno.Kv");
+  const keyOf = (id) => [...prefix, id];
+  return {
+    async get(id) {
+      const entry = await kv.get(keyOf(id));
+      return entry.versionstamp === null ? null : { record: entry.value, version: entry.versionstamp };
+    },
+    async insert(id, record) {
+      const key = keyOf(id);
+      const result = await kv.atomic().check({ key, versionstamp: null }).set(key, record).commit();
+      return result.ok ? { version: result.versionstamp } : null;
+    },
+    async update(id, record, version) {
+      const key = keyOf(id);
+      const result = await kv.atomic().check({ key, versionstamp: version }).set(key, record).commit();
+      return result.ok ? { version: result.versionstamp } : null;
+    },
+  };
+}
