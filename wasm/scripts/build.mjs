@@ -69,7 +69,7 @@ if (bindgenVersion() !== `wasm-bindgen ${pinned}`) {
 }
 
 // 4. Compile and generate the glue.
-run("cargo", ["build", "--locked", "-p", "idemkit-wasm", "--target", "wasm32-unknown-unknown", "--release"]);
+run("cargo", ["build", "--locked", "-p", "idemkit-wasm", "--lib", "--target", "wasm32-unknown-unknown", "--release"]);
 const targetDir = JSON.parse(output("cargo", ["metadata", "--format-version", "1", "--no-deps"])).target_directory;
 const rawWasm = join(targetDir, "wasm32-unknown-unknown", "release", "idemkit_wasm.wasm");
 rmSync(pkg, { recursive: true, force: true });

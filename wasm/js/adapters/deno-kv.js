@@ -3,6 +3,23 @@
 // compare-and-set. A KV value is at most 64 KiB, so a record (which holds the stored
 // response body) must fit in that.
 
+// Local (SQLite-backed) KV refuses a commit with "database is locked" while another
+// connection to the same file writes. A refused commit changed nothing and its check
+// is evaluated again on retry, so retrying it is safe; after the last attempt the
+// error reaches idemkit, which answers 503 and executes nothing.
+const LOCKED_RETRIES = 8;
+
+async function commit(build) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await build().commit();
+    } catch (err) {
+      if (attempt >= LOCKED_RETRIES || !/database is locked/i.test(String(err?.message))) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 2 ** attempt + Math.random() * 5));
+    }
+  }
+}
+
 /**
  * @param {Deno.Kv} kv
  * @param {{ prefix?: Deno.KvKey }} [options]
@@ -19,12 +36,12 @@ export function denoKvAdapter(kv, options = {}) {
     },
     async insert(id, record) {
       const key = keyOf(id);
-      const result = await kv.atomic().check({ key, versionstamp: null }).set(key, record).commit();
+      const result = await commit(() => kv.atomic().check({ key, versionstamp: null }).set(key, record));
       return result.ok ? { version: result.versionstamp } : null;
     },
     async update(id, record, version) {
       const key = keyOf(id);
-      const result = await kv.atomic().check({ key, versionstamp: version }).set(key, record).commit();
+      const result = await commit(() => kv.atomic().check({ key, versionstamp: version }).set(key, record));
       return result.ok ? { version: result.versionstamp } : null;
     },
   };

@@ -38,6 +38,33 @@ for (const store of ["d1", "do"]) {
   });
 }
 
+for (const store of ["d1", "do"]) {
+  test(`workerd, ${store === "d1" ? "D1" : "a Durable Object"}: 50 concurrent handle calls with one key execute once`, async () => {
+    const started = Date.now();
+    const responses = await Promise.all(
+      Array.from({ length: 50 }, () =>
+        suite.dispatchFetch(`http://suite/race/${store}`, {
+          method: "POST",
+          headers: { "idempotency-key": "race-1", "content-type": "application/json" },
+          body: '{"sku":"kettle"}',
+        }),
+      ),
+    );
+    const ms = Date.now() - started;
+    const tally = {};
+    for (const r of responses) {
+      const kind = r.status === 201 ? (r.headers.get("idempotent-replayed") ? "replayed" : "executed") : r.status === 409 && r.headers.get("retry-after") ? "inProgress" : `${r.status}`;
+      tally[kind] = (tally[kind] ?? 0) + 1;
+      await r.arrayBuffer();
+    }
+    const executions = (await (await suite.dispatchFetch(`http://suite/race/${store}/executions`)).json()).n;
+    console.log(`workerd ${store}: 50 calls, ${executions} executions, ${JSON.stringify(tally)}, ${ms} ms`);
+    assert.equal(executions, 1);
+    assert.equal(tally.executed, 1);
+    assert.equal(tally.executed + (tally.replayed ?? 0) + (tally.inProgress ?? 0), 50, JSON.stringify(tally));
+  });
+}
+
 function order(path, key, body = { sku: "kettle", quantity: 1 }, apiKey = "sk_test_acme") {
   return example.dispatchFetch(`http://shop${path}`, {
     method: "POST",
@@ -53,7 +80,7 @@ async function stats() {
 for (const [label, path, counter] of [["D1", "/orders", "d1Orders"], ["a Durable Object", "/do/orders", "durableObjectOrders"]]) {
   test(`Workers example, ${label}: 50 concurrent requests with one key create one order`, async () => {
     const before = (await stats())[counter];
-    const key = `race-${label}-${Date.now()}`;
+    const key = `race-${path.replaceAll("/", "-")}-${Date.now()}`;
     const started = Date.now();
     const responses = await Promise.all(Array.from({ length: 50 }, () => order(path, key)));
     const ms = Date.now() - started;

@@ -26,13 +26,17 @@ export function miniflare(scripts, options) {
     if (path.endsWith(".js")) modules.push({ type: "ESModule", path });
     if (path.endsWith(".wasm")) modules.push({ type: "CompiledWasm", path });
   }
-  // The bare specifier `idemkit`, as Wrangler resolves it through the "workerd"
-  // export condition of pkg/package.json.
-  modules.push({
-    type: "ESModule",
-    path: join(wasmDir, "idemkit"),
-    contents: `export * from "./${relative(wasmDir, join(pkg, "entry-workerd.js"))}";`,
-  });
+  // The bare specifier `idemkit` resolves to the package's "workerd" entry, as
+  // Wrangler's bundler does through the export conditions of pkg/package.json.
+  // workerd itself resolves a bare name next to the importing module, so each
+  // importing folder gets an `idemkit` module that re-exports the entry.
+  for (const dir of new Set(scripts.map((path) => dirname(path)))) {
+    modules.push({
+      type: "ESModule",
+      path: join(dir, "idemkit"),
+      contents: `export * from ${JSON.stringify(relative(dir, join(pkg, "entry-workerd.js")))};`,
+    });
+  }
   return new Miniflare({
     modules,
     modulesRoot: wasmDir,
