@@ -14,9 +14,7 @@ use std::error::Error;
 use std::io::Read;
 use std::time::Duration;
 
-use idemkit_core::machine::{
-    self, ClaimRequest, MismatchStatus, Policy, Resolution, StorePolicy,
-};
+use idemkit_core::machine::{self, ClaimRequest, MismatchStatus, Policy, Resolution, StorePolicy};
 use idemkit_core::record::{EffectKind, FencingToken, Record, StoredResponse, UnknownReason};
 use idemkit_core::{Fingerprint, UnixMillis};
 use idemkit_wasm::interop::{Coded, hex};
@@ -25,7 +23,8 @@ use serde_json::Value;
 type Res<T> = Result<T, Box<dyn Error>>;
 
 fn field<'a>(v: &'a Value, name: &str) -> Res<&'a Value> {
-    v.get(name).ok_or_else(|| format!("missing field {name}").into())
+    v.get(name)
+        .ok_or_else(|| format!("missing field {name}").into())
 }
 
 fn u64_of(v: &Value, name: &str) -> Res<u64> {
@@ -157,9 +156,15 @@ fn main() -> Res<()> {
     std::io::stdin().read_to_string(&mut input)?;
     let scenarios: Value = serde_json::from_str(&input)?;
     let mut out = String::new();
-    for scenario in scenarios.as_array().ok_or("expected an array of scenarios")? {
+    for scenario in scenarios
+        .as_array()
+        .ok_or("expected an array of scenarios")?
+    {
         let mut current: Option<Record> = None;
-        for s in scenario.as_array().ok_or("a scenario is an array of steps")? {
+        for s in scenario
+            .as_array()
+            .ok_or("a scenario is an array of steps")?
+        {
             let (line, next) = step(current.as_ref(), s)?;
             out.push_str(&line);
             out.push('\n');

@@ -13,6 +13,7 @@ import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statS
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
+import { createHash } from "node:crypto";
 
 const wasmDir = join(dirname(fileURLToPath(import.meta.url)), "..");
 const root = join(wasmDir, "..");
@@ -77,20 +78,33 @@ mkdirSync(pkg);
 run("wasm-bindgen", ["--target", "web", "--no-typescript", "--out-dir", pkg, "--out-name", "idemkit_wasm", rawWasm]);
 
 // 5. Optimise for size. The feature flags are those rustc enables by default for wasm32.
+//    wasm-opt is the slow step, so its output is cached in the target directory under
+//    the hash of its input (same input, same output).
 const wasmFile = join(pkg, "idemkit_wasm_bg.wasm");
 const wasmOpt = join(wasmDir, "node_modules", "binaryen", "bin", "wasm-opt");
-run(wasmOpt, [
-  "-Oz",
-  "--enable-bulk-memory",
-  "--enable-sign-ext",
-  "--enable-mutable-globals",
-  "--enable-nontrapping-float-to-int",
-  "--enable-reference-types",
-  "--enable-multivalue",
-  wasmFile,
-  "-o",
-  wasmFile,
-]);
+const optCache = join(targetDir, "idemkit-wasm-opt");
+const cached = join(optCache, `${createHash("sha256").update(readFileSync(wasmFile)).digest("hex")}.wasm`);
+if (existsSync(cached)) {
+  log("wasm-opt: unchanged input, using the cached output");
+  cpSync(cached, wasmFile);
+} else {
+  run(wasmOpt, [
+    "-Oz",
+    "--enable-bulk-memory",
+    "--enable-sign-ext",
+    "--enable-mutable-globals",
+    "--enable-nontrapping-float-to-int",
+    "--enable-reference-types",
+    "--enable-multivalue",
+    wasmFile,
+    "-o",
+    wasmFile,
+  ]);
+  // Keep only the latest output.
+  rmSync(optCache, { recursive: true, force: true });
+  mkdirSync(optCache, { recursive: true });
+  cpSync(wasmFile, cached);
+}
 
 // 6. The module must be self-contained: an import from `env` means some dependency
 //    expects a C runtime or a host function no JavaScript runtime provides.

@@ -5,6 +5,7 @@
 //                    the webhook example over HTTP, the README examples (Node, Deno, Bun)
 //   deno             conformance over Deno KV + 50 concurrent calls
 //   bun              conformance over bun:sqlite + 50 concurrent calls
+//   types            the hand-written index.d.ts against a strict TypeScript usage file
 //
 // Any failure, and any runtime that cannot start, fails the run: nothing is skipped.
 import { spawnSync } from "node:child_process";
@@ -21,6 +22,7 @@ const bin = (name) => join(wasmDir, "node_modules", ".bin", name);
 const nodeTests = readdirSync(join(wasmDir, "test", "node")).filter((f) => f.endsWith(".test.mjs")).sort().map((f) => join("test", "node", f));
 
 const suites = [
+  ["types", bin("tsc"), ["-p", "test/types"]],
   ["node", process.execPath, ["--test", "--test-reporter=spec", "--test-concurrency=1", ...nodeTests]],
   ["deno", bin("deno"), ["run", "--unstable-kv", "--allow-read", "--allow-write", "--allow-env", "test/deno/run.js"]],
   ["bun", bin("bun"), ["run", "test/bun/run.js"]],

@@ -38,7 +38,7 @@ export async function concurrentHandles(idemkit, adapter, options = {}) {
     if (response.status === 201 && response.headers.get("idempotent-replayed") === "true") outcomes.replayed++;
     else if (response.status === 201) outcomes.executed++;
     else if (response.status === 409 && response.headers.get("retry-after") !== null) outcomes.inProgress++;
-    else outcomes.other.push(`${response.status} ${await response.text()}`);
+    else outcomes.other.push(`${response.status} ${(await response.text()).slice(0, 160)}`);
   }
   return { calls, executions, ms, ...outcomes };
 }
@@ -50,5 +50,8 @@ export function checkConcurrency(result) {
     result.executed === 1 &&
     result.other.length === 0 &&
     result.executed + result.replayed + result.inProgress === result.calls;
-  if (!ok) throw new Error(`concurrency contract broken: ${JSON.stringify(result)}`);
+  if (!ok) {
+    const { other, ...counts } = result;
+    throw new Error(`concurrency contract broken: ${JSON.stringify(counts)}; ${other.length} other answers, e.g. ${other.slice(0, 2).join(" | ")}`);
+  }
 }
