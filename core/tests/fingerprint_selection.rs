@@ -238,3 +238,36 @@ fn content_kind_from_mime() {
         assert_eq!(ContentKind::from_mime(mime), kind, "{mime}");
     }
 }
+
+#[test]
+fn exclusions_apply_before_inclusions() {
+    let spec = FingerprintSpec::new(ContentKind::Json)
+        .include("/a/b")
+        .unwrap()
+        .exclude("/a")
+        .unwrap();
+    let absent = FingerprintSpec::new(ContentKind::Json)
+        .include("/a/b")
+        .unwrap();
+    assert_eq!(
+        spec.fingerprint("op", br#"{"a":{"b":1}}"#).unwrap(),
+        absent.fingerprint("op", b"{}").unwrap()
+    );
+    // An excluded array element is dropped and later ones move up.
+    let spec = FingerprintSpec::new(ContentKind::Json)
+        .exclude("/0")
+        .unwrap();
+    let whole = FingerprintSpec::new(ContentKind::Json);
+    assert_eq!(
+        spec.fingerprint("op", b"[1,2,3]").unwrap(),
+        whole.fingerprint("op", b"[2,3]").unwrap()
+    );
+    // A pointer that selects nothing excludes nothing.
+    let spec = FingerprintSpec::new(ContentKind::Json)
+        .exclude("/zz")
+        .unwrap();
+    assert_eq!(
+        spec.fingerprint("op", br#"{"a":1}"#).unwrap(),
+        whole.fingerprint("op", br#"{"a":1}"#).unwrap()
+    );
+}

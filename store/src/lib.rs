@@ -6,6 +6,14 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![warn(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+pub mod journal;
 
 pub use idemkit_core as core;
 pub use idemkit_core::{

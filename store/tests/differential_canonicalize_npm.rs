@@ -95,6 +95,34 @@ fn canonical_bytes_match_npm_canonicalize_4_0_0() {
     let dir = npm_dir();
     let docs = corpus();
     assert!(docs.len() >= 5_000);
+    // The corpus really exercises what it claims to.
+    let count = |f: &dyn Fn(&str) -> bool| docs.iter().filter(|d| f(d)).count();
+    let features = [
+        (
+            "astral character",
+            count(&|d| d.chars().any(|c| c > '\u{ffff}')),
+        ),
+        (
+            "BMP private use",
+            count(&|d| d.chars().any(|c| ('\u{e000}'..='\u{f8ff}').contains(&c))),
+        ),
+        ("\\u escape", count(&|d| d.contains("\\u"))),
+        (
+            "surrogate pair escape",
+            count(&|d| d.contains("\\ud8") || d.contains("\\uD8")),
+        ),
+        (
+            "exponent spelling",
+            count(&|d| d.contains("e-") || d.contains("E+")),
+        ),
+        (
+            "depth > 100",
+            count(&|d| d.bytes().filter(|&b| b == b'[' || b == b'{').count() > 100),
+        ),
+    ];
+    for (what, n) in features {
+        assert!(n >= 20, "only {n} documents with {what}");
+    }
     let ours: Vec<Vec<u8>> = docs
         .iter()
         .map(|d| {
