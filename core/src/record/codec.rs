@@ -397,7 +397,153 @@ mod tests {
         );
     }
 
+    fn arb_time() -> impl Strategy<Value = UnixMillis> {
+        prop_oneof![Just(u64::MAX), Just(0u64), any::<u64>()].prop_map(UnixMillis::from_millis)
+    }
+
+    fn arb_response() -> impl Strategy<Value = StoredResponse> {
+        (
+            any::<u16>(),
+            proptest::collection::vec(
+                (".{0,8}", proptest::collection::vec(any::<u8>(), 0..8)),
+                0..3,
+            ),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64)),
+            proptest::option::of(".{0,12}"),
+        )
+            .prop_map(|(status, headers, body, resource_ref)| StoredResponse {
+                status,
+                headers,
+                body,
+                resource_ref,
+            })
+    }
+
+    fn arb_steps() -> impl Strategy<Value = Vec<Step>> {
+        proptest::collection::btree_map(
+            ".{0,10}",
+            (
+                any::<bool>(),
+                ".{0,10}",
+                proptest::option::of(".{0,10}"),
+                arb_time(),
+                arb_time(),
+            ),
+            0..4,
+        )
+        .prop_map(|steps| {
+            steps
+                .into_iter()
+                .map(
+                    |(name, (done, provider_key, reference, started_at, done_at))| Step {
+                        name,
+                        state: if done {
+                            StepState::Done
+                        } else {
+                            StepState::Started
+                        },
+                        provider_key,
+                        provider_ref: if done { reference } else { None },
+                        started_at,
+                        done_at: done.then_some(done_at),
+                    },
+                )
+                .collect()
+        })
+    }
+
+    /// Any record the invariants allow, built valid by construction.
+    fn arb_record() -> impl Strategy<Value = Record> {
+        let state = prop_oneof![
+            (".{0,12}", arb_time()).prop_map(|(owner, expires_at)| (0u8, owner, expires_at, None)),
+            (arb_response(), arb_time()).prop_map(|(r, at)| (1u8, String::new(), at, Some(r))),
+            (".{0,12}", arb_time()).prop_map(|(why, since)| (2u8, why, since, None)),
+            arb_time().prop_map(|at| (3u8, String::new(), at, None)),
+        ];
+        (
+            any::<[u8; 32]>(),
+            any::<bool>(),
+            state,
+            1..=u32::MAX,
+            1..=u64::MAX,
+            arb_steps(),
+            (arb_time(), arb_time(), any::<u64>(), any::<u64>()),
+        )
+            .prop_map(
+                |(fp, external, (kind, text, at, response), attempt, last, steps, times)| {
+                    let (created_at, updated_at, a, b) = times;
+                    let last_token = token(last);
+                    let (lo, hi) = (
+                        UnixMillis::from_millis(a.min(b)),
+                        UnixMillis::from_millis(a.max(b)),
+                    );
+                    let (state, replay_until, keep_until) = match (kind, response) {
+                        (0, _) => (
+                            RecordState::Running {
+                                lease: Lease {
+                                    owner: text,
+                                    token: last_token,
+                                    expires_at: at,
+                                },
+                            },
+                            None,
+                            None,
+                        ),
+                        (1, Some(response)) => (
+                            RecordState::Completed {
+                                response,
+                                completed_at: at,
+                            },
+                            Some(lo),
+                            Some(hi),
+                        ),
+                        (2, _) => (
+                            RecordState::Unknown {
+                                reason: match a % 5 {
+                                    0 => UnknownReason::LeaseExpired,
+                                    1 => UnknownReason::MarkedByWorker(text),
+                                    2 => UnknownReason::GuardDropped,
+                                    3 => UnknownReason::Crash,
+                                    _ => UnknownReason::TokensExhausted,
+                                },
+                                since: at,
+                            },
+                            None,
+                            None,
+                        ),
+                        _ => (RecordState::Released { at }, None, Some(hi)),
+                    };
+                    Record {
+                        fingerprint: Fingerprint::from_bytes(fp),
+                        effect: if external {
+                            EffectKind::External
+                        } else {
+                            EffectKind::Local
+                        },
+                        state,
+                        attempt,
+                        last_token,
+                        steps,
+                        created_at,
+                        updated_at,
+                        replay_until,
+                        keep_until,
+                    }
+                },
+            )
+    }
+
     proptest! {
+        #[test]
+        fn arbitrary_records_round_trip(record in arb_record()) {
+            let bytes = record.encode();
+            prop_assert_eq!(Record::decode(&bytes), Ok(record));
+            // Every strict prefix is an error, never a panic or another record.
+            for len in 0..bytes.len() {
+                prop_assert!(Record::decode(&bytes[..len]).is_err());
+            }
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             if let Ok(record) = Record::decode(&bytes) {
