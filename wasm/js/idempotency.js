@@ -22,43 +22,35 @@ const DEFAULT_POLICY = Object.freeze({
   storeRetryAfterSeconds: 1,
 });
 
-// The problem types of DESIGN.md's HTTP contract; the same names, statuses, titles
-// and members as the Rust middleware (core's `http` module).
+// Every row of DESIGN.md's HTTP contract is rendered by core's `http` module (the
+// refuse* exports), so statuses, problem bodies and headers are the Rust
+// middleware's, byte for byte. Two answers exist only here, because only a
+// JavaScript handler reads the body itself and writes its outcome afterwards; they
+// follow the same problem format (canonical body, https://idemkit.dev/problems/).
 const PROBLEM_TYPE_BASE = "https://idemkit.dev/problems/";
-const TITLES = {
-  "missing-idempotency-key": "An Idempotency-Key header is required",
-  "invalid-idempotency-key": "The Idempotency-Key header is malformed",
-  "idempotency-key-reused": "This idempotency key was already used with a different request",
-  "request-in-progress": "A request with this idempotency key is in progress",
-  "outcome-uncertain": "The outcome of the request with this idempotency key is unknown",
-  "response-expired": "The request completed; its response is no longer available",
-  "store-unavailable": "The idempotency store is unavailable",
-  unauthenticated: "Authentication is required",
+const JS_ONLY_TITLES = {
   "invalid-request-body": "The request body cannot be fingerprinted",
   "outcome-not-recorded": "The outcome could not be recorded",
 };
 
-// Headers never stored for replay: hop-by-hop (RFC 9110 §7.6.1), per-transmission,
-// and set-cookie (a session must never be handed to whoever retries).
-const DROPPED_HEADERS = new Set([
-  "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-  "te", "trailer", "transfer-encoding", "upgrade", "date", "content-length", "age",
-  "set-cookie", "server", "via", "alt-svc", "idempotent-replayed",
-]);
-
 const utf8 = new TextEncoder();
 const fromUtf8 = new TextDecoder();
 
+/** A `{ status, headers, body }` answer from core → a Response. */
+function fromAnswer(answer) {
+  return new Response(answer.body, { status: answer.status, headers: answer.headers });
+}
+
 /**
- * An `application/problem+json` (RFC 9457) response with a canonical body.
+ * An `application/problem+json` (RFC 9457) response for the JavaScript-only rows.
  * @param {number} status
- * @param {string} name
+ * @param {"invalid-request-body" | "outcome-not-recorded"} name
  * @param {string} detail
  * @param {Record<string, string | number>} [members]
  * @param {Record<string, string>} [headers]
  */
 function problem(status, name, detail, members = {}, headers = {}) {
-  const body = canonicalize(JSON.stringify({ type: PROBLEM_TYPE_BASE + name, title: TITLES[name], status, detail, ...members }));
+  const body = canonicalize(JSON.stringify({ type: PROBLEM_TYPE_BASE + name, title: JS_ONLY_TITLES[name], status, detail, ...members }));
   return new Response(body, { status, headers: { "content-type": "application/problem+json", ...headers } });
 }
 
@@ -206,23 +198,19 @@ export function createIdempotency(options) {
   async function handle(request, handler) {
     const tenantId = await tenant(request);
     if (tenantId === null || tenantId === undefined) {
-      return problem(401, "unauthenticated", "The request carries no credentials this endpoint accepts.");
+      return fromAnswer(wasm.refuseUnauthenticated());
     }
     const header = request.headers.get("idempotency-key");
     if (header === null) {
       if (!keyRequired) return handler(request);
-      return problem(
-        400,
-        "missing-idempotency-key",
-        "Send a unique Idempotency-Key header with this request and reuse it on every retry.",
-      );
+      return fromAnswer(wasm.refuseMissingKey());
     }
     let key;
     try {
       key = parseKey(header);
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
-      return problem(400, "invalid-idempotency-key", `${err.message}.`, { code: err.code });
+      return fromAnswer(wasmCall(() => wasm.refuseInvalidKey(header)));
     }
     const body = new Uint8Array(await request.clone().arrayBuffer());
     let fp;
@@ -247,47 +235,20 @@ export function createIdempotency(options) {
       case "replay":
         return replay(held.response);
       case "inFlight":
-        return problem(
-          409,
-          "request-in-progress",
-          `Retry with the same key after ${held.retryAfterSeconds} seconds.`,
-          {},
-          { "retry-after": String(held.retryAfterSeconds) },
-        );
+        return fromAnswer(wasm.refuseInProgress(held.retryAfterSeconds));
       case "mismatch":
-        return problem(
-          held.status,
-          "idempotency-key-reused",
-          "The key was first used for a request with a different payload. Nothing was executed. Use a new key for a new operation.",
-        );
+        return fromAnswer(wasm.refuseKeyReused(held.status));
       case "uncertain":
-        return problem(
-          409,
-          "outcome-uncertain",
-          `Do not retry automatically; an operator must resolve record ${held.logRef}.`,
-          { log_ref: held.logRef },
-        );
+        return fromAnswer(wasmCall(() => wasm.refuseOutcomeUncertain(tenantId, operation, key)));
       case "responseExpired":
-        return problem(
-          410,
-          "response-expired",
-          `The request completed with status ${held.status}. It was not executed again.`,
-          held.resourceRef === null ? { original_status: held.status } : { original_status: held.status, resource_ref: held.resourceRef },
-        );
+        return fromAnswer(wasm.refuseResponseExpired(held.status, held.resourceRef ?? undefined));
       default:
         throw new IdemkitError("internal", `unknown claim outcome ${held.outcome}`);
     }
   }
 
   function unavailable() {
-    const secs = settings.storeRetryAfterSeconds;
-    return problem(
-      503,
-      "store-unavailable",
-      `Nothing was executed. Retry with the same key after ${secs} seconds.`,
-      {},
-      { "retry-after": String(secs) },
-    );
+    return fromAnswer(wasm.refuseStoreUnavailable(settings.storeRetryAfterSeconds));
   }
 
   async function execute(held, request, handler) {
@@ -351,7 +312,7 @@ function nullBodyStatus(status) {
 function replayableHeaders(headers) {
   const out = [];
   for (const [name, value] of headers) {
-    if (!DROPPED_HEADERS.has(name.toLowerCase())) out.push([name.toLowerCase(), utf8.encode(value)]);
+    if (wasm.isReplayableHeader(name)) out.push([name.toLowerCase(), utf8.encode(value)]);
   }
   return out;
 }

@@ -472,6 +472,23 @@ pub fn claim_decision(decision: &ClaimDecision) -> JsResult<JsValue> {
     Ok(out.build())
 }
 
+/// `{ status, headers: [name, value][], body: Uint8Array }` of a ready-made answer.
+#[must_use]
+pub fn answer(a: &idemkit_core::http::Answer) -> JsValue {
+    let headers = Array::new();
+    for (name, value) in &a.headers {
+        let pair = Array::new();
+        pair.push(&JsValue::from_str(name));
+        pair.push(&JsValue::from_str(value));
+        headers.push(&pair);
+    }
+    ObjectBuilder::new()
+        .set("status", a.status)
+        .set("headers", headers)
+        .set("body", bytes(&a.body))
+        .build()
+}
+
 /// A read-only view of a record.
 pub fn record(r: &Record) -> JsResult<JsValue> {
     let out = ObjectBuilder::new()

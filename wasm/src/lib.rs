@@ -36,7 +36,10 @@
 
 pub mod interop;
 
+use core::time::Duration;
+
 use idemkit_core::fingerprint::{ContentKind, FingerprintSpec};
+use idemkit_core::http::Refusal;
 use idemkit_core::json::CanonicalizeOptions;
 use idemkit_core::machine::{self, ClaimRequest, Resolution};
 use idemkit_core::record::{Record, UnknownReason};
@@ -253,6 +256,93 @@ pub fn classify(status: u16, policy: &JsValue) -> JsResult<String> {
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn decode_record(record: &[u8]) -> JsResult<JsValue> {
     interop::record(&decode(record)?)
+}
+
+// ---- HTTP answers: core's `http` module, so the JavaScript handler answers with the
+// same statuses, problem bodies and headers as the Rust middleware. Each returns
+// `{ status, headers: [name, value][], body: Uint8Array }`.
+
+/// 400 `missing-idempotency-key`.
+#[wasm_bindgen(js_name = refuseMissingKey)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_missing_key() -> JsValue {
+    interop::answer(&Refusal::MissingKey.to_answer())
+}
+
+/// 400 `invalid-idempotency-key` for this header value, with the key error's code;
+/// throws if the value is in fact a valid key.
+#[wasm_bindgen(js_name = refuseInvalidKey)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_invalid_key(header_value: &str) -> JsResult<JsValue> {
+    match IdempotencyKey::parse_header(header_value.as_bytes()) {
+        Err(e) => Ok(interop::answer(&Refusal::InvalidKey(e).to_answer())),
+        Ok(_) => Err(interop::error(ArgumentError(
+            "refuseInvalidKey: the header value is a valid key".into(),
+        ))),
+    }
+}
+
+/// 422 or 409 `idempotency-key-reused` (the status from the claim decision).
+#[wasm_bindgen(js_name = refuseKeyReused)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_key_reused(status: u16) -> JsValue {
+    interop::answer(&Refusal::KeyReused { status }.to_answer())
+}
+
+/// 409 `request-in-progress` with `Retry-After`.
+#[wasm_bindgen(js_name = refuseInProgress)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_in_progress(retry_after_seconds: u32) -> JsValue {
+    let retry_after = Duration::from_secs(u64::from(retry_after_seconds));
+    interop::answer(&Refusal::InProgress { retry_after }.to_answer())
+}
+
+/// 409 `outcome-uncertain` with the log reference of `(tenant, operation, key)`.
+#[wasm_bindgen(js_name = refuseOutcomeUncertain)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_outcome_uncertain(tenant: &str, operation: &str, key: &str) -> JsResult<JsValue> {
+    let scope = Scope::new(tenant, operation).map_err(interop::error)?;
+    let key = IdempotencyKey::new(key).map_err(interop::error)?;
+    let log_ref = scope.record_id(&key).log_ref();
+    Ok(interop::answer(
+        &Refusal::OutcomeUncertain { log_ref }.to_answer(),
+    ))
+}
+
+/// 410 `response-expired` with the original status and resource reference.
+#[wasm_bindgen(js_name = refuseResponseExpired)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_response_expired(original_status: u16, resource_ref: Option<String>) -> JsValue {
+    interop::answer(
+        &Refusal::ResponseExpired {
+            original_status,
+            resource_ref,
+        }
+        .to_answer(),
+    )
+}
+
+/// 503 `store-unavailable` with `Retry-After`.
+#[wasm_bindgen(js_name = refuseStoreUnavailable)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_store_unavailable(retry_after_seconds: u32) -> JsValue {
+    let retry_after = Duration::from_secs(u64::from(retry_after_seconds));
+    interop::answer(&Refusal::StoreUnavailable { retry_after }.to_answer())
+}
+
+/// 401 `unauthenticated`.
+#[wasm_bindgen(js_name = refuseUnauthenticated)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_unauthenticated() -> JsValue {
+    interop::answer(&Refusal::Unauthenticated.to_answer())
+}
+
+/// Whether a response header is stored for replay (hop-by-hop, per-transmission
+/// headers and `set-cookie` are not).
+#[wasm_bindgen(js_name = isReplayableHeader)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn is_replayable_header(name: &str) -> bool {
+    idemkit_core::http::is_replayable_header(name)
 }
 
 fn decode(bytes: &[u8]) -> JsResult<Record> {
