@@ -105,6 +105,7 @@ export function createIdempotency(options) {
   const clock = options.clock ?? Date.now;
   const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
   const keyRequired = options.required ?? true;
+  const autoRenew = options.autoRenew ?? true;
 
   function fingerprintOf(body, contentType) {
     return fingerprint(toBytes(body ?? new Uint8Array(), "body"), {
@@ -251,21 +252,45 @@ export function createIdempotency(options) {
     return fromAnswer(wasm.refuseStoreUnavailable(settings.storeRetryAfterSeconds));
   }
 
+  /**
+   * Renews the lease every third of its length while the handler runs, so a slow
+   * handler is not taken for a dead one (a Local record would be executed again,
+   * an External one become unknown). Returns a function that stops renewing and
+   * waits for a renewal in progress, so the final transition never races one.
+   */
+  function keepLeased(held) {
+    if (!autoRenew) return async () => {};
+    let pending = Promise.resolve();
+    const timer = setInterval(() => {
+      // A failed renewal is not fatal here: the final transition still presents
+      // the token, and the machine refuses it if the lease was in fact taken over.
+      pending = pending.then(() => renew(held)).catch(() => {});
+    }, Math.max(policy.leaseMs / 3, 10));
+    return async () => {
+      clearInterval(timer);
+      await pending;
+    };
+  }
+
   async function execute(held, request, handler) {
+    const stopRenewing = keepLeased(held);
     let response;
+    let body;
     try {
       response = await handler(request);
+      if (response instanceof Response) body = new Uint8Array(await response.arrayBuffer());
     } catch (err) {
+      await stopRenewing();
       // No response: nothing to replay. Local effects rolled back with the throw;
       // an external effect may have happened, so the outcome is unknown.
       await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, `handler threw: ${err?.message ?? err}`)));
       throw err;
     }
+    await stopRenewing();
     if (!(response instanceof Response)) {
       await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, "handler returned no Response")));
       throw new IdemkitError("invalid-argument", "the handler must return a Response");
     }
-    const body = new Uint8Array(await response.arrayBuffer());
     const disposition = wasmCall(() => wasm.classify(response.status, policy));
     try {
       if (disposition === "store") {

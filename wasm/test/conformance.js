@@ -255,6 +255,31 @@ export function conformanceCases(idemkit, makeAdapter) {
       await idem.complete(held, { status: 200, body: "done" });
     }],
 
+    ["a slow handler keeps its lease: a retry meanwhile gets 409 in progress, not a second run", async () => {
+      // Real time: the lease (1 s) would expire while the handler runs (2.5 s).
+      const idem = createIdempotency({
+        adapter: await makeAdapter(),
+        operation: "reports.generate",
+        effect: "local",
+        tenant: () => "acme",
+        policy: { leaseMs: 1000 },
+      });
+      let runs = 0;
+      const slow = async () => {
+        runs++;
+        await new Promise((resolve) => setTimeout(resolve, 2500));
+        return new Response("report", { status: 201 });
+      };
+      const first = idem.handle(request("k-slow"), slow);
+      await new Promise((resolve) => setTimeout(resolve, 1600));
+      const retry = await idem.handle(request("k-slow"), slow);
+      await problemOf(retry, 409, "request-in-progress");
+      assert.equal((await first).status, 201);
+      const replay = await idem.handle(request("k-slow"), slow);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(runs, 1);
+    }],
+
     ["release lets a retry execute again", async () => {
       const { idem } = await setup();
       const held = await idem.claim(claimInput());
