@@ -7,7 +7,7 @@
 // connection to the same file writes. A refused commit changed nothing and its check
 // is evaluated again on retry, so retrying it is safe; after the last attempt the
 // error reaches idemkit, which answers 503 and executes nothing.
-const LOCKED_RETRIES = 8;
+const LOCKED_RETRIES = 10; // about 1 s of backoff in all
 
 async function commit(build) {
   for (let attempt = 0; ; attempt++) {
