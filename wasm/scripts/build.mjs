@@ -127,7 +127,7 @@ writeFileSync(
     `export default ${JSON.stringify(wasmBytes.toString("base64"))};\n`,
 );
 const gzipped = gzipSync(wasmBytes, { level: 9 }).length;
-const sizeLine = `${(gzipped / 1024).toFixed(1)} KiB gzipped (${(wasmBytes.length / 1024).toFixed(1)} KiB raw)`;
+const sizeLine = `${(gzipped / 1024).toFixed(1)} KiB gzipped, ${(wasmBytes.length / 1024).toFixed(1)} KiB raw`;
 const readme = readFileSync(join(wasmDir, "README.md"), "utf8").replace("{{WASM_SIZE}}", sizeLine);
 if (readme.includes("{{")) throw new Error("README.md has an unfilled placeholder");
 writeFileSync(join(pkg, "README.md"), readme);
