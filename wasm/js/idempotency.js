@@ -177,6 +177,26 @@ export function createIdempotency(options) {
     transition(held, (r) => wasm.markUnknown(r, held.token, String(reason ?? "marked by worker"), clock()));
   const renew = (held) => transition(held, (r) => wasm.renew(r, held.token, policy, clock()));
 
+  /**
+   * Persists step `name` before it is dispatched. The provider key is the one an
+   * earlier attempt persisted (so a replacement worker reuses it, never invents a
+   * new one), else `proposedProviderKey`. A step an earlier attempt finished is not
+   * dispatched again.
+   */
+  async function beginStep(held, name, proposedProviderKey = crypto.randomUUID()) {
+    let started;
+    await transition(held, (r) => {
+      started = wasm.beginStep(r, held.token, String(name), String(proposedProviderKey), clock());
+      return started.write;
+    });
+    return started.start === "dispatch"
+      ? { dispatch: true, providerKey: started.providerKey }
+      : { dispatch: false, providerRef: started.providerRef };
+  }
+
+  const completeStep = (held, name, providerRef) =>
+    transition(held, (r) => wasm.completeStep(r, held.token, String(name), providerRef ?? undefined, clock()));
+
   /** Operator: settle an Unknown record. `applied` is the real response, or null if nothing happened. */
   async function resolve({ tenant: tenantId, key }, applied) {
     const id = recordId(tenantId, operation, key);
@@ -318,7 +338,19 @@ export function createIdempotency(options) {
     });
   }
 
-  return { handle, claim, complete, release, markUnknown, renew, resolve, inspect, policy: Object.freeze({ ...policy }) };
+  return {
+    handle,
+    claim,
+    complete,
+    release,
+    markUnknown,
+    renew,
+    beginStep,
+    completeStep,
+    resolve,
+    inspect,
+    policy: Object.freeze({ ...policy }),
+  };
 }
 
 async function settleQuietly(fn) {

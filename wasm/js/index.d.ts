@@ -184,6 +184,19 @@ export interface Idempotency {
   markUnknown(claim: ExecuteClaim, reason?: string): Promise<RecordView>;
   /** Extend the lease of a long-running attempt. */
   renew(claim: ExecuteClaim): Promise<RecordView>;
+  /**
+   * Persist a step (e.g. "charge") before dispatching it. `dispatch: true` gives the
+   * provider idempotency key to send: the one an earlier attempt persisted, else the
+   * proposed one (default: a random UUID). `dispatch: false`: an earlier attempt
+   * finished it.
+   */
+  beginStep(
+    claim: ExecuteClaim,
+    name: string,
+    proposedProviderKey?: string,
+  ): Promise<{ dispatch: true; providerKey: string } | { dispatch: false; providerRef: string | null }>;
+  /** Record that a step finished, with the provider's reference. */
+  completeStep(claim: ExecuteClaim, name: string, providerRef?: string | null): Promise<RecordView>;
   /** Operator: settle an Unknown record with the real response, or `null` when nothing happened. */
   resolve(target: { tenant: string; key: string }, applied: ResponseInput | null): Promise<RecordView>;
   /** The decoded record of a key, or null. */

@@ -23,7 +23,8 @@ use core::time::Duration;
 use idemkit_core::fingerprint::{FingerprintError, FormError, SpecError};
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
-    ClaimDecision, ClaimOutcome, Disposition, MismatchStatus, Policy, StorePolicy, TransitionError,
+    ClaimDecision, ClaimOutcome, Disposition, MismatchStatus, Policy, StepStart, StorePolicy,
+    TransitionError,
 };
 use idemkit_core::record::{
     DecodeError, EffectKind, FencingToken, Record, RecordState, StepState, StoredResponse,
@@ -487,6 +488,21 @@ pub fn answer(a: &idemkit_core::http::Answer) -> JsValue {
         .set("headers", headers)
         .set("body", bytes(&a.body))
         .build()
+}
+
+/// `{ write, start, providerKey | providerRef }` for a begun step.
+#[must_use]
+pub fn step_start(write: &[u8], start: &StepStart) -> JsValue {
+    let out = ObjectBuilder::new().set("write", bytes(write));
+    match start {
+        StepStart::Dispatch { provider_key } => out
+            .set("start", "dispatch")
+            .set("providerKey", provider_key.as_str()),
+        StepStart::AlreadyDone { provider_ref } => out
+            .set("start", "alreadyDone")
+            .set_opt("providerRef", provider_ref.clone()),
+    }
+    .build()
 }
 
 /// A read-only view of a record.

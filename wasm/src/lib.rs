@@ -215,6 +215,52 @@ pub fn renew(record: &[u8], token: u64, policy: &JsValue, now: f64) -> JsResult<
     Ok(encode(&next))
 }
 
+/// Persists step `name` under `token` *before* the worker dispatches it. Returns
+/// `{ write, start: "dispatch", providerKey }` — the key an earlier attempt
+/// persisted, else `proposedProviderKey` — or `{ write, start: "alreadyDone",
+/// providerRef }` when an earlier attempt finished the step.
+#[wasm_bindgen(js_name = beginStep)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn begin_step(
+    record: &[u8],
+    token: u64,
+    name: &str,
+    proposed_provider_key: &str,
+    now: f64,
+) -> JsResult<JsValue> {
+    let (next, start) = machine::begin_step(
+        &decode(record)?,
+        interop::token(token)?,
+        name,
+        proposed_provider_key,
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(interop::step_start(&next.encode(), &start))
+}
+
+/// Records that step `name` finished under `token`, with the provider's
+/// reference; returns the bytes to write.
+#[wasm_bindgen(js_name = completeStep)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn complete_step(
+    record: &[u8],
+    token: u64,
+    name: &str,
+    provider_ref: Option<String>,
+    now: f64,
+) -> JsResult<Uint8Array> {
+    let next = machine::complete_step(
+        &decode(record)?,
+        interop::token(token)?,
+        name,
+        provider_ref,
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(encode(&next))
+}
+
 /// Settles an Unknown (or Running-past-lease) record: `applied` is the response
 /// that was in fact produced, or `null` when the effect did not happen; returns
 /// the bytes to write.

@@ -280,6 +280,31 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(runs, 1);
     }],
 
+    ["steps: a takeover reuses the provider key persisted before dispatch, and skips done steps", async () => {
+      const { idem, clock } = await setup({ effect: "local" });
+      const first = await idem.claim(claimInput());
+      const charge = await idem.beginStep(first, "charge", "pk-first");
+      assert.equal(charge.dispatch, true);
+      assert.equal(charge.providerKey, "pk-first");
+      clock.now += 31 * SECOND; // the first worker died after dispatching the charge
+      const second = await idem.claim(claimInput());
+      assert.equal(second.outcome, "execute");
+      assert.equal(second.steps.length, 1);
+      assert.equal(second.steps[0].providerKey, "pk-first");
+      const again = await idem.beginStep(second, "charge", "pk-second");
+      assert.equal(again.providerKey, "pk-first", "the persisted key, never a new one");
+      await assert.rejects(idem.beginStep(first, "notify", "pk-x"), "stale-token");
+      await idem.completeStep(second, "charge", "ch_81");
+      const done = await idem.beginStep(second, "charge", "pk-third");
+      assert.equal(done.dispatch, false);
+      assert.equal(done.providerRef, "ch_81");
+      await assert.rejects(idem.completeStep(second, "refund", "r_1"), "unknown-step");
+      await idem.complete(second, { status: 201, body: "charged" });
+      const record = await idem.inspect({ tenant: "acme", key: "k-1" });
+      assert.equal(record.steps[0].state, "done");
+      assert.equal(record.steps[0].providerRef, "ch_81");
+    }],
+
     ["release lets a retry execute again", async () => {
       const { idem } = await setup();
       const held = await idem.claim(claimInput());

@@ -44,6 +44,11 @@ async function flow(): Promise<void> {
     const token: bigint = claim.token;
     const done: RecordView = await idem.complete(claim, { status: 201, headers: { "content-type": "text/plain" }, body: "ok" });
     void token;
+    const step = await idem.beginStep(claim, "charge");
+    if (step.dispatch) {
+      const providerKey: string = step.providerKey;
+      await idem.completeStep(claim, "charge", `ref-for-${providerKey}`);
+    }
     void done.state;
   } else if (claim.outcome === "inFlight") {
     const seconds: number = claim.retryAfterSeconds;
