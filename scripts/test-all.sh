@@ -50,6 +50,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 # binaryen for wasm-opt, better-sqlite3 built from source, miniflare with workerd,
 # deno, bun, canonicalize), the wasm32-unknown-unknown target, and wasm-bindgen-cli
 # at exactly the version wasm/Cargo.toml pins (cargo install, about 3.5 minutes).
+# Measured on the 2-core machine while three other builds ran: npm ci with an empty
+# cache 378 s (better-sqlite3 compiles from source), cargo install wasm-bindgen-cli
+# about 29 min (3.5 min on an idle machine), first wasm32 release build 7 min,
+# wasm-opt 20 s (cached afterwards), the JavaScript tests about 2 min.
 step "wasm: build the npm package (npm --prefix wasm run build)"
 npm --prefix wasm run build
 
