@@ -106,6 +106,12 @@ export function createIdempotency(options) {
   const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
   const keyRequired = options.required ?? true;
   const autoRenew = options.autoRenew ?? true;
+  // The body is read whole to fingerprint it, so its size is bounded (core's
+  // canonicalizer also refuses JSON above 8 MiB).
+  const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
+  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 0) {
+    throw new IdemkitError("invalid-argument", "maxBodyBytes must be a non-negative integer");
+  }
 
   function fingerprintOf(body, contentType) {
     return fingerprint(toBytes(body ?? new Uint8Array(), "body"), {
@@ -233,7 +239,10 @@ export function createIdempotency(options) {
       if (!(err instanceof IdemkitError)) throw err;
       return fromAnswer(wasmCall(() => wasm.refuseInvalidKey(header)));
     }
+    const declared = Number(request.headers.get("content-length") ?? 0);
+    if (declared > maxBodyBytes) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
     const body = new Uint8Array(await request.clone().arrayBuffer());
+    if (body.length > maxBodyBytes) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
     let fp;
     try {
       fp = fingerprintOf(body, request.headers.get("content-type") ?? "");

@@ -148,6 +148,8 @@ export interface IdempotencyOptions {
   required?: boolean;
   /** What a completed response created (default: its `Location` header). */
   resourceRef?: (response: Response) => string | null;
+  /** Larger request bodies get 413 body-too-large, unexecuted (default 1 MiB). */
+  maxBodyBytes?: number;
   /** Renew the lease every third of `leaseMs` while the handler runs (default true). */
   autoRenew?: boolean;
   /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */

@@ -181,6 +181,17 @@ fn profile_from_str(name: &str) -> Option<Profile> {
     }
 }
 
+/// A count (bytes, items): a finite, non-negative integer below 2^53.
+pub fn count(value: f64, what: &str) -> JsResult<u64> {
+    millis_from_f64(value)
+        .filter(|_| value.fract() == 0.0)
+        .ok_or_else(|| {
+            argument(format!(
+                "{what} must be a non-negative integer, not {value}"
+            ))
+        })
+}
+
 /// Milliseconds since the epoch: a finite, non-negative number (fractions dropped).
 pub fn now(millis: f64) -> JsResult<UnixMillis> {
     millis_from_f64(millis)

@@ -376,6 +376,16 @@ pub fn refuse_store_unavailable(retry_after_seconds: u32) -> JsValue {
     interop::answer(&Refusal::StoreUnavailable { retry_after }.to_answer())
 }
 
+/// 413 `body-too-large` with the limit in bytes.
+#[wasm_bindgen(js_name = refuseBodyTooLarge)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_body_too_large(limit: f64) -> JsResult<JsValue> {
+    let limit = interop::count(limit, "limit")?;
+    Ok(interop::answer(
+        &Refusal::BodyTooLarge { limit }.to_answer(),
+    ))
+}
+
 /// 401 `unauthenticated`.
 #[wasm_bindgen(js_name = refuseUnauthenticated)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]

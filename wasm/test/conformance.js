@@ -156,6 +156,16 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(counter.runs, 0);
     }],
 
+    ["a body over maxBodyBytes: 413 body-too-large, nothing executed or stored", async () => {
+      const adapter = await makeAdapter();
+      const { idem, counter, handler } = await setup({ adapter });
+      const small = createIdempotency({ adapter, operation: "payments.capture", effect: "external", tenant: () => "acme", maxBodyBytes: 64 });
+      const body = await problemOf(await small.handle(request("k-big", { amount: 1, pad: "x".repeat(100) }), handler), 413, "body-too-large");
+      assert.equal(body.limit, 64);
+      assert.equal(counter.runs, 0);
+      assert.equal(await idem.inspect({ tenant: "acme", key: "k-big" }), null);
+    }],
+
     ["same key still running: 409 request-in-progress with Retry-After", async () => {
       const { idem, counter, handler, clock } = await setup();
       const held = await idem.claim(claimInput());
