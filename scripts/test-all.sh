@@ -3,7 +3,9 @@
 # corpus, differential, concurrency, crash, fault) and a short fuzz smoke run.
 #
 # It installs what a fresh machine lacks (npm packages for the differential tests,
-# cargo-fuzz), so a newcomer and CI run exactly this:
+# cargo-fuzz, and for the npm package in wasm/: the wasm32 target, wasm-bindgen-cli,
+# binaryen, better-sqlite3, Miniflare/workerd, Deno and Bun), so a newcomer and CI
+# run exactly this:
 #
 #     scripts/test-all.sh
 #
@@ -41,6 +43,23 @@ cargo test --workspace --locked
 
 step "doc tests and docs build without warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+# --- JavaScript: the `idemkit` npm package (wasm/) ---------------------------------
+# Fails loudly if anything cannot be installed or any runtime cannot run; nothing
+# is skipped. The build installs what is missing: the npm dev dependencies (npm ci:
+# binaryen for wasm-opt, better-sqlite3 built from source, miniflare with workerd,
+# deno, bun, canonicalize), the wasm32-unknown-unknown target, and wasm-bindgen-cli
+# at exactly the version wasm/Cargo.toml pins (cargo install, about 3.5 minutes).
+# Measured on the 2-core machine while three other builds ran: npm ci with an empty
+# cache 378 s (better-sqlite3 compiles from source), cargo install wasm-bindgen-cli
+# about 29 min (3.5 min on an idle machine), first wasm32 release build 7 min,
+# wasm-opt 20 s (cached afterwards), the JavaScript tests about 2 min.
+step "wasm: build the npm package (npm --prefix wasm run build)"
+npm --prefix wasm run build
+
+step "wasm: JavaScript tests in Node, workerd (Miniflare), Deno and Bun"
+npm --prefix wasm test
+# ------------------------------------------------------------------------------------
 
 if [ "$FUZZ_SECONDS" != 0 ]; then
   step "fuzz smoke (${FUZZ_SECONDS}s per target)"

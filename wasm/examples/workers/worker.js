@@ -1,0 +1,79 @@
+// A Cloudflare Worker that creates orders at most once per Idempotency-Key.
+//
+//   POST /orders       records in D1 (d1Adapter), orders in D1
+//   POST /do/orders    records in the tenant's Durable Object (durableObjectAdapter)
+//
+// The tenant comes from the API key (never from the body or the Idempotency-Key).
+// Workers KV is deliberately not used: it has no atomic insert-if-absent or
+// compare-and-set, so two concurrent retries could both execute.
+import { createIdempotency, d1Adapter, durableObjectAdapter } from "idemkit";
+
+// Demo credentials; a real Worker verifies a token or a session.
+const API_KEYS = { "sk_test_acme": "acme", "sk_test_globex": "globex" };
+
+function tenantOf(request) {
+  const token = request.headers.get("authorization")?.replace(/^Bearer\s+/i, "");
+  return API_KEYS[token] ?? null;
+}
+
+async function createOrder(insert, request) {
+  const { sku, quantity } = await request.json();
+  const id = `ord_${crypto.randomUUID()}`;
+  await insert(id, sku, quantity);
+  return Response.json({ id, sku, quantity }, { status: 201, headers: { location: `/orders/${id}` } });
+}
+
+export default {
+  async fetch(request, env) {
+    const url = new URL(request.url);
+    if (request.method === "POST" && url.pathname === "/orders") {
+      const idem = createIdempotency({
+        adapter: d1Adapter(env.DB),
+        operation: "orders.create",
+        // The order row and the idempotency record are two D1 writes, not one
+        // transaction: if the Worker dies between them the outcome is unknown.
+        effect: "external",
+        tenant: tenantOf,
+      });
+      return idem.handle(request, (req) =>
+        createOrder(async (id, sku, quantity) => {
+          await env.DB.prepare("CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, sku TEXT, quantity INTEGER)").run();
+          await env.DB.prepare("INSERT INTO orders (id, sku, quantity) VALUES (?, ?, ?)").bind(id, sku, quantity).run();
+        }, req),
+      );
+    }
+    if (request.method === "POST" && url.pathname === "/do/orders") {
+      const tenant = tenantOf(request);
+      if (tenant === null) return new Response("unknown API key", { status: 401 });
+      // One Durable Object per tenant holds that tenant's records and orders.
+      return env.ORDER_BOOK.get(env.ORDER_BOOK.idFromName(tenant)).fetch(request);
+    }
+    if (url.pathname === "/stats") {
+      const d1 = await env.DB.prepare("SELECT COUNT(*) AS n FROM orders").first().catch(() => ({ n: 0 }));
+      const book = await env.ORDER_BOOK.get(env.ORDER_BOOK.idFromName(url.searchParams.get("tenant") ?? "acme")).fetch("https://do/stats");
+      return Response.json({ d1Orders: d1.n, durableObjectOrders: (await book.json()).orders });
+    }
+    return new Response("not found", { status: 404 });
+  },
+};
+
+export class OrderBook {
+  constructor(ctx) {
+    this.storage = ctx.storage;
+    this.idem = createIdempotency({
+      adapter: durableObjectAdapter(ctx.storage),
+      operation: "orders.create",
+      effect: "external",
+      tenant: tenantOf,
+    });
+  }
+
+  async fetch(request) {
+    if (new URL(request.url).pathname === "/stats") {
+      return Response.json({ orders: (await this.storage.list({ prefix: "order:" })).size });
+    }
+    return this.idem.handle(request, (req) =>
+      createOrder((id, sku, quantity) => this.storage.put(`order:${id}`, { sku, quantity }), req),
+    );
+  }
+}

@@ -1,0 +1,34 @@
+/**
+ * Every error idemkit throws: `code` is stable and documented (README, "Errors"),
+ * `message` says what was wrong and where.
+ */
+export class IdemkitError extends Error {
+  /**
+   * @param {string} code
+   * @param {string} message
+   * @param {{ cause?: unknown }} [options]
+   */
+  constructor(code, message, options) {
+    super(message, options);
+    this.name = "IdemkitError";
+    this.code = code;
+  }
+}
+
+/**
+ * Calls into wasm and re-throws its coded errors as IdemkitError (same code and
+ * message); anything else is a bug and is re-thrown as is.
+ * @template T
+ * @param {() => T} fn
+ * @returns {T}
+ */
+export function wasmCall(fn) {
+  try {
+    return fn();
+  } catch (err) {
+    if (err instanceof Error && err.name === "IdemkitError" && typeof err.code === "string") {
+      throw new IdemkitError(err.code, err.message);
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,406 @@
+// createIdempotency: DESIGN.md's HTTP contract for fetch-style handlers.
+//
+// Every decision comes from the Rust state machine (./idemkit_wasm.js): the claim
+// decision and each transition take the stored record bytes and return the bytes
+// to write. This file only moves bytes between the machine and an adapter, whose
+// writes are atomic: insert-if-absent for a new record, compare-and-set on the
+// version it read for an existing one. A lost race is never overwritten: the
+// loser reads again and asks the machine again.
+import * as wasm from "./idemkit_wasm.js";
+import { canonicalize, fingerprint, logRef, parseKey, recordId, toBytes } from "./api.js";
+import { IdemkitError, wasmCall } from "./errors.js";
+
+/** How often one call re-reads after losing a compare-and-set race before giving up (503). */
+const MAX_RACES = 64;
+
+const DEFAULT_POLICY = Object.freeze({
+  leaseMs: 30_000,
+  replayWindowMs: 24 * 60 * 60 * 1000,
+  recordWindowMs: 7 * 24 * 60 * 60 * 1000,
+  mismatchStatus: 422,
+  store: "definitive",
+  storeRetryAfterSeconds: 1,
+});
+
+// Every row of DESIGN.md's HTTP contract is rendered by core's `http` module (the
+// refuse* exports), so statuses, problem bodies and headers are the Rust
+// middleware's, byte for byte. Two answers exist only here, because only a
+// JavaScript handler reads the body itself and writes its outcome afterwards; they
+// follow the same problem format (canonical body, https://idemkit.dev/problems/).
+const PROBLEM_TYPE_BASE = "https://idemkit.dev/problems/";
+const JS_ONLY_TITLES = {
+  "invalid-request-body": "The request body cannot be fingerprinted",
+  "outcome-not-recorded": "The outcome could not be recorded",
+};
+
+const utf8 = new TextEncoder();
+const fromUtf8 = new TextDecoder();
+
+/** A `{ status, headers, body }` answer from core → a Response. */
+function fromAnswer(answer) {
+  return new Response(answer.body, { status: answer.status, headers: answer.headers });
+}
+
+/**
+ * An `application/problem+json` (RFC 9457) response for the JavaScript-only rows.
+ * @param {number} status
+ * @param {"invalid-request-body" | "outcome-not-recorded"} name
+ * @param {string} detail
+ * @param {Record<string, string | number>} [members]
+ * @param {Record<string, string>} [headers]
+ */
+function problem(status, name, detail, members = {}, headers = {}) {
+  const body = canonicalize(JSON.stringify({ type: PROBLEM_TYPE_BASE + name, title: JS_ONLY_TITLES[name], status, detail, ...members }));
+  return new Response(body, { status, headers: { "content-type": "application/problem+json", ...headers } });
+}
+
+function checkAdapter(adapter) {
+  for (const method of ["get", "insert", "update"]) {
+    if (typeof adapter?.[method] !== "function") {
+      throw new IdemkitError("invalid-argument", `adapter.${method} must be a function (see the Adapter type)`);
+    }
+  }
+}
+
+/** Wraps an adapter failure: the store could not be reached or refused the write. */
+function storeError(err) {
+  if (err instanceof IdemkitError) return err;
+  return new IdemkitError("store-unavailable", `the idempotency store failed: ${err?.message ?? err}`, { cause: err });
+}
+
+async function storeCall(fn) {
+  try {
+    return await fn();
+  } catch (err) {
+    throw storeError(err);
+  }
+}
+
+/**
+ * @param {import("./index.d.ts").IdempotencyOptions} options
+ * @returns {import("./index.d.ts").Idempotency}
+ */
+export function createIdempotency(options) {
+  const { adapter, operation, effect, tenant } = options ?? {};
+  checkAdapter(adapter);
+  if (typeof operation !== "string") throw new IdemkitError("invalid-argument", "operation must be a string");
+  if (effect !== "local" && effect !== "external") {
+    throw new IdemkitError("invalid-argument", 'effect must be "local" or "external"');
+  }
+  if (typeof tenant !== "function") {
+    throw new IdemkitError("invalid-argument", "tenant must be a function (request) => string | null");
+  }
+  const settings = { ...DEFAULT_POLICY, ...(options.policy ?? {}) };
+  const policy = {
+    leaseMs: settings.leaseMs,
+    replayWindowMs: settings.replayWindowMs,
+    recordWindowMs: settings.recordWindowMs,
+    effect,
+    mismatchStatus: settings.mismatchStatus,
+    store: settings.store,
+  };
+  // Validates the policy now (the machine throws on a bad field), not on the first request.
+  wasmCall(() => wasm.classify(200, policy));
+  const fingerprintOptions = options.fingerprint ?? {};
+  const clock = options.clock ?? Date.now;
+  const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
+  const keyRequired = options.required ?? true;
+  const autoRenew = options.autoRenew ?? true;
+  // The body is read whole to fingerprint it, so its size is bounded (core's
+  // canonicalizer also refuses JSON above 8 MiB).
+  const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
+  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 0) {
+    throw new IdemkitError("invalid-argument", "maxBodyBytes must be a non-negative integer");
+  }
+
+  function fingerprintOf(body, contentType) {
+    return fingerprint(toBytes(body ?? new Uint8Array(), "body"), {
+      ...fingerprintOptions,
+      operation,
+      contentType: contentType ?? fingerprintOptions.contentType ?? "application/json",
+    });
+  }
+
+  /** Reads, asks the machine, writes with insert-if-absent / CAS; loops on a lost race. */
+  async function claimPrepared(tenantId, key, fp, owner) {
+    const id = recordId(tenantId, operation, key);
+    const ref = logRef(tenantId, operation, key);
+    const claimOwner = owner ?? crypto.randomUUID();
+    for (let race = 0; race < MAX_RACES; race++) {
+      const current = await storeCall(() => adapter.get(id));
+      const decision = wasmCall(() => wasm.claim(current?.record, fp, claimOwner, policy, clock()));
+      const base = { ...decision, id, logRef: ref, owner: claimOwner };
+      delete base.write;
+      if (decision.write === null) return base;
+      const written = await storeCall(() =>
+        current ? adapter.update(id, decision.write, current.version) : adapter.insert(id, decision.write),
+      );
+      if (written) {
+        // The bytes and version this claim wrote: the next transition's CAS expects them.
+        return Object.defineProperties(base, {
+          record: { value: decision.write, writable: true },
+          version: { value: written.version, writable: true },
+        });
+      }
+    }
+    throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races on record ${ref}`);
+  }
+
+  function claim({ tenant: tenantId, key, body, contentType, owner }) {
+    return claimPrepared(tenantId, key, fingerprintOf(body, contentType), owner);
+  }
+
+  /**
+   * Applies a worker transition to the record this claim wrote. On a lost race the
+   * current bytes are read and the machine decides again (it refuses a stale token).
+   */
+  async function transition(held, apply) {
+    if (held?.outcome !== "execute" || held.record === undefined) {
+      throw new IdemkitError("invalid-argument", "expected a claim whose outcome is \"execute\"");
+    }
+    let record = held.record;
+    let version = held.version;
+    for (let race = 0; race < MAX_RACES; race++) {
+      const next = wasmCall(() => apply(record));
+      const written = await storeCall(() => adapter.update(held.id, next, version));
+      if (written) {
+        held.record = next;
+        held.version = written.version;
+        return wasm.decodeRecord(next);
+      }
+      const current = await storeCall(() => adapter.get(held.id));
+      if (current === null) throw new IdemkitError("record-missing", `record ${held.logRef} disappeared while leased`);
+      record = current.record;
+      version = current.version;
+    }
+    throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races on record ${held.logRef}`);
+  }
+
+  const complete = (held, response) =>
+    transition(held, (r) => wasm.complete(r, held.token, toStored(response), policy, clock()));
+  const release = (held) => transition(held, (r) => wasm.release(r, held.token, policy, clock()));
+  const markUnknown = (held, reason) =>
+    transition(held, (r) => wasm.markUnknown(r, held.token, String(reason ?? "marked by worker"), clock()));
+  const renew = (held) => transition(held, (r) => wasm.renew(r, held.token, policy, clock()));
+
+  /**
+   * Persists step `name` before it is dispatched. The provider key is the one an
+   * earlier attempt persisted (so a replacement worker reuses it, never invents a
+   * new one), else `proposedProviderKey`. A step an earlier attempt finished is not
+   * dispatched again.
+   */
+  async function beginStep(held, name, proposedProviderKey = crypto.randomUUID()) {
+    let started;
+    await transition(held, (r) => {
+      started = wasm.beginStep(r, held.token, String(name), String(proposedProviderKey), clock());
+      return started.write;
+    });
+    return started.start === "dispatch"
+      ? { dispatch: true, providerKey: started.providerKey }
+      : { dispatch: false, providerRef: started.providerRef };
+  }
+
+  const completeStep = (held, name, providerRef) =>
+    transition(held, (r) => wasm.completeStep(r, held.token, String(name), providerRef ?? undefined, clock()));
+
+  /** Operator: settle an Unknown record. `applied` is the real response, or null if nothing happened. */
+  async function resolve({ tenant: tenantId, key }, applied) {
+    const id = recordId(tenantId, operation, key);
+    const stored = applied == null ? null : toStored(applied);
+    for (let race = 0; race < MAX_RACES; race++) {
+      const current = await storeCall(() => adapter.get(id));
+      if (current === null) throw new IdemkitError("record-missing", `no record for this key`);
+      const next = wasmCall(() => wasm.resolve(current.record, stored, policy, clock()));
+      if (await storeCall(() => adapter.update(id, next, current.version))) return wasm.decodeRecord(next);
+    }
+    throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races`);
+  }
+
+  /** The decoded record of a key, or null. */
+  async function inspect({ tenant: tenantId, key }) {
+    const current = await storeCall(() => adapter.get(recordId(tenantId, operation, key)));
+    return current === null ? null : wasmCall(() => wasm.decodeRecord(current.record));
+  }
+
+  async function handle(request, handler) {
+    const tenantId = await tenant(request);
+    if (tenantId === null || tenantId === undefined) {
+      return fromAnswer(wasm.refuseUnauthenticated());
+    }
+    const header = request.headers.get("idempotency-key");
+    if (header === null) {
+      if (!keyRequired) return handler(request);
+      return fromAnswer(wasm.refuseMissingKey());
+    }
+    let key;
+    try {
+      key = parseKey(header);
+    } catch (err) {
+      if (!(err instanceof IdemkitError)) throw err;
+      return fromAnswer(wasmCall(() => wasm.refuseInvalidKey(header)));
+    }
+    const declared = Number(request.headers.get("content-length") ?? 0);
+    if (declared > maxBodyBytes) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
+    const body = new Uint8Array(await request.clone().arrayBuffer());
+    if (body.length > maxBodyBytes) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
+    let fp;
+    try {
+      fp = fingerprintOf(body, request.headers.get("content-type") ?? "");
+    } catch (err) {
+      if (!(err instanceof IdemkitError)) throw err;
+      return problem(400, "invalid-request-body", `${err.message}.`, { code: err.code });
+    }
+    let held;
+    try {
+      held = await claimPrepared(tenantId, key, fp);
+    } catch (err) {
+      // A tenant or operation name core refuses is the server's bug, not the client's.
+      if (!(err instanceof IdemkitError) || err.code.startsWith("scope-")) throw err;
+      // Unreachable, unusable (corrupt bytes) or contended store: fail closed.
+      return unavailable();
+    }
+    switch (held.outcome) {
+      case "execute":
+        return execute(held, request, handler);
+      case "replay":
+        return replay(held.response);
+      case "inFlight":
+        return fromAnswer(wasm.refuseInProgress(held.retryAfterSeconds));
+      case "mismatch":
+        return fromAnswer(wasm.refuseKeyReused(held.status));
+      case "uncertain":
+        return fromAnswer(wasmCall(() => wasm.refuseOutcomeUncertain(tenantId, operation, key)));
+      case "responseExpired":
+        return fromAnswer(wasm.refuseResponseExpired(held.status, held.resourceRef ?? undefined));
+      default:
+        throw new IdemkitError("internal", `unknown claim outcome ${held.outcome}`);
+    }
+  }
+
+  function unavailable() {
+    return fromAnswer(wasm.refuseStoreUnavailable(settings.storeRetryAfterSeconds));
+  }
+
+  /**
+   * Renews the lease every third of its length while the handler runs, so a slow
+   * handler is not taken for a dead one (a Local record would be executed again,
+   * an External one become unknown). Returns a function that stops renewing and
+   * waits for a renewal in progress, so the final transition never races one.
+   */
+  function keepLeased(held) {
+    if (!autoRenew) return async () => {};
+    let pending = Promise.resolve();
+    const timer = setInterval(() => {
+      // A failed renewal is not fatal here: the final transition still presents
+      // the token, and the machine refuses it if the lease was in fact taken over.
+      pending = pending.then(() => renew(held)).catch(() => {});
+    }, Math.max(policy.leaseMs / 3, 10));
+    return async () => {
+      clearInterval(timer);
+      await pending;
+    };
+  }
+
+  async function execute(held, request, handler) {
+    const stopRenewing = keepLeased(held);
+    let response;
+    let body;
+    try {
+      response = await handler(request);
+      if (response instanceof Response) body = new Uint8Array(await response.arrayBuffer());
+    } catch (err) {
+      await stopRenewing();
+      // No response: nothing to replay. Local effects rolled back with the throw;
+      // an external effect may have happened, so the outcome is unknown.
+      await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, `handler threw: ${err?.message ?? err}`)));
+      throw err;
+    }
+    await stopRenewing();
+    if (!(response instanceof Response)) {
+      await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, "handler returned no Response")));
+      throw new IdemkitError("invalid-argument", "the handler must return a Response");
+    }
+    const disposition = wasmCall(() => wasm.classify(response.status, policy));
+    try {
+      if (disposition === "store") {
+        await complete(held, {
+          status: response.status,
+          headers: replayableHeaders(response.headers),
+          body,
+          resourceRef: resourceRefOf(response) ?? null,
+        });
+      } else if (disposition === "release") {
+        await release(held);
+      } else {
+        await markUnknown(held, `status ${response.status}`);
+      }
+    } catch (err) {
+      if (!(err instanceof IdemkitError)) throw err;
+      // Completion is durable before the caller is told (invariant 2): if it could
+      // not be recorded, the caller must not take this response as the outcome.
+      return problem(503, "outcome-not-recorded", `The request was executed but its outcome could not be recorded (${err.code}); retry with the same key.`, { log_ref: held.logRef }, { "retry-after": String(settings.storeRetryAfterSeconds) });
+    }
+    return new Response(nullBodyStatus(response.status) ? null : body, {
+      status: response.status,
+      statusText: response.statusText,
+      headers: response.headers,
+    });
+  }
+
+  return {
+    handle,
+    claim,
+    complete,
+    release,
+    markUnknown,
+    renew,
+    beginStep,
+    completeStep,
+    resolve,
+    inspect,
+    policy: Object.freeze({ ...policy }),
+  };
+}
+
+async function settleQuietly(fn) {
+  try {
+    await fn();
+  } catch {
+    // The store failed too: the lease expires, and the machine then treats the
+    // record by its effect kind (Local: retried; External: Unknown).
+  }
+}
+
+function nullBodyStatus(status) {
+  return status === 101 || status === 204 || status === 205 || status === 304;
+}
+
+function replayableHeaders(headers) {
+  const out = [];
+  for (const [name, value] of headers) {
+    if (wasm.isReplayableHeader(name)) out.push([name.toLowerCase(), utf8.encode(value)]);
+  }
+  return out;
+}
+
+function replay(stored) {
+  const headers = new Headers();
+  for (const [name, value] of stored.headers) headers.append(name, fromUtf8.decode(value));
+  headers.set("idempotent-replayed", "true");
+  return new Response(nullBodyStatus(stored.status) ? null : stored.body, { status: stored.status, headers });
+}
+
+/** A user-supplied response description → the machine's stored response. */
+function toStored(response) {
+  if (response instanceof Response) {
+    throw new IdemkitError("invalid-argument", "pass { status, headers, body, resourceRef }, not a Response (its body would need to be read first)");
+  }
+  const headers = [];
+  const given = response?.headers ?? [];
+  const entries = given instanceof Headers ? [...given] : Array.isArray(given) ? given : Object.entries(given);
+  for (const [name, value] of entries) {
+    headers.push([String(name).toLowerCase(), value instanceof Uint8Array ? value : utf8.encode(String(value))]);
+  }
+  const body = response?.body == null ? null : toBytes(response.body, "response.body");
+  return { status: response?.status, headers, body, resourceRef: response?.resourceRef ?? null };
+}

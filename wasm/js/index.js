@@ -1,0 +1,10 @@
+// Everything the package exports; each entry-*.js loads the .wasm for its runtime
+// first, then re-exports this module.
+export { IdemkitError } from "./errors.js";
+export { canonicalize, decodeRecord, fingerprint, logRef, parseKey, recordId } from "./api.js";
+export { createIdempotency } from "./idempotency.js";
+export { memoryAdapter } from "./adapters/memory.js";
+export { sqliteAdapter } from "./adapters/sqlite.js";
+export { d1Adapter, d1Schema } from "./adapters/d1.js";
+export { durableObjectAdapter } from "./adapters/durable-object.js";
+export { denoKvAdapter } from "./adapters/deno-kv.js";

@@ -1,0 +1,43 @@
+// Runs every JavaScript test of the package: `npm --prefix wasm test` (after the build).
+//
+//   node --test      conformance (memory, better-sqlite3), byte identity with the Rust
+//                    CLI, workerd via Miniflare (D1, Durable Objects, Workers example),
+//                    the webhook example over HTTP, the README examples (Node, Deno, Bun)
+//   deno             conformance over Deno KV + 50 concurrent calls
+//   bun              conformance over bun:sqlite + 50 concurrent calls
+//   types            the hand-written index.d.ts against a strict TypeScript usage file
+//
+// Any failure, and any runtime that cannot start, fails the run: nothing is skipped.
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const wasmDir = join(dirname(fileURLToPath(import.meta.url)), "..");
+if (!existsSync(join(wasmDir, "pkg", "package.json")) || !existsSync(join(wasmDir, "node_modules", "idemkit"))) {
+  console.error("wasm/pkg is missing: run `npm --prefix wasm run build` first");
+  process.exit(1);
+}
+const bin = (name) => join(wasmDir, "node_modules", ".bin", name);
+const nodeTests = readdirSync(join(wasmDir, "test", "node")).filter((f) => f.endsWith(".test.mjs")).sort().map((f) => join("test", "node", f));
+
+const suites = [
+  ["types", bin("tsc"), ["-p", "test/types"]],
+  ["node", process.execPath, ["--test", "--test-reporter=spec", "--test-concurrency=1", ...nodeTests]],
+  ["deno", bin("deno"), ["run", "--unstable-kv", "--allow-read", "--allow-write", "--allow-env", "test/deno/run.js"]],
+  ["bun", bin("bun"), ["run", "test/bun/run.js"]],
+];
+
+const summary = [];
+let failed = false;
+for (const [name, cmd, args] of suites) {
+  const started = Date.now();
+  console.log(`\n--- ${name}: ${cmd} ${args.join(" ")}`);
+  const result = spawnSync(cmd, args, { cwd: wasmDir, stdio: "inherit" });
+  const secs = ((Date.now() - started) / 1000).toFixed(1);
+  const ok = result.status === 0;
+  if (!ok) failed = true;
+  summary.push(`${name}: ${ok ? "passed" : `FAILED (exit ${result.status ?? result.error?.message})`} in ${secs} s`);
+}
+console.log(`\n${summary.join("\n")}`);
+process.exit(failed ? 1 : 0);

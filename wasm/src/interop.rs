@@ -1,0 +1,602 @@
+//! Every conversion between JavaScript values and core types, in one place.
+//!
+//! ## Errors
+//!
+//! Each core error becomes a JavaScript `Error` whose `name` is `"IdemkitError"`,
+//! whose `message` is the core error's `Display` and whose `code` is a stable,
+//! documented string (the core's own `code()` where it has one). The JavaScript
+//! layer re-throws it as its `IdemkitError` class without changing either.
+//!
+//! ## Values
+//!
+//! - time: `now` is a JavaScript number of milliseconds since the epoch;
+//! - fencing tokens: `bigint` (a `u64`, never rounded);
+//! - policy: `{ leaseMs, replayWindowMs, recordWindowMs, effect: "local" | "external",
+//!   mismatchStatus: 422 | 409, store: "definitive" | "everything" }`, every field
+//!   required (the JavaScript layer fills in the defaults);
+//! - stored response: `{ status, headers: [name, Uint8Array][], body: Uint8Array | null,
+//!   resourceRef: string | null }`.
+
+use core::fmt::Display;
+use core::time::Duration;
+
+use idemkit_core::fingerprint::{FingerprintError, FormError, SpecError};
+use idemkit_core::json::{JsonError, PointerError, Profile};
+use idemkit_core::machine::{
+    ClaimDecision, ClaimOutcome, Disposition, MismatchStatus, Policy, StepStart, StorePolicy,
+    TransitionError,
+};
+use idemkit_core::record::{
+    DecodeError, EffectKind, FencingToken, Record, RecordState, StepState, StoredResponse,
+};
+use idemkit_core::{KeyError, ParseFingerprintError, RecordIdError, ScopeError, UnixMillis};
+use js_sys::{Array, Object, Reflect, Uint8Array};
+use wasm_bindgen::{JsCast, JsValue};
+
+/// The result of an exported function: a JavaScript exception on error.
+pub type JsResult<T> = Result<T, JsValue>;
+
+/// A core error with a stable machine-readable code for JavaScript.
+pub trait Coded: Display {
+    /// The `.code` of the JavaScript error.
+    fn code(&self) -> &'static str;
+}
+
+impl Coded for KeyError {
+    fn code(&self) -> &'static str {
+        KeyError::code(self)
+    }
+}
+
+impl Coded for ScopeError {
+    fn code(&self) -> &'static str {
+        match self {
+            ScopeError::Empty { .. } => "scope-empty",
+            ScopeError::TooLong { .. } => "scope-too-long",
+            ScopeError::ControlCharacter { .. } => "scope-control-character",
+            _ => "scope-invalid",
+        }
+    }
+}
+
+impl Coded for JsonError {
+    fn code(&self) -> &'static str {
+        JsonError::code(self)
+    }
+}
+
+impl Coded for FingerprintError {
+    fn code(&self) -> &'static str {
+        FingerprintError::code(self)
+    }
+}
+
+impl Coded for FormError {
+    fn code(&self) -> &'static str {
+        FormError::code(self)
+    }
+}
+
+impl Coded for SpecError {
+    fn code(&self) -> &'static str {
+        SpecError::code(self)
+    }
+}
+
+impl Coded for PointerError {
+    fn code(&self) -> &'static str {
+        PointerError::code(self)
+    }
+}
+
+impl Coded for ParseFingerprintError {
+    fn code(&self) -> &'static str {
+        "invalid-fingerprint"
+    }
+}
+
+impl Coded for RecordIdError {
+    fn code(&self) -> &'static str {
+        "record-id-invalid"
+    }
+}
+
+impl Coded for DecodeError {
+    fn code(&self) -> &'static str {
+        match self {
+            DecodeError::Empty => "record-empty",
+            DecodeError::UnknownVersion { .. } => "record-unknown-version",
+            _ => "record-corrupt",
+        }
+    }
+}
+
+impl Coded for TransitionError {
+    fn code(&self) -> &'static str {
+        match self {
+            TransitionError::StaleToken { .. } => "stale-token",
+            TransitionError::WrongState { .. } => "wrong-state",
+            TransitionError::UnknownStep { .. } => "unknown-step",
+            TransitionError::StepConflict { .. } => "step-conflict",
+            TransitionError::TokensExhausted { .. } => "tokens-exhausted",
+            _ => "transition-refused",
+        }
+    }
+}
+
+/// A bad argument from JavaScript (wrong type, out of range).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgumentError(pub String);
+
+impl Display for ArgumentError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Coded for ArgumentError {
+    fn code(&self) -> &'static str {
+        "invalid-argument"
+    }
+}
+
+/// Converts a core error into the JavaScript error thrown to the caller.
+pub fn error<E: Coded>(err: E) -> JsValue {
+    let js = js_sys::Error::new(&err.to_string());
+    js.set_name("IdemkitError");
+    // Setting a data property on a fresh, extensible Error object cannot fail.
+    let _ = Reflect::set(&js, &"code".into(), &err.code().into());
+    js.into()
+}
+
+fn argument(message: impl Into<String>) -> JsValue {
+    error(ArgumentError(message.into()))
+}
+
+/// Lowercase hex of `bytes`.
+#[must_use]
+pub fn hex(bytes: &[u8]) -> String {
+    use core::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// `"strict"` or `"rfc8785"`.
+pub fn profile(name: &str) -> JsResult<Profile> {
+    profile_from_str(name).ok_or_else(|| {
+        argument(format!(
+            "profile must be \"strict\" or \"rfc8785\", not {name:?}"
+        ))
+    })
+}
+
+fn profile_from_str(name: &str) -> Option<Profile> {
+    match name {
+        "strict" => Some(Profile::Strict),
+        "rfc8785" => Some(Profile::Rfc8785),
+        _ => None,
+    }
+}
+
+/// A count (bytes, items): a finite, non-negative integer below 2^53.
+pub fn count(value: f64, what: &str) -> JsResult<u64> {
+    millis_from_f64(value)
+        .filter(|_| value.fract() == 0.0)
+        .ok_or_else(|| {
+            argument(format!(
+                "{what} must be a non-negative integer, not {value}"
+            ))
+        })
+}
+
+/// Milliseconds since the epoch: a finite, non-negative number (fractions dropped).
+pub fn now(millis: f64) -> JsResult<UnixMillis> {
+    millis_from_f64(millis)
+        .map(UnixMillis::from_millis)
+        .ok_or_else(|| {
+            argument(format!(
+                "now must be milliseconds since the epoch, not {millis}"
+            ))
+        })
+}
+
+fn millis_from_f64(millis: f64) -> Option<u64> {
+    // 2^53: every integer below it is exact in a double.
+    const MAX_SAFE: f64 = 9_007_199_254_740_992.0;
+    if millis.is_finite() && (0.0..MAX_SAFE).contains(&millis) {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "checked: finite, non-negative and below 2^53"
+        )]
+        Some(millis.trunc() as u64)
+    } else {
+        None
+    }
+}
+
+/// A fencing token (`bigint` ≥ 1).
+pub fn token(value: u64) -> JsResult<FencingToken> {
+    FencingToken::new(value).ok_or_else(|| argument("a fencing token is at least 1"))
+}
+
+fn get(obj: &JsValue, field: &str) -> JsResult<JsValue> {
+    Reflect::get(obj, &JsValue::from_str(field))
+}
+
+fn get_millis(obj: &JsValue, field: &str) -> JsResult<Duration> {
+    get(obj, field)?
+        .as_f64()
+        .and_then(millis_from_f64)
+        .map(Duration::from_millis)
+        .ok_or_else(|| {
+            argument(format!(
+                "policy.{field} must be a non-negative number of milliseconds"
+            ))
+        })
+}
+
+fn get_string(obj: &JsValue, field: &str, what: &str) -> JsResult<String> {
+    get(obj, field)?
+        .as_string()
+        .ok_or_else(|| argument(format!("{what}.{field} must be a string")))
+}
+
+/// The policy object (see the module documentation).
+pub fn policy(value: &JsValue) -> JsResult<Policy> {
+    if !value.is_object() {
+        return Err(argument("policy must be an object"));
+    }
+    let effect = match get_string(value, "effect", "policy")?.as_str() {
+        "local" => EffectKind::Local,
+        "external" => EffectKind::External,
+        other => {
+            return Err(argument(format!(
+                "policy.effect must be \"local\" or \"external\", not {other:?}"
+            )));
+        }
+    };
+    let mismatch_status = get(value, "mismatchStatus")?.as_f64();
+    let mismatch = if mismatch_status == Some(422.0) {
+        MismatchStatus::UnprocessableEntity
+    } else if mismatch_status == Some(409.0) {
+        MismatchStatus::Conflict
+    } else {
+        return Err(argument("policy.mismatchStatus must be 422 or 409"));
+    };
+    let store = match get_string(value, "store", "policy")?.as_str() {
+        "definitive" => StorePolicy::Definitive,
+        "everything" => StorePolicy::StoreEverything,
+        other => {
+            return Err(argument(format!(
+                "policy.store must be \"definitive\" or \"everything\", not {other:?}"
+            )));
+        }
+    };
+    Ok(Policy::default()
+        .with_lease(get_millis(value, "leaseMs")?)
+        .with_replay_window(get_millis(value, "replayWindowMs")?)
+        .with_record_window(get_millis(value, "recordWindowMs")?)
+        .with_effect(effect)
+        .with_mismatch(mismatch)
+        .with_store(store))
+}
+
+/// `"store"`, `"release"` or `"unknown"`.
+#[must_use]
+pub fn disposition(d: Disposition) -> &'static str {
+    match d {
+        Disposition::Store => "store",
+        Disposition::Release => "release",
+        Disposition::Unknown => "unknown",
+    }
+}
+
+/// A stored response from `{ status, headers, body, resourceRef }`.
+pub fn stored_response(value: &JsValue) -> JsResult<StoredResponse> {
+    if !value.is_object() {
+        return Err(argument("response must be an object"));
+    }
+    let status = get(value, "status")?
+        .as_f64()
+        .filter(|s| s.fract() == 0.0 && (100.0..=999.0).contains(s))
+        .ok_or_else(|| argument("response.status must be an integer from 100 to 999"))?;
+    let headers_value = get(value, "headers")?;
+    let headers_array = headers_value
+        .dyn_ref::<Array>()
+        .ok_or_else(|| argument("response.headers must be an array of [name, Uint8Array]"))?;
+    let mut headers = Vec::with_capacity(headers_array.length() as usize);
+    for pair in headers_array.iter() {
+        let pair = pair
+            .dyn_into::<Array>()
+            .map_err(|_| argument("each response header must be [name, Uint8Array]"))?;
+        let name = pair
+            .get(0)
+            .as_string()
+            .ok_or_else(|| argument("a response header name must be a string"))?;
+        let value = pair
+            .get(1)
+            .dyn_into::<Uint8Array>()
+            .map_err(|_| argument("a response header value must be a Uint8Array"))?;
+        headers.push((name, value.to_vec()));
+    }
+    let body = get(value, "body")?;
+    let body = if body.is_null() || body.is_undefined() {
+        None
+    } else {
+        Some(
+            body.dyn_into::<Uint8Array>()
+                .map_err(|_| argument("response.body must be a Uint8Array or null"))?
+                .to_vec(),
+        )
+    };
+    let resource_ref = get(value, "resourceRef")?;
+    let resource_ref = if resource_ref.is_null() || resource_ref.is_undefined() {
+        None
+    } else {
+        Some(
+            resource_ref
+                .as_string()
+                .ok_or_else(|| argument("response.resourceRef must be a string or null"))?,
+        )
+    };
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "checked: an integer from 100 to 999"
+    )]
+    let status = status as u16;
+    Ok(StoredResponse {
+        status,
+        headers,
+        body,
+        resource_ref,
+    })
+}
+
+struct ObjectBuilder(Object);
+
+impl ObjectBuilder {
+    fn new() -> Self {
+        ObjectBuilder(Object::new())
+    }
+
+    fn set(self, field: &str, value: impl Into<JsValue>) -> Self {
+        // Defining a data property on a fresh plain object cannot fail.
+        let _ = Reflect::set(&self.0, &JsValue::from_str(field), &value.into());
+        self
+    }
+
+    fn set_opt<T: Into<JsValue>>(self, field: &str, value: Option<T>) -> Self {
+        match value {
+            Some(v) => self.set(field, v),
+            None => self.set(field, JsValue::NULL),
+        }
+    }
+
+    fn build(self) -> JsValue {
+        self.0.into()
+    }
+}
+
+fn millis(t: UnixMillis) -> f64 {
+    // Times past 2^53 ms (year 287396) lose precision; only "never" gets there.
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "exact for every instant before the year 287396"
+    )]
+    let ms = t.as_millis() as f64;
+    ms
+}
+
+fn bytes(b: &[u8]) -> Uint8Array {
+    Uint8Array::from(b)
+}
+
+fn response(r: &StoredResponse) -> JsValue {
+    let headers = Array::new();
+    for (name, value) in &r.headers {
+        let pair = Array::new();
+        pair.push(&JsValue::from_str(name));
+        pair.push(&bytes(value));
+        headers.push(&pair);
+    }
+    ObjectBuilder::new()
+        .set("status", r.status)
+        .set("headers", headers)
+        .set_opt("body", r.body.as_deref().map(bytes))
+        .set_opt("resourceRef", r.resource_ref.clone())
+        .build()
+}
+
+fn steps(record_steps: &[idemkit_core::record::Step]) -> Array {
+    let out = Array::new();
+    for step in record_steps {
+        out.push(
+            &ObjectBuilder::new()
+                .set("name", step.name.as_str())
+                .set(
+                    "state",
+                    match step.state {
+                        StepState::Started => "started",
+                        StepState::Done => "done",
+                    },
+                )
+                .set("providerKey", step.provider_key.as_str())
+                .set_opt("providerRef", step.provider_ref.clone())
+                .set("startedAt", millis(step.started_at))
+                .set_opt("doneAt", step.done_at.map(millis))
+                .build(),
+        );
+    }
+    out
+}
+
+/// `{ outcome, write, ... }` for a claim decision. `write` is the encoded record
+/// (`Uint8Array`) or `null`. Per outcome:
+/// `execute`: `token` (bigint), `attempt`, `leaseExpiresAt`, `steps`;
+/// `replay`: `response`; `responseExpired`: `status`, `resourceRef`;
+/// `inFlight`: `retryAfterSeconds`; `mismatch`: `status`; `uncertain`: `since`.
+pub fn claim_decision(decision: &ClaimDecision) -> JsResult<JsValue> {
+    let out =
+        ObjectBuilder::new().set_opt("write", decision.write.as_ref().map(|r| bytes(&r.encode())));
+    let out = match &decision.outcome {
+        ClaimOutcome::Execute {
+            token,
+            attempt,
+            lease_expires_at,
+            steps: record_steps,
+        } => out
+            .set("outcome", "execute")
+            .set("token", token.get())
+            .set("attempt", *attempt)
+            .set("leaseExpiresAt", millis(*lease_expires_at))
+            .set("steps", steps(record_steps)),
+        ClaimOutcome::Replay { response: r } => {
+            out.set("outcome", "replay").set("response", response(r))
+        }
+        ClaimOutcome::ResponseExpired {
+            status,
+            resource_ref,
+        } => out
+            .set("outcome", "responseExpired")
+            .set("status", *status)
+            .set_opt("resourceRef", resource_ref.clone()),
+        ClaimOutcome::InFlight { retry_after } => {
+            #[allow(
+                clippy::cast_precision_loss,
+                reason = "seconds of a lease: far below 2^53"
+            )]
+            let secs = retry_after.as_secs() as f64;
+            out.set("outcome", "inFlight")
+                .set("retryAfterSeconds", secs)
+        }
+        ClaimOutcome::Mismatch { status } => out.set("outcome", "mismatch").set("status", *status),
+        ClaimOutcome::Uncertain { since } => {
+            out.set("outcome", "uncertain").set("since", millis(*since))
+        }
+        #[allow(unreachable_patterns, reason = "future outcomes of core")]
+        _ => return Err(argument("internal error: unknown claim outcome")),
+    };
+    Ok(out.build())
+}
+
+/// `{ status, headers: [name, value][], body: Uint8Array }` of a ready-made answer.
+#[must_use]
+pub fn answer(a: &idemkit_core::http::Answer) -> JsValue {
+    let headers = Array::new();
+    for (name, value) in &a.headers {
+        let pair = Array::new();
+        pair.push(&JsValue::from_str(name));
+        pair.push(&JsValue::from_str(value));
+        headers.push(&pair);
+    }
+    ObjectBuilder::new()
+        .set("status", a.status)
+        .set("headers", headers)
+        .set("body", bytes(&a.body))
+        .build()
+}
+
+/// `{ write, start, providerKey | providerRef }` for a begun step.
+#[must_use]
+pub fn step_start(write: &[u8], start: &StepStart) -> JsValue {
+    let out = ObjectBuilder::new().set("write", bytes(write));
+    match start {
+        StepStart::Dispatch { provider_key } => out
+            .set("start", "dispatch")
+            .set("providerKey", provider_key.as_str()),
+        StepStart::AlreadyDone { provider_ref } => out
+            .set("start", "alreadyDone")
+            .set_opt("providerRef", provider_ref.clone()),
+    }
+    .build()
+}
+
+/// A read-only view of a record.
+pub fn record(r: &Record) -> JsResult<JsValue> {
+    let out = ObjectBuilder::new()
+        .set("fingerprint", r.fingerprint.to_string())
+        .set(
+            "effect",
+            match r.effect {
+                EffectKind::Local => "local",
+                EffectKind::External => "external",
+            },
+        )
+        .set("state", r.state.name().as_str())
+        .set("attempt", r.attempt)
+        .set("lastToken", r.last_token.get())
+        .set("steps", steps(&r.steps))
+        .set("createdAt", millis(r.created_at))
+        .set("updatedAt", millis(r.updated_at))
+        .set_opt("replayUntil", r.replay_until.map(millis))
+        .set_opt("keepUntil", r.keep_until.map(millis));
+    let out = match &r.state {
+        RecordState::Running { lease } => out
+            .set("owner", lease.owner.as_str())
+            .set("leaseExpiresAt", millis(lease.expires_at)),
+        RecordState::Completed {
+            response: resp,
+            completed_at,
+        } => out
+            .set("response", response(resp))
+            .set("completedAt", millis(*completed_at)),
+        RecordState::Unknown { reason, since } => out
+            .set("reason", reason.to_string())
+            .set("since", millis(*since)),
+        RecordState::Released { at } => out.set("releasedAt", millis(*at)),
+    };
+    Ok(out.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_stable() {
+        assert_eq!(Coded::code(&KeyError::Empty), "key-empty");
+        assert_eq!(
+            Coded::code(&ScopeError::Empty {
+                part: idemkit_core::ScopePart::Tenant
+            }),
+            "scope-empty"
+        );
+        assert_eq!(Coded::code(&DecodeError::Empty), "record-empty");
+        assert_eq!(
+            Coded::code(&TransitionError::StaleToken {
+                presented: FencingToken::FIRST,
+                current: FencingToken::FIRST,
+            }),
+            "stale-token"
+        );
+    }
+
+    #[test]
+    fn hex_is_lowercase_and_padded() {
+        assert_eq!(hex(&[0, 0xab, 0x0f]), "00ab0f");
+    }
+
+    #[test]
+    fn times_must_be_finite_non_negative_and_exact() {
+        assert_eq!(
+            millis_from_f64(1_700_000_000_123.9),
+            Some(1_700_000_000_123)
+        );
+        assert_eq!(millis_from_f64(0.0), Some(0));
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 9_007_199_254_740_992.0] {
+            assert_eq!(millis_from_f64(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn profiles_by_name() {
+        assert_eq!(profile_from_str("strict"), Some(Profile::Strict));
+        assert_eq!(profile_from_str("rfc8785"), Some(Profile::Rfc8785));
+        assert_eq!(profile_from_str("Strict"), None);
+    }
+}

@@ -1,0 +1,410 @@
+//! # idemkit-wasm
+//!
+//! The engine of the `idemkit` npm package: a thin [wasm-bindgen] wrapper that
+//! only delegates to [`idemkit_core`]. Every decision a JavaScript handler acts on
+//! (key validation, canonical JSON, fingerprints, the claim decision and every
+//! record transition) is made here by the same code the Rust store runs, so the
+//! native and wasm builds give byte-identical results (DESIGN.md, invariant 6).
+//!
+//! ## What this crate does not do
+//!
+//! It stores nothing, reads no clock and draws no randomness: JavaScript passes
+//! `now` (milliseconds) and the owner id, and writes the returned record bytes
+//! atomically in its platform's store (the adapters in `wasm/js/adapters/`).
+//!
+//! ## How JavaScript drives it
+//!
+//! Records cross the boundary only as their encoded bytes ([`Record::encode`]):
+//! [`claim`] takes the bytes the adapter read (or `undefined`) and returns the
+//! answer plus the bytes to write with insert-if-absent / compare-and-set; each
+//! transition ([`complete`], [`release`], [`mark_unknown`], [`resolve`], [`renew`])
+//! takes the current bytes and returns the bytes to write. A JavaScript object is
+//! never turned back into a record, so JavaScript cannot forge a state.
+//!
+//! ## Layout
+//!
+//! - this file: the exported functions, named in camelCase for JavaScript;
+//! - [`interop`]: every conversion between JavaScript values and Rust types, and
+//!   the mapping of core errors to JavaScript `Error`s with a stable `.code`.
+//!
+//! The TypeScript types are written by hand (`wasm/js/index.d.ts`); the JavaScript
+//! API users see (`createIdempotency`, the adapters) lives in `wasm/js/`.
+//!
+//! [wasm-bindgen]: https://github.com/wasm-bindgen/wasm-bindgen
+
+#![deny(missing_docs)]
+
+pub mod interop;
+
+use core::time::Duration;
+
+use idemkit_core::fingerprint::{ContentKind, FingerprintSpec};
+use idemkit_core::http::Refusal;
+use idemkit_core::json::CanonicalizeOptions;
+use idemkit_core::machine::{self, ClaimRequest, Resolution};
+use idemkit_core::record::{Record, UnknownReason};
+use idemkit_core::{Fingerprint, IdempotencyKey, Scope};
+use js_sys::Uint8Array;
+use wasm_bindgen::prelude::*;
+
+use interop::{ArgumentError, JsResult};
+
+/// Parses an `Idempotency-Key` header value (quoted Structured-Field string or
+/// bare) and returns the key; throws `IdemkitError` with a `key-*` code otherwise.
+#[wasm_bindgen(js_name = parseKey)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn parse_key(header_value: &str) -> JsResult<String> {
+    IdempotencyKey::parse_header(header_value.as_bytes())
+        .map(String::from)
+        .map_err(interop::error)
+}
+
+/// The storage id of `(tenant, operation, key)` as lowercase hex: the injective
+/// length-prefixed encoding from core, so two different triples never share an id.
+#[wasm_bindgen(js_name = recordId)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn record_id(tenant: &str, operation: &str, key: &str) -> JsResult<String> {
+    let scope = Scope::new(tenant, operation).map_err(interop::error)?;
+    let key = IdempotencyKey::new(key).map_err(interop::error)?;
+    Ok(interop::hex(scope.record_id(&key).as_bytes()))
+}
+
+/// The log reference (16 hex characters) of `(tenant, operation, key)`: safe to
+/// log and to show an operator, unlike the key itself.
+#[wasm_bindgen(js_name = logRef)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn log_ref(tenant: &str, operation: &str, key: &str) -> JsResult<String> {
+    let scope = Scope::new(tenant, operation).map_err(interop::error)?;
+    let key = IdempotencyKey::new(key).map_err(interop::error)?;
+    Ok(scope.record_id(&key).log_ref().to_string())
+}
+
+/// RFC 8785 canonical JSON of `input` (UTF-8 bytes) under `profile`
+/// (`"strict"` or `"rfc8785"`); throws with a `json-*` code on rejected input.
+#[wasm_bindgen]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn canonicalize(input: &[u8], profile: &str) -> JsResult<String> {
+    let opts = CanonicalizeOptions::default().profile(interop::profile(profile)?);
+    let bytes = idemkit_core::json::canonicalize_with(input, &opts).map_err(interop::error)?;
+    // Canonical output is UTF-8 (the parser accepted only UTF-8 and escapes lone
+    // surrogates never survive); a failure here would be a broken invariant of core.
+    String::from_utf8(bytes).map_err(|_| {
+        interop::error(ArgumentError(
+            "internal error: canonical JSON was not UTF-8".into(),
+        ))
+    })
+}
+
+/// The fingerprint (64 lowercase hex) of `body`, exactly as `idemkit fingerprint`
+/// computes it: `contentType` picks JSON / form / raw, `include` and `exclude` are
+/// RFC 6901 pointers, `profile` the JSON rules.
+#[wasm_bindgen]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn fingerprint(
+    body: &[u8],
+    operation: &str,
+    schema_version: u32,
+    content_type: &str,
+    include: Vec<String>,
+    exclude: Vec<String>,
+    profile: &str,
+) -> JsResult<String> {
+    let mut spec = FingerprintSpec::new(ContentKind::from_mime(content_type))
+        .schema_version(schema_version)
+        .json_options(CanonicalizeOptions::default().profile(interop::profile(profile)?));
+    for pointer in &include {
+        spec = spec.include(pointer).map_err(interop::error)?;
+    }
+    for pointer in &exclude {
+        spec = spec.exclude(pointer).map_err(interop::error)?;
+    }
+    spec.fingerprint(operation, body)
+        .map(|fp| fp.to_string())
+        .map_err(interop::error)
+}
+
+/// The claim decision for a request with `fingerprint` (64 hex) on the record the
+/// adapter read (`existing`, or `undefined` when there is none).
+///
+/// Returns `{ outcome, write?, ... }` (see `interop::claim_decision`): the adapter
+/// writes `write` with insert-if-absent (no `existing`) or compare-and-set on the
+/// version it read, and only then acts on `outcome`.
+#[wasm_bindgen]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn claim(
+    existing: Option<Vec<u8>>,
+    fingerprint: &str,
+    owner: &str,
+    policy: &JsValue,
+    now: f64,
+) -> JsResult<JsValue> {
+    let existing = existing.as_deref().map(decode).transpose()?;
+    let request = ClaimRequest {
+        fingerprint: fingerprint.parse::<Fingerprint>().map_err(interop::error)?,
+        owner: owner.to_owned(),
+    };
+    let policy = interop::policy(policy)?;
+    let decision = machine::claim(existing.as_ref(), &request, &policy, interop::now(now)?);
+    interop::claim_decision(&decision)
+}
+
+/// Completes the record under `token` with `response`
+/// (`{ status, headers: [name, Uint8Array][], body, resourceRef }`); returns the
+/// bytes to write.
+#[wasm_bindgen]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn complete(
+    record: &[u8],
+    token: u64,
+    response: &JsValue,
+    policy: &JsValue,
+    now: f64,
+) -> JsResult<Uint8Array> {
+    let next = machine::complete(
+        &decode(record)?,
+        interop::token(token)?,
+        interop::stored_response(response)?,
+        &interop::policy(policy)?,
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(encode(&next))
+}
+
+/// Releases the record under `token` (the attempt had no effect; a retry
+/// executes again); returns the bytes to write.
+#[wasm_bindgen]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn release(record: &[u8], token: u64, policy: &JsValue, now: f64) -> JsResult<Uint8Array> {
+    let next = machine::release(
+        &decode(record)?,
+        interop::token(token)?,
+        &interop::policy(policy)?,
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(encode(&next))
+}
+
+/// Marks the outcome under `token` as unknown (`reason` is for operators);
+/// returns the bytes to write.
+#[wasm_bindgen(js_name = markUnknown)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn mark_unknown(record: &[u8], token: u64, reason: &str, now: f64) -> JsResult<Uint8Array> {
+    let next = machine::mark_unknown(
+        &decode(record)?,
+        interop::token(token)?,
+        UnknownReason::MarkedByWorker(reason.to_owned()),
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(encode(&next))
+}
+
+/// Extends the lease under `token`; returns the bytes to write.
+#[wasm_bindgen]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn renew(record: &[u8], token: u64, policy: &JsValue, now: f64) -> JsResult<Uint8Array> {
+    let next = machine::renew(
+        &decode(record)?,
+        interop::token(token)?,
+        &interop::policy(policy)?,
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(encode(&next))
+}
+
+/// Persists step `name` under `token` *before* the worker dispatches it. Returns
+/// `{ write, start: "dispatch", providerKey }` — the key an earlier attempt
+/// persisted, else `proposedProviderKey` — or `{ write, start: "alreadyDone",
+/// providerRef }` when an earlier attempt finished the step.
+#[wasm_bindgen(js_name = beginStep)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn begin_step(
+    record: &[u8],
+    token: u64,
+    name: &str,
+    proposed_provider_key: &str,
+    now: f64,
+) -> JsResult<JsValue> {
+    let (next, start) = machine::begin_step(
+        &decode(record)?,
+        interop::token(token)?,
+        name,
+        proposed_provider_key,
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(interop::step_start(&next.encode(), &start))
+}
+
+/// Records that step `name` finished under `token`, with the provider's
+/// reference; returns the bytes to write.
+#[wasm_bindgen(js_name = completeStep)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn complete_step(
+    record: &[u8],
+    token: u64,
+    name: &str,
+    provider_ref: Option<String>,
+    now: f64,
+) -> JsResult<Uint8Array> {
+    let next = machine::complete_step(
+        &decode(record)?,
+        interop::token(token)?,
+        name,
+        provider_ref,
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(encode(&next))
+}
+
+/// Settles an Unknown (or Running-past-lease) record: `applied` is the response
+/// that was in fact produced, or `null` when the effect did not happen; returns
+/// the bytes to write.
+#[wasm_bindgen]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn resolve(
+    record: &[u8],
+    applied: &JsValue,
+    policy: &JsValue,
+    now: f64,
+) -> JsResult<Uint8Array> {
+    let resolution = if applied.is_null() || applied.is_undefined() {
+        Resolution::NotApplied
+    } else {
+        Resolution::Applied(interop::stored_response(applied)?)
+    };
+    let next = machine::resolve(
+        &decode(record)?,
+        resolution,
+        &interop::policy(policy)?,
+        interop::now(now)?,
+    )
+    .map_err(interop::error)?;
+    Ok(encode(&next))
+}
+
+/// How a finished attempt with `status` is recorded under `policy`:
+/// `"store"`, `"release"` or `"unknown"`.
+#[wasm_bindgen]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn classify(status: u16, policy: &JsValue) -> JsResult<String> {
+    let disposition = machine::classify(status, &interop::policy(policy)?);
+    Ok(interop::disposition(disposition).to_owned())
+}
+
+/// A read-only view of encoded record bytes (state, attempt, token, times,
+/// response, steps), for inspection and tests.
+#[wasm_bindgen(js_name = decodeRecord)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn decode_record(record: &[u8]) -> JsResult<JsValue> {
+    interop::record(&decode(record)?)
+}
+
+// ---- HTTP answers: core's `http` module, so the JavaScript handler answers with the
+// same statuses, problem bodies and headers as the Rust middleware. Each returns
+// `{ status, headers: [name, value][], body: Uint8Array }`.
+
+/// 400 `missing-idempotency-key`.
+#[wasm_bindgen(js_name = refuseMissingKey)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_missing_key() -> JsValue {
+    interop::answer(&Refusal::MissingKey.to_answer())
+}
+
+/// 400 `invalid-idempotency-key` for this header value, with the key error's code;
+/// throws if the value is in fact a valid key.
+#[wasm_bindgen(js_name = refuseInvalidKey)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_invalid_key(header_value: &str) -> JsResult<JsValue> {
+    match IdempotencyKey::parse_header(header_value.as_bytes()) {
+        Err(e) => Ok(interop::answer(&Refusal::InvalidKey(e).to_answer())),
+        Ok(_) => Err(interop::error(ArgumentError(
+            "refuseInvalidKey: the header value is a valid key".into(),
+        ))),
+    }
+}
+
+/// 422 or 409 `idempotency-key-reused` (the status from the claim decision).
+#[wasm_bindgen(js_name = refuseKeyReused)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_key_reused(status: u16) -> JsValue {
+    interop::answer(&Refusal::KeyReused { status }.to_answer())
+}
+
+/// 409 `request-in-progress` with `Retry-After`.
+#[wasm_bindgen(js_name = refuseInProgress)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_in_progress(retry_after_seconds: u32) -> JsValue {
+    let retry_after = Duration::from_secs(u64::from(retry_after_seconds));
+    interop::answer(&Refusal::InProgress { retry_after }.to_answer())
+}
+
+/// 409 `outcome-uncertain` with the log reference of `(tenant, operation, key)`.
+#[wasm_bindgen(js_name = refuseOutcomeUncertain)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_outcome_uncertain(tenant: &str, operation: &str, key: &str) -> JsResult<JsValue> {
+    let scope = Scope::new(tenant, operation).map_err(interop::error)?;
+    let key = IdempotencyKey::new(key).map_err(interop::error)?;
+    let log_ref = scope.record_id(&key).log_ref();
+    Ok(interop::answer(
+        &Refusal::OutcomeUncertain { log_ref }.to_answer(),
+    ))
+}
+
+/// 410 `response-expired` with the original status and resource reference.
+#[wasm_bindgen(js_name = refuseResponseExpired)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_response_expired(original_status: u16, resource_ref: Option<String>) -> JsValue {
+    interop::answer(
+        &Refusal::ResponseExpired {
+            original_status,
+            resource_ref,
+        }
+        .to_answer(),
+    )
+}
+
+/// 503 `store-unavailable` with `Retry-After`.
+#[wasm_bindgen(js_name = refuseStoreUnavailable)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_store_unavailable(retry_after_seconds: u32) -> JsValue {
+    let retry_after = Duration::from_secs(u64::from(retry_after_seconds));
+    interop::answer(&Refusal::StoreUnavailable { retry_after }.to_answer())
+}
+
+/// 413 `body-too-large` with the limit in bytes.
+#[wasm_bindgen(js_name = refuseBodyTooLarge)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_body_too_large(limit: f64) -> JsResult<JsValue> {
+    let limit = interop::count(limit, "limit")?;
+    Ok(interop::answer(
+        &Refusal::BodyTooLarge { limit }.to_answer(),
+    ))
+}
+
+/// 401 `unauthenticated`.
+#[wasm_bindgen(js_name = refuseUnauthenticated)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_unauthenticated() -> JsValue {
+    interop::answer(&Refusal::Unauthenticated.to_answer())
+}
+
+/// Whether a response header is stored for replay (hop-by-hop, per-transmission
+/// headers and `set-cookie` are not).
+#[wasm_bindgen(js_name = isReplayableHeader)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn is_replayable_header(name: &str) -> bool {
+    idemkit_core::http::is_replayable_header(name)
+}
+
+fn decode(bytes: &[u8]) -> JsResult<Record> {
+    Record::decode(bytes).map_err(interop::error)
+}
+
+fn encode(record: &Record) -> Uint8Array {
+    Uint8Array::from(record.encode().as_slice())
+}

@@ -1,0 +1,514 @@
+// The conformance suite: DESIGN.md's HTTP contract and the record life cycle, run
+// unchanged against every adapter in every runtime (Node, Deno, Bun, workerd).
+// Time is virtual (the `clock` option), so lease and window expiry are exact.
+import { assert } from "./harness.js";
+
+const T0 = 1_700_000_000_000;
+const SECOND = 1000;
+
+/**
+ * @param {typeof import("idemkit")} idemkit the package as imported in this runtime
+ * @param {() => Promise<import("idemkit").Adapter> | import("idemkit").Adapter} makeAdapter a fresh, empty adapter per case
+ * @returns {[string, () => Promise<void>][]}
+ */
+export function conformanceCases(idemkit, makeAdapter) {
+  const { createIdempotency, IdemkitError } = idemkit;
+
+  async function setup(options = {}) {
+    const adapter = options.adapter ?? (await makeAdapter());
+    const clock = { now: T0 };
+    const idem = createIdempotency({
+      adapter,
+      operation: options.operation ?? "payments.capture",
+      effect: options.effect ?? "external",
+      tenant: (request) => request.headers.get("x-tenant"),
+      policy: options.policy,
+      fingerprint: options.fingerprint,
+      clock: () => clock.now,
+    });
+    const counter = { runs: 0 };
+    const handler = async (request) => {
+      counter.runs++;
+      const body = await request.json();
+      if (options.respond) return options.respond(body, counter.runs);
+      return Response.json(
+        { id: `pay_${counter.runs}`, amount: body.amount },
+        { status: 201, headers: { location: `/payments/pay_${counter.runs}`, "set-cookie": "session=secret" } },
+      );
+    };
+    return { adapter, idem, clock, counter, handler };
+  }
+
+  function request(key, body = { amount: 100 }, tenant = "acme") {
+    const headers = { "content-type": "application/json" };
+    if (key !== undefined) headers["idempotency-key"] = key;
+    if (tenant !== null) headers["x-tenant"] = tenant;
+    return new Request("https://api.test/payments", {
+      method: "POST",
+      headers,
+      body: typeof body === "string" ? body : JSON.stringify(body),
+    });
+  }
+
+  async function problemOf(response, status, name) {
+    assert.equal(response.status, status, `status of ${name}`);
+    assert.equal(response.headers.get("content-type"), "application/problem+json");
+    const body = await response.json();
+    assert.equal(body.type, `https://idemkit.dev/problems/${name}`);
+    assert.equal(body.status, status);
+    assert.ok(typeof body.title === "string" && typeof body.detail === "string", "title and detail");
+    return body;
+  }
+
+  const claimInput = (key = "k-1", body = '{"amount":100}', tenant = "acme") => ({ tenant, key, body });
+
+  return [
+    ["missing key: 400 missing-idempotency-key, nothing executed", async () => {
+      const { idem, counter, handler } = await setup();
+      await problemOf(await idem.handle(request(undefined), handler), 400, "missing-idempotency-key");
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["malformed key: 400 invalid-idempotency-key with the core's code", async () => {
+      const { idem, counter, handler } = await setup();
+      for (const [key, code] of [["has space", "key-invalid-character"], ["x".repeat(256), "key-too-long"], ['""', "key-empty"], ['"abc', "key-unterminated-string"]]) {
+        const body = await problemOf(await idem.handle(request(key), handler), 400, "invalid-idempotency-key");
+        assert.equal(body.code, code, `code for ${key.slice(0, 10)}`);
+      }
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["no tenant: 401 unauthenticated, nothing executed", async () => {
+      const { idem, counter, handler } = await setup();
+      await problemOf(await idem.handle(request("k-1", undefined, null), handler), 401, "unauthenticated");
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["first request executes; a retry replays it with Idempotent-Replayed: true", async () => {
+      const { idem, counter, handler, clock } = await setup();
+      const first = await idem.handle(request("k-1"), handler);
+      assert.equal(first.status, 201);
+      assert.equal(first.headers.get("idempotent-replayed"), null);
+      const firstBody = await first.text();
+      clock.now += 60 * SECOND;
+      const again = await idem.handle(request("k-1"), handler);
+      assert.equal(again.status, 201);
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      assert.equal(again.headers.get("location"), "/payments/pay_1");
+      assert.equal(again.headers.get("set-cookie"), null, "set-cookie is never replayed");
+      assert.equal(await again.text(), firstBody);
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["quoted and bare spellings of a key are one operation; keys are case-sensitive", async () => {
+      const { idem, counter, handler } = await setup();
+      await idem.handle(request("Order-7"), handler);
+      const quoted = await idem.handle(request('"Order-7"'), handler);
+      assert.equal(quoted.headers.get("idempotent-replayed"), "true");
+      const lower = await idem.handle(request("order-7"), handler);
+      assert.equal(lower.headers.get("idempotent-replayed"), null);
+      assert.equal(counter.runs, 2);
+    }],
+
+    ["equal JSON values are one request: order, whitespace and number spelling don't matter", async () => {
+      const { idem, counter, handler } = await setup();
+      await idem.handle(request("k-1", '{"amount":100,"currency":"EUR"}'), handler);
+      const same = await idem.handle(request("k-1", '{ "currency" : "\\u0045UR", "amount": 1.00e2 }'), handler);
+      assert.equal(same.headers.get("idempotent-replayed"), "true");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["changed payload: 422 idempotency-key-reused, nothing executed or overwritten", async () => {
+      const { idem, counter, handler } = await setup();
+      await idem.handle(request("k-1", { amount: 100 }), handler);
+      await problemOf(await idem.handle(request("k-1", { amount: 999 }), handler), 422, "idempotency-key-reused");
+      const original = await idem.handle(request("k-1", { amount: 100 }), handler);
+      assert.equal(original.headers.get("idempotent-replayed"), "true");
+      assert.equal((await original.json()).amount, 100);
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["a reused key is refused in every state, even while running", async () => {
+      const { idem, counter, handler } = await setup();
+      await idem.claim(claimInput("k-1", '{"amount":100}'));
+      await problemOf(await idem.handle(request("k-1", { amount: 5 }), handler), 422, "idempotency-key-reused");
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["mismatch status is configurable: 409", async () => {
+      const { idem, handler } = await setup({ policy: { mismatchStatus: 409 } });
+      await idem.handle(request("k-1", { amount: 100 }), handler);
+      await problemOf(await idem.handle(request("k-1", { amount: 1 }), handler), 409, "idempotency-key-reused");
+    }],
+
+    ["excluded fields do not count", async () => {
+      const { idem, counter, handler } = await setup({ fingerprint: { exclude: ["/request_id"] } });
+      await idem.handle(request("k-1", { amount: 100, request_id: "r-1" }), handler);
+      const retry = await idem.handle(request("k-1", { amount: 100, request_id: "r-2" }), handler);
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["a body that is not I-JSON: 400 invalid-request-body with the core's code, nothing executed", async () => {
+      const { idem, counter, handler } = await setup();
+      const body = await problemOf(await idem.handle(request("k-1", '{"a":1,"a":2}'), handler), 400, "invalid-request-body");
+      assert.equal(body.code, "json-duplicate-member-name");
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["a body over maxBodyBytes: 413 body-too-large, nothing executed or stored", async () => {
+      const adapter = await makeAdapter();
+      const { idem, counter, handler } = await setup({ adapter });
+      const small = createIdempotency({ adapter, operation: "payments.capture", effect: "external", tenant: () => "acme", maxBodyBytes: 64 });
+      const body = await problemOf(await small.handle(request("k-big", { amount: 1, pad: "x".repeat(100) }), handler), 413, "body-too-large");
+      assert.equal(body.limit, 64);
+      assert.equal(counter.runs, 0);
+      assert.equal(await idem.inspect({ tenant: "acme", key: "k-big" }), null);
+    }],
+
+    ["same key still running: 409 request-in-progress with Retry-After", async () => {
+      const { idem, counter, handler, clock } = await setup();
+      const held = await idem.claim(claimInput());
+      assert.equal(held.outcome, "execute");
+      clock.now += 12_500;
+      const response = await idem.handle(request("k-1"), handler);
+      await problemOf(response, 409, "request-in-progress");
+      assert.equal(response.headers.get("retry-after"), "18");
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["the first claim gets token 1, attempt 1 and a lease", async () => {
+      const { idem } = await setup();
+      const held = await idem.claim(claimInput());
+      assert.equal(held.outcome, "execute");
+      assert.equal(held.token, 1n);
+      assert.equal(held.attempt, 1);
+      assert.equal(held.leaseExpiresAt, T0 + 30 * SECOND);
+      const record = await idem.inspect({ tenant: "acme", key: "k-1" });
+      assert.equal(record.state, "running");
+      assert.equal(record.owner, held.owner);
+    }],
+
+    ["outcome unknown: 409 outcome-uncertain with the log reference, never re-executed", async () => {
+      const { idem, counter, handler, clock } = await setup();
+      const held = await idem.claim(claimInput());
+      await idem.markUnknown(held, "timeout talking to the bank");
+      for (let i = 0; i < 3; i++) {
+        clock.now += 3600 * SECOND;
+        const body = await problemOf(await idem.handle(request("k-1"), handler), 409, "outcome-uncertain");
+        assert.equal(body.log_ref, held.logRef);
+      }
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["external lease expiry: uncertain; resolve(applied) then replays that response", async () => {
+      const { idem, counter, handler, clock } = await setup({ effect: "external" });
+      await idem.claim(claimInput());
+      clock.now += 31 * SECOND;
+      await problemOf(await idem.handle(request("k-1"), handler), 409, "outcome-uncertain");
+      assert.equal((await idem.inspect({ tenant: "acme", key: "k-1" })).state, "unknown");
+      const resolved = await idem.resolve({ tenant: "acme", key: "k-1" }, {
+        status: 201,
+        headers: { "content-type": "application/json" },
+        body: '{"id":"pay_bank"}',
+        resourceRef: "pay_bank",
+      });
+      assert.equal(resolved.state, "completed");
+      const replay = await idem.handle(request("k-1"), handler);
+      assert.equal(replay.status, 201);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(await replay.text(), '{"id":"pay_bank"}');
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["resolve(not applied) releases: the next retry executes as attempt 2 with token 2", async () => {
+      const { idem, counter, handler } = await setup();
+      const held = await idem.claim(claimInput());
+      await idem.markUnknown(held, "crashed");
+      const resolved = await idem.resolve({ tenant: "acme", key: "k-1" }, null);
+      assert.equal(resolved.state, "released");
+      const again = await idem.claim(claimInput());
+      assert.equal(again.outcome, "execute");
+      assert.equal(again.token, 2n);
+      assert.equal(again.attempt, 2);
+      assert.equal(counter.runs, 0);
+    }],
+
+    ["resolve refuses a record that is not unresolved", async () => {
+      const { idem, handler } = await setup();
+      await idem.handle(request("k-1"), handler);
+      await assert.rejects(idem.resolve({ tenant: "acme", key: "k-1" }, null), "wrong-state");
+    }],
+
+    ["local lease expiry: taken over with token 2; the old token can no longer write", async () => {
+      const { idem, clock } = await setup({ effect: "local" });
+      const first = await idem.claim(claimInput());
+      clock.now += 31 * SECOND;
+      const second = await idem.claim(claimInput());
+      assert.equal(second.outcome, "execute");
+      assert.equal(second.token, 2n);
+      await assert.rejects(idem.complete(first, { status: 201, body: "late" }), "stale-token");
+      await idem.complete(second, { status: 201, body: "winner" });
+      const replay = await idem.claim(claimInput());
+      assert.equal(replay.outcome, "replay");
+      assert.equal(new TextDecoder().decode(replay.response.body), "winner");
+    }],
+
+    ["renew keeps a long attempt's lease", async () => {
+      const { idem, clock } = await setup({ effect: "local" });
+      const held = await idem.claim(claimInput());
+      clock.now += 25 * SECOND;
+      await idem.renew(held);
+      clock.now += 25 * SECOND;
+      const other = await idem.claim(claimInput());
+      assert.equal(other.outcome, "inFlight");
+      await idem.complete(held, { status: 200, body: "done" });
+    }],
+
+    ["a slow handler keeps its lease: a retry meanwhile gets 409 in progress, not a second run", async () => {
+      // Real time: the lease (1 s) would expire while the handler runs (2.5 s).
+      const idem = createIdempotency({
+        adapter: await makeAdapter(),
+        operation: "reports.generate",
+        effect: "local",
+        tenant: () => "acme",
+        policy: { leaseMs: 1000 },
+      });
+      let runs = 0;
+      const slow = async () => {
+        runs++;
+        await new Promise((resolve) => setTimeout(resolve, 2500));
+        return new Response("report", { status: 201 });
+      };
+      const first = idem.handle(request("k-slow"), slow);
+      await new Promise((resolve) => setTimeout(resolve, 1600));
+      const retry = await idem.handle(request("k-slow"), slow);
+      await problemOf(retry, 409, "request-in-progress");
+      assert.equal((await first).status, 201);
+      const replay = await idem.handle(request("k-slow"), slow);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(runs, 1);
+    }],
+
+    ["steps: a takeover reuses the provider key persisted before dispatch, and skips done steps", async () => {
+      const { idem, clock } = await setup({ effect: "local" });
+      const first = await idem.claim(claimInput());
+      const charge = await idem.beginStep(first, "charge", "pk-first");
+      assert.equal(charge.dispatch, true);
+      assert.equal(charge.providerKey, "pk-first");
+      clock.now += 31 * SECOND; // the first worker died after dispatching the charge
+      const second = await idem.claim(claimInput());
+      assert.equal(second.outcome, "execute");
+      assert.equal(second.steps.length, 1);
+      assert.equal(second.steps[0].providerKey, "pk-first");
+      const again = await idem.beginStep(second, "charge", "pk-second");
+      assert.equal(again.providerKey, "pk-first", "the persisted key, never a new one");
+      await assert.rejects(idem.beginStep(first, "notify", "pk-x"), "stale-token");
+      await idem.completeStep(second, "charge", "ch_81");
+      const done = await idem.beginStep(second, "charge", "pk-third");
+      assert.equal(done.dispatch, false);
+      assert.equal(done.providerRef, "ch_81");
+      await assert.rejects(idem.completeStep(second, "refund", "r_1"), "unknown-step");
+      await idem.complete(second, { status: 201, body: "charged" });
+      const record = await idem.inspect({ tenant: "acme", key: "k-1" });
+      assert.equal(record.steps[0].state, "done");
+      assert.equal(record.steps[0].providerRef, "ch_81");
+    }],
+
+    ["release lets a retry execute again", async () => {
+      const { idem } = await setup();
+      const held = await idem.claim(claimInput());
+      const released = await idem.release(held);
+      assert.equal(released.state, "released");
+      const again = await idem.claim(claimInput());
+      assert.equal(again.outcome, "execute");
+      assert.equal(again.attempt, 2);
+    }],
+
+    ["5xx with a local effect is released and retried", async () => {
+      const { idem, counter, handler } = await setup({
+        effect: "local",
+        respond: (_, runs) => (runs === 1 ? new Response("db down", { status: 503 }) : Response.json({ ok: true }, { status: 201 })),
+      });
+      assert.equal((await idem.handle(request("k-1"), handler)).status, 503);
+      const retry = await idem.handle(request("k-1"), handler);
+      assert.equal(retry.status, 201);
+      assert.equal(retry.headers.get("idempotent-replayed"), null);
+      assert.equal(counter.runs, 2);
+    }],
+
+    ["5xx with an external effect becomes unknown: 409 outcome-uncertain", async () => {
+      const { idem, counter, handler } = await setup({
+        effect: "external",
+        respond: () => new Response("gateway timeout", { status: 504 }),
+      });
+      assert.equal((await idem.handle(request("k-1"), handler)).status, 504);
+      await problemOf(await idem.handle(request("k-1"), handler), 409, "outcome-uncertain");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["408/409/425/429 are released, other 4xx are stored (Definitive)", async () => {
+      const { idem, counter, handler } = await setup({
+        respond: (body, runs) => new Response(null, { status: body.amount === 1 ? (runs === 1 ? 429 : 200) : 404 }),
+      });
+      assert.equal((await idem.handle(request("k-1", { amount: 1 }), handler)).status, 429);
+      assert.equal((await idem.handle(request("k-1", { amount: 1 }), handler)).status, 200);
+      assert.equal((await idem.handle(request("k-2", { amount: 2 }), handler)).status, 404);
+      const replay404 = await idem.handle(request("k-2", { amount: 2 }), handler);
+      assert.equal(replay404.status, 404);
+      assert.equal(replay404.headers.get("idempotent-replayed"), "true");
+      assert.equal(counter.runs, 3);
+    }],
+
+    ["StoreEverything stores a 5xx", async () => {
+      const { idem, counter, handler } = await setup({
+        policy: { store: "everything" },
+        respond: () => new Response("boom", { status: 500 }),
+      });
+      await idem.handle(request("k-1"), handler);
+      const replay = await idem.handle(request("k-1"), handler);
+      assert.equal(replay.status, 500);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["a handler that throws: local released (retry executes), external unknown; the error propagates", async () => {
+      for (const effect of ["local", "external"]) {
+        const { idem } = await setup({ effect });
+        let runs = 0;
+        const failing = async () => {
+          runs++;
+          throw new Error("boom");
+        };
+        await assert.rejects(idem.handle(request("k-1"), failing), undefined);
+        const state = (await idem.inspect({ tenant: "acme", key: "k-1" })).state;
+        assert.equal(state, effect === "local" ? "released" : "unknown", effect);
+        assert.equal(runs, 1);
+      }
+    }],
+
+    ["replay window over: 410 response-expired with the resource reference, not executed", async () => {
+      const { idem, counter, handler, clock } = await setup({ policy: { replayWindowMs: 60 * SECOND } });
+      await idem.handle(request("k-1"), handler);
+      clock.now += 61 * SECOND;
+      const body = await problemOf(await idem.handle(request("k-1"), handler), 410, "response-expired");
+      assert.equal(body.original_status, 201);
+      assert.equal(body.resource_ref, "/payments/pay_1");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["record window over: the key is free again", async () => {
+      const { idem, counter, handler, clock } = await setup({ policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });
+      await idem.handle(request("k-1"), handler);
+      clock.now += 121 * SECOND;
+      const again = await idem.handle(request("k-1", { amount: 7 }), handler);
+      assert.equal(again.status, 201);
+      assert.equal(counter.runs, 2);
+    }],
+
+    ["tenants and operations are isolated", async () => {
+      const adapter = await makeAdapter();
+      const a = await setup({ adapter });
+      const b = await setup({ adapter, operation: "refunds.create" });
+      await a.idem.handle(request("k-1", { amount: 100 }, "acme"), a.handler);
+      const otherTenant = await a.idem.handle(request("k-1", { amount: 5 }, "globex"), a.handler);
+      assert.equal(otherTenant.status, 201);
+      assert.equal(otherTenant.headers.get("idempotent-replayed"), null);
+      const otherOperation = await b.idem.handle(request("k-1", { amount: 5 }, "acme"), b.handler);
+      assert.equal(otherOperation.status, 201);
+      assert.equal(a.counter.runs + b.counter.runs, 3);
+    }],
+
+    ["store unavailable: 503 with Retry-After, never executed without a claim", async () => {
+      const healthy = await makeAdapter();
+      for (const broken of ["get", "insert"]) {
+        const adapter = {
+          get: (id) => (broken === "get" ? Promise.reject(new Error("connection refused")) : healthy.get(id)),
+          insert: (id, r) => (broken === "insert" ? Promise.reject(new Error("disk full")) : healthy.insert(id, r)),
+          update: (id, r, v) => healthy.update(id, r, v),
+        };
+        const { idem, counter, handler } = await setup({ adapter });
+        const response = await idem.handle(request(`k-${broken}`), handler);
+        await problemOf(response, 503, "store-unavailable");
+        assert.equal(response.headers.get("retry-after"), "1");
+        assert.equal(counter.runs, 0, broken);
+      }
+    }],
+
+    ["a completion that cannot be stored is not acknowledged", async () => {
+      const healthy = await makeAdapter();
+      const adapter = {
+        get: (id) => healthy.get(id),
+        insert: (id, r) => healthy.insert(id, r),
+        update: () => Promise.reject(new Error("write timeout")),
+      };
+      const { idem, counter, handler } = await setup({ adapter });
+      const response = await idem.handle(request("k-1"), handler);
+      await problemOf(response, 503, "outcome-not-recorded");
+      assert.equal(counter.runs, 1);
+      const record = await healthy.get(idemkit.recordId("acme", "payments.capture", "k-1"));
+      assert.equal(idemkit.decodeRecord(record.record).state, "running");
+    }],
+
+    ["a claim that loses the insert race decides again on the winner's record", async () => {
+      const base = await makeAdapter();
+      let rival = null;
+      const adapter = {
+        async get(id) {
+          const seen = await base.get(id);
+          // Between our read and our write, a rival claims the same key.
+          if (rival === null) rival = await rivalIdem.claim(claimInput());
+          return seen;
+        },
+        insert: (id, r) => base.insert(id, r),
+        update: (id, r, v) => base.update(id, r, v),
+      };
+      const rivalIdem = (await setup({ adapter: base })).idem;
+      const { idem } = await setup({ adapter });
+      const mine = await idem.claim(claimInput());
+      assert.equal(rival.outcome, "execute");
+      assert.equal(mine.outcome, "inFlight");
+    }],
+
+    ["a completion that loses a version race re-reads; the machine keeps the token check", async () => {
+      const { idem, adapter, clock } = await setup({ effect: "local" });
+      const held = await idem.claim(claimInput());
+      await idem.renew(held); // version moves on; `held` tracks it
+      clock.now += 1000;
+      const stale = { ...held };
+      Object.defineProperties(stale, {
+        record: { value: held.record, writable: true },
+        version: { value: held.version, writable: true },
+      });
+      await idem.renew(held);
+      // `stale` still has the previous version: its CAS fails, it re-reads, and the
+      // machine accepts the same token on the fresh record.
+      const done = await idem.complete(stale, { status: 201, body: "ok" });
+      assert.equal(done.state, "completed");
+      assert.ok(adapter !== undefined);
+    }],
+
+    ["corrupt stored bytes are a typed error, answered 503 and never executed", async () => {
+      const adapter = {
+        get: async () => ({ record: new Uint8Array([1, 255, 255, 255]), version: 1 }),
+        insert: async () => null,
+        update: async () => null,
+      };
+      const { idem, counter, handler } = await setup({ adapter });
+      await problemOf(await idem.handle(request("k-1"), handler), 503, "store-unavailable");
+      assert.equal(counter.runs, 0);
+      await assert.rejects(idem.claim(claimInput()), "record-corrupt");
+      assert.throws(() => idemkit.decodeRecord(new Uint8Array([9])), "record-unknown-version");
+    }],
+
+    ["bad options are refused when the handler is created", async () => {
+      const adapter = await makeAdapter();
+      const base = { adapter, operation: "x", effect: "local", tenant: () => "t" };
+      assert.throws(() => createIdempotency({ ...base, effect: "sometimes" }), "invalid-argument");
+      assert.throws(() => createIdempotency({ ...base, policy: { mismatchStatus: 400 } }), "invalid-argument");
+      assert.throws(() => createIdempotency({ ...base, policy: { leaseMs: -1 } }), "invalid-argument");
+      assert.throws(() => createIdempotency({ ...base, adapter: {} }), "invalid-argument");
+      assert.ok(new IdemkitError("c", "m") instanceof Error);
+    }],
+  ];
+}

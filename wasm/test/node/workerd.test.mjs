@@ -1,0 +1,111 @@
+// workerd through Miniflare: the conformance suite over D1 and a Durable Object, and
+// the Workers example under 50 concurrent requests with one key, for each store.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { miniflare } from "../workerd/miniflare.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const wasmDir = join(here, "..", "..");
+
+let suite;
+let example;
+before(async () => {
+  const t = Date.now();
+  suite = miniflare(
+    [join(here, "..", "workerd", "conformance-worker.js"), join(here, "..", "harness.js"), join(here, "..", "conformance.js")],
+    { d1Databases: ["DB"], durableObjects: { SUITE: "Suite" } },
+  );
+  example = miniflare([join(wasmDir, "examples", "workers", "worker.js")], {
+    d1Databases: ["DB"],
+    durableObjects: { ORDER_BOOK: "OrderBook" },
+  });
+  await Promise.all([suite.ready, example.ready]);
+  console.log(`workerd started in ${Date.now() - t} ms`);
+});
+after(async () => {
+  await suite?.dispose();
+  await example?.dispose();
+});
+
+for (const store of ["d1", "do"]) {
+  test(`workerd conformance over ${store === "d1" ? "D1" : "a Durable Object"}`, async () => {
+    const result = await (await suite.dispatchFetch(`http://suite/conformance/${store}`)).json();
+    for (const line of result.lines) console.log(`  ${line.split("\n")[0]}`);
+    assert.equal(result.failed, 0, result.lines.filter((l) => l.startsWith("not ok")).join("\n"));
+    assert.ok(result.passed >= 30, `ran ${result.passed} cases`);
+  });
+}
+
+for (const store of ["d1", "do"]) {
+  test(`workerd, ${store === "d1" ? "D1" : "a Durable Object"}: 50 concurrent handle calls with one key execute once`, async () => {
+    const started = Date.now();
+    const responses = await Promise.all(
+      Array.from({ length: 50 }, () =>
+        suite.dispatchFetch(`http://suite/race/${store}`, {
+          method: "POST",
+          headers: { "idempotency-key": "race-1", "content-type": "application/json" },
+          body: '{"sku":"kettle"}',
+        }),
+      ),
+    );
+    const ms = Date.now() - started;
+    const tally = {};
+    for (const r of responses) {
+      const kind = r.status === 201 ? (r.headers.get("idempotent-replayed") ? "replayed" : "executed") : r.status === 409 && r.headers.get("retry-after") ? "inProgress" : `${r.status}`;
+      tally[kind] = (tally[kind] ?? 0) + 1;
+      await r.arrayBuffer();
+    }
+    const executions = (await (await suite.dispatchFetch(`http://suite/race/${store}/executions`)).json()).n;
+    console.log(`workerd ${store}: 50 calls, ${executions} executions, ${JSON.stringify(tally)}, ${ms} ms`);
+    assert.equal(executions, 1);
+    assert.equal(tally.executed, 1);
+    assert.equal(tally.executed + (tally.replayed ?? 0) + (tally.inProgress ?? 0), 50, JSON.stringify(tally));
+  });
+}
+
+function order(path, key, body = { sku: "kettle", quantity: 1 }, apiKey = "sk_test_acme") {
+  return example.dispatchFetch(`http://shop${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}`, "idempotency-key": key, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+async function stats() {
+  return (await example.dispatchFetch("http://shop/stats?tenant=acme")).json();
+}
+
+for (const [label, path, counter] of [["D1", "/orders", "d1Orders"], ["a Durable Object", "/do/orders", "durableObjectOrders"]]) {
+  test(`Workers example, ${label}: 50 concurrent requests with one key create one order`, async () => {
+    const before = (await stats())[counter];
+    const key = `race-${path.replaceAll("/", "-")}-${Date.now()}`;
+    const started = Date.now();
+    const responses = await Promise.all(Array.from({ length: 50 }, () => order(path, key)));
+    const ms = Date.now() - started;
+    const tally = {};
+    for (const r of responses) {
+      const kind = r.status === 201 ? (r.headers.get("idempotent-replayed") ? "replayed" : "executed") : `${r.status}`;
+      tally[kind] = (tally[kind] ?? 0) + 1;
+      await r.arrayBuffer();
+    }
+    const created = (await stats())[counter] - before;
+    console.log(`workerd ${label}: 50 calls, ${created} executions, ${JSON.stringify(tally)}, ${ms} ms`);
+    assert.equal(created, 1);
+    assert.equal(tally.executed, 1);
+    assert.equal((tally.executed ?? 0) + (tally.replayed ?? 0) + (tally["409"] ?? 0), 50);
+
+    const replay = await order(path, key);
+    assert.equal(replay.status, 201);
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    const reused = await order(path, key, { sku: "toaster", quantity: 2 });
+    assert.equal(reused.status, 422);
+    assert.equal((await reused.json()).type, "https://idemkit.dev/problems/idempotency-key-reused");
+    const otherTenant = await order(path, key, undefined, "sk_test_globex");
+    assert.equal(otherTenant.status, 201);
+    assert.equal(otherTenant.headers.get("idempotent-replayed"), null);
+    const anonymous = await order(path, key, undefined, "nope");
+    assert.equal(anonymous.status, 401);
+  });
+}
