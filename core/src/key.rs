@@ -61,6 +61,58 @@ impl IdempotencyKey {
         Ok(IdempotencyKey(text.to_owned()))
     }
 
+    /// A random key in UUID version 4 form (`8e03978e-40d5-4e83-bc93-6894a57f9324`)
+    /// from 16 bytes the caller drew from a CSPRNG (core draws no randomness).
+    ///
+    /// ```
+    /// use idemkit_core::IdempotencyKey;
+    /// let key = IdempotencyKey::from_random([0xab; 16]);
+    /// assert_eq!(key.as_str(), "abababab-abab-4bab-abab-abababababab");
+    /// ```
+    #[must_use]
+    pub fn from_random(mut bytes: [u8; 16]) -> Self {
+        // RFC 9562 §5.4: version 4 in the high nibble of byte 6, variant 10 in byte 8.
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        let mut text = String::with_capacity(36);
+        for (i, byte) in bytes.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                text.push('-');
+            }
+            text.push_str(&format!("{byte:02x}"));
+        }
+        IdempotencyKey(text)
+    }
+
+    /// A deterministic key for a runtime that already holds a durable run id and
+    /// step id: blake3 in derive-key mode over the length-framed namespace, run id
+    /// and step id, written `ik1-` followed by 32 hex characters.
+    ///
+    /// Never derive a key from a call's arguments alone: two intended actions can
+    /// have identical arguments (two identical bookings on purpose), and they must
+    /// not share a key.
+    ///
+    /// ```
+    /// use idemkit_core::IdempotencyKey;
+    /// let a = IdempotencyKey::derive("travel-agent", "run-7", "book-flight");
+    /// assert_eq!(a, IdempotencyKey::derive("travel-agent", "run-7", "book-flight"));
+    /// assert_ne!(a, IdempotencyKey::derive("travel-agent", "run-7", "book-hotel"));
+    /// assert!(a.as_str().starts_with("ik1-"));
+    /// ```
+    #[must_use]
+    pub fn derive(namespace: &str, run_id: &str, step_id: &str) -> Self {
+        let mut hasher = blake3::Hasher::new_derive_key("idemkit 2026-11 action key v1");
+        for part in [namespace, run_id, step_id] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        let mut text = String::from("ik1-");
+        for byte in hasher.finalize().as_bytes().iter().take(16) {
+            text.push_str(&format!("{byte:02x}"));
+        }
+        IdempotencyKey(text)
+    }
+
     /// The key as given by the client.
     #[must_use]
     pub fn as_str(&self) -> &str {
@@ -353,6 +405,23 @@ mod tests {
         assert_eq!(
             IdempotencyKey::parse_header(key.to_header_value().as_bytes()),
             Ok(key)
+        );
+    }
+
+    #[test]
+    fn generated_keys_are_valid_keys() {
+        for seed in [[0u8; 16], [0xff; 16], [0x5a; 16]] {
+            let key = IdempotencyKey::from_random(seed);
+            assert_eq!(IdempotencyKey::new(key.as_str()), Ok(key.clone()));
+            assert_eq!(key.as_str().len(), 36);
+            assert_eq!(key.as_str().as_bytes()[14], b'4', "version nibble");
+        }
+        let derived = IdempotencyKey::derive("", "", "");
+        assert_eq!(IdempotencyKey::new(derived.as_str()), Ok(derived.clone()));
+        // Length framing: moving a boundary changes the key.
+        assert_ne!(
+            IdempotencyKey::derive("ab", "c", "d"),
+            IdempotencyKey::derive("a", "bc", "d")
         );
     }
 

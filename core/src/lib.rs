@@ -42,9 +42,16 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![warn(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 pub mod client;
 pub mod fingerprint;
+pub mod http;
 pub mod key;
 pub mod machine;
 pub mod record;

@@ -11,6 +11,14 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![warn(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+pub mod journal;
 
 pub mod backend;
 pub mod clock;

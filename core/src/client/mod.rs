@@ -24,7 +24,12 @@
 //!     RetryDecision::Stop(status) => unreachable!("{status:?}"),
 //! }
 //! // A 422 (the key was used for another payload) is definitive: never retried.
-//! let rejected = AttemptResult::Response { status: 422, problem_type: None, retry_after: None };
+//! let rejected = AttemptResult::Response {
+//!     status: 422,
+//!     problem_type: None,
+//!     retry_after: None,
+//!     original_status: None,
+//! };
 //! assert_eq!(policy.decide(1, &rejected, 7), RetryDecision::Stop(ActionStatus::Rejected));
 //! ```
 
@@ -34,5 +39,5 @@ mod retry;
 pub use breaker::{BreakerConfig, BreakerOpen, BreakerState, CircuitBreaker};
 pub use retry::{
     ActionStatus, AttemptClass, AttemptResult, PROBLEM_KEY_REUSED, PROBLEM_OUTCOME_UNCERTAIN,
-    PROBLEM_REQUEST_IN_PROGRESS, RetryDecision, RetryPolicy,
+    PROBLEM_REQUEST_IN_PROGRESS, PROBLEM_RESPONSE_EXPIRED, RetryDecision, RetryPolicy,
 };

@@ -9,6 +9,9 @@ pub const PROBLEM_REQUEST_IN_PROGRESS: &str = "request-in-progress";
 pub const PROBLEM_OUTCOME_UNCERTAIN: &str = "outcome-uncertain";
 /// The problem `type` idemkit servers send when a key is reused for another payload.
 pub const PROBLEM_KEY_REUSED: &str = "idempotency-key-reused";
+/// The problem `type` (status 410) idemkit servers send when the request completed
+/// but its response is past the replay window.
+pub const PROBLEM_RESPONSE_EXPIRED: &str = "response-expired";
 
 /// What one attempt at a call produced, as far as the client could tell.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +31,10 @@ pub enum AttemptResult {
         problem_type: Option<String>,
         /// The `Retry-After` header, if the server sent one.
         retry_after: Option<Duration>,
+        /// For a `response-expired` problem: the `original_status` member of its
+        /// body, the status the completed request had. The action's outcome is
+        /// judged by it; without it the outcome is unknown.
+        original_status: Option<u16>,
     },
 }
 
@@ -56,9 +63,17 @@ impl AttemptResult {
             AttemptResult::Response {
                 status,
                 problem_type,
+                original_status,
                 ..
             } => {
                 let problem = problem_type.as_deref().map(problem_name);
+                if *status == 410 && problem == Some(PROBLEM_RESPONSE_EXPIRED) {
+                    return match original_status {
+                        Some(200..=299) => AttemptClass::Success,
+                        Some(_) => AttemptClass::Rejected,
+                        None => AttemptClass::Uncertain,
+                    };
+                }
                 match *status {
                     200..=299 => AttemptClass::Success,
                     409 if problem == Some(PROBLEM_OUTCOME_UNCERTAIN) => AttemptClass::Uncertain,
@@ -230,6 +245,7 @@ mod tests {
             status,
             problem_type: problem.map(str::to_owned),
             retry_after: None,
+            original_status: None,
         }
     }
 
@@ -267,7 +283,17 @@ mod tests {
             (response(422, None), Rejected),
             (response(302, None), Rejected),
             (response(0, None), Rejected),
+            (response(410, Some("response-expired")), Uncertain),
+            (response(410, None), Rejected),
         ];
+        let expired = |original| AttemptResult::Response {
+            status: 410,
+            problem_type: Some("https://idemkit.dev/problems/response-expired".into()),
+            retry_after: None,
+            original_status: Some(original),
+        };
+        assert_eq!(expired(201).class(), Success);
+        assert_eq!(expired(400).class(), Rejected);
         for (result, class) in cases {
             assert_eq!(result.class(), class, "{result:?}");
         }
@@ -280,6 +306,7 @@ mod tests {
             status: 429,
             problem_type: None,
             retry_after: Some(Duration::from_secs(secs)),
+            original_status: None,
         };
         assert_eq!(
             policy.decide(1, &asked(3), 0),
@@ -323,14 +350,17 @@ mod tests {
                     Just("request-in-progress".to_owned()),
                     Just("outcome-uncertain".to_owned()),
                     Just("idempotency-key-reused".to_owned()),
+                    Just("response-expired".to_owned()),
                 ]),
                 proptest::option::of(0u64..120_000),
+                proptest::option::of(100u16..600),
             )
-                .prop_map(|(status, problem_type, retry_after)| {
+                .prop_map(|(status, problem_type, retry_after, original_status)| {
                     AttemptResult::Response {
                         status,
                         problem_type,
                         retry_after: retry_after.map(Duration::from_millis),
+                        original_status,
                     }
                 }),
         ]
@@ -387,13 +417,14 @@ mod tests {
         #[test]
         fn never_retries_definitive_answers(policy in any_policy(), attempt in 1u32..20, random in any::<u64>()) {
             for status in [400u16, 401, 403, 404, 422] {
-                let result = AttemptResult::Response { status, problem_type: None, retry_after: None };
+                let result = AttemptResult::Response { status, problem_type: None, retry_after: None, original_status: None };
                 prop_assert_eq!(policy.decide(attempt, &result, random), RetryDecision::Stop(ActionStatus::Rejected));
             }
             let uncertain = AttemptResult::Response {
                 status: 409,
                 problem_type: Some("outcome-uncertain".into()),
                 retry_after: Some(Duration::from_secs(1)),
+                original_status: None,
             };
             prop_assert_eq!(policy.decide(attempt, &uncertain, random), RetryDecision::Stop(ActionStatus::Unknown));
         }

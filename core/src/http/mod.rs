@@ -1,0 +1,459 @@
+//! The HTTP contract (DESIGN.md, "HTTP contract"), as plain values.
+//!
+//! Both the tower/axum middleware and the JavaScript `handle` build their answers
+//! from here, so a client sees the same statuses, problem types and headers from
+//! every idemkit server:
+//!
+//! | situation | answer |
+//! |---|---|
+//! | key required but missing | 400 `missing-idempotency-key` |
+//! | key malformed | 400 `invalid-idempotency-key` |
+//! | same key, different fingerprint | 422 `idempotency-key-reused` (409 configurable) |
+//! | same key, still running | 409 `request-in-progress` + `Retry-After` |
+//! | same key, outcome unknown | 409 `outcome-uncertain` + the log reference |
+//! | same key, completed | the stored response + `Idempotent-Replayed: true` |
+//! | completed, response no longer kept | 410 `response-expired` + the resource reference |
+//! | store unavailable | 503 `store-unavailable` + `Retry-After` |
+//! | body too large | 413 `body-too-large` |
+//! | no principal | 401 `unauthenticated` |
+//!
+//! Errors are `application/problem+json` (RFC 9457). The body is canonical JSON
+//! (members sorted), so it is byte-identical across implementations.
+
+use core::time::Duration;
+
+use crate::key::KeyError;
+use crate::scope::LogRef;
+
+/// The header that carries the key (draft-ietf-httpapi-idempotency-key-header).
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The header set on every replayed response.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+/// The media type of problem bodies (RFC 9457).
+pub const PROBLEM_JSON: &str = "application/problem+json";
+/// The prefix of every problem `type` URI idemkit sends; the last path segment is
+/// the stable problem name that clients compare.
+pub const PROBLEM_TYPE_BASE: &str = "https://idemkit.dev/problems/";
+
+/// Why a request was answered without running the handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The route requires a key and the request has none.
+    MissingKey,
+    /// The `Idempotency-Key` header is malformed.
+    InvalidKey(KeyError),
+    /// The key was used before with a different request fingerprint.
+    KeyReused {
+        /// 422 (default) or 409, per policy.
+        status: u16,
+    },
+    /// The first request with this key is still being processed.
+    InProgress {
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// The outcome of the first request is unknown; a person or reconciler must
+    /// resolve it. Clients must not retry automatically.
+    OutcomeUncertain {
+        /// The record's log reference, to quote to an operator.
+        log_ref: LogRef,
+    },
+    /// The request completed, but its stored response is past the replay window.
+    ResponseExpired {
+        /// The status of the original response.
+        original_status: u16,
+        /// The resource or provider reference of the original outcome.
+        resource_ref: Option<String>,
+    },
+    /// The idempotency store could not be reached; nothing was executed.
+    StoreUnavailable {
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// The request body is larger than the configured limit.
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// No principal (tenant) could be established for the request.
+    Unauthenticated,
+}
+
+/// A ready-to-send answer: status, headers and body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// Header names (lowercase) and values.
+    pub headers: Vec<(String, String)>,
+    /// The body bytes.
+    pub body: Vec<u8>,
+}
+
+impl Refusal {
+    /// The stable problem name (the last segment of the problem `type` URI).
+    #[must_use]
+    pub fn problem_name(&self) -> &'static str {
+        match self {
+            Refusal::MissingKey => "missing-idempotency-key",
+            Refusal::InvalidKey(_) => "invalid-idempotency-key",
+            Refusal::KeyReused { .. } => "idempotency-key-reused",
+            Refusal::InProgress { .. } => "request-in-progress",
+            Refusal::OutcomeUncertain { .. } => "outcome-uncertain",
+            Refusal::ResponseExpired { .. } => "response-expired",
+            Refusal::StoreUnavailable { .. } => "store-unavailable",
+            Refusal::BodyTooLarge { .. } => "body-too-large",
+            Refusal::Unauthenticated => "unauthenticated",
+        }
+    }
+
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::MissingKey | Refusal::InvalidKey(_) => 400,
+            Refusal::KeyReused { status } => *status,
+            Refusal::InProgress { .. } | Refusal::OutcomeUncertain { .. } => 409,
+            Refusal::ResponseExpired { .. } => 410,
+            Refusal::StoreUnavailable { .. } => 503,
+            Refusal::BodyTooLarge { .. } => 413,
+            Refusal::Unauthenticated => 401,
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            Refusal::MissingKey => "An Idempotency-Key header is required",
+            Refusal::InvalidKey(_) => "The Idempotency-Key header is malformed",
+            Refusal::KeyReused { .. } => {
+                "This idempotency key was already used with a different request"
+            }
+            Refusal::InProgress { .. } => "A request with this idempotency key is in progress",
+            Refusal::OutcomeUncertain { .. } => {
+                "The outcome of the request with this idempotency key is unknown"
+            }
+            Refusal::ResponseExpired { .. } => {
+                "The request completed; its response is no longer available"
+            }
+            Refusal::StoreUnavailable { .. } => "The idempotency store is unavailable",
+            Refusal::BodyTooLarge { .. } => "The request body is too large",
+            Refusal::Unauthenticated => "Authentication is required",
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            Refusal::MissingKey => {
+                "Send a unique Idempotency-Key header with this request and reuse it on every retry."
+                    .to_owned()
+            }
+            Refusal::InvalidKey(e) => format!("{e}."),
+            Refusal::KeyReused { .. } => "The key was first used for a request with a different \
+                payload. Nothing was executed. Use a new key for a new operation."
+                .to_owned(),
+            Refusal::InProgress { retry_after } => format!(
+                "Retry with the same key after {} seconds.",
+                retry_after_secs(*retry_after)
+            ),
+            Refusal::OutcomeUncertain { log_ref } => format!(
+                "Do not retry automatically; an operator must resolve record {log_ref}."
+            ),
+            Refusal::ResponseExpired { original_status, .. } => format!(
+                "The request completed with status {original_status}. It was not executed again."
+            ),
+            Refusal::StoreUnavailable { retry_after } => format!(
+                "Nothing was executed. Retry with the same key after {} seconds.",
+                retry_after_secs(*retry_after)
+            ),
+            Refusal::BodyTooLarge { limit } => format!("The limit is {limit} bytes."),
+            Refusal::Unauthenticated => "The request carries no credentials this endpoint accepts."
+                .to_owned(),
+        }
+    }
+
+    /// The full answer: status, `content-type: application/problem+json`,
+    /// `retry-after` where the contract has one, and the problem body.
+    #[must_use]
+    pub fn to_answer(&self) -> Answer {
+        let status = self.status();
+        let mut members: Vec<(&str, JsonText)> = vec![
+            (
+                "type",
+                JsonText::Str(format!("{PROBLEM_TYPE_BASE}{}", self.problem_name())),
+            ),
+            ("title", JsonText::Str(self.title().to_owned())),
+            ("status", JsonText::Int(u64::from(status))),
+            ("detail", JsonText::Str(self.detail())),
+        ];
+        let mut headers = vec![("content-type".to_owned(), PROBLEM_JSON.to_owned())];
+        match self {
+            Refusal::InvalidKey(e) => members.push(("code", JsonText::Str(e.code().to_owned()))),
+            Refusal::InProgress { retry_after } | Refusal::StoreUnavailable { retry_after } => {
+                headers.push((
+                    "retry-after".to_owned(),
+                    retry_after_secs(*retry_after).to_string(),
+                ));
+            }
+            Refusal::OutcomeUncertain { log_ref } => {
+                members.push(("log_ref", JsonText::Str(log_ref.to_string())));
+            }
+            Refusal::ResponseExpired {
+                original_status,
+                resource_ref,
+            } => {
+                members.push((
+                    "original_status",
+                    JsonText::Int(u64::from(*original_status)),
+                ));
+                if let Some(reference) = resource_ref {
+                    members.push(("resource_ref", JsonText::Str(reference.clone())));
+                }
+            }
+            Refusal::BodyTooLarge { limit } => members.push(("limit", JsonText::Int(*limit))),
+            _ => {}
+        }
+        Answer {
+            status,
+            headers,
+            body: problem_body(members),
+        }
+    }
+}
+
+/// `Retry-After` in whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3 has no
+/// fractions, and 0 would invite a busy loop).
+#[must_use]
+pub fn retry_after_secs(duration: Duration) -> u64 {
+    let secs = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+/// Whether a response header is worth storing and replaying.
+///
+/// Hop-by-hop and per-connection headers (RFC 9110 §7.6.1), headers that describe
+/// this particular transmission (`date`, `content-length`, `age`) and `set-cookie`
+/// (a session must never be handed to whoever retries) are dropped; everything else
+/// (`content-type`, `location`, `etag`, application headers) is kept.
+#[must_use]
+pub fn is_replayable_header(name: &str) -> bool {
+    const DROPPED: &[&str] = &[
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "date",
+        "content-length",
+        "age",
+        "set-cookie",
+        "server",
+        "via",
+        "alt-svc",
+        IDEMPOTENT_REPLAYED,
+    ];
+    !DROPPED
+        .iter()
+        .any(|dropped| dropped.eq_ignore_ascii_case(name))
+}
+
+enum JsonText {
+    Str(String),
+    Int(u64),
+}
+
+/// Serializes members as canonical JSON: sorted by name (all names are ASCII, so
+/// byte order is UTF-16 order) with RFC 8785 string escaping.
+fn problem_body(mut members: Vec<(&str, JsonText)>) -> Vec<u8> {
+    members.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = String::from("{");
+    for (i, (name, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json_string(&mut out, name);
+        out.push(':');
+        match value {
+            JsonText::Str(s) => push_json_string(&mut out, s),
+            JsonText::Int(n) => out.push_str(&n.to_string()),
+        }
+    }
+    out.push('}');
+    out.into_bytes()
+}
+
+fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{IdempotencyKey, Scope};
+
+    fn body_json(answer: &Answer) -> serde_json::Value {
+        serde_json::from_slice(&answer.body).unwrap()
+    }
+
+    fn header<'a>(answer: &'a Answer, name: &str) -> Option<&'a str> {
+        answer
+            .headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn every_row_of_the_contract() {
+        let log_ref = Scope::new("t", "op")
+            .unwrap()
+            .record_id(&IdempotencyKey::new("k").unwrap())
+            .log_ref();
+        let rows: Vec<(Refusal, u16, &str, Option<&str>)> = vec![
+            (Refusal::MissingKey, 400, "missing-idempotency-key", None),
+            (
+                Refusal::InvalidKey(KeyError::Empty),
+                400,
+                "invalid-idempotency-key",
+                None,
+            ),
+            (
+                Refusal::KeyReused { status: 422 },
+                422,
+                "idempotency-key-reused",
+                None,
+            ),
+            (
+                Refusal::KeyReused { status: 409 },
+                409,
+                "idempotency-key-reused",
+                None,
+            ),
+            (
+                Refusal::InProgress {
+                    retry_after: Duration::from_millis(1_500),
+                },
+                409,
+                "request-in-progress",
+                Some("2"),
+            ),
+            (
+                Refusal::OutcomeUncertain { log_ref },
+                409,
+                "outcome-uncertain",
+                None,
+            ),
+            (
+                Refusal::ResponseExpired {
+                    original_status: 201,
+                    resource_ref: Some("apt_1".into()),
+                },
+                410,
+                "response-expired",
+                None,
+            ),
+            (
+                Refusal::StoreUnavailable {
+                    retry_after: Duration::ZERO,
+                },
+                503,
+                "store-unavailable",
+                Some("1"),
+            ),
+            (
+                Refusal::BodyTooLarge { limit: 1024 },
+                413,
+                "body-too-large",
+                None,
+            ),
+            (Refusal::Unauthenticated, 401, "unauthenticated", None),
+        ];
+        for (refusal, status, name, retry_after) in rows {
+            let answer = refusal.to_answer();
+            assert_eq!(answer.status, status, "{refusal:?}");
+            assert_eq!(header(&answer, "content-type"), Some(PROBLEM_JSON));
+            assert_eq!(header(&answer, "retry-after"), retry_after, "{refusal:?}");
+            let json = body_json(&answer);
+            assert_eq!(json["type"], format!("{PROBLEM_TYPE_BASE}{name}"));
+            assert_eq!(json["status"], u64::from(status));
+            assert!(json["title"].as_str().is_some_and(|t| !t.is_empty()));
+        }
+    }
+
+    #[test]
+    fn uncertain_answers_carry_the_log_reference() {
+        let log_ref = Scope::new("t", "op")
+            .unwrap()
+            .record_id(&IdempotencyKey::new("secret").unwrap())
+            .log_ref();
+        let answer = Refusal::OutcomeUncertain { log_ref }.to_answer();
+        let json = body_json(&answer);
+        assert_eq!(json["log_ref"], log_ref.to_string());
+        assert!(!String::from_utf8(answer.body).unwrap().contains("secret"));
+    }
+
+    #[test]
+    fn problem_bodies_are_canonical() {
+        let answer = Refusal::InvalidKey(KeyError::InvalidCharacter {
+            offset: 3,
+            byte: 0x0a,
+        })
+        .to_answer();
+        let text = String::from_utf8(answer.body).unwrap();
+        let names: Vec<String> = body_json(&Refusal::MissingKey.to_answer())
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        assert!(
+            text.starts_with("{\"code\":\"key-invalid-character\",\"detail\":"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(999)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(30)), 30);
+    }
+
+    #[test]
+    fn replayable_headers() {
+        for kept in ["content-type", "Location", "etag", "x-request-cost"] {
+            assert!(is_replayable_header(kept), "{kept}");
+        }
+        for dropped in [
+            "Set-Cookie",
+            "connection",
+            "Transfer-Encoding",
+            "date",
+            "content-length",
+        ] {
+            assert!(!is_replayable_header(dropped), "{dropped}");
+        }
+    }
+}
