@@ -7,7 +7,8 @@
 //! - [`IdempotencyKey`]: parses the `Idempotency-Key` header (quoted or bare).
 //! - [`Scope`] and [`RecordId`]: `(tenant, operation, key)` → an injective storage id,
 //!   with a [`LogRef`] that is safe to log.
-//! - [`Fingerprint`]: what the key originally meant.
+//! - [`json`]: strict RFC 8785 canonical JSON ([`canonicalize`]).
+//! - [`Fingerprint`]: what the key originally meant, computed by a [`FingerprintSpec`].
 //! - [`record`]: the stored record of an operation and its versioned codec.
 //! - [`machine`]: the pure state machine that decides claims, completions,
 //!   recovery and GC; a store applies its decisions atomically.
@@ -52,13 +53,17 @@
 pub mod client;
 pub mod fingerprint;
 pub mod http;
+pub mod json;
 pub mod key;
 pub mod machine;
 pub mod record;
 pub mod scope;
 pub mod time;
 
-pub use fingerprint::{Fingerprint, ParseFingerprintError};
+pub use fingerprint::{
+    ContentKind, Fingerprint, FingerprintError, FingerprintSpec, ParseFingerprintError, SpecError,
+};
+pub use json::{JsonError, JsonErrorKind, Profile, canonicalize};
 pub use key::{IdempotencyKey, KeyError};
 pub use scope::{LogRef, RecordId, RecordIdError, Scope, ScopeError, ScopePart};
 pub use time::UnixMillis;

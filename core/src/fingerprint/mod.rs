@@ -2,7 +2,14 @@
 //!
 //! A [`Fingerprint`] is 32 bytes of keyed blake3 over length-framed fields
 //! (operation, schema version, content kind, canonical body); see DESIGN.md,
-//! "Fingerprints". It is displayed as 64 lowercase hex characters.
+//! "Fingerprints". It is displayed as 64 lowercase hex characters. A
+//! [`FingerprintSpec`] computes one.
+
+mod form;
+mod spec;
+
+pub use form::{FormError, FormErrorKind, decode_form};
+pub use spec::{CONTEXT, ContentKind, FingerprintError, FingerprintSpec, SpecError};
 
 use core::fmt;
 use core::str::FromStr;

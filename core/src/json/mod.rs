@@ -1,0 +1,226 @@
+//! Strict canonical JSON: RFC 8785 (JCS) output, I-JSON input.
+//!
+//! [`canonicalize`] turns any accepted JSON text into its RFC 8785 bytes: members
+//! sorted by UTF-16 code units (§3.2.3), strings with minimal escaping
+//! (§3.2.2.2), numbers in ECMAScript form (§3.2.2.3), no whitespace. Anything
+//! that is not JSON (RFC 8259) is rejected with a [`JsonError`] that names the
+//! kind, the byte offset and the JSON Pointer of the value.
+//!
+//! ## Profiles
+//!
+//! | | [`Profile::Strict`] (default) | [`Profile::Rfc8785`] |
+//! |---|---|---|
+//! | not JSON (bad UTF-8, raw controls, NaN, trailing data, …) | rejected | rejected |
+//! | lone or reversed surrogate escapes | rejected | rejected (cannot be written as UTF-8) |
+//! | duplicate member names (after unescaping) | rejected | rejected (RFC 8785 requires I-JSON input) |
+//! | leading BOM | rejected | rejected (RFC 8259 §8.1: must not be added; our choice) |
+//! | nesting deeper than `max_depth` (128) | rejected | rejected (same limit; our choice) |
+//! | number whose exact value differs from its serialization (`9007199254740993`, `1e-400`) | rejected | rounded |
+//!
+//! With the strict profile two accepted inputs give the same bytes **if and only
+//! if** they are the same JSON value: `1.0`, `1e0` and `10e-1` are one number,
+//! `\u0061` and `a` one string, and no number is silently rounded into another.
+//!
+//! The resource limits (`max_depth`, `max_input_len`, `max_number_len`) apply to
+//! both profiles; raise them in [`CanonicalizeOptions`] if needed.
+//!
+//! ## Example
+//!
+//! ```
+//! use idemkit_core::json::{canonicalize, JsonErrorKind};
+//!
+//! let out = canonicalize(br#"{ "b": [1.0, 1e0, "\u0061"], "a": null }"#)?;
+//! assert_eq!(out, br#"{"a":null,"b":[1,1,"a"]}"#);
+//!
+//! let err = canonicalize(br#"{"x":[{"a":1,"a":2}]}"#).unwrap_err();
+//! assert_eq!(err.code(), "json-duplicate-member-name");
+//! assert_eq!(err.pointer, "/x/0/a");
+//! assert_eq!(err.to_string(), r#"duplicate member name "a" at byte 13 (pointer /x/0/a)"#);
+//! # Ok::<(), idemkit_core::json::JsonError>(())
+//! ```
+//!
+//! ## Streaming
+//!
+//! [`canonicalize_to`] writes into any [`Sink`] (a `Vec<u8>`, a
+//! [`blake3::Hasher`]) without building the output. The input is fully parsed and
+//! validated first, so a sink never sees a byte of a rejected input.
+
+mod error;
+mod number;
+mod parser;
+mod pointer;
+mod serializer;
+
+pub use error::{JsonError, JsonErrorKind};
+pub use number::format as format_number;
+pub use pointer::{JsonPointer, PointerError};
+
+pub(crate) use parser::parse;
+pub(crate) use pointer::{Target, resolve};
+pub(crate) use serializer::write_node;
+
+/// Which canonicalization rules apply (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Profile {
+    /// RFC 8785 output, and every number must survive exactly (the default).
+    #[default]
+    Strict,
+    /// Plain RFC 8785: numbers are rounded to the nearest double.
+    Rfc8785,
+}
+
+/// Options for [`canonicalize_with`] and [`canonicalize_to`].
+///
+/// ```
+/// use idemkit_core::json::{CanonicalizeOptions, Profile};
+/// let opts = CanonicalizeOptions::default()
+///     .profile(Profile::Rfc8785)
+///     .max_depth(32);
+/// assert_eq!(opts.max_depth, 32);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CanonicalizeOptions {
+    /// The rules (default [`Profile::Strict`]).
+    pub profile: Profile,
+    /// Deepest nesting of arrays and objects accepted (default 128).
+    pub max_depth: usize,
+    /// Longest input accepted, in bytes (default 8 MiB).
+    pub max_input_len: usize,
+    /// Longest number literal accepted, in bytes (default 100).
+    pub max_number_len: usize,
+}
+
+impl CanonicalizeOptions {
+    /// Default nesting limit.
+    pub const DEFAULT_MAX_DEPTH: usize = 128;
+    /// Default input size limit (8 MiB).
+    pub const DEFAULT_MAX_INPUT_LEN: usize = 8 << 20;
+    /// Default number literal limit.
+    pub const DEFAULT_MAX_NUMBER_LEN: usize = 100;
+
+    /// Sets the profile.
+    #[must_use]
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// Sets the nesting limit.
+    #[must_use]
+    pub fn max_depth(mut self, max: usize) -> Self {
+        self.max_depth = max;
+        self
+    }
+
+    /// Sets the input size limit.
+    #[must_use]
+    pub fn max_input_len(mut self, max: usize) -> Self {
+        self.max_input_len = max;
+        self
+    }
+
+    /// Sets the number literal limit.
+    #[must_use]
+    pub fn max_number_len(mut self, max: usize) -> Self {
+        self.max_number_len = max;
+        self
+    }
+}
+
+impl Default for CanonicalizeOptions {
+    fn default() -> Self {
+        CanonicalizeOptions {
+            profile: Profile::Strict,
+            max_depth: Self::DEFAULT_MAX_DEPTH,
+            max_input_len: Self::DEFAULT_MAX_INPUT_LEN,
+            max_number_len: Self::DEFAULT_MAX_NUMBER_LEN,
+        }
+    }
+}
+
+/// Where canonical bytes go. Writes cannot fail.
+pub trait Sink {
+    /// Appends `bytes`.
+    fn write(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn write(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for blake3::Hasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for &mut S {
+    fn write(&mut self, bytes: &[u8]) {
+        (**self).write(bytes);
+    }
+}
+
+/// Counts bytes instead of keeping them (used to length-frame a streamed body).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CountingSink(pub u64);
+
+impl Sink for CountingSink {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = self.0.saturating_add(bytes.len() as u64);
+    }
+}
+
+/// Canonicalizes with the strict profile and default limits.
+///
+/// # Errors
+///
+/// A [`JsonError`] for any input that is not accepted (see the module docs).
+pub fn canonicalize(input: &[u8]) -> Result<Vec<u8>, JsonError> {
+    canonicalize_with(input, &CanonicalizeOptions::default())
+}
+
+/// Canonicalizes with the given options.
+///
+/// # Errors
+///
+/// A [`JsonError`] for any input that is not accepted.
+pub fn canonicalize_with(input: &[u8], opts: &CanonicalizeOptions) -> Result<Vec<u8>, JsonError> {
+    let mut out = Vec::with_capacity(input.len());
+    canonicalize_to(input, opts, &mut out)?;
+    Ok(out)
+}
+
+/// Canonicalizes into `sink` without building the output.
+///
+/// The whole input is validated before the first byte is written: on error the
+/// sink is untouched.
+///
+/// ```
+/// use idemkit_core::json::{canonicalize_to, CanonicalizeOptions};
+/// let mut hasher = blake3::Hasher::new();
+/// canonicalize_to(b"[1.0, 2]", &CanonicalizeOptions::default(), &mut hasher)?;
+/// assert_eq!(hasher.finalize(), blake3::hash(b"[1,2]"));
+/// # Ok::<(), idemkit_core::json::JsonError>(())
+/// ```
+///
+/// # Errors
+///
+/// A [`JsonError`] for any input that is not accepted.
+pub fn canonicalize_to<S: Sink + ?Sized>(
+    input: &[u8],
+    opts: &CanonicalizeOptions,
+    sink: &mut S,
+) -> Result<(), JsonError> {
+    let doc = parse(input, opts)?;
+    write_node(&doc, doc.root, &[], sink);
+    Ok(())
+}
+
+/// Writes `s` as an RFC 8785 string literal (with quotes) into `sink`.
+pub fn write_string<S: Sink + ?Sized>(s: &str, sink: &mut S) {
+    serializer::write_escaped(s, sink);
+}
