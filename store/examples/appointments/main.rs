@@ -461,7 +461,7 @@ async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
         .route(
             "/appointments",
             post(create_appointment)
-                .layer(IdempotencyLayer::new(app.store.clone(), route))
+                .route_layer(IdempotencyLayer::new(app.store.clone(), route))
                 .get(list_appointments),
         )
         .route("/health", get(health))
