@@ -22,10 +22,10 @@
 pub mod journal;
 
 pub mod backend;
-#[cfg(feature = "axum")]
-pub mod http;
 pub mod clock;
 pub mod conformance;
+#[cfg(feature = "axum")]
+pub mod http;
 pub mod redb_store;
 
 pub use idemkit_core as core;

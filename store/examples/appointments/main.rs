@@ -23,18 +23,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, Response, StatusCode, header};
 use axum::routing::{get, post};
-use axum::Router;
 use clap::Parser;
+use idemkit::UnixMillis;
 use idemkit::core::http::Refusal;
 use idemkit::core::machine::{Disposition, Policy, StepStart};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
 use idemkit::redb_store::{ListedRecord, Store};
-use idemkit::UnixMillis;
 use providers::{Booking, Message, ProviderError, Providers};
 
 /// The operation name of `POST /appointments` (part of every record's scope).
@@ -129,7 +129,10 @@ fn appointment(booking: &Booking, message: &Message) -> (u16, Vec<(String, Strin
         201,
         vec![
             ("content-type".to_owned(), "application/json".to_owned()),
-            ("location".to_owned(), format!("/appointments/{}", booking.id)),
+            (
+                "location".to_owned(),
+                format!("/appointments/{}", booking.id),
+            ),
         ],
         body.to_string().into_bytes(),
     )
@@ -182,15 +185,18 @@ async fn create_appointment(
             tokio::time::sleep(app.latency).await;
             let a = Arc::clone(&app);
             let (t, c, s) = (tenant.clone(), request.customer_id, request.slot_id);
-            let booking =
-                match blocking(move || a.providers.book(&provider_key, &t, &c, &s)).await {
-                    Ok(b) => b,
-                    Err(e) => return bad_gateway("calendar", &e),
-                };
+            let booking = match blocking(move || a.providers.book(&provider_key, &t, &c, &s)).await
+            {
+                Ok(b) => b,
+                Err(e) => return bad_gateway("calendar", &e),
+            };
             if app.crash_after_provider {
                 let a = Arc::clone(&app);
                 if matches!(blocking(move || a.providers.take_crash()).await, Ok(true)) {
-                    eprintln!("appointments: --crash-after-provider: aborting after booking {}", booking.id);
+                    eprintln!(
+                        "appointments: --crash-after-provider: aborting after booking {}",
+                        booking.id
+                    );
                     std::process::abort();
                 }
             }
@@ -234,9 +240,10 @@ async fn create_appointment(
                         "The confirmation could not be sent yet",
                         "The slot is booked. Retry with the same Idempotency-Key.",
                     );
-                    response
-                        .headers_mut()
-                        .insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+                    response.headers_mut().insert(
+                        header::RETRY_AFTER,
+                        axum::http::HeaderValue::from_static("1"),
+                    );
                     return response;
                 }
                 Err(e) => return bad_gateway("messaging", &e),
@@ -255,7 +262,10 @@ async fn create_appointment(
     };
     tracing::info!(parent: exec.span(), booking = %booking.id, "appointment confirmed");
     let (status, headers, body) = appointment(&booking, &message);
-    let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let headers: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .collect();
     json_response(
         StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED),
         &headers,
