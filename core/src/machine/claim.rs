@@ -31,6 +31,7 @@ pub struct ClaimDecision {
 
 /// The answer to a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
 pub enum ClaimOutcome {
     /// Execute the operation under a new lease: no record, a Released record, or
     /// a Local record whose lease expired (takeover).

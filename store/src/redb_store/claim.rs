@@ -120,7 +120,7 @@ impl Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(ClaimOutcome, Option<EffectKind>), ClaimError> {
-        self.inner.handle.write(|txn| {
+        self.inner.handle.write_if_changed(|txn| {
             let mut tables = Tables::open(txn)?;
             let existing = tables.load(id)?;
             let request = ClaimRequest {
@@ -132,7 +132,8 @@ impl Store {
                 tables.put(id.as_bytes(), existing.as_ref(), Some(write))?;
             }
             let effect = decision.write.as_ref().map(|r| r.effect);
-            Ok::<_, ClaimError>((decision.outcome, effect))
+            let changed = decision.write.is_some();
+            Ok::<_, ClaimError>(((decision.outcome, effect), changed))
         })
     }
 
@@ -143,18 +144,20 @@ impl Store {
         id: &RecordId,
         decide: impl FnOnce(&Record) -> Result<(Option<Record>, T), TransitionError>,
     ) -> Result<T, TxError> {
-        self.inner.handle.write(|txn| {
+        self.inner.handle.write_if_changed(|txn| {
             let mut tables = Tables::open(txn)?;
             let log_ref = id.log_ref();
             let existing = tables.load(id)?.ok_or(TxError::NotFound { log_ref })?;
             let (write, answer) =
                 decide(&existing).map_err(|error| TxError::Rejected { log_ref, error })?;
-            if let Some(write) = write
-                && write != existing
-            {
-                tables.put(id.as_bytes(), Some(&existing), Some(&write))?;
-            }
-            Ok(answer)
+            let changed = match write {
+                Some(write) if write != existing => {
+                    tables.put(id.as_bytes(), Some(&existing), Some(&write))?;
+                    true
+                }
+                _ => false,
+            };
+            Ok((answer, changed))
         })
     }
 
@@ -315,6 +318,15 @@ impl ExecutionGuard {
         &self.steps
     }
 
+    /// Where to resume: the first persisted step that is not done (dispatch it
+    /// again with its persisted provider key), or `None`.
+    #[must_use]
+    pub fn resume_at(&self) -> Option<&Step> {
+        self.steps
+            .iter()
+            .find(|s| s.state != idemkit_core::record::StepState::Done)
+    }
+
     /// The record's effect kind (decides what dropping the guard does).
     #[must_use]
     pub fn effect(&self) -> EffectKind {
@@ -371,6 +383,15 @@ impl ExecutionGuard {
             }
         }
         Ok(disposition)
+    }
+
+    /// Walks away without reporting anything: the record stays Running until its
+    /// lease expires, and then the state machine decides (takeover for Local,
+    /// Unknown for External) — exactly as if this process had crashed. For tests
+    /// of crash recovery, and for handing a lease to a process that keeps the
+    /// token (see [`ExecutionGuard::token`]).
+    pub fn abandon(mut self) {
+        self.finished = true;
     }
 
     /// Extends the lease by the policy's lease duration from now.

@@ -201,7 +201,7 @@ impl Store {
     /// transaction: prunes bodies after the replay window, deletes records after
     /// the record window. Running and Unknown records are never in that index.
     pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, QueryError> {
-        self.inner.handle.write(|txn| {
+        self.inner.handle.write_if_changed(|txn| {
             let mut tables = Tables::open(txn)?;
             let mut due: Vec<Vec<u8>> = Vec::new();
             let mut more = false;
@@ -240,7 +240,8 @@ impl Store {
                     GcAction::Keep => {}
                 }
             }
-            Ok(report)
+            let changed = report.pruned + report.deleted > 0;
+            Ok((report, changed))
         })
     }
 

@@ -15,8 +15,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod call_cmd;
+mod exec_cmd;
 mod exit;
 mod key_cmd;
+mod records_cmd;
+mod store_args;
 
 /// Safe retries: canonical JSON, fingerprints, keys and an embedded idempotency store.
 #[derive(Parser)]
@@ -33,12 +36,45 @@ enum Command {
     /// Check idempotency keys.
     #[command(subcommand)]
     Key(key_cmd::KeyCommand),
+    /// Run a command at most once per (tenant, operation, key).
+    Exec(exec_cmd::ExecArgs),
+    /// List the records in a store.
+    List(records_cmd::ListArgs),
+    /// Show one record.
+    Show(records_cmd::ShowArgs),
+    /// Settle a record whose outcome is unknown.
+    Resolve(records_cmd::ResolveArgs),
+    /// Prune and delete records past their retention windows.
+    Gc(records_cmd::GcArgs),
+    /// Counts per state and the file size.
+    Stats(records_cmd::StatsArgs),
 }
 
 fn main() -> ExitCode {
+    // The store turns a panic inside redb (damaged pages) into a typed error; keep
+    // what the default hook would print to one line on stderr.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("idemkit: internal error: {message}{place}");
+    }));
     let cli = Cli::parse();
     match cli.command {
         Command::Call(args) => call_cmd::run(args),
         Command::Key(cmd) => key_cmd::run(cmd),
+        Command::Exec(args) => exec_cmd::run(args),
+        Command::List(args) => records_cmd::list(args),
+        Command::Show(args) => records_cmd::show(args),
+        Command::Resolve(args) => records_cmd::resolve(args),
+        Command::Gc(args) => records_cmd::gc(args),
+        Command::Stats(args) => records_cmd::stats(args),
     }
 }
