@@ -224,7 +224,11 @@ impl FingerprintSpec {
         Ok(self)
     }
 
-    /// Leaves out the member or element at this pointer (request ids, timestamps).
+    /// Leaves out the member or element at this pointer (request ids,
+    /// timestamps). An excluded array element is dropped from its array, so
+    /// later elements move up. A pointer that selects nothing excludes nothing.
+    /// Exclusions apply before inclusions: an included pointer that runs
+    /// through an excluded member counts as absent.
     ///
     /// # Errors
     ///

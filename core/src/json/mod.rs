@@ -52,7 +52,6 @@ mod pointer;
 mod serializer;
 
 pub use error::{JsonError, JsonErrorKind};
-pub use number::format as format_number;
 pub use pointer::{JsonPointer, PointerError};
 
 pub(crate) use parser::parse;
@@ -218,6 +217,22 @@ pub fn canonicalize_to<S: Sink + ?Sized>(
     let doc = parse(input, opts)?;
     write_node(&doc, doc.root, &[], sink);
     Ok(())
+}
+
+/// The RFC 8785 §3.2.2.3 (ECMAScript) form of a double, or `None` for NaN and
+/// the infinities, which JSON cannot hold.
+///
+/// ```
+/// use idemkit_core::json::format_number;
+/// assert_eq!(format_number(1e21).as_deref(), Some("1e+21"));
+/// assert_eq!(format_number(-0.0).as_deref(), Some("0"));
+/// assert_eq!(format_number(f64::NAN), None);
+/// ```
+#[must_use]
+pub fn format_number(value: f64) -> Option<String> {
+    value
+        .is_finite()
+        .then(|| number::format(value, &mut ryu_js::Buffer::new()).to_owned())
 }
 
 /// Writes `s` as an RFC 8785 string literal (with quotes) into `sink`.

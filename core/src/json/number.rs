@@ -154,7 +154,7 @@ pub(crate) fn evaluate(
 
 /// The RFC 8785 §3.2.2.3 (ECMAScript `Number.prototype.toString`) form of a
 /// finite double. `-0` gives `0`.
-pub fn format(value: f64, buffer: &mut ryu_js::Buffer) -> &str {
+pub(crate) fn format(value: f64, buffer: &mut ryu_js::Buffer) -> &str {
     if value == 0.0 {
         return "0";
     }

@@ -160,7 +160,9 @@ pub(crate) fn parse<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<
         truncated,
         opts,
         pos: 0,
-        nodes: Vec::with_capacity(input.len() / 8 + 1),
+        // A guess that avoids most regrowth without reserving much for
+        // string-heavy bodies.
+        nodes: Vec::with_capacity((input.len() / 16).clamp(1, 1 << 16)),
         entries: Vec::new(),
         scratch: Vec::new(),
         stack: Vec::new(),
@@ -212,23 +214,34 @@ impl Parser<'_, '_> {
 
     /// RFC 6901 pointer of the value being parsed.
     fn pointer(&self) -> String {
+        self.pointer_through(self.stack.len())
+    }
+
+    /// The pointer of the innermost open container (not of a child in it).
+    fn pointer_of_open_container(&self) -> String {
+        self.pointer_through(self.stack.len().saturating_sub(1))
+    }
+
+    /// The pointer made of the child being parsed in each of the outermost
+    /// `frames` open containers: in an array, the index of the next element
+    /// (elements are pushed to `scratch` when complete); in an object, the
+    /// name of the member whose value is pending (pushed with
+    /// `value == usize::MAX` when its name is read), if any.
+    fn pointer_through(&self, frames: usize) -> String {
         let mut out = String::new();
-        for (i, frame) in self.stack.iter().enumerate() {
+        for (i, frame) in self.stack.iter().enumerate().take(frames) {
             let end = self
                 .stack
                 .get(i + 1)
                 .map_or(self.scratch.len(), |f| f.scratch_start);
-            let count = end.saturating_sub(frame.scratch_start);
             match frame.kind {
                 FrameKind::Array => {
                     out.push('/');
-                    out.push_str(&count.to_string());
+                    out.push_str(&end.saturating_sub(frame.scratch_start).to_string());
                 }
                 FrameKind::Object => {
-                    // A member whose value is pending has its entry pushed
-                    // with `value == usize::MAX`.
-                    if let Some(e) = self.scratch.get(end.wrapping_sub(1))
-                        && count > 0
+                    if end > frame.scratch_start
+                        && let Some(e) = self.scratch.get(end - 1)
                         && e.value == usize::MAX
                         && let Some(name) = e.name
                     {
@@ -490,35 +503,6 @@ impl Parser<'_, '_> {
             };
         }
         Ok(node)
-    }
-
-    /// The pointer of the innermost open container (not of a child in it).
-    fn pointer_of_open_container(&self) -> String {
-        let mut full = String::new();
-        let depth = self.stack.len().saturating_sub(1);
-        for (i, frame) in self.stack.iter().enumerate().take(depth) {
-            let end = self
-                .stack
-                .get(i + 1)
-                .map_or(self.scratch.len(), |f| f.scratch_start);
-            let count = end.saturating_sub(frame.scratch_start);
-            match frame.kind {
-                FrameKind::Array => {
-                    full.push('/');
-                    full.push_str(&count.to_string());
-                }
-                FrameKind::Object => {
-                    if let Some(e) = self.scratch.get(end.wrapping_sub(1))
-                        && count > 0
-                        && let Some(name) = e.name
-                    {
-                        full.push('/');
-                        push_pointer_token(&mut full, self.str(name));
-                    }
-                }
-            }
-        }
-        full
     }
 
     /// Parses a string starting at `"`. Strings without escapes stay borrowed.

@@ -1,7 +1,7 @@
 //! `idemkit`: the operator and developer command line.
 //!
 //! Exit codes follow sysexits(3): 0 success, 64 usage, 65 rejected input (data
-//! error), 69 unavailable / outcome unknown, 74 I/O error, 75 try again later.
+//! error), 66 unreadable input, 69 unavailable / outcome unknown, 74 I/O error, 75 try again later.
 
 #![warn(
     clippy::unwrap_used,
@@ -15,8 +15,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod call_cmd;
+mod canonicalize_cmd;
 mod exec_cmd;
 mod exit;
+mod fingerprint_cmd;
+mod input;
 mod key_cmd;
 mod records_cmd;
 mod store_args;
@@ -48,6 +51,9 @@ enum Command {
     Gc(records_cmd::GcArgs),
     /// Counts per state and the file size.
     Stats(records_cmd::StatsArgs),
+    // The about text and examples come from the argument structs' doc comments.
+    Canonicalize(canonicalize_cmd::CanonicalizeArgs),
+    Fingerprint(fingerprint_cmd::FingerprintArgs),
 }
 
 fn main() -> ExitCode {
@@ -76,5 +82,7 @@ fn main() -> ExitCode {
         Command::Resolve(args) => records_cmd::resolve(args),
         Command::Gc(args) => records_cmd::gc(args),
         Command::Stats(args) => records_cmd::stats(args),
+        Command::Canonicalize(args) => canonicalize_cmd::run(&args),
+        Command::Fingerprint(args) => fingerprint_cmd::run(&args),
     }
 }
