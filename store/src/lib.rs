@@ -5,6 +5,7 @@
 //! embedded store and the `idemkit` command-line tool.
 //!
 //! - [`redb_store`] — the embedded store: atomic claims, fenced leases, recovery, GC.
+//! - [`http`] (feature `axum`, on by default) — the tower/axum middleware.
 //! - [`clock`] — where the store reads `now` from (system or virtual time).
 //! - [`backend`] — the operations every store offers, as a trait;
 //!   [`conformance`] — the suite every backend must pass.
@@ -23,6 +24,8 @@ pub mod journal;
 pub mod backend;
 pub mod clock;
 pub mod conformance;
+#[cfg(feature = "axum")]
+pub mod http;
 pub mod redb_store;
 
 pub use idemkit_core as core;
