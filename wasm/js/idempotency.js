@@ -24,12 +24,11 @@ const DEFAULT_POLICY = Object.freeze({
 
 // Every row of DESIGN.md's HTTP contract is rendered by core's `http` module (the
 // refuse* exports), so statuses, problem bodies and headers are the Rust
-// middleware's, byte for byte. Two answers exist only here, because only a
-// JavaScript handler reads the body itself and writes its outcome afterwards; they
-// follow the same problem format (canonical body, https://idemkit.dev/problems/).
+// middleware's, byte for byte. One answer exists only here, because only a
+// JavaScript handler writes its outcome after the response is built; it follows
+// the same problem format (canonical body, https://idemkit.dev/problems/).
 const PROBLEM_TYPE_BASE = "https://idemkit.dev/problems/";
 const JS_ONLY_TITLES = {
-  "invalid-request-body": "The request body cannot be fingerprinted",
   "outcome-not-recorded": "The outcome could not be recorded",
 };
 
@@ -44,7 +43,7 @@ function fromAnswer(answer) {
 /**
  * An `application/problem+json` (RFC 9457) response for the JavaScript-only rows.
  * @param {number} status
- * @param {"invalid-request-body" | "outcome-not-recorded"} name
+ * @param {"outcome-not-recorded"} name
  * @param {string} detail
  * @param {Record<string, string | number>} [members]
  * @param {Record<string, string>} [headers]
@@ -248,7 +247,7 @@ export function createIdempotency(options) {
       fp = fingerprintOf(body, request.headers.get("content-type") ?? "");
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
-      return problem(400, "invalid-request-body", `${err.message}.`, { code: err.code });
+      return fromAnswer(wasm.refuseInvalidBody(err.code, err.message));
     }
     let held;
     try {

@@ -315,6 +315,20 @@ pub fn refuse_missing_key() -> JsValue {
     interop::answer(&Refusal::MissingKey.to_answer())
 }
 
+/// 400 `invalid-request-body`: the body cannot be fingerprinted for its content
+/// type; `code` and `message` are those of the fingerprint error.
+#[wasm_bindgen(js_name = refuseInvalidBody)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_invalid_body(code: &str, message: &str) -> JsValue {
+    interop::answer(
+        &Refusal::InvalidBody {
+            code: code.to_owned(),
+            message: message.to_owned(),
+        }
+        .to_answer(),
+    )
+}
+
 /// 400 `invalid-idempotency-key` for this header value, with the key error's code;
 /// throws if the value is in fact a valid key.
 #[wasm_bindgen(js_name = refuseInvalidKey)]

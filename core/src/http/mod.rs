@@ -15,6 +15,7 @@
 //! | completed, response no longer kept | 410 `response-expired` + the resource reference |
 //! | store unavailable | 503 `store-unavailable` + `Retry-After` |
 //! | body too large | 413 `body-too-large` |
+//! | body unreadable for its content type (not I-JSON, bad form) | 400 `invalid-request-body` |
 //! | no principal | 401 `unauthenticated` |
 //!
 //! Errors are `application/problem+json` (RFC 9457). The body is canonical JSON
@@ -78,6 +79,14 @@ pub enum Refusal {
     },
     /// No principal (tenant) could be established for the request.
     Unauthenticated,
+    /// The body cannot be fingerprinted for its content type (not I-JSON, a bad
+    /// form encoding): a request whose meaning cannot be pinned down is never run.
+    InvalidBody {
+        /// The stable code of the fingerprint error (`json-duplicate-member`, …).
+        code: String,
+        /// The error's message (kind, byte offset, JSON Pointer).
+        message: String,
+    },
 }
 
 /// A ready-to-send answer: status, headers and body.
@@ -105,6 +114,7 @@ impl Refusal {
             Refusal::StoreUnavailable { .. } => "store-unavailable",
             Refusal::BodyTooLarge { .. } => "body-too-large",
             Refusal::Unauthenticated => "unauthenticated",
+            Refusal::InvalidBody { .. } => "invalid-request-body",
         }
     }
 
@@ -112,7 +122,7 @@ impl Refusal {
     #[must_use]
     pub fn status(&self) -> u16 {
         match self {
-            Refusal::MissingKey | Refusal::InvalidKey(_) => 400,
+            Refusal::MissingKey | Refusal::InvalidKey(_) | Refusal::InvalidBody { .. } => 400,
             Refusal::KeyReused { status } => *status,
             Refusal::InProgress { .. } | Refusal::OutcomeUncertain { .. } => 409,
             Refusal::ResponseExpired { .. } => 410,
@@ -139,6 +149,7 @@ impl Refusal {
             Refusal::StoreUnavailable { .. } => "The idempotency store is unavailable",
             Refusal::BodyTooLarge { .. } => "The request body is too large",
             Refusal::Unauthenticated => "Authentication is required",
+            Refusal::InvalidBody { .. } => "The request body cannot be fingerprinted",
         }
     }
 
@@ -169,6 +180,7 @@ impl Refusal {
             Refusal::BodyTooLarge { limit } => format!("The limit is {limit} bytes."),
             Refusal::Unauthenticated => "The request carries no credentials this endpoint accepts."
                 .to_owned(),
+            Refusal::InvalidBody { message, .. } => format!("{message}. Nothing was executed."),
         }
     }
 
@@ -189,6 +201,9 @@ impl Refusal {
         let mut headers = vec![("content-type".to_owned(), PROBLEM_JSON.to_owned())];
         match self {
             Refusal::InvalidKey(e) => members.push(("code", JsonText::Str(e.code().to_owned()))),
+            Refusal::InvalidBody { code, .. } => {
+                members.push(("code", JsonText::Str(code.clone())))
+            }
             Refusal::InProgress { retry_after } | Refusal::StoreUnavailable { retry_after } => {
                 headers.push((
                     "retry-after".to_owned(),
@@ -385,6 +400,15 @@ mod tests {
                 None,
             ),
             (Refusal::Unauthenticated, 401, "unauthenticated", None),
+            (
+                Refusal::InvalidBody {
+                    code: "json-duplicate-member".into(),
+                    message: "m".into(),
+                },
+                400,
+                "invalid-request-body",
+                None,
+            ),
         ];
         for (refusal, status, name, retry_after) in rows {
             let answer = refusal.to_answer();

@@ -302,27 +302,6 @@ fn answer_response(answer: Answer) -> Response<Body> {
     response
 }
 
-/// 400 for a body the fingerprint spec cannot read (not I-JSON, a bad form):
-/// a request whose meaning cannot be pinned down is never executed.
-fn invalid_body_response(code: &str) -> Response<Body> {
-    let status = 400u16;
-    let body = serde_json::json!({
-        "type": format!("{}invalid-body", idemkit_core::http::PROBLEM_TYPE_BASE),
-        "title": "The request body cannot be fingerprinted",
-        "status": status,
-        "detail": "The body is not valid for this endpoint's content type. Nothing was executed.",
-        "code": code,
-    });
-    answer_response(Answer {
-        status,
-        headers: vec![(
-            "content-type".to_owned(),
-            idemkit_core::http::PROBLEM_JSON.to_owned(),
-        )],
-        body: body.to_string().into_bytes(),
-    })
-}
-
 fn replay_response(stored: StoredResponse) -> Response<Body> {
     let mut response = Response::new(Body::from(stored.body.unwrap_or_default()));
     *response.status_mut() =
@@ -418,11 +397,21 @@ where
     let bytes = match Limited::new(body, config.body_limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => return Ok(refusal_response(&too_large)),
-        Err(_) => return Ok(invalid_body_response("body-read-failed")),
+        Err(e) => {
+            return Ok(refusal_response(&Refusal::InvalidBody {
+                code: "body-read-failed".to_owned(),
+                message: format!("the request body could not be read: {e}"),
+            }));
+        }
     };
     let fingerprint = match config.spec.fingerprint(&config.operation, &bytes) {
         Ok(fp) => fp,
-        Err(e) => return Ok(invalid_body_response(e.code())),
+        Err(e) => {
+            return Ok(refusal_response(&Refusal::InvalidBody {
+                code: e.code().to_owned(),
+                message: e.to_string(),
+            }));
+        }
     };
 
     let claim = {
