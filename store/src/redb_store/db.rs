@@ -44,10 +44,19 @@ pub(crate) enum Handle {
     Open(Arc<Database>),
     /// Open the file for each transaction and close it right after, so several
     /// processes can take turns.
-    PerTransaction { path: PathBuf, retry: LockRetry },
+    PerTransaction {
+        path: PathBuf,
+        retry: std::sync::Mutex<LockRetry>,
+    },
 }
 
 impl Handle {
+    pub(crate) fn set_lock_retry(&self, new: LockRetry) {
+        if let Handle::PerTransaction { retry, .. } = self {
+            *retry.lock().unwrap_or_else(|p| p.into_inner()) = new;
+        }
+    }
+
     pub(crate) fn path(&self) -> Option<&Path> {
         match self {
             Handle::Open(_) => None,
@@ -59,7 +68,9 @@ impl Handle {
         match self {
             Handle::Open(db) => Ok(Arc::clone(db)),
             Handle::PerTransaction { path, retry } => {
-                open_file_with_retry(path, *retry).map(Arc::new)
+                // A poisoned lock still holds a valid `LockRetry` (plain data).
+                let retry = *retry.lock().unwrap_or_else(|p| p.into_inner());
+                open_file_with_retry(path, retry).map(Arc::new)
             }
         }
     }

@@ -72,7 +72,7 @@ impl Store {
         Ok(Store::from_handle(
             Handle::PerTransaction {
                 path: path.to_owned(),
-                retry,
+                retry: std::sync::Mutex::new(retry),
             },
             Some(path.to_owned()),
         ))
@@ -113,7 +113,9 @@ impl Store {
                             Handle::Open(db) => Handle::Open(Arc::clone(db)),
                             Handle::PerTransaction { path, retry } => Handle::PerTransaction {
                                 path: path.clone(),
-                                retry: *retry,
+                                retry: std::sync::Mutex::new(
+                                    *retry.lock().unwrap_or_else(|p| p.into_inner()),
+                                ),
                             },
                         },
                         clock: Arc::new(clock),
@@ -128,6 +130,13 @@ impl Store {
                 ..inner
             }),
         }
+    }
+
+    /// Changes how long a shared store ([`Store::open_shared`]) waits for the
+    /// file lock, for this handle and every clone of it (including the guards
+    /// it handed out). No effect on a store that keeps its database open.
+    pub fn set_lock_retry(&self, retry: LockRetry) {
+        self.inner.handle.set_lock_retry(retry);
     }
 
     /// The current time by this store's clock.

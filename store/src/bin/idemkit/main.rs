@@ -16,10 +16,13 @@ use clap::{Parser, Subcommand};
 
 mod call_cmd;
 mod canonicalize_cmd;
+mod exec_cmd;
 mod exit;
 mod fingerprint_cmd;
 mod input;
 mod key_cmd;
+mod records_cmd;
+mod store_args;
 
 /// Safe retries: canonical JSON, fingerprints, keys and an embedded idempotency store.
 #[derive(Parser)]
@@ -39,6 +42,18 @@ enum Command {
     // The about text and examples come from the argument structs' doc comments.
     Canonicalize(canonicalize_cmd::CanonicalizeArgs),
     Fingerprint(fingerprint_cmd::FingerprintArgs),
+    /// Run a command at most once per (tenant, operation, key).
+    Exec(exec_cmd::ExecArgs),
+    /// List the records in a store.
+    List(records_cmd::ListArgs),
+    /// Show one record.
+    Show(records_cmd::ShowArgs),
+    /// Settle a record whose outcome is unknown.
+    Resolve(records_cmd::ResolveArgs),
+    /// Prune and delete records past their retention windows.
+    Gc(records_cmd::GcArgs),
+    /// Counts per state and the file size.
+    Stats(records_cmd::StatsArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,5 +63,11 @@ fn main() -> ExitCode {
         Command::Key(cmd) => key_cmd::run(cmd),
         Command::Canonicalize(args) => canonicalize_cmd::run(&args),
         Command::Fingerprint(args) => fingerprint_cmd::run(&args),
+        Command::Exec(args) => exec_cmd::run(args),
+        Command::List(args) => records_cmd::list(args),
+        Command::Show(args) => records_cmd::show(args),
+        Command::Resolve(args) => records_cmd::resolve(args),
+        Command::Gc(args) => records_cmd::gc(args),
+        Command::Stats(args) => records_cmd::stats(args),
     }
 }

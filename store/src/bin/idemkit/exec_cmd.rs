@@ -1,0 +1,403 @@
+//! `idemkit exec`: run a command at most once per (tenant, operation, key).
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use idemkit::core::machine::Policy;
+use idemkit::core::record::{EffectKind, StoredResponse};
+use idemkit::redb_store::{Claim, ExecutionGuard, LockRetry, WorkerError};
+use idemkit::{Fingerprint, LogRef};
+use serde_json::json;
+
+use crate::exit;
+use crate::store_args::{DbArg, record_address, storage_exit};
+
+/// Run CMD at most once per (tenant, operation, key).
+///
+/// The first run claims the key, runs CMD, and stores its exit status and
+/// stdout. A repeat with the same body prints the stored stdout and exits with
+/// the stored status (stderr says it was replayed). A repeat with another body
+/// exits 65 without running. While another process runs it, exit 75 (stderr
+/// says when to retry). If the outcome of an earlier run is unknown, exit 69
+/// with the record's log reference: `idemkit resolve` settles it.
+///
+/// A non-zero exit of CMD is handled per --on-failure: `release` (a retry runs
+/// it again), `unknown` (nobody runs it again until resolved), or `store`
+/// (replayed like a success). Default: release for --effect local, unknown for
+/// --effect external. While CMD runs its lease is renewed every third of --lease.
+///
+/// Examples:
+///   idemkit exec --tenant acme --operation invoice.send --key inv-42 -- ./send-invoice 42
+///   idemkit exec --tenant acme --operation import --key 2026-11-30 --body batch.csv \
+///     --effect local -- ./import batch.csv
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub(crate) struct ExecArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// The tenant.
+    #[arg(long)]
+    tenant: String,
+    /// The operation's name.
+    #[arg(long)]
+    operation: String,
+    /// The idempotency key.
+    #[arg(long)]
+    key: String,
+    /// The request body whose fingerprint guards the key (raw bytes; default empty).
+    #[arg(long, value_name = "FILE")]
+    body: Option<PathBuf>,
+    /// Whether CMD's effect is local (safe to retry after a crash) or external.
+    #[arg(long, value_enum, default_value_t = Effect::External)]
+    effect: Effect,
+    /// The lease in seconds; renewed every third of it while CMD runs.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    lease: u64,
+    /// What a non-zero exit of CMD records.
+    #[arg(long, value_enum)]
+    on_failure: Option<OnFailure>,
+    /// The most stdout bytes stored for replay.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    max_output: usize,
+    /// Print one JSON object describing the outcome instead of CMD's output.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Effect {
+    Local,
+    External,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OnFailure {
+    Release,
+    Store,
+    Unknown,
+}
+
+/// The stored-output header that says the stored stdout was cut at --max-output.
+const TRUNCATED_HEADER: &str = "idemkit-exec-truncated";
+
+/// The fingerprint of an exec request: keyed blake3 over the length-framed
+/// operation and raw body bytes. (JSON bodies get canonical fingerprints from
+/// idemkit-core's fingerprint module; exec treats every body as raw bytes.)
+fn fingerprint(operation: &str, body: &[u8]) -> Fingerprint {
+    let mut framed = Vec::with_capacity(16 + operation.len() + body.len());
+    for field in [operation.as_bytes(), body] {
+        framed.extend_from_slice(&(field.len() as u64).to_be_bytes());
+        framed.extend_from_slice(field);
+    }
+    Fingerprint::from_bytes(blake3::derive_key(
+        "idemkit 2026-11 exec raw-bytes fingerprint v1",
+        &framed,
+    ))
+}
+
+pub(crate) fn run(args: ExecArgs) -> ExitCode {
+    ExitCode::from(match exec(args) {
+        Ok(code) | Err(code) => code,
+    })
+}
+
+fn exec(args: ExecArgs) -> Result<u8, u8> {
+    let (scope, key) = record_address(&args.tenant, &args.operation, &args.key)?;
+    let body = match &args.body {
+        Some(path) => std::fs::read(path).map_err(|e| {
+            eprintln!("idemkit: cannot read --body {}: {e}", path.display());
+            exit::NO_INPUT
+        })?,
+        None => Vec::new(),
+    };
+    let effect = match args.effect {
+        Effect::Local => EffectKind::Local,
+        Effect::External => EffectKind::External,
+    };
+    let policy = Policy::default()
+        .with_effect(effect)
+        .with_lease(Duration::from_secs(args.lease.max(1)));
+    let store = args.db.open()?;
+    let owner = format!("idemkit exec (pid {})", std::process::id());
+    let claim = store
+        .claim(
+            &scope,
+            &key,
+            fingerprint(scope.operation(), &body),
+            &owner,
+            &policy,
+        )
+        .map_err(|e| {
+            eprintln!("idemkit: {e}");
+            match e {
+                idemkit::redb_store::ClaimError::Storage(s) => storage_exit(&s),
+                _ => exit::IO_ERR,
+            }
+        })?;
+    match claim {
+        Claim::Execute(guard) => {
+            // The command is about to run: from now on, recording its outcome is
+            // worth waiting for, or the outcome is left to the lease expiry.
+            store.set_lock_retry(LockRetry {
+                budget: Duration::from_secs(60),
+                ..LockRetry::default()
+            });
+            run_command(&args, guard, effect)
+        }
+        Claim::Replay { response, log_ref } => {
+            let status = exit_status_of(response.status);
+            if args.json {
+                crate::store_args::print_json(&json!({
+                    "outcome": "replayed",
+                    "exit_status": status,
+                    "stdout": String::from_utf8_lossy(response.body.as_deref().unwrap_or_default()),
+                    "log_ref": log_ref.to_string(),
+                }));
+            } else {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(response.body.as_deref().unwrap_or_default());
+                let _ = out.flush();
+                eprintln!(
+                    "idemkit: replayed the stored result of an earlier run (record {log_ref}, exit status {status}); the command was not run again"
+                );
+            }
+            Ok(status)
+        }
+        Claim::ResponseExpired {
+            status,
+            resource_ref,
+            log_ref,
+        } => {
+            let status = exit_status_of(status);
+            if args.json {
+                crate::store_args::print_json(&json!({
+                    "outcome": "response_expired",
+                    "exit_status": status,
+                    "resource_ref": resource_ref,
+                    "log_ref": log_ref.to_string(),
+                }));
+            } else {
+                eprintln!(
+                    "idemkit: the command already ran (record {log_ref}, exit status {status}); its output is no longer kept, and it was not run again"
+                );
+            }
+            Ok(status)
+        }
+        Claim::Mismatch { log_ref, .. } => {
+            report_refusal(
+                &args,
+                "mismatch",
+                log_ref,
+                "this key was already used with a different body; the command was not run",
+            );
+            Err(exit::DATA_ERR)
+        }
+        Claim::InFlight {
+            retry_after,
+            log_ref,
+        } => {
+            let secs = retry_after.as_secs().max(1);
+            if args.json {
+                crate::store_args::print_json(&json!({
+                    "outcome": "in_flight",
+                    "retry_after_secs": secs,
+                    "log_ref": log_ref.to_string(),
+                }));
+            } else {
+                eprintln!(
+                    "idemkit: another run holds this key (record {log_ref}); retry in {secs} s"
+                );
+            }
+            Err(exit::TEMP_FAIL)
+        }
+        Claim::Uncertain { since, log_ref } => {
+            if args.json {
+                crate::store_args::print_json(&json!({
+                    "outcome": "unknown",
+                    "since_ms": since.as_millis(),
+                    "log_ref": log_ref.to_string(),
+                }));
+            } else {
+                eprintln!(
+                    "idemkit: the outcome of an earlier run is unknown (record {log_ref}); it will not run again until `idemkit resolve` settles it"
+                );
+            }
+            Err(exit::UNAVAILABLE)
+        }
+    }
+}
+
+fn report_refusal(args: &ExecArgs, outcome: &str, log_ref: LogRef, message: &str) {
+    if args.json {
+        crate::store_args::print_json(&json!({
+            "outcome": outcome,
+            "log_ref": log_ref.to_string(),
+        }));
+    } else {
+        eprintln!("idemkit: {message} (record {log_ref})");
+    }
+}
+
+/// A stored status is an exit status (0–255); anything else is a generic failure.
+fn exit_status_of(status: u16) -> u8 {
+    u8::try_from(status).unwrap_or(1)
+}
+
+/// Runs CMD under the guard, renewing the lease, and records the outcome.
+fn run_command(args: &ExecArgs, guard: ExecutionGuard, effect: EffectKind) -> Result<u8, u8> {
+    let log_ref = guard.log_ref();
+    let Some((program, rest)) = args.command.split_first() else {
+        eprintln!("idemkit: no command given");
+        return Err(exit::USAGE);
+    };
+    let mut child = match Command::new(program)
+        .args(rest)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("idemkit: cannot run {program}: {e}");
+            // Nothing ran, so nothing happened: a retry may run it.
+            if let Err(e) = guard.release() {
+                eprintln!("idemkit: releasing the claim failed (record {log_ref}): {e}");
+            }
+            return Err(127);
+        }
+    };
+
+    // Keep the lease alive while CMD runs: a live runner is never taken over.
+    let renewer = guard.renewer();
+    let interval = Duration::from_millis((args.lease.max(1) * 1000 / 3).max(1));
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let renew_thread = std::thread::spawn(move || {
+        let mut lost = None;
+        while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(interval) {
+            match renewer.renew() {
+                Ok(_) => {}
+                Err(e @ WorkerError::Rejected { .. }) => {
+                    lost = Some(e.to_string());
+                    break;
+                }
+                // A busy or failing file: try again at the next tick.
+                Err(_) => {}
+            }
+        }
+        lost
+    });
+
+    let mut stored = Vec::new();
+    let mut truncated = false;
+    let mut out = std::io::stdout().lock();
+    if let Some(mut pipe) = child.stdout.take() {
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let chunk = buf.get(..n).unwrap_or_default();
+                    if !args.json {
+                        let _ = out.write_all(chunk);
+                        let _ = out.flush();
+                    }
+                    let room = args.max_output.saturating_sub(stored.len());
+                    if chunk.len() > room {
+                        truncated = true;
+                    }
+                    stored
+                        .extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+    let status = child.wait();
+    let _ = stop_tx.send(());
+    let lost = renew_thread.join().ok().flatten();
+    if let Some(why) = &lost {
+        eprintln!("idemkit: lost the lease while the command ran: {why}");
+    }
+
+    let code: u8 = match &status {
+        Ok(s) => match s.code() {
+            Some(c) => u8::try_from(c).unwrap_or(1),
+            None => signal_exit(s),
+        },
+        Err(e) => {
+            eprintln!("idemkit: waiting for the command failed: {e}");
+            1
+        }
+    };
+    if truncated {
+        eprintln!(
+            "idemkit: stdout exceeded --max-output ({} bytes); only the first part is stored for replay",
+            args.max_output
+        );
+    }
+    let on_failure = args.on_failure.unwrap_or(match effect {
+        EffectKind::Local => OnFailure::Release,
+        _ => OnFailure::Unknown,
+    });
+    let recorded = if code == 0 || on_failure == OnFailure::Store {
+        let mut response = StoredResponse::new(u16::from(code), stored.clone());
+        if truncated {
+            response
+                .headers
+                .push((TRUNCATED_HEADER.to_owned(), b"true".to_vec()));
+        }
+        guard.complete(response).map(|()| "completed")
+    } else if on_failure == OnFailure::Release {
+        guard.release().map(|()| "released")
+    } else {
+        guard
+            .mark_unknown(format!("command exited with status {code}"))
+            .map(|()| "unknown")
+    };
+    match recorded {
+        Ok(what) => {
+            if args.json {
+                crate::store_args::print_json(&json!({
+                    "outcome": "executed",
+                    "recorded": what,
+                    "exit_status": code,
+                    "stdout": String::from_utf8_lossy(&stored),
+                    "truncated": truncated,
+                    "log_ref": log_ref.to_string(),
+                }));
+            }
+            Ok(code)
+        }
+        Err(e) => {
+            eprintln!(
+                "idemkit: the command exited with status {code} but its outcome could not be recorded (record {log_ref}): {e}"
+            );
+            Err(match &e {
+                WorkerError::Storage(s) => storage_exit(s),
+                _ => exit::UNAVAILABLE,
+            })
+        }
+    }
+}
+
+#[cfg(unix)]
+fn signal_exit(status: &std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .signal()
+        .and_then(|s| u8::try_from(128 + s).ok())
+        .unwrap_or(1)
+}
+
+#[cfg(not(unix))]
+fn signal_exit(_status: &std::process::ExitStatus) -> u8 {
+    1
+}

@@ -1,0 +1,437 @@
+//! `idemkit list | show | resolve | gc | stats`: operating a store file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{ArgGroup, Args};
+use idemkit::core::machine::{Policy, Resolution};
+use idemkit::core::record::{Record, RecordState, StateName, StepState, StoredResponse};
+use idemkit::redb_store::{ListedRecord, OperatorError, QueryError};
+use serde_json::{Value, json};
+
+use crate::exit;
+use crate::store_args::{DbArg, print_json, record_address, storage_exit};
+
+/// List records (never their response bodies).
+///
+/// Examples:
+///   idemkit list --db app.redb
+///   idemkit list --db app.redb --unresolved --json
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// Only records in this state.
+    #[arg(long, value_parser = parse_state, conflicts_with = "unresolved")]
+    state: Option<StateName>,
+    /// Only records an operator must look at: Unknown, or Running past the lease.
+    #[arg(long)]
+    unresolved: bool,
+    /// One JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_state(text: &str) -> Result<StateName, String> {
+    text.parse::<StateName>().map_err(|e| e.to_string())
+}
+
+/// Show one record, its steps and its stored response.
+#[derive(Args, Debug)]
+pub(crate) struct ShowArgs {
+    #[command(flatten)]
+    db: DbArg,
+    #[command(flatten)]
+    address: Address,
+    /// One JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The record's address.
+#[derive(Args, Debug)]
+pub(crate) struct Address {
+    /// The tenant.
+    #[arg(long)]
+    tenant: String,
+    /// The operation's name.
+    #[arg(long)]
+    operation: String,
+    /// The idempotency key.
+    #[arg(long)]
+    key: String,
+}
+
+/// Settle a record whose outcome is unknown (or whose lease expired).
+///
+/// --applied records that the effect happened (retries then replay the given
+/// status and body); --not-applied records that it did not (a retry runs again).
+///
+/// Examples:
+///   idemkit resolve --tenant acme --operation invoice.send --key inv-42 --applied --status 0 --body out.txt
+///   idemkit resolve --tenant acme --operation invoice.send --key inv-42 --not-applied
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+#[command(group(ArgGroup::new("resolution").required(true).args(["applied", "not_applied"])))]
+pub(crate) struct ResolveArgs {
+    #[command(flatten)]
+    db: DbArg,
+    #[command(flatten)]
+    address: Address,
+    /// The effect happened.
+    #[arg(long)]
+    applied: bool,
+    /// The effect did not happen.
+    #[arg(long)]
+    not_applied: bool,
+    /// With --applied: the status to replay (an exit status for `exec` records).
+    #[arg(long, requires = "applied", default_value_t = 0)]
+    status: u16,
+    /// With --applied: a file whose bytes are replayed as the body/stdout.
+    #[arg(long, requires = "applied", value_name = "FILE")]
+    body: Option<PathBuf>,
+    /// One JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prune response bodies past the replay window and delete records past the
+/// record window (never Running or Unknown records), in bounded batches.
+#[derive(Args, Debug)]
+pub(crate) struct GcArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// Records per transaction.
+    #[arg(long, default_value_t = 1_000)]
+    max_batch: usize,
+    /// One JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Counts per state and the file size.
+#[derive(Args, Debug)]
+pub(crate) struct StatsArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// One JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn query_exit(e: &QueryError) -> u8 {
+    eprintln!("idemkit: {e}");
+    match e {
+        QueryError::Storage(s) => storage_exit(s),
+        _ => exit::IO_ERR,
+    }
+}
+
+fn state_extra(record: &Record) -> Value {
+    match &record.state {
+        RecordState::Running { lease } => json!({
+            "owner": lease.owner,
+            "token": lease.token.get(),
+            "lease_expires_at_ms": lease.expires_at.as_millis(),
+        }),
+        RecordState::Completed {
+            response,
+            completed_at,
+        } => json!({
+            "status": response.status,
+            "resource_ref": response.resource_ref,
+            "body_kept": response.body.is_some(),
+            "completed_at_ms": completed_at.as_millis(),
+        }),
+        RecordState::Unknown { reason, since } => json!({
+            "reason": reason.to_string(),
+            "since_ms": since.as_millis(),
+        }),
+        RecordState::Released { at } => json!({ "released_at_ms": at.as_millis() }),
+    }
+}
+
+fn summary(listed: &ListedRecord) -> serde_json::Map<String, Value> {
+    let r = &listed.record;
+    let value = json!({
+        "log_ref": listed.log_ref().to_string(),
+        "tenant": listed.scope.tenant(),
+        "operation": listed.scope.operation(),
+        "key": listed.key.as_str(),
+        "state": r.state.name().to_string(),
+        "effect": r.effect.to_string(),
+        "attempt": r.attempt,
+        "last_token": r.last_token.get(),
+        "created_at_ms": r.created_at.as_millis(),
+        "updated_at_ms": r.updated_at.as_millis(),
+        "detail": state_extra(r),
+    });
+    match value {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
+}
+
+pub(crate) fn list(args: ListArgs) -> ExitCode {
+    let store = match args.db.open() {
+        Ok(s) => s,
+        Err(code) => return ExitCode::from(code),
+    };
+    let records = if args.unresolved {
+        store.list_unresolved()
+    } else {
+        store.list(args.state)
+    };
+    let records = match records {
+        Ok(r) => r,
+        Err(e) => return ExitCode::from(query_exit(&e)),
+    };
+    if args.json {
+        print_json(&Value::Array(
+            records.iter().map(|l| Value::Object(summary(l))).collect(),
+        ));
+    } else {
+        println!(
+            "{:<16}  {:<9}  {:>7}  {:>5}  {:<16}  {:<24}  KEY",
+            "LOG_REF", "STATE", "ATTEMPT", "TOKEN", "TENANT", "OPERATION"
+        );
+        for l in &records {
+            println!(
+                "{:<16}  {:<9}  {:>7}  {:>5}  {:<16}  {:<24}  {}",
+                l.log_ref().to_string(),
+                l.record.state.name().to_string(),
+                l.record.attempt,
+                l.record.last_token.get(),
+                l.scope.tenant(),
+                l.scope.operation(),
+                l.key
+            );
+        }
+        eprintln!("{} record(s)", records.len());
+    }
+    ExitCode::from(exit::OK)
+}
+
+fn body_json(body: &[u8]) -> Value {
+    match std::str::from_utf8(body) {
+        Ok(text) => json!({ "utf8": text }),
+        Err(_) => json!({ "hex": body.iter().map(|b| format!("{b:02x}")).collect::<String>() }),
+    }
+}
+
+pub(crate) fn show(args: ShowArgs) -> ExitCode {
+    let (scope, key) = match record_address(
+        &args.address.tenant,
+        &args.address.operation,
+        &args.address.key,
+    ) {
+        Ok(a) => a,
+        Err(code) => return ExitCode::from(code),
+    };
+    let store = match args.db.open() {
+        Ok(s) => s,
+        Err(code) => return ExitCode::from(code),
+    };
+    let record = match store.get(&scope, &key) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            eprintln!(
+                "idemkit: no record for this key (record {})",
+                scope.record_id(&key).log_ref()
+            );
+            return ExitCode::from(exit::DATA_ERR);
+        }
+        Err(e) => return ExitCode::from(query_exit(&e)),
+    };
+    let listed = ListedRecord { scope, key, record };
+    let mut value = summary(&listed);
+    let r = &listed.record;
+    value.insert("fingerprint".into(), json!(r.fingerprint.to_string()));
+    value.insert(
+        "replay_until_ms".into(),
+        json!(r.replay_until.map(|t| t.as_millis())),
+    );
+    value.insert(
+        "keep_until_ms".into(),
+        json!(r.keep_until.map(|t| t.as_millis())),
+    );
+    let steps = Value::Array(
+        r.steps
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "state": match s.state { StepState::Started => "started", StepState::Done => "done" },
+                    "provider_key": s.provider_key,
+                    "provider_ref": s.provider_ref,
+                })
+            })
+            .collect(),
+    );
+    value.insert("steps".into(), steps);
+    if let RecordState::Completed { response, .. } = &r.state {
+        let response = json!({
+            "status": response.status,
+            "headers": response.headers.iter().map(|(n, v)| json!([n, String::from_utf8_lossy(v)])).collect::<Vec<_>>(),
+            "body": response.body.as_deref().map(body_json),
+            "resource_ref": response.resource_ref,
+        });
+        value.insert("response".into(), response);
+    }
+    if args.json {
+        print_json(&Value::Object(value));
+    } else {
+        println!("record      {}", listed.log_ref());
+        println!(
+            "scope       tenant {:?}, operation {:?}, key {:?}",
+            listed.scope.tenant(),
+            listed.scope.operation(),
+            listed.key.as_str()
+        );
+        println!("state       {}", r.state.name());
+        println!("effect      {}", r.effect);
+        println!("attempt     {} (last token {})", r.attempt, r.last_token);
+        println!("fingerprint {}", r.fingerprint);
+        println!("detail      {}", state_extra(r));
+        for s in &r.steps {
+            println!(
+                "step        {} [{}] provider key {:?}, ref {:?}",
+                s.name,
+                match s.state {
+                    StepState::Started => "started",
+                    StepState::Done => "done",
+                },
+                s.provider_key,
+                s.provider_ref
+            );
+        }
+        if let RecordState::Completed { response, .. } = &r.state {
+            println!("status      {}", response.status);
+            match &response.body {
+                Some(body) => {
+                    println!("body        {} bytes:", body.len());
+                    println!("{}", String::from_utf8_lossy(body));
+                }
+                None => println!("body        (pruned after the replay window)"),
+            }
+        }
+    }
+    ExitCode::from(exit::OK)
+}
+
+pub(crate) fn resolve(args: ResolveArgs) -> ExitCode {
+    let (scope, key) = match record_address(
+        &args.address.tenant,
+        &args.address.operation,
+        &args.address.key,
+    ) {
+        Ok(a) => a,
+        Err(code) => return ExitCode::from(code),
+    };
+    let resolution = if args.applied {
+        let body = match &args.body {
+            Some(path) => match std::fs::read(path) {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("idemkit: cannot read --body {}: {e}", path.display());
+                    return ExitCode::from(exit::NO_INPUT);
+                }
+            },
+            None => Vec::new(),
+        };
+        Resolution::Applied(StoredResponse::new(args.status, body))
+    } else {
+        Resolution::NotApplied
+    };
+    let store = match args.db.open() {
+        Ok(s) => s,
+        Err(code) => return ExitCode::from(code),
+    };
+    match store.resolve(&scope, &key, resolution, &Policy::default()) {
+        Ok(record) => {
+            let state = record.state.name();
+            if args.json {
+                print_json(&json!({
+                    "log_ref": scope.record_id(&key).log_ref().to_string(),
+                    "state": state.to_string(),
+                }));
+            } else {
+                println!("record {} is now {state}", scope.record_id(&key).log_ref());
+            }
+            ExitCode::from(exit::OK)
+        }
+        Err(e) => {
+            eprintln!("idemkit: {e}");
+            ExitCode::from(match &e {
+                OperatorError::Storage(s) => storage_exit(s),
+                _ => exit::DATA_ERR,
+            })
+        }
+    }
+}
+
+pub(crate) fn gc(args: GcArgs) -> ExitCode {
+    let store = match args.db.open() {
+        Ok(s) => s,
+        Err(code) => return ExitCode::from(code),
+    };
+    let (mut pruned, mut deleted, mut batches) = (0u64, 0u64, 0u64);
+    loop {
+        match store.gc(args.max_batch.max(1)) {
+            Ok(report) => {
+                pruned += report.pruned;
+                deleted += report.deleted;
+                batches += 1;
+                if !report.more {
+                    break;
+                }
+            }
+            Err(e) => return ExitCode::from(query_exit(&e)),
+        }
+    }
+    if args.json {
+        print_json(&json!({ "pruned": pruned, "deleted": deleted, "batches": batches }));
+    } else {
+        println!("pruned {pruned} response bodies, deleted {deleted} records ({batches} batches)");
+    }
+    ExitCode::from(exit::OK)
+}
+
+pub(crate) fn stats(args: StatsArgs) -> ExitCode {
+    let store = match args.db.open() {
+        Ok(s) => s,
+        Err(code) => return ExitCode::from(code),
+    };
+    let stats = match store.stats() {
+        Ok(s) => s,
+        Err(e) => return ExitCode::from(query_exit(&e)),
+    };
+    let count = |s: StateName| stats.by_state.get(&s).copied().unwrap_or(0);
+    if args.json {
+        print_json(&json!({
+            "total": stats.total,
+            "running": count(StateName::Running),
+            "completed": count(StateName::Completed),
+            "unknown": count(StateName::Unknown),
+            "released": count(StateName::Released),
+            "expired_leases": stats.expired_leases,
+            "file_size": stats.file_size,
+        }));
+    } else {
+        println!("records    {}", stats.total);
+        for s in [
+            StateName::Running,
+            StateName::Completed,
+            StateName::Unknown,
+            StateName::Released,
+        ] {
+            println!("{:<10} {}", s.to_string(), count(s));
+        }
+        println!("expired leases {}", stats.expired_leases);
+        if let Some(size) = stats.file_size {
+            println!("file size  {size} bytes");
+        }
+    }
+    ExitCode::from(exit::OK)
+}

@@ -1,0 +1,66 @@
+//! What every store subcommand shares: `--db`, opening the file, error exits.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use idemkit::redb_store::{LockRetry, OpenError, StorageError, Store};
+
+use crate::exit;
+
+/// `--db PATH`.
+#[derive(Args, Clone, Debug)]
+pub(crate) struct DbArg {
+    /// The store file (created if absent). It is opened only around each
+    /// transaction, so several `idemkit` processes can share it.
+    #[arg(long, value_name = "PATH", default_value = "idemkit.redb")]
+    pub(crate) db: PathBuf,
+}
+
+impl DbArg {
+    /// Opens the store for sharing with other processes, or reports why not.
+    pub(crate) fn open(&self) -> Result<Store, u8> {
+        Store::open_shared(&self.db, LockRetry::default()).map_err(|e| {
+            eprintln!("idemkit: {}: {e}", self.db.display());
+            open_exit(&e)
+        })
+    }
+}
+
+/// 75 while another process holds the file, 74 for anything else (not an
+/// idemkit database, corrupt, unreadable).
+pub(crate) fn open_exit(e: &OpenError) -> u8 {
+    match e {
+        OpenError::Busy { .. } => exit::TEMP_FAIL,
+        _ => exit::IO_ERR,
+    }
+}
+
+/// The exit status for a storage failure.
+pub(crate) fn storage_exit(e: &StorageError) -> u8 {
+    match e {
+        StorageError::Open(open) => open_exit(open),
+        _ => exit::IO_ERR,
+    }
+}
+
+/// Parses `--tenant`, `--operation` and `--key`, or prints why not (exit 65).
+pub(crate) fn record_address(
+    tenant: &str,
+    operation: &str,
+    key: &str,
+) -> Result<(idemkit::Scope, idemkit::IdempotencyKey), u8> {
+    let scope = idemkit::Scope::new(tenant, operation).map_err(|e| {
+        eprintln!("idemkit: {e}");
+        exit::DATA_ERR
+    })?;
+    let key = idemkit::IdempotencyKey::new(key).map_err(|e| {
+        eprintln!("idemkit: invalid idempotency key: {e} [{}]", e.code());
+        exit::DATA_ERR
+    })?;
+    Ok((scope, key))
+}
+
+/// Prints one JSON value on stdout.
+pub(crate) fn print_json(value: &serde_json::Value) {
+    println!("{value}");
+}
