@@ -5,6 +5,7 @@
 //! embedded store and the `idemkit` command-line tool.
 //!
 //! - [`redb_store`] — the embedded store: atomic claims, fenced leases, recovery, GC.
+//! - [`http`] (feature `axum`, on by default) — the tower/axum middleware.
 //! - [`clock`] — where the store reads `now` from (system or virtual time).
 //! - [`backend`] — the operations every store offers, as a trait;
 //!   [`conformance`] — the suite every backend must pass.
@@ -22,6 +23,8 @@
 pub mod journal;
 
 pub mod backend;
+#[cfg(feature = "axum")]
+pub mod http;
 pub mod clock;
 pub mod conformance;
 #[cfg(feature = "postgres")]

@@ -1,0 +1,488 @@
+//! The appointments reference service: an idempotent `POST /appointments` that
+//! books a slot at a (simulated) calendar provider and sends a confirmation
+//! through a (simulated) messaging provider, each step with its own persisted
+//! provider key, so retries, crashes and reconciliation never book twice.
+//!
+//! ```text
+//! cargo run --release -p idemkit --example appointments -- \
+//!     [--db appointments.redb] [--provider-db provider.redb] [--listen 127.0.0.1:8080] \
+//!     [--provider-latency-ms N] [--crash-after-provider] [--fail-notify N]
+//! ```
+//!
+//! **Demo authentication**: `Authorization: Bearer <tenant>` names the tenant
+//! verbatim. A real service verifies a token and takes the tenant from it.
+//!
+//! Routes: `POST /appointments` (Idempotency-Key required, effect External),
+//! `GET /appointments` (the calendar provider's bookings for the tenant),
+//! `GET /health`. The OpenAPI document is `openapi.json` beside this file.
+
+mod providers;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, Response, StatusCode, header};
+use axum::routing::{get, post};
+use axum::Router;
+use clap::Parser;
+use idemkit::core::http::Refusal;
+use idemkit::core::machine::{Disposition, Policy, StepStart};
+use idemkit::core::record::{EffectKind, StateName, StoredResponse};
+use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
+use idemkit::redb_store::{ListedRecord, Store};
+use idemkit::UnixMillis;
+use providers::{Booking, Message, ProviderError, Providers};
+
+/// The operation name of `POST /appointments` (part of every record's scope).
+const CREATE: &str = "appointments.create";
+
+#[derive(Parser, Debug)]
+#[command(about = "idemkit appointments reference service")]
+struct Args {
+    /// The idemkit store.
+    #[arg(long, default_value = "appointments.redb")]
+    db: PathBuf,
+    /// The simulated providers' own database.
+    #[arg(long, default_value = "provider.redb")]
+    provider_db: PathBuf,
+    /// Where to listen (port 0 picks a free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Delay before each calendar booking, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    provider_latency_ms: u64,
+    /// Abort the process once, right after the calendar provider accepted a
+    /// booking and before the outcome is recorded.
+    #[arg(long)]
+    crash_after_provider: bool,
+    /// The messaging step fails for the first N attempts.
+    #[arg(long, default_value_t = 0)]
+    fail_notify: u64,
+    /// The execution lease, in milliseconds (renewed while a request runs).
+    #[arg(long, default_value_t = 3_000)]
+    lease_ms: u64,
+    /// How often unresolved records are reconciled, in milliseconds.
+    #[arg(long, default_value_t = 1_000)]
+    reconcile_every_ms: u64,
+}
+
+struct App {
+    store: Store,
+    providers: Providers,
+    policy: Policy,
+    latency: Duration,
+    crash_after_provider: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct CreateAppointment {
+    customer_id: String,
+    slot_id: String,
+}
+
+/// `Authorization: Bearer <tenant>` (demo authentication: the token *is* the tenant).
+fn bearer_tenant(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let tenant = value.strip_prefix("Bearer ")?.trim();
+    (!tenant.is_empty() && tenant.bytes().all(|b| b.is_ascii_graphic())).then(|| tenant.to_owned())
+}
+
+fn json_response(status: StatusCode, headers: &[(&str, String)], body: Vec<u8>) -> Response<Body> {
+    let mut builder = Response::builder().status(status);
+    for (name, value) in headers {
+        builder = builder.header(*name, value.as_str());
+    }
+    builder
+        .body(Body::from(body))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+fn problem(status: StatusCode, name: &str, title: &str, detail: &str) -> Response<Body> {
+    let body = serde_json::json!({
+        "type": format!("https://idemkit.dev/problems/{name}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    json_response(
+        status,
+        &[("content-type", "application/problem+json".to_owned())],
+        body.to_string().into_bytes(),
+    )
+}
+
+/// The 201 for one appointment. The handler and the reconciler both build it
+/// here, so a replay is the same bytes whichever of them completed the record.
+fn appointment(booking: &Booking, message: &Message) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let body = serde_json::json!({
+        "id": booking.id,
+        "customer_id": booking.customer_id,
+        "slot_id": booking.slot_id,
+        "status": "confirmed",
+        "confirmation_id": message.id,
+    });
+    (
+        201,
+        vec![
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("location".to_owned(), format!("/appointments/{}", booking.id)),
+        ],
+        body.to_string().into_bytes(),
+    )
+}
+
+fn proposed_key(step: &str) -> String {
+    let mut bytes = [0u8; 16];
+    // A key that failed to be random would still be persisted before use and
+    // reused on every retry; uniqueness across operations is what suffers.
+    let _ = getrandom::fill(&mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{step}-{hex}")
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ProviderError> + Send + 'static,
+) -> Result<T, ProviderError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ProviderError::Storage(e.to_string()))?
+}
+
+fn bad_gateway(what: &str, e: &dyn std::fmt::Display) -> Response<Body> {
+    problem(
+        StatusCode::BAD_GATEWAY,
+        "provider-error",
+        "A downstream provider failed",
+        &format!("{what}: {e}"),
+    )
+}
+
+async fn create_appointment(
+    State(app): State<Arc<App>>,
+    Extension(exec): Extension<Execution>,
+    body: axum::body::Bytes,
+) -> Response<Body> {
+    let Ok(request) = serde_json::from_slice::<CreateAppointment>(&body) else {
+        return problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-appointment",
+            "The appointment request is invalid",
+            "Send a JSON object with string members customer_id and slot_id.",
+        );
+    };
+    let tenant = exec.tenant().to_owned();
+
+    // Step `book`: the provider key is durable before the provider sees it.
+    let booking = match exec.begin_step("book", &proposed_key("book")).await {
+        Ok(StepStart::Dispatch { provider_key }) => {
+            tokio::time::sleep(app.latency).await;
+            let a = Arc::clone(&app);
+            let (t, c, s) = (tenant.clone(), request.customer_id, request.slot_id);
+            let booking =
+                match blocking(move || a.providers.book(&provider_key, &t, &c, &s)).await {
+                    Ok(b) => b,
+                    Err(e) => return bad_gateway("calendar", &e),
+                };
+            if app.crash_after_provider {
+                let a = Arc::clone(&app);
+                if matches!(blocking(move || a.providers.take_crash()).await, Ok(true)) {
+                    eprintln!("appointments: --crash-after-provider: aborting after booking {}", booking.id);
+                    std::process::abort();
+                }
+            }
+            if let Err(e) = exec.complete_step("book", Some(booking.id.clone())).await {
+                return bad_gateway("recording step book", &e);
+            }
+            booking
+        }
+        Ok(StepStart::AlreadyDone { provider_ref }) => {
+            let a = Arc::clone(&app);
+            let id = provider_ref.unwrap_or_default();
+            match blocking(move || a.providers.booking(&id)).await {
+                Ok(Some(b)) => b,
+                Ok(None) => return bad_gateway("calendar", &"booking missing"),
+                Err(e) => return bad_gateway("calendar", &e),
+            }
+        }
+        Err(e) => return bad_gateway("recording step book", &e),
+    };
+    exec.set_resource_ref(booking.id.clone());
+
+    // Step `notify`, with its own persisted key.
+    let message = match exec.begin_step("notify", &proposed_key("notify")).await {
+        Ok(StepStart::Dispatch { provider_key }) => {
+            let a = Arc::clone(&app);
+            let b = booking.clone();
+            match blocking(move || a.providers.send_confirmation(&provider_key, &b)).await {
+                Ok(m) => {
+                    if let Err(e) = exec.complete_step("notify", Some(m.id.clone())).await {
+                        return bad_gateway("recording step notify", &e);
+                    }
+                    m
+                }
+                Err(ProviderError::Unavailable) => {
+                    // The booking is recorded as done: releasing lets the retry
+                    // resume at `notify` with the same key, never book again.
+                    exec.record_as(Disposition::Release);
+                    let mut response = problem(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "notification-failed",
+                        "The confirmation could not be sent yet",
+                        "The slot is booked. Retry with the same Idempotency-Key.",
+                    );
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+                    return response;
+                }
+                Err(e) => return bad_gateway("messaging", &e),
+            }
+        }
+        Ok(StepStart::AlreadyDone { provider_ref }) => {
+            let a = Arc::clone(&app);
+            let id = provider_ref.unwrap_or_default();
+            match blocking(move || a.providers.message(&id)).await {
+                Ok(Some(m)) => m,
+                Ok(None) => return bad_gateway("messaging", &"message missing"),
+                Err(e) => return bad_gateway("messaging", &e),
+            }
+        }
+        Err(e) => return bad_gateway("recording step notify", &e),
+    };
+    tracing::info!(parent: exec.span(), booking = %booking.id, "appointment confirmed");
+    let (status, headers, body) = appointment(&booking, &message);
+    let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    json_response(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED),
+        &headers,
+        body,
+    )
+}
+
+async fn list_appointments(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Body> {
+    let Some(tenant) = bearer_tenant(&headers) else {
+        return refusal_response(&Refusal::Unauthenticated);
+    };
+    let a = Arc::clone(&app);
+    match blocking(move || a.providers.bookings(&tenant)).await {
+        Ok(bookings) => {
+            let body = serde_json::json!({ "appointments": bookings
+                .iter()
+                .map(|b| serde_json::json!({"id": b.id, "customer_id": b.customer_id, "slot_id": b.slot_id}))
+                .collect::<Vec<_>>() });
+            json_response(
+                StatusCode::OK,
+                &[("content-type", "application/json".to_owned())],
+                body.to_string().into_bytes(),
+            )
+        }
+        Err(e) => bad_gateway("calendar", &e),
+    }
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+/// What reconciling one record did.
+#[derive(Debug)]
+enum Reconciled {
+    Completed,
+    Released,
+    Skipped,
+}
+
+/// Re-drives one unresolved `appointments.create` record with its persisted
+/// provider keys. The calendar is asked for the booking under step `book`'s key:
+/// if it has one, the booking happened and the record is finished (sending the
+/// confirmation with `notify`'s persisted key if needed); if not, the provider
+/// never saw the request and the record is released, so the client's retry
+/// dispatches with the same persisted key.
+fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String> {
+    if listed.scope.operation() != CREATE {
+        return Ok(Reconciled::Skipped);
+    }
+    let mut guard = app
+        .store
+        .recover(&listed.scope, &listed.key, "reconciler", &app.policy)
+        .map_err(|e| e.to_string())?;
+    let steps = guard.steps().to_vec();
+    let book = steps.iter().find(|s| s.name == "book");
+    let booking = match book {
+        None => None,
+        Some(step) => match &step.provider_ref {
+            Some(id) => app.providers.booking(id).map_err(|e| e.to_string())?,
+            None => app
+                .providers
+                .booking_by_key(&step.provider_key)
+                .map_err(|e| e.to_string())?,
+        },
+    };
+    let Some(booking) = booking else {
+        guard.release().map_err(|e| e.to_string())?;
+        return Ok(Reconciled::Released);
+    };
+    if book.is_some_and(|s| s.provider_ref.is_none()) {
+        guard
+            .complete_step("book", Some(booking.id.clone()))
+            .map_err(|e| e.to_string())?;
+    }
+    let message = match guard
+        .begin_step("notify", &proposed_key("notify"))
+        .map_err(|e| e.to_string())?
+    {
+        StepStart::Dispatch { provider_key } => {
+            match app.providers.send_confirmation(&provider_key, &booking) {
+                Ok(m) => {
+                    guard
+                        .complete_step("notify", Some(m.id.clone()))
+                        .map_err(|e| e.to_string())?;
+                    m
+                }
+                Err(ProviderError::Unavailable) => {
+                    guard.release().map_err(|e| e.to_string())?;
+                    return Ok(Reconciled::Released);
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        StepStart::AlreadyDone { provider_ref } => app
+            .providers
+            .message(provider_ref.as_deref().unwrap_or_default())
+            .map_err(|e| e.to_string())?
+            .ok_or("confirmation missing at the messaging provider")?,
+    };
+    let (status, headers, body) = appointment(&booking, &message);
+    guard
+        .complete(StoredResponse {
+            status,
+            headers: headers
+                .into_iter()
+                .map(|(n, v)| (n, v.into_bytes()))
+                .collect(),
+            body: Some(body),
+            resource_ref: Some(booking.id.clone()),
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(Reconciled::Completed)
+}
+
+fn reconcile_all(app: &App) {
+    let unresolved = match app.store.list_unresolved() {
+        Ok(list) => list,
+        Err(e) => {
+            eprintln!("appointments: reconcile: listing unresolved records failed: {e}");
+            return;
+        }
+    };
+    for listed in &unresolved {
+        match reconcile_one(app, listed) {
+            Ok(Reconciled::Skipped) => {}
+            Ok(outcome) => {
+                eprintln!("appointments: reconciled {}: {outcome:?}", listed.log_ref());
+            }
+            Err(e) => eprintln!("appointments: reconcile {} failed: {e}", listed.log_ref()),
+        }
+    }
+}
+
+/// A previous process may have died mid-execution, leaving Running records
+/// whose lease is still live. This process holds the store file exclusively,
+/// so no one else can renew them: wait until they expire, so the first
+/// reconciliation sees them.
+fn wait_for_orphaned_leases(store: &Store) -> Result<(), String> {
+    let running = store
+        .list(Some(StateName::Running))
+        .map_err(|e| e.to_string())?;
+    let latest = running
+        .iter()
+        .filter_map(|r| r.record.lease_expires_at())
+        .max()
+        .unwrap_or(UnixMillis::ZERO);
+    let now = store.now();
+    if latest > now {
+        let wait = Duration::from_millis(latest.as_millis() - now.as_millis() + 10);
+        eprintln!(
+            "appointments: {} unfinished request(s) from a previous run; reconciling in {} ms",
+            running.len(),
+            wait.as_millis()
+        );
+        std::thread::sleep(wait);
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("appointments: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let store = Store::open(&args.db).map_err(|e| format!("{}: {e}", args.db.display()))?;
+    let providers = Providers::open(&args.provider_db, args.fail_notify)
+        .map_err(|e| format!("{}: {e}", args.provider_db.display()))?;
+    let policy = Policy::default()
+        .with_effect(EffectKind::External)
+        .with_lease(Duration::from_millis(args.lease_ms.max(100)));
+    let app = Arc::new(App {
+        store: store.clone(),
+        providers,
+        policy,
+        latency: Duration::from_millis(args.provider_latency_ms),
+        crash_after_provider: args.crash_after_provider,
+    });
+
+    wait_for_orphaned_leases(&store)?;
+    reconcile_all(&app);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(serve(app, args))
+}
+
+async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
+    let route = RouteConfig::new(CREATE, EffectKind::External)
+        .policy(app.policy)
+        .principal(|parts| bearer_tenant(&parts.headers))
+        .body_limit(16 * 1024);
+    let router = Router::new()
+        .route(
+            "/appointments",
+            post(create_appointment)
+                .route_layer(IdempotencyLayer::new(app.store.clone(), route))
+                .get(list_appointments),
+        )
+        .route("/health", get(health))
+        .with_state(Arc::clone(&app));
+
+    let every = Duration::from_millis(args.reconcile_every_ms.max(50));
+    let reconciler = Arc::clone(&app);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let app = Arc::clone(&reconciler);
+            let _ = tokio::task::spawn_blocking(move || reconcile_all(&app)).await;
+        }
+    });
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("listen {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("appointments: listening on http://{addr}");
+    axum::serve(listener, router)
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,252 @@
+//! The simulated downstream systems: a calendar provider that books slots and a
+//! messaging provider that sends confirmations. Like real external systems they
+//! keep their own state (their own redb file, not idemkit's) and honour their own
+//! idempotency keys: a repeated key returns the first result, never a second effect.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+/// Provider idempotency key → booking (JSON).
+const BOOKINGS: TableDefinition<&str, &[u8]> = TableDefinition::new("calendar_bookings");
+/// Booking id → provider idempotency key.
+const BOOKING_IDS: TableDefinition<&str, &str> = TableDefinition::new("calendar_booking_ids");
+/// Provider idempotency key → message (JSON).
+const MESSAGES: TableDefinition<&str, &[u8]> = TableDefinition::new("messaging_messages");
+/// Message id → provider idempotency key.
+const MESSAGE_IDS: TableDefinition<&str, &str> = TableDefinition::new("messaging_message_ids");
+/// Counters and the crash switch's "already crashed" mark.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+const CRASHED: &str = "crash_after_provider_done";
+
+/// One booking in the calendar.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Booking {
+    pub(crate) id: String,
+    pub(crate) tenant: String,
+    pub(crate) customer_id: String,
+    pub(crate) slot_id: String,
+}
+
+/// One confirmation sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Message {
+    pub(crate) id: String,
+    pub(crate) tenant: String,
+    pub(crate) booking_id: String,
+}
+
+#[derive(Debug)]
+pub(crate) enum ProviderError {
+    /// The provider's key was used before with a different request.
+    KeyReused,
+    /// The provider is (simulated) down; nothing was done.
+    Unavailable,
+    /// The provider's own storage failed.
+    Storage(String),
+}
+
+impl std::fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProviderError::KeyReused => f.write_str("provider key reused with another request"),
+            ProviderError::Unavailable => f.write_str("provider unavailable"),
+            ProviderError::Storage(e) => write!(f, "provider storage: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+fn storage(e: impl std::fmt::Display) -> ProviderError {
+    ProviderError::Storage(e.to_string())
+}
+
+/// Both simulated providers, over one database file.
+pub(crate) struct Providers {
+    db: Database,
+    /// How many more notify calls fail (`--fail-notify N`).
+    notify_failures_left: AtomicU64,
+}
+
+impl Providers {
+    pub(crate) fn open(path: &Path, fail_notify: u64) -> Result<Self, ProviderError> {
+        let db = Database::create(path).map_err(storage)?;
+        let txn = db.begin_write().map_err(storage)?;
+        {
+            txn.open_table(BOOKINGS).map_err(storage)?;
+            txn.open_table(BOOKING_IDS).map_err(storage)?;
+            txn.open_table(MESSAGES).map_err(storage)?;
+            txn.open_table(MESSAGE_IDS).map_err(storage)?;
+            txn.open_table(META).map_err(storage)?;
+        }
+        txn.commit().map_err(storage)?;
+        Ok(Providers {
+            db,
+            notify_failures_left: AtomicU64::new(fail_notify),
+        })
+    }
+
+    /// Calendar: books `slot_id` for `customer_id` under the provider key `key`.
+    /// The same key again returns the same booking.
+    pub(crate) fn book(
+        &self,
+        key: &str,
+        tenant: &str,
+        customer_id: &str,
+        slot_id: &str,
+    ) -> Result<Booking, ProviderError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let booking = {
+            let mut bookings = txn.open_table(BOOKINGS).map_err(storage)?;
+            if let Some(existing) = bookings.get(key).map_err(storage)? {
+                let booking: Booking =
+                    serde_json::from_slice(existing.value()).map_err(storage)?;
+                if booking.tenant != tenant
+                    || booking.customer_id != customer_id
+                    || booking.slot_id != slot_id
+                {
+                    return Err(ProviderError::KeyReused);
+                }
+                return Ok(booking);
+            }
+            let seq = next(&txn, "booking_seq")?;
+            let booking = Booking {
+                id: format!("bk_{seq:06}"),
+                tenant: tenant.to_owned(),
+                customer_id: customer_id.to_owned(),
+                slot_id: slot_id.to_owned(),
+            };
+            let bytes = serde_json::to_vec(&booking).map_err(storage)?;
+            bookings.insert(key, bytes.as_slice()).map_err(storage)?;
+            let mut ids = txn.open_table(BOOKING_IDS).map_err(storage)?;
+            ids.insert(booking.id.as_str(), key).map_err(storage)?;
+            booking
+        };
+        txn.commit().map_err(storage)?;
+        Ok(booking)
+    }
+
+    /// Calendar: the booking made under provider key `key`, if any.
+    pub(crate) fn booking_by_key(&self, key: &str) -> Result<Option<Booking>, ProviderError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let bookings = txn.open_table(BOOKINGS).map_err(storage)?;
+        match bookings.get(key).map_err(storage)? {
+            Some(v) => Ok(Some(serde_json::from_slice(v.value()).map_err(storage)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Calendar: the booking with id `id`, if any.
+    pub(crate) fn booking(&self, id: &str) -> Result<Option<Booking>, ProviderError> {
+        let key = {
+            let txn = self.db.begin_read().map_err(storage)?;
+            let ids = txn.open_table(BOOKING_IDS).map_err(storage)?;
+            match ids.get(id).map_err(storage)? {
+                Some(k) => k.value().to_owned(),
+                None => return Ok(None),
+            }
+        };
+        self.booking_by_key(&key)
+    }
+
+    /// Calendar: every booking of `tenant`, by id.
+    pub(crate) fn bookings(&self, tenant: &str) -> Result<Vec<Booking>, ProviderError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let bookings = txn.open_table(BOOKINGS).map_err(storage)?;
+        let mut out = Vec::new();
+        for entry in bookings.iter().map_err(storage)? {
+            let (_, v) = entry.map_err(storage)?;
+            let booking: Booking = serde_json::from_slice(v.value()).map_err(storage)?;
+            if booking.tenant == tenant {
+                out.push(booking);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// Messaging: sends the confirmation of `booking` under provider key `key`.
+    /// The same key again returns the same message. Fails while `--fail-notify`
+    /// failures are left, before doing anything.
+    pub(crate) fn send_confirmation(&self, key: &str, booking: &Booking) -> Result<Message, ProviderError> {
+        if let Some(existing) = self.message_by_key(key)? {
+            return Ok(existing);
+        }
+        let failing = self
+            .notify_failures_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(ProviderError::Unavailable);
+        }
+        let txn = self.db.begin_write().map_err(storage)?;
+        let message = {
+            let mut messages = txn.open_table(MESSAGES).map_err(storage)?;
+            if let Some(existing) = messages.get(key).map_err(storage)? {
+                return serde_json::from_slice(existing.value()).map_err(storage);
+            }
+            let seq = next(&txn, "message_seq")?;
+            let message = Message {
+                id: format!("msg_{seq:06}"),
+                tenant: booking.tenant.clone(),
+                booking_id: booking.id.clone(),
+            };
+            let bytes = serde_json::to_vec(&message).map_err(storage)?;
+            messages.insert(key, bytes.as_slice()).map_err(storage)?;
+            let mut ids = txn.open_table(MESSAGE_IDS).map_err(storage)?;
+            ids.insert(message.id.as_str(), key).map_err(storage)?;
+            message
+        };
+        txn.commit().map_err(storage)?;
+        Ok(message)
+    }
+
+    fn message_by_key(&self, key: &str) -> Result<Option<Message>, ProviderError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let messages = txn.open_table(MESSAGES).map_err(storage)?;
+        match messages.get(key).map_err(storage)? {
+            Some(v) => Ok(Some(serde_json::from_slice(v.value()).map_err(storage)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Messaging: the message with id `id`, if any.
+    pub(crate) fn message(&self, id: &str) -> Result<Option<Message>, ProviderError> {
+        let key = {
+            let txn = self.db.begin_read().map_err(storage)?;
+            let ids = txn.open_table(MESSAGE_IDS).map_err(storage)?;
+            match ids.get(id).map_err(storage)? {
+                Some(k) => k.value().to_owned(),
+                None => return Ok(None),
+            }
+        };
+        self.message_by_key(&key)
+    }
+
+    /// The crash switch: true exactly once per provider database (the mark is
+    /// durable before the caller aborts, so a restarted process never crashes again).
+    pub(crate) fn take_crash(&self) -> Result<bool, ProviderError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let first = {
+            let mut meta = txn.open_table(META).map_err(storage)?;
+            let done = meta.get(CRASHED).map_err(storage)?.is_some();
+            if !done {
+                meta.insert(CRASHED, 1).map_err(storage)?;
+            }
+            !done
+        };
+        txn.commit().map_err(storage)?;
+        Ok(first)
+    }
+}
+
+fn next(txn: &redb::WriteTransaction, name: &str) -> Result<u64, ProviderError> {
+    let mut meta = txn.open_table(META).map_err(storage)?;
+    let n = meta.get(name).map_err(storage)?.map_or(0, |v| v.value()) + 1;
+    meta.insert(name, n).map_err(storage)?;
+    Ok(n)
+}

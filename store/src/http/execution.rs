@@ -1,0 +1,239 @@
+//! The handler's view of its claimed execution: steps, provider keys, and how
+//! the attempt is recorded.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use idemkit_core::{LogRef, Scope};
+use idemkit_core::machine::{Disposition, StepStart};
+use idemkit_core::record::{FencingToken, Step};
+
+use crate::redb_store::{ExecutionGuard, WorkerError};
+
+/// The execution a request runs under, handed to the inner service as a request
+/// extension (`Extension<Execution>` in axum).
+///
+/// A handler with downstream effects persists each step's provider key with
+/// [`begin_step`](Self::begin_step) *before* dispatching it, and records the
+/// provider's reference with [`complete_step`](Self::complete_step). Store work
+/// runs on tokio's blocking pool, never on the async executor.
+///
+/// The middleware records the attempt when the handler returns; the handler does
+/// not complete the record itself. Clones share one lease.
+#[derive(Clone)]
+pub struct Execution {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    guard: Mutex<Option<ExecutionGuard>>,
+    scope: Scope,
+    log_ref: LogRef,
+    attempt: u32,
+    token: FencingToken,
+    steps: Vec<Step>,
+    disposition: Mutex<Option<Disposition>>,
+    resource_ref: Mutex<Option<String>>,
+    span: tracing::Span,
+}
+
+/// A step operation on an [`Execution`] failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ExecutionError {
+    /// The middleware already recorded this attempt (the handler kept a clone
+    /// of the [`Execution`] past its response).
+    Finished,
+    /// The store refused or failed; nothing was acknowledged.
+    Store(WorkerError),
+    /// The blocking task running the store call did not finish.
+    Blocking(String),
+}
+
+impl fmt::Display for ExecutionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExecutionError::Finished => f.write_str("the execution was already recorded"),
+            ExecutionError::Store(e) => write!(f, "store: {e}"),
+            ExecutionError::Blocking(e) => write!(f, "blocking store task failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ExecutionError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ExecutionError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain data behind, still valid.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Execution {
+    pub(crate) fn new(scope: Scope, guard: ExecutionGuard, span: tracing::Span) -> Self {
+        Execution {
+            shared: Arc::new(Shared {
+                scope,
+                log_ref: guard.log_ref(),
+                attempt: guard.attempt(),
+                token: guard.token(),
+                steps: guard.steps().to_vec(),
+                guard: Mutex::new(Some(guard)),
+                disposition: Mutex::new(None),
+                resource_ref: Mutex::new(None),
+                span,
+            }),
+        }
+    }
+
+    /// The authenticated tenant the request runs for (from the principal extractor).
+    #[must_use]
+    pub fn tenant(&self) -> &str {
+        self.shared.scope.tenant()
+    }
+
+    /// The record's scope: tenant and operation.
+    #[must_use]
+    pub fn scope(&self) -> &Scope {
+        &self.shared.scope
+    }
+
+    /// The record's log reference (safe to log; never the raw key).
+    #[must_use]
+    pub fn log_ref(&self) -> LogRef {
+        self.shared.log_ref
+    }
+
+    /// The attempt number (1 for the first).
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.shared.attempt
+    }
+
+    /// The lease's fencing token.
+    #[must_use]
+    pub fn fencing_token(&self) -> FencingToken {
+        self.shared.token
+    }
+
+    /// The steps persisted by earlier attempts, as they were when this lease began.
+    #[must_use]
+    pub fn steps(&self) -> &[Step] {
+        &self.shared.steps
+    }
+
+    /// The tracing span of this execution (log reference, attempt, token,
+    /// provider reference).
+    #[must_use]
+    pub fn span(&self) -> &tracing::Span {
+        &self.shared.span
+    }
+
+    /// Persists step `name` with `proposed_provider_key` before the handler
+    /// dispatches it. A step begun by an earlier attempt keeps the key persisted
+    /// then; a finished step answers [`StepStart::AlreadyDone`].
+    pub async fn begin_step(
+        &self,
+        name: &str,
+        proposed_provider_key: &str,
+    ) -> Result<StepStart, ExecutionError> {
+        let (name, proposed) = (name.to_owned(), proposed_provider_key.to_owned());
+        let start = self
+            .with_guard(move |g| g.begin_step(&name, &proposed))
+            .await?;
+        Ok(start)
+    }
+
+    /// Records that step `name` is done, with the provider's reference.
+    pub async fn complete_step(
+        &self,
+        name: &str,
+        provider_ref: Option<String>,
+    ) -> Result<(), ExecutionError> {
+        if let Some(reference) = &provider_ref {
+            self.shared
+                .span
+                .record("provider_ref", tracing::field::display(reference));
+        }
+        let name = name.to_owned();
+        self.with_guard(move |g| g.complete_step(&name, provider_ref))
+            .await
+    }
+
+    /// Overrides how the middleware records this attempt's response, instead of
+    /// the policy's classification of its status.
+    ///
+    /// `Disposition::Release` fits a failure after some steps finished: the done
+    /// steps are persisted, so a retry with the same key resumes at the first
+    /// unfinished one and never repeats a finished effect.
+    pub fn record_as(&self, disposition: Disposition) {
+        *lock(&self.shared.disposition) = Some(disposition);
+    }
+
+    /// The created resource (or provider reference), kept after the response
+    /// body is pruned so a late retry still learns what was done.
+    pub fn set_resource_ref(&self, reference: impl Into<String>) {
+        *lock(&self.shared.resource_ref) = Some(reference.into());
+    }
+
+    pub(crate) fn disposition_override(&self) -> Option<Disposition> {
+        *lock(&self.shared.disposition)
+    }
+
+    pub(crate) fn resource_ref(&self) -> Option<String> {
+        lock(&self.shared.resource_ref).clone()
+    }
+
+    /// Takes the guard out: the attempt is being recorded by the middleware.
+    pub(crate) fn take_guard(&self) -> Option<ExecutionGuard> {
+        lock(&self.shared.guard).take()
+    }
+
+    async fn with_guard<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut ExecutionGuard) -> Result<T, WorkerError> + Send + 'static,
+    ) -> Result<T, ExecutionError> {
+        let shared = Arc::clone(&self.shared);
+        tokio::task::spawn_blocking(move || {
+            let mut slot = lock(&shared.guard);
+            let guard = slot.as_mut().ok_or(ExecutionError::Finished)?;
+            f(guard).map_err(ExecutionError::Store)
+        })
+        .await
+        .map_err(|e| ExecutionError::Blocking(e.to_string()))?
+    }
+}
+
+impl fmt::Debug for Execution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Execution")
+            .field("log_ref", &self.shared.log_ref)
+            .field("attempt", &self.shared.attempt)
+            .field("token", &self.shared.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Shared {
+    /// The request was dropped (client gone, future cancelled) or the handler
+    /// panicked before the middleware recorded the attempt: drop the guard on the
+    /// blocking pool, where its own `Drop` marks an External record Unknown (a
+    /// Local one released) without blocking the executor.
+    fn drop(&mut self) {
+        let Some(guard) = lock(&self.guard).take() else {
+            return;
+        };
+        tracing::warn!(parent: &self.span, "execution dropped before its outcome was recorded");
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                drop(handle.spawn_blocking(move || drop(guard)));
+            }
+            Err(_) => drop(guard),
+        }
+    }
+}

@@ -1,0 +1,606 @@
+//! Tower/axum middleware that makes one route idempotent (feature `axum`).
+//!
+//! [`IdempotencyLayer`] wraps any tower service taking `Request<axum::body::Body>`
+//! and answers exactly per DESIGN.md's HTTP contract; every refusal is built by
+//! [`idemkit_core::http::Refusal`], so the Rust middleware and the JS handler
+//! answer byte-identical problems.
+//!
+//! Per request, in this order:
+//!
+//! 1. the principal extractor names the tenant (none → 401);
+//! 2. the `Idempotency-Key` header is parsed (missing and required → 400
+//!    `missing-idempotency-key`; malformed → 400 `invalid-idempotency-key`;
+//!    missing and optional → the request passes through untouched);
+//! 3. the body is read up to the route's limit (over → 413) and fingerprinted
+//!    with the route's [`FingerprintSpec`];
+//! 4. the store claims `(tenant, operation, key)` on tokio's blocking pool
+//!    (failure → 503 with `Retry-After`: fail closed, nothing executed);
+//! 5. a replay answers the stored status, replayable headers and body with
+//!    `Idempotent-Replayed: true`; in-flight → 409 + `Retry-After`; a changed
+//!    payload → 422 (or 409 per policy); Unknown → 409 `outcome-uncertain`;
+//!    completed past the replay window → 410;
+//! 6. otherwise the inner service runs with an [`Execution`] extension, its
+//!    lease renewed in the background, and its response is recorded per the
+//!    policy's [`classify`] before it is returned (durable before acknowledged).
+//!
+//! A handler that panics, a response body that fails, or a request future that
+//! is dropped (client disconnect) leaves the guard unrecorded: its drop marks an
+//! External record **Unknown** — never Released, never re-executed silently —
+//! and releases a Local one.
+//!
+//! Tracing: each execution runs in an `idempotent` span with the operation,
+//! log reference, attempt, fencing token and (once known) provider reference;
+//! never the raw key or the body.
+
+mod execution;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use ::http::request::Parts;
+use ::http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use idemkit_core::http::{Answer, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Refusal};
+use idemkit_core::machine::{Disposition, Policy, classify};
+use idemkit_core::record::{EffectKind, StoredResponse};
+use idemkit_core::{ContentKind, FingerprintSpec, IdempotencyKey, KeyError, Scope};
+use tracing::Instrument;
+
+pub use execution::{Execution, ExecutionError};
+
+use crate::redb_store::{Claim, ExecutionGuard, Store};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Names the tenant of a request from its parts (after authentication), or
+/// `None` when the request carries no acceptable credentials (→ 401).
+pub type PrincipalFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// Whether a route requires the `Idempotency-Key` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRequirement {
+    /// Missing → 400 `missing-idempotency-key`.
+    Required,
+    /// Missing → the request passes through without idempotency.
+    Optional,
+}
+
+/// How one route is made idempotent.
+#[derive(Clone)]
+pub struct RouteConfig {
+    operation: String,
+    spec: FingerprintSpec,
+    key: KeyRequirement,
+    principal: Arc<PrincipalFn>,
+    policy: Policy,
+    body_limit: usize,
+    owner: String,
+    store_retry_after: Duration,
+}
+
+impl std::fmt::Debug for RouteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteConfig")
+            .field("operation", &self.operation)
+            .field("spec", &self.spec)
+            .field("key", &self.key)
+            .field("policy", &self.policy)
+            .field("body_limit", &self.body_limit)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RouteConfig {
+    /// The default body limit: 1 MiB.
+    pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+    /// A route for `operation` (for example `appointments.create`) whose effect
+    /// is `effect`: JSON fingerprint of the whole body, key required, the
+    /// default [`Policy`] with that effect, 1 MiB body limit.
+    ///
+    /// **No principal extractor is set**: every request is refused with 401
+    /// until [`principal`](Self::principal) names how the tenant is
+    /// authenticated. The tenant never comes from the body or the key.
+    #[must_use]
+    pub fn new(operation: impl Into<String>, effect: EffectKind) -> Self {
+        RouteConfig {
+            operation: operation.into(),
+            spec: FingerprintSpec::new(ContentKind::Json),
+            key: KeyRequirement::Required,
+            principal: Arc::new(|_: &Parts| None),
+            policy: Policy::default().with_effect(effect),
+            body_limit: Self::DEFAULT_BODY_LIMIT,
+            owner: format!("http:{}", std::process::id()),
+            store_retry_after: Duration::from_secs(1),
+        }
+    }
+
+    /// How request bodies are fingerprinted.
+    #[must_use]
+    pub fn fingerprint(mut self, spec: FingerprintSpec) -> Self {
+        self.spec = spec;
+        self
+    }
+
+    /// Whether the key is required.
+    #[must_use]
+    pub fn key(mut self, requirement: KeyRequirement) -> Self {
+        self.key = requirement;
+        self
+    }
+
+    /// The principal extractor: request parts → tenant.
+    #[must_use]
+    pub fn principal(
+        mut self,
+        extract: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.principal = Arc::new(extract);
+        self
+    }
+
+    /// The policy (lease, retention windows, mismatch status, store policy).
+    /// Its effect kind replaces the one given to [`new`](Self::new).
+    #[must_use]
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The largest body read, in bytes; larger → 413 and nothing claimed.
+    #[must_use]
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// The lease owner recorded for operators (default `http:<pid>`).
+    #[must_use]
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
+    /// The `Retry-After` sent with 503 when the store is unavailable (default 1 s).
+    #[must_use]
+    pub fn store_retry_after(mut self, after: Duration) -> Self {
+        self.store_retry_after = after;
+        self
+    }
+
+    /// The operation name.
+    #[must_use]
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The policy.
+    #[must_use]
+    pub fn policy_ref(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+/// A tower [`Layer`](tower::Layer) that makes the wrapped service idempotent
+/// per one [`RouteConfig`]. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct IdempotencyLayer {
+    store: Store,
+    config: Arc<RouteConfig>,
+}
+
+impl IdempotencyLayer {
+    /// A layer recording into `store` per `config`.
+    #[must_use]
+    pub fn new(store: Store, config: RouteConfig) -> Self {
+        IdempotencyLayer {
+            store,
+            config: Arc::new(config),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency {
+            inner,
+            store: self.store.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+/// The service built by [`IdempotencyLayer`].
+#[derive(Clone, Debug)]
+pub struct Idempotency<S> {
+    inner: S,
+    store: Store,
+    config: Arc<RouteConfig>,
+}
+
+impl<S, B, RB> tower::Service<Request<B>> for Idempotency<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Readiness is awaited on a clone inside the call (`oneshot`), so a
+        // request refused before execution never reserves the inner service.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let inner = self.inner.clone();
+        let store = self.store.clone();
+        let config = Arc::clone(&self.config);
+        Box::pin(handle(inner, store, config, request))
+    }
+}
+
+/// The answer for a refusal, built by the core so every binding answers the same bytes.
+#[must_use]
+pub fn refusal_response(refusal: &Refusal) -> Response<Body> {
+    answer_response(refusal.to_answer())
+}
+
+fn answer_response(answer: Answer) -> Response<Body> {
+    let mut response = Response::new(Body::from(answer.body));
+    *response.status_mut() =
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in answer.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}
+
+/// 400 for a body the fingerprint spec cannot read (not I-JSON, a bad form):
+/// a request whose meaning cannot be pinned down is never executed.
+fn invalid_body_response(code: &str) -> Response<Body> {
+    let status = 400u16;
+    let body = serde_json::json!({
+        "type": format!("{}invalid-body", idemkit_core::http::PROBLEM_TYPE_BASE),
+        "title": "The request body cannot be fingerprinted",
+        "status": status,
+        "detail": "The body is not valid for this endpoint's content type. Nothing was executed.",
+        "code": code,
+    });
+    answer_response(Answer {
+        status,
+        headers: vec![(
+            "content-type".to_owned(),
+            idemkit_core::http::PROBLEM_JSON.to_owned(),
+        )],
+        body: body.to_string().into_bytes(),
+    })
+}
+
+fn replay_response(stored: StoredResponse) -> Response<Body> {
+    let mut response = Response::new(Body::from(stored.body.unwrap_or_default()));
+    *response.status_mut() =
+        StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in stored.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response.headers_mut().insert(
+        HeaderName::from_static(IDEMPOTENT_REPLAYED),
+        HeaderValue::from_static("true"),
+    );
+    response
+}
+
+/// Runs `f` on tokio's blocking pool: redb commits fsync, which must never stall
+/// the executor.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(f).await.ok()
+}
+
+async fn handle<S, B, RB>(
+    inner: S,
+    store: Store,
+    config: Arc<RouteConfig>,
+    request: Request<B>,
+) -> Result<Response<Body>, S::Error>
+where
+    S: tower::Service<Request<Body>, Response = Response<RB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    use tower::ServiceExt;
+
+    let (parts, body) = request.into_parts();
+    let Some(tenant) = (config.principal)(&parts) else {
+        return Ok(refusal_response(&Refusal::Unauthenticated));
+    };
+    let Ok(scope) = Scope::new(&tenant, &config.operation) else {
+        // A principal the scope cannot encode is no usable identity.
+        return Ok(refusal_response(&Refusal::Unauthenticated));
+    };
+    let values: Vec<HeaderValue> = parts
+        .headers
+        .get_all(IDEMPOTENCY_KEY)
+        .iter()
+        .cloned()
+        .collect();
+    let key = match (values.first(), values.get(1)) {
+        (None, _) => match config.key {
+            KeyRequirement::Required => return Ok(refusal_response(&Refusal::MissingKey)),
+            KeyRequirement::Optional => {
+                let request = Request::from_parts(parts, Body::new(body));
+                let response = inner.oneshot(request).await?;
+                return Ok(response.map(Body::new));
+            }
+        },
+        (Some(value), None) => match IdempotencyKey::parse_header(value.as_bytes()) {
+            Ok(key) => key,
+            Err(e) => return Ok(refusal_response(&Refusal::InvalidKey(e))),
+        },
+        // Two header lines combine into one list value (RFC 9110 §5.3), `a, b`:
+        // refused where the comma falls, as the combined value would be.
+        (Some(first), Some(_)) => {
+            return Ok(refusal_response(&Refusal::InvalidKey(
+                KeyError::InvalidCharacter {
+                    offset: first.as_bytes().len(),
+                    byte: b',',
+                },
+            )));
+        }
+    };
+
+    let too_large = Refusal::BodyTooLarge {
+        limit: u64::try_from(config.body_limit).unwrap_or(u64::MAX),
+    };
+    let declared = parts
+        .headers
+        .get(::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > u64::try_from(config.body_limit).unwrap_or(u64::MAX)) {
+        return Ok(refusal_response(&too_large));
+    }
+    let bytes = match Limited::new(body, config.body_limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => return Ok(refusal_response(&too_large)),
+        Err(_) => return Ok(invalid_body_response("body-read-failed")),
+    };
+    let fingerprint = match config.spec.fingerprint(&config.operation, &bytes) {
+        Ok(fp) => fp,
+        Err(e) => return Ok(invalid_body_response(e.code())),
+    };
+
+    let claim = {
+        let (store, scope, key, config) = (
+            store.clone(),
+            scope.clone(),
+            key.clone(),
+            Arc::clone(&config),
+        );
+        blocking(move || store.claim(&scope, &key, fingerprint, &config.owner, &config.policy))
+            .await
+    };
+    let unavailable = Refusal::StoreUnavailable {
+        retry_after: config.store_retry_after,
+    };
+    let guard = match claim {
+        None | Some(Err(_)) => {
+            tracing::warn!(operation = %config.operation, log_ref = %scope.record_id(&key).log_ref(),
+                "idempotency store unavailable; refusing without executing");
+            return Ok(refusal_response(&unavailable));
+        }
+        Some(Ok(Claim::Execute(guard))) => guard,
+        Some(Ok(Claim::Replay { response, log_ref })) => {
+            if response.body.is_none() {
+                return Ok(refusal_response(&Refusal::ResponseExpired {
+                    original_status: response.status,
+                    resource_ref: response.resource_ref,
+                }));
+            }
+            tracing::debug!(%log_ref, status = response.status, "replaying stored response");
+            return Ok(replay_response(response));
+        }
+        Some(Ok(Claim::ResponseExpired {
+            status,
+            resource_ref,
+            ..
+        })) => {
+            return Ok(refusal_response(&Refusal::ResponseExpired {
+                original_status: status,
+                resource_ref,
+            }));
+        }
+        Some(Ok(Claim::InFlight { retry_after, .. })) => {
+            return Ok(refusal_response(&Refusal::InProgress { retry_after }));
+        }
+        Some(Ok(Claim::Mismatch { status, .. })) => {
+            return Ok(refusal_response(&Refusal::KeyReused { status }));
+        }
+        Some(Ok(Claim::Uncertain { log_ref, .. })) => {
+            return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
+        }
+    };
+
+    let span = tracing::info_span!(
+        "idempotent",
+        operation = %config.operation,
+        log_ref = %guard.log_ref(),
+        attempt = guard.attempt(),
+        fencing_token = guard.token().get(),
+        provider_ref = tracing::field::Empty,
+    );
+    execute(inner, config, scope, guard, parts, bytes, span.clone())
+        .instrument(span)
+        .await
+}
+
+/// Aborts the lease renewal when the execution ends or its future is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn spawn_renewal(guard: &ExecutionGuard, lease: Duration) -> AbortOnDrop {
+    let renewer = guard.renewer();
+    let every = (lease / 3).max(Duration::from_millis(10));
+    AbortOnDrop(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let renewer = renewer.clone();
+            match blocking(move || renewer.renew()).await {
+                Some(Ok(_)) => {}
+                // Lost (taken over, recorded) or the store failed: the fence
+                // protects the record either way; stop renewing.
+                _ => return,
+            }
+        }
+    }))
+}
+
+async fn execute<S, RB>(
+    inner: S,
+    config: Arc<RouteConfig>,
+    scope: Scope,
+    guard: ExecutionGuard,
+    mut parts: Parts,
+    bytes: Bytes,
+    span: tracing::Span,
+) -> Result<Response<Body>, S::Error>
+where
+    S: tower::Service<Request<Body>, Response = Response<RB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    use tower::ServiceExt;
+
+    let _renewal = spawn_renewal(&guard, config.policy.lease);
+    let log_ref = guard.log_ref();
+    let execution = Execution::new(scope, guard, span);
+    parts.extensions.insert(execution.clone());
+    let request = Request::from_parts(parts, Body::from(bytes));
+
+    // The response body is read inside the unwind boundary too: a streaming body
+    // that panics is a handler panic.
+    let run = async move {
+        let response = inner.oneshot(request).await?;
+        let (head, body) = response.into_parts();
+        let collected = body.collect().await.map(|c| c.to_bytes()).map_err(drop);
+        Ok::<_, S::Error>((head, collected))
+    };
+    let outcome = CatchUnwind(Box::pin(run)).await;
+    let (head, body) = match outcome {
+        Ok(Ok((head, Ok(body)))) => (head, body),
+        Ok(Ok((_, Err(_)))) => {
+            settle_unrecorded(&execution).await;
+            return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
+        }
+        Ok(Err(e)) => {
+            settle_unrecorded(&execution).await;
+            return Err(e);
+        }
+        Err(panic) => {
+            settle_unrecorded(&execution).await;
+            std::panic::resume_unwind(panic);
+        }
+    };
+
+    let disposition = execution
+        .disposition_override()
+        .unwrap_or_else(|| classify(head.status.as_u16(), &config.policy));
+    let stored = StoredResponse {
+        status: head.status.as_u16(),
+        headers: head
+            .headers
+            .iter()
+            .filter(|(name, _)| idemkit_core::http::is_replayable_header(name.as_str()))
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect(),
+        body: Some(body.to_vec()),
+        resource_ref: execution.resource_ref(),
+    };
+    let Some(guard) = execution.take_guard() else {
+        // Only the middleware takes the guard; it is still here.
+        return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
+    };
+    let status = head.status.as_u16();
+    let recorded = blocking(move || match disposition {
+        Disposition::Store => guard.complete(stored),
+        Disposition::Release => guard.release(),
+        Disposition::Unknown => guard.mark_unknown(format!("status {status}")),
+    })
+    .await;
+    match (disposition, recorded) {
+        (_, Some(Ok(()))) => {
+            tracing::info!(status, ?disposition, "attempt recorded");
+        }
+        // Not durable, so not acknowledged: the guard's drop (already run) did its
+        // best to mark the record Unknown; the caller learns the outcome is unknown.
+        (Disposition::Store, _) => {
+            tracing::error!(status, "storing the outcome failed");
+            return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
+        }
+        (_, _) => tracing::error!(status, ?disposition, "recording the attempt failed"),
+    }
+    Ok(Response::from_parts(head, Body::from(body)))
+}
+
+/// The attempt ended without a response to record (panic, inner error, body
+/// failure): drop the guard on the blocking pool, which marks an External record
+/// Unknown and releases a Local one.
+async fn settle_unrecorded(execution: &Execution) {
+    if let Some(guard) = execution.take_guard() {
+        let effect = guard.effect();
+        tracing::warn!(%effect, "attempt ended without a response; settling by effect kind");
+        let _ = blocking(move || drop(guard)).await;
+    }
+}
+
+/// Catches a panic raised while polling the wrapped future.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! A handler that panics, or a request whose future is dropped (the client went
+//! away mid-execution), may already have written to an external system. The
+//! middleware must then leave an External record **Unknown** — a retry gets 409
+//! `outcome-uncertain`, never a silent second execution — and a Local record
+//! Released. Neither case may leave the record as if nothing happened.
+#![cfg(feature = "axum")]
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use http::{Request, Response};
+use idemkit::core::record::{EffectKind, StateName};
+use idemkit::http::{Execution, IdempotencyLayer, RouteConfig};
+use idemkit::redb_store::Store;
+use idemkit::{IdempotencyKey, Scope};
+use tower::{Layer, ServiceExt};
+
+const OP: &str = "payments.create";
+
+fn req(key: &str) -> Request<Body> {
+    Request::post("/p")
+        .header("idempotency-key", key)
+        .body(Body::from("{}"))
+        .unwrap()
+}
+
+fn route(effect: EffectKind) -> RouteConfig {
+    RouteConfig::new(OP, effect).principal(|_| Some("t".to_owned()))
+}
+
+async fn state_eventually(store: &Store, key: &str, want: StateName) {
+    let scope = Scope::new("t", OP).unwrap();
+    let key = IdempotencyKey::new(key).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = store.get(&scope, &key).unwrap().map(|r| r.state.name());
+        if state == Some(want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "record state {state:?}, want {want:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Starts step `charge` (as a handler would right before calling the payment
+/// provider), then panics.
+fn panicking(calls: Arc<AtomicUsize>) -> impl tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = impl Send> + Clone + Send + 'static {
+    tower::service_fn(move |request: Request<Body>| {
+        let calls = Arc::clone(&calls);
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let exec = request.extensions().get::<Execution>().cloned().unwrap();
+            let _ = exec.begin_step("charge", "pk-1").await.unwrap();
+            if calls.load(Ordering::SeqCst) > 0 {
+                panic!("handler bug after the provider call");
+            }
+            Ok::<_, Infallible>(Response::new(Body::empty()))
+        }
+    })
+}
+
+/// Starts step `charge`, then never finishes (a slow provider).
+fn hanging(calls: Arc<AtomicUsize>) -> impl tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = impl Send> + Clone + Send + 'static {
+    tower::service_fn(move |request: Request<Body>| {
+        let calls = Arc::clone(&calls);
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let exec = request.extensions().get::<Execution>().cloned().unwrap();
+            let _ = exec.begin_step("charge", "pk-1").await.unwrap();
+            std::future::pending::<()>().await;
+            Ok::<_, Infallible>(Response::new(Body::empty()))
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_panic_leaves_external_unknown() {
+    let store = Store::in_memory().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External)).layer(panicking(Arc::clone(&calls)));
+
+    let joined = tokio::spawn(svc.clone().oneshot(req("p1"))).await;
+    assert!(joined.unwrap_err().is_panic(), "the panic propagates to the server");
+    state_eventually(&store, "p1", StateName::Unknown).await;
+
+    let retry = svc.oneshot(req("p1")).await.unwrap();
+    assert_eq!(retry.status(), 409, "outcome-uncertain, not a re-execution");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_panic_releases_local() {
+    let store = Store::in_memory().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local)).layer(panicking(Arc::clone(&calls)));
+    let joined = tokio::spawn(svc.oneshot(req("p2"))).await;
+    assert!(joined.unwrap_err().is_panic());
+    state_eventually(&store, "p2", StateName::Released).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_request_leaves_external_unknown() {
+    let store = Store::in_memory().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External)).layer(hanging(Arc::clone(&calls)));
+
+    // The client disconnects: the server drops the request's future.
+    let cut = tokio::time::timeout(Duration::from_millis(300), svc.clone().oneshot(req("d1"))).await;
+    assert!(cut.is_err(), "the handler was still running");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    state_eventually(&store, "d1", StateName::Unknown).await;
+
+    let retry = svc.oneshot(req("d1")).await.unwrap();
+    assert_eq!(retry.status(), 409);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "never re-executed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_request_releases_local() {
+    let store = Store::in_memory().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local)).layer(hanging(Arc::clone(&calls)));
+    let cut = tokio::time::timeout(Duration::from_millis(300), svc.oneshot(req("d2"))).await;
+    assert!(cut.is_err());
+    state_eventually(&store, "d2", StateName::Released).await;
+}

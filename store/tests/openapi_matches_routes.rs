@@ -1,0 +1,88 @@
+//! The OpenAPI document of the appointments example describes the service that
+//! runs: every documented path and method is routed, every other method on a
+//! documented path is 405, an undocumented path is 404, and the idempotent POST
+//! documents the `Idempotency-Key` header, `Idempotent-Replayed` and the
+//! problem responses of the HTTP contract.
+#![cfg(feature = "axum")]
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use support::{Service, request};
+
+const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
+
+#[test]
+fn openapi_paths_and_methods_are_the_routes() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/appointments/openapi.json"),
+    )
+    .unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1."));
+
+    let paths = doc["paths"].as_object().unwrap();
+    let documented: BTreeSet<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .filter(|m| METHODS.contains(&m.as_str()))
+                .map(move |m| (path.clone(), m.clone()))
+        })
+        .collect();
+    assert_eq!(
+        documented,
+        BTreeSet::from([
+            ("/appointments".to_owned(), "get".to_owned()),
+            ("/appointments".to_owned(), "post".to_owned()),
+            ("/health".to_owned(), "get".to_owned()),
+        ])
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), &[]);
+    for path in paths.keys() {
+        for method in METHODS {
+            let reply = request(
+                service.addr,
+                &method.to_ascii_uppercase(),
+                path,
+                &[("Authorization", b"Bearer openapi")],
+                b"",
+            )
+            .unwrap();
+            if documented.contains(&(path.clone(), method.to_owned())) {
+                assert!(
+                    reply.status != 404 && reply.status != 405,
+                    "{method} {path} is documented but answered {}",
+                    reply.status
+                );
+            } else {
+                assert_eq!(reply.status, 405, "{method} {path} is not documented");
+            }
+        }
+    }
+    let unknown = request(service.addr, "GET", "/undocumented", &[], b"").unwrap();
+    assert_eq!(unknown.status, 404);
+
+    // The idempotent operation documents the contract.
+    let post = &doc["paths"]["/appointments"]["post"];
+    let param = &post["parameters"][0]["$ref"];
+    let name = param.as_str().unwrap().rsplit('/').next().unwrap();
+    let key = &doc["components"]["parameters"][name];
+    assert_eq!(key["name"], "Idempotency-Key");
+    assert_eq!(key["in"], "header");
+    assert_eq!(key["required"], true);
+    assert!(post["responses"]["201"]["headers"]["Idempotent-Replayed"].is_object());
+    for status in ["400", "401", "409", "410", "413", "422", "503"] {
+        let reference = post["responses"][status]["$ref"].as_str().unwrap_or_else(|| panic!("{status}"));
+        let response = &doc["components"]["responses"][reference.rsplit('/').next().unwrap()];
+        assert!(
+            response["content"]["application/problem+json"].is_object(),
+            "{status} is a problem+json response"
+        );
+    }
+}

@@ -1,0 +1,251 @@
+//! Shared by the end-to-end tests of the appointments example: builds the example
+//! once per test binary, runs it on 127.0.0.1 with a free port, and speaks plain
+//! HTTP/1.1 over a socket (so a test sees the exact bytes and sends the exact
+//! header values it means, malformed ones included).
+
+#![allow(dead_code, reason = "each test file uses a part of this module")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The example's executable, built with the same cargo and target directory as
+/// the tests (a no-op when it is fresh).
+pub(crate) fn example_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let output = Command::new(env!("CARGO"))
+            .args(["build", "--example", "appointments", "--message-format=json"])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run cargo build --example appointments");
+        assert!(output.status.success(), "building the example failed");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "appointments")
+            .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reported the example's executable")
+    })
+}
+
+/// A running appointments service; killed when dropped.
+pub(crate) struct Service {
+    pub(crate) child: Child,
+    pub(crate) addr: SocketAddr,
+}
+
+impl Service {
+    /// Starts the service on `dir`'s databases with `extra` arguments and waits
+    /// until it prints its address (it listens only once start-up
+    /// reconciliation is done).
+    pub(crate) fn start(dir: &Path, extra: &[&str]) -> Service {
+        let mut child = Command::new(example_binary())
+            .arg("--db")
+            .arg(dir.join("appointments.redb"))
+            .arg("--provider-db")
+            .arg(dir.join("provider.redb"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the appointments example");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = lines
+            .next()
+            .expect("the service printed a line")
+            .expect("read stdout");
+        let addr = line
+            .rsplit("http://")
+            .next()
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        // Keep draining stdout so the service never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let service = Service { child, addr };
+        let health = service.get("/health", None);
+        assert_eq!(health.status, 200, "GET /health");
+        service
+    }
+
+    /// Waits for the process to end (after a crash switch aborted it).
+    pub(crate) fn wait_exit(mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the service did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub(crate) fn post(&self, key: Option<&[u8]>, tenant: Option<&str>, body: &[u8]) -> Reply {
+        let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
+        if let Some(key) = key {
+            headers.push(("Idempotency-Key", key));
+        }
+        let auth;
+        if let Some(tenant) = tenant {
+            auth = format!("Bearer {tenant}");
+            headers.push(("Authorization", auth.as_bytes()));
+        }
+        request(self.addr, "POST", "/appointments", &headers, body)
+            .expect("POST /appointments got a response")
+    }
+
+    pub(crate) fn get(&self, path: &str, tenant: Option<&str>) -> Reply {
+        let auth;
+        let mut headers: Vec<(&str, &[u8])> = Vec::new();
+        if let Some(tenant) = tenant {
+            auth = format!("Bearer {tenant}");
+            headers.push(("Authorization", auth.as_bytes()));
+        }
+        request(self.addr, "GET", path, &headers, b"").expect("GET got a response")
+    }
+
+    /// The calendar provider's bookings for `tenant` (the receiving system's view).
+    pub(crate) fn bookings(&self, tenant: &str) -> Vec<serde_json::Value> {
+        let reply = self.get("/appointments", Some(tenant));
+        assert_eq!(reply.status, 200);
+        reply.json()["appointments"]
+            .as_array()
+            .expect("appointments array")
+            .clone()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP response, as received.
+#[derive(Clone, Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Reply {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The problem `type` without the base URI.
+    pub(crate) fn problem(&self) -> String {
+        assert_eq!(self.header("content-type"), Some("application/problem+json"));
+        let t = self.json()["type"].as_str().expect("type").to_owned();
+        t.strip_prefix("https://idemkit.dev/problems/")
+            .expect("stable type URI")
+            .to_owned()
+    }
+}
+
+/// Sends one request on a fresh connection (`Connection: close`) and reads the
+/// whole response. `Err` when the connection fails or closes before a response
+/// (the service crashed).
+pub(crate) fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+) -> std::io::Result<Reply> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut out = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n")
+        .into_bytes();
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+    out.extend_from_slice(body);
+    stream.write_all(&out)?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no response"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Ok(Reply {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    })
+}
+
+/// Retries a POST like a well-behaved client: on 409 `request-in-progress` or a
+/// 503 it waits `Retry-After` seconds (or a little when the connection failed),
+/// until a final answer or `within` runs out.
+pub(crate) fn post_until_final(
+    service: &Service,
+    key: &[u8],
+    tenant: &str,
+    body: &[u8],
+    within: Duration,
+) -> (Reply, Vec<Reply>) {
+    let deadline = Instant::now() + within;
+    let mut interim = Vec::new();
+    loop {
+        let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
+        headers.push(("Idempotency-Key", key));
+        let auth = format!("Bearer {tenant}");
+        headers.push(("Authorization", auth.as_bytes()));
+        match request(service.addr, "POST", "/appointments", &headers, body) {
+            Ok(reply) if reply.status == 409 && reply.problem() == "request-in-progress" => {
+                let wait: u64 = reply
+                    .header("retry-after")
+                    .and_then(|v| v.parse().ok())
+                    .expect("Retry-After on 409 in-progress");
+                interim.push(reply);
+                std::thread::sleep(Duration::from_secs(wait));
+            }
+            Ok(reply) if reply.status == 503 => {
+                let wait: u64 = reply
+                    .header("retry-after")
+                    .and_then(|v| v.parse().ok())
+                    .expect("Retry-After on 503");
+                interim.push(reply);
+                std::thread::sleep(Duration::from_secs(wait));
+            }
+            Ok(reply) => return (reply, interim),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+        assert!(Instant::now() < deadline, "no final answer in {within:?}: {interim:?}");
+    }
+}
