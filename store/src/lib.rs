@@ -23,10 +23,10 @@
 pub mod journal;
 
 pub mod backend;
-#[cfg(feature = "axum")]
-pub mod http;
 pub mod clock;
 pub mod conformance;
+#[cfg(feature = "axum")]
+pub mod http;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod redb_store;

@@ -16,7 +16,10 @@ const CLIENTS: usize = 100;
 #[test]
 fn one_key_one_booking_under_100_concurrent_posts() {
     let dir = tempfile::tempdir().unwrap();
-    let service = Arc::new(Service::start(dir.path(), &["--provider-latency-ms", "200"]));
+    let service = Arc::new(Service::start(
+        dir.path(),
+        &["--provider-latency-ms", "200"],
+    ));
     let body = br#"{"customer_id":"c-1","slot_id":"2026-12-01T10:00"}"#;
     let barrier = Arc::new(Barrier::new(CLIENTS));
     let started = Instant::now();
@@ -69,7 +72,11 @@ fn one_key_one_booking_under_100_concurrent_posts() {
     }
 
     let bookings = service.bookings("clinic-a");
-    assert_eq!(bookings.len(), 1, "one booking at the provider: {bookings:?}");
+    assert_eq!(
+        bookings.len(),
+        1,
+        "one booking at the provider: {bookings:?}"
+    );
     assert_eq!(bookings[0]["id"], original.json()["id"]);
     eprintln!(
         "{CLIENTS} concurrent POSTs in {elapsed:?}: 1 original 201, {} replays, {} in-progress 409s; {} booking",

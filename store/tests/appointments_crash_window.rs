@@ -31,7 +31,10 @@ fn crash_after_provider_then_retry_books_once() {
         ],
         body,
     );
-    assert!(first.is_err(), "the process died before answering: {first:?}");
+    assert!(
+        first.is_err(),
+        "the process died before answering: {first:?}"
+    );
     let status = service.wait_exit(Duration::from_secs(10));
     assert!(!status.success(), "aborted: {status:?}");
 
@@ -39,9 +42,19 @@ fn crash_after_provider_then_retry_books_once() {
     let started = Instant::now();
     let service = Service::start(dir.path(), &args);
     let restart = started.elapsed();
-    let (reply, interim) =
-        post_until_final(&service, b"crash-key-1", "clinic-c", body, Duration::from_secs(20));
-    assert_eq!(reply.status, 201, "{:?}", String::from_utf8_lossy(&reply.body));
+    let (reply, interim) = post_until_final(
+        &service,
+        b"crash-key-1",
+        "clinic-c",
+        body,
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        reply.status,
+        201,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
     let bookings = service.bookings("clinic-c");
     assert_eq!(bookings.len(), 1, "one booking: {bookings:?}");
     assert_eq!(reply.json()["id"], bookings[0]["id"]);

@@ -58,6 +58,10 @@ fn refusals_never_book() {
     assert_eq!(service.get("/appointments", None).status, 401);
 
     let bookings = service.bookings("clinic-r");
-    assert_eq!(bookings.len(), 1, "only the first request booked: {bookings:?}");
+    assert_eq!(
+        bookings.len(),
+        1,
+        "only the first request booked: {bookings:?}"
+    );
     assert_eq!(bookings[0]["slot_id"], "s-1");
 }

@@ -17,7 +17,11 @@ fn same_key_two_tenants_two_bookings() {
     let b = service.post(Some(b"shared-key-1"), Some("tenant-b"), body);
     assert_eq!(a.status, 201);
     assert_eq!(b.status, 201);
-    assert_eq!(b.header("idempotent-replayed"), None, "tenant b executed, not a replay of a");
+    assert_eq!(
+        b.header("idempotent-replayed"),
+        None,
+        "tenant b executed, not a replay of a"
+    );
     assert_ne!(a.json()["id"], b.json()["id"]);
 
     // Each tenant's retry replays its own outcome.

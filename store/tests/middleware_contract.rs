@@ -116,7 +116,9 @@ impl Handler {
                     gate.notified().await;
                 }
                 if matches!(start, StepStart::Dispatch { .. }) {
-                    exec.complete_step("charge", Some(format!("ch_{n}"))).await.unwrap();
+                    exec.complete_step("charge", Some(format!("ch_{n}")))
+                        .await
+                        .unwrap();
                 }
                 Ok::<_, Infallible>(
                     Response::builder()
@@ -140,11 +142,21 @@ async fn every_row_of_the_contract() {
     let svc = IdempotencyLayer::new(store.clone(), config()).layer(handler.clone().service());
 
     // 401 before anything else.
-    let r = got(svc.clone().oneshot(req(Some("k1"), None, "{}")).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("k1"), None, "{}"))
+        .await
+        .unwrap())
+    .await;
     assert_refusal(&r, Refusal::Unauthenticated);
 
     // 400 missing key.
-    let r = got(svc.clone().oneshot(req(None, Some("t"), "{}")).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(None, Some("t"), "{}"))
+        .await
+        .unwrap())
+    .await;
     assert_refusal(&r, Refusal::MissingKey);
 
     // 400 malformed keys.
@@ -153,52 +165,122 @@ async fn every_row_of_the_contract() {
         ("", KeyError::Empty),
         ("\"\"", KeyError::Empty),
         (long.as_str(), KeyError::TooLong { len: 256 }),
-        ("a\tb", KeyError::InvalidCharacter { offset: 1, byte: b'\t' }),
-        ("a b", KeyError::InvalidCharacter { offset: 1, byte: b' ' }),
+        (
+            "a\tb",
+            KeyError::InvalidCharacter {
+                offset: 1,
+                byte: b'\t',
+            },
+        ),
+        (
+            "a b",
+            KeyError::InvalidCharacter {
+                offset: 1,
+                byte: b' ',
+            },
+        ),
     ] {
-        let r = got(svc.clone().oneshot(req(Some(key), Some("t"), "{}")).await.unwrap()).await;
+        let r = got(svc
+            .clone()
+            .oneshot(req(Some(key), Some("t"), "{}"))
+            .await
+            .unwrap())
+        .await;
         assert_refusal(&r, Refusal::InvalidKey(error));
     }
 
     // 413 over the limit (64 bytes), nothing claimed.
     let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(100));
-    let r = got(svc.clone().oneshot(req(Some("big"), Some("t"), &big)).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("big"), Some("t"), &big))
+        .await
+        .unwrap())
+    .await;
     assert_refusal(&r, Refusal::BodyTooLarge { limit: 64 });
     let scope = Scope::new("t", OP).unwrap();
-    assert!(store.get(&scope, &IdempotencyKey::new("big").unwrap()).unwrap().is_none());
-    assert_eq!(handler.calls.load(Ordering::SeqCst), 0, "no refusal executed");
+    assert!(
+        store
+            .get(&scope, &IdempotencyKey::new("big").unwrap())
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        0,
+        "no refusal executed"
+    );
 
     // First request executes: 201, no replay header.
-    let first = got(svc.clone().oneshot(req(Some("k1"), Some("t"), r#"{"a":1}"#)).await.unwrap()).await;
+    let first = got(svc
+        .clone()
+        .oneshot(req(Some("k1"), Some("t"), r#"{"a":1}"#))
+        .await
+        .unwrap())
+    .await;
     assert_eq!(first.status, 201);
     assert!(first.headers.get("idempotent-replayed").is_none());
 
     // Same key, same value (other spelling): the stored response, marked.
-    let replay = got(svc.clone().oneshot(req(Some("\"k1\""), Some("t"), r#"{ "a" : 1.0 }"#)).await.unwrap()).await;
+    let replay = got(svc
+        .clone()
+        .oneshot(req(Some("\"k1\""), Some("t"), r#"{ "a" : 1.0 }"#))
+        .await
+        .unwrap())
+    .await;
     assert_eq!(replay.status, 201);
     assert_eq!(replay.body, first.body);
     assert_eq!(replay.headers.get("idempotent-replayed").unwrap(), "true");
-    assert_eq!(replay.headers.get("location"), first.headers.get("location"));
-    assert_eq!(replay.headers.get("content-type"), first.headers.get("content-type"));
-    assert!(replay.headers.get("set-cookie").is_none(), "set-cookie is never replayed");
+    assert_eq!(
+        replay.headers.get("location"),
+        first.headers.get("location")
+    );
+    assert_eq!(
+        replay.headers.get("content-type"),
+        first.headers.get("content-type")
+    );
+    assert!(
+        replay.headers.get("set-cookie").is_none(),
+        "set-cookie is never replayed"
+    );
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
 
     // Same key, different payload: 422, nothing executed or overwritten.
-    let r = got(svc.clone().oneshot(req(Some("k1"), Some("t"), r#"{"a":2}"#)).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("k1"), Some("t"), r#"{"a":2}"#))
+        .await
+        .unwrap())
+    .await;
     assert_refusal(&r, Refusal::KeyReused { status: 422 });
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
-    let again = got(svc.clone().oneshot(req(Some("k1"), Some("t"), r#"{"a":1}"#)).await.unwrap()).await;
+    let again = got(svc
+        .clone()
+        .oneshot(req(Some("k1"), Some("t"), r#"{"a":1}"#))
+        .await
+        .unwrap())
+    .await;
     assert_eq!(again.body, first.body);
 
     // Invalid body: 400, never executed.
-    let r = got(svc.clone().oneshot(req(Some("k-bad"), Some("t"), r#"{"a":1,"a":2}"#)).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("k-bad"), Some("t"), r#"{"a":1,"a":2}"#))
+        .await
+        .unwrap())
+    .await;
     assert_eq!(r.status, 400);
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
 
     // 410 after the replay window (24 h by default), after GC pruned the body.
     clock.advance(Duration::from_secs(25 * 60 * 60));
     let _ = store.gc(100).unwrap();
-    let r = got(svc.clone().oneshot(req(Some("k1"), Some("t"), r#"{"a":1}"#)).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("k1"), Some("t"), r#"{"a":1}"#))
+        .await
+        .unwrap())
+    .await;
     assert_refusal(
         &r,
         Refusal::ResponseExpired {
@@ -214,8 +296,16 @@ async fn every_row_of_the_contract() {
         config().policy(Policy::default().with_mismatch(MismatchStatus::Conflict)),
     )
     .layer(handler.clone().service());
-    let _ = conflict_svc.clone().oneshot(req(Some("k409"), Some("t"), r#"{"a":1}"#)).await.unwrap();
-    let r = got(conflict_svc.oneshot(req(Some("k409"), Some("t"), r#"{"a":3}"#)).await.unwrap()).await;
+    let _ = conflict_svc
+        .clone()
+        .oneshot(req(Some("k409"), Some("t"), r#"{"a":1}"#))
+        .await
+        .unwrap();
+    let r = got(conflict_svc
+        .oneshot(req(Some("k409"), Some("t"), r#"{"a":3}"#))
+        .await
+        .unwrap())
+    .await;
     assert_refusal(&r, Refusal::KeyReused { status: 409 });
 }
 
@@ -227,21 +317,40 @@ async fn in_progress_then_uncertain() {
     let gate = Arc::new(Notify::new());
     handler.gate = Some(Arc::clone(&gate));
     let policy = Policy::default().with_lease(Duration::from_secs(30));
-    let svc = IdempotencyLayer::new(store.clone(), config().policy(policy)).layer(handler.clone().service());
+    let svc = IdempotencyLayer::new(store.clone(), config().policy(policy))
+        .layer(handler.clone().service());
 
     let running = tokio::spawn(svc.clone().oneshot(req(Some("slow"), Some("t"), "{}")));
     while handler.calls.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // Same key while it runs: 409 with Retry-After (the lease's remaining time).
-    let r = got(svc.clone().oneshot(req(Some("slow"), Some("t"), "{}")).await.unwrap()).await;
-    assert_refusal(&r, Refusal::InProgress { retry_after: Duration::from_secs(30) });
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("slow"), Some("t"), "{}"))
+        .await
+        .unwrap())
+    .await;
+    assert_refusal(
+        &r,
+        Refusal::InProgress {
+            retry_after: Duration::from_secs(30),
+        },
+    );
 
     // The lease expires (the worker hangs, renewals are far apart in real
     // time): an External record becomes Unknown, never re-executed.
     clock.advance(Duration::from_secs(31));
-    let r = got(svc.clone().oneshot(req(Some("slow"), Some("t"), "{}")).await.unwrap()).await;
-    let log_ref = Scope::new("t", OP).unwrap().record_id(&IdempotencyKey::new("slow").unwrap()).log_ref();
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("slow"), Some("t"), "{}"))
+        .await
+        .unwrap())
+    .await;
+    let log_ref = Scope::new("t", OP)
+        .unwrap()
+        .record_id(&IdempotencyKey::new("slow").unwrap())
+        .log_ref();
     assert_refusal(&r, Refusal::OutcomeUncertain { log_ref });
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
 
@@ -251,7 +360,12 @@ async fn in_progress_then_uncertain() {
     gate.notify_one();
     let late = got(running.await.unwrap().unwrap()).await;
     assert_eq!(late.status, 201);
-    let r = got(svc.clone().oneshot(req(Some("slow"), Some("t"), "{}")).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("slow"), Some("t"), "{}"))
+        .await
+        .unwrap())
+    .await;
     assert_eq!(r.body, late.body);
     assert_eq!(r.headers.get("idempotent-replayed").unwrap(), "true");
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
@@ -273,17 +387,38 @@ async fn optional_key_passes_through_and_5xx_is_not_stored() {
     // A 502 from an External operation is ambiguous: Unknown, then 409 uncertain.
     let failing = Handler::new(502);
     let svc = IdempotencyLayer::new(store.clone(), config()).layer(failing.clone().service());
-    let r = got(svc.clone().oneshot(req(Some("k5"), Some("t"), "{}")).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("k5"), Some("t"), "{}"))
+        .await
+        .unwrap())
+    .await;
     assert_eq!(r.status, 502);
-    let r = got(svc.clone().oneshot(req(Some("k5"), Some("t"), "{}")).await.unwrap()).await;
+    let r = got(svc
+        .clone()
+        .oneshot(req(Some("k5"), Some("t"), "{}"))
+        .await
+        .unwrap())
+    .await;
     assert_eq!(r.status, 409);
     assert_eq!(failing.calls.load(Ordering::SeqCst), 1);
 
     // The same from a Local operation is released: the retry executes.
     let local = Handler::new(502);
-    let svc = IdempotencyLayer::new(store, RouteConfig::new(OP, EffectKind::Local).principal(|_| Some("t".into())))
-        .layer(local.clone().service());
-    let _ = svc.clone().oneshot(req(Some("k6"), None, "{}")).await.unwrap();
-    let _ = svc.clone().oneshot(req(Some("k6"), None, "{}")).await.unwrap();
+    let svc = IdempotencyLayer::new(
+        store,
+        RouteConfig::new(OP, EffectKind::Local).principal(|_| Some("t".into())),
+    )
+    .layer(local.clone().service());
+    let _ = svc
+        .clone()
+        .oneshot(req(Some("k6"), None, "{}"))
+        .await
+        .unwrap();
+    let _ = svc
+        .clone()
+        .oneshot(req(Some("k6"), None, "{}"))
+        .await
+        .unwrap();
     assert_eq!(local.calls.load(Ordering::SeqCst), 2);
 }

@@ -40,14 +40,26 @@ async fn state_eventually(store: &Store, key: &str, want: StateName) {
         if state == Some(want) {
             return;
         }
-        assert!(Instant::now() < deadline, "record state {state:?}, want {want:?}");
+        assert!(
+            Instant::now() < deadline,
+            "record state {state:?}, want {want:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
 /// Starts step `charge` (as a handler would right before calling the payment
 /// provider), then panics.
-fn panicking(calls: Arc<AtomicUsize>) -> impl tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = impl Send> + Clone + Send + 'static {
+fn panicking(
+    calls: Arc<AtomicUsize>,
+) -> impl tower::Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ 'static {
     tower::service_fn(move |request: Request<Body>| {
         let calls = Arc::clone(&calls);
         async move {
@@ -63,7 +75,16 @@ fn panicking(calls: Arc<AtomicUsize>) -> impl tower::Service<Request<Body>, Resp
 }
 
 /// Starts step `charge`, then never finishes (a slow provider).
-fn hanging(calls: Arc<AtomicUsize>) -> impl tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = impl Send> + Clone + Send + 'static {
+fn hanging(
+    calls: Arc<AtomicUsize>,
+) -> impl tower::Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ 'static {
     tower::service_fn(move |request: Request<Body>| {
         let calls = Arc::clone(&calls);
         async move {
@@ -80,10 +101,14 @@ fn hanging(calls: Arc<AtomicUsize>) -> impl tower::Service<Request<Body>, Respon
 async fn handler_panic_leaves_external_unknown() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External)).layer(panicking(Arc::clone(&calls)));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
+        .layer(panicking(Arc::clone(&calls)));
 
     let joined = tokio::spawn(svc.clone().oneshot(req("p1"))).await;
-    assert!(joined.unwrap_err().is_panic(), "the panic propagates to the server");
+    assert!(
+        joined.unwrap_err().is_panic(),
+        "the panic propagates to the server"
+    );
     state_eventually(&store, "p1", StateName::Unknown).await;
 
     let retry = svc.oneshot(req("p1")).await.unwrap();
@@ -95,7 +120,8 @@ async fn handler_panic_leaves_external_unknown() {
 async fn handler_panic_releases_local() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local)).layer(panicking(Arc::clone(&calls)));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local))
+        .layer(panicking(Arc::clone(&calls)));
     let joined = tokio::spawn(svc.oneshot(req("p2"))).await;
     assert!(joined.unwrap_err().is_panic());
     state_eventually(&store, "p2", StateName::Released).await;
@@ -105,10 +131,12 @@ async fn handler_panic_releases_local() {
 async fn dropped_request_leaves_external_unknown() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External)).layer(hanging(Arc::clone(&calls)));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
+        .layer(hanging(Arc::clone(&calls)));
 
     // The client disconnects: the server drops the request's future.
-    let cut = tokio::time::timeout(Duration::from_millis(300), svc.clone().oneshot(req("d1"))).await;
+    let cut =
+        tokio::time::timeout(Duration::from_millis(300), svc.clone().oneshot(req("d1"))).await;
     assert!(cut.is_err(), "the handler was still running");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     state_eventually(&store, "d1", StateName::Unknown).await;
@@ -122,7 +150,8 @@ async fn dropped_request_leaves_external_unknown() {
 async fn dropped_request_releases_local() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local)).layer(hanging(Arc::clone(&calls)));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local))
+        .layer(hanging(Arc::clone(&calls)));
     let cut = tokio::time::timeout(Duration::from_millis(300), svc.oneshot(req("d2"))).await;
     assert!(cut.is_err());
     state_eventually(&store, "d2", StateName::Released).await;

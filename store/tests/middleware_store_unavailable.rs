@@ -55,7 +55,11 @@ async fn store_failure_is_503_and_nothing_runs() {
     );
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body.as_ref(), expected.body.as_slice());
-    assert_eq!(calls.load(Ordering::SeqCst), 0, "never executed without a claim");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "never executed without a claim"
+    );
     assert!(switch.injected() > 0, "the fault was hit");
 
     // Still failing: every retry is refused the same way, never executed.

@@ -78,7 +78,9 @@ fn openapi_paths_and_methods_are_the_routes() {
     assert_eq!(key["required"], true);
     assert!(post["responses"]["201"]["headers"]["Idempotent-Replayed"].is_object());
     for status in ["400", "401", "409", "410", "413", "422", "503"] {
-        let reference = post["responses"][status]["$ref"].as_str().unwrap_or_else(|| panic!("{status}"));
+        let reference = post["responses"][status]["$ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{status}"));
         let response = &doc["components"]["responses"][reference.rsplit('/').next().unwrap()];
         assert!(
             response["content"]["application/problem+json"].is_object(),

@@ -9,6 +9,10 @@
 //!     [--provider-latency-ms N] [--crash-after-provider] [--fail-notify N]
 //! ```
 //!
+//! With `--features postgres`, `--postgres URL [--pg-schema NAME]` keeps the
+//! idemkit records in PostgreSQL instead of `--db`: several instances on different
+//! ports then share one database, and a key claimed through one is seen by all.
+//!
 //! **Demo authentication**: `Authorization: Bearer <tenant>` names the tenant
 //! verbatim. A real service verifies a token and takes the tenant from it.
 //!
@@ -23,18 +27,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, Response, StatusCode, header};
 use axum::routing::{get, post};
-use axum::Router;
 use clap::Parser;
+use idemkit::UnixMillis;
 use idemkit::core::http::Refusal;
 use idemkit::core::machine::{Disposition, Policy, StepStart};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
 use idemkit::redb_store::{ListedRecord, Store};
-use idemkit::UnixMillis;
 use providers::{Booking, Message, ProviderError, Providers};
 
 /// The operation name of `POST /appointments` (part of every record's scope).
@@ -46,6 +50,13 @@ struct Args {
     /// The idemkit store.
     #[arg(long, default_value = "appointments.redb")]
     db: PathBuf,
+    /// Keep the idemkit records in PostgreSQL (`postgres://user@host:port/db`)
+    /// instead of --db, shared by every instance pointed at it (feature `postgres`).
+    #[arg(long, value_name = "URL", conflicts_with = "db")]
+    postgres: Option<String>,
+    /// With --postgres: the PostgreSQL schema for idemkit's tables.
+    #[arg(long, value_name = "NAME", requires = "postgres")]
+    pg_schema: Option<String>,
     /// The simulated providers' own database.
     #[arg(long, default_value = "provider.redb")]
     provider_db: PathBuf,
@@ -129,7 +140,10 @@ fn appointment(booking: &Booking, message: &Message) -> (u16, Vec<(String, Strin
         201,
         vec![
             ("content-type".to_owned(), "application/json".to_owned()),
-            ("location".to_owned(), format!("/appointments/{}", booking.id)),
+            (
+                "location".to_owned(),
+                format!("/appointments/{}", booking.id),
+            ),
         ],
         body.to_string().into_bytes(),
     )
@@ -182,15 +196,18 @@ async fn create_appointment(
             tokio::time::sleep(app.latency).await;
             let a = Arc::clone(&app);
             let (t, c, s) = (tenant.clone(), request.customer_id, request.slot_id);
-            let booking =
-                match blocking(move || a.providers.book(&provider_key, &t, &c, &s)).await {
-                    Ok(b) => b,
-                    Err(e) => return bad_gateway("calendar", &e),
-                };
+            let booking = match blocking(move || a.providers.book(&provider_key, &t, &c, &s)).await
+            {
+                Ok(b) => b,
+                Err(e) => return bad_gateway("calendar", &e),
+            };
             if app.crash_after_provider {
                 let a = Arc::clone(&app);
                 if matches!(blocking(move || a.providers.take_crash()).await, Ok(true)) {
-                    eprintln!("appointments: --crash-after-provider: aborting after booking {}", booking.id);
+                    eprintln!(
+                        "appointments: --crash-after-provider: aborting after booking {}",
+                        booking.id
+                    );
                     std::process::abort();
                 }
             }
@@ -234,9 +251,10 @@ async fn create_appointment(
                         "The confirmation could not be sent yet",
                         "The slot is booked. Retry with the same Idempotency-Key.",
                     );
-                    response
-                        .headers_mut()
-                        .insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+                    response.headers_mut().insert(
+                        header::RETRY_AFTER,
+                        axum::http::HeaderValue::from_static("1"),
+                    );
                     return response;
                 }
                 Err(e) => return bad_gateway("messaging", &e),
@@ -255,7 +273,10 @@ async fn create_appointment(
     };
     tracing::info!(parent: exec.span(), booking = %booking.id, "appointment confirmed");
     let (status, headers, body) = appointment(&booking, &message);
-    let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let headers: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .collect();
     json_response(
         StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED),
         &headers,
@@ -427,8 +448,30 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The store: PostgreSQL when --postgres is given, else the --db file.
+fn open_store(args: &Args) -> Result<Store, String> {
+    match &args.postgres {
+        None => Store::open(&args.db).map_err(|e| format!("{}: {e}", args.db.display())),
+        #[cfg(feature = "postgres")]
+        Some(url) => {
+            let options = idemkit::postgres::PgOptions {
+                schema: args.pg_schema.clone(),
+                ..Default::default()
+            };
+            idemkit::postgres::PgStore::connect_with(url, options)
+                .map(Store::postgres)
+                .map_err(|e| format!("--postgres: {e}"))
+        }
+        #[cfg(not(feature = "postgres"))]
+        Some(_) => {
+            let _ = &args.pg_schema;
+            Err("--postgres needs the example built with --features postgres".into())
+        }
+    }
+}
+
 fn run(args: Args) -> Result<(), String> {
-    let store = Store::open(&args.db).map_err(|e| format!("{}: {e}", args.db.display()))?;
+    let store = open_store(&args)?;
     let providers = Providers::open(&args.provider_db, args.fail_notify)
         .map_err(|e| format!("{}: {e}", args.provider_db.display()))?;
     let policy = Policy::default()
@@ -442,7 +485,11 @@ fn run(args: Args) -> Result<(), String> {
         crash_after_provider: args.crash_after_provider,
     });
 
-    wait_for_orphaned_leases(&store)?;
+    // With PostgreSQL, live leases may belong to other running instances: the
+    // periodic reconciliation takes over only those that really expire.
+    if args.postgres.is_none() {
+        wait_for_orphaned_leases(&store)?;
+    }
     reconcile_all(&app);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

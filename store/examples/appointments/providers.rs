@@ -103,8 +103,7 @@ impl Providers {
         let booking = {
             let mut bookings = txn.open_table(BOOKINGS).map_err(storage)?;
             if let Some(existing) = bookings.get(key).map_err(storage)? {
-                let booking: Booking =
-                    serde_json::from_slice(existing.value()).map_err(storage)?;
+                let booking: Booking = serde_json::from_slice(existing.value()).map_err(storage)?;
                 if booking.tenant != tenant
                     || booking.customer_id != customer_id
                     || booking.slot_id != slot_id
@@ -172,7 +171,11 @@ impl Providers {
     /// Messaging: sends the confirmation of `booking` under provider key `key`.
     /// The same key again returns the same message. Fails while `--fail-notify`
     /// failures are left, before doing anything.
-    pub(crate) fn send_confirmation(&self, key: &str, booking: &Booking) -> Result<Message, ProviderError> {
+    pub(crate) fn send_confirmation(
+        &self,
+        key: &str,
+        booking: &Booking,
+    ) -> Result<Message, ProviderError> {
         if let Some(existing) = self.message_by_key(key)? {
             return Ok(existing);
         }

@@ -4,9 +4,9 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idemkit_core::{LogRef, Scope};
 use idemkit_core::machine::{Disposition, StepStart};
 use idemkit_core::record::{FencingToken, Step};
+use idemkit_core::{LogRef, Scope};
 
 use crate::redb_store::{ExecutionGuard, WorkerError};
 

@@ -41,10 +41,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
-use bytes::Bytes;
 use ::http::request::Parts;
 use ::http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use axum::body::Body;
+use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemkit_core::http::{Answer, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Refusal};
 use idemkit_core::machine::{Disposition, Policy, classify};

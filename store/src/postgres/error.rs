@@ -165,19 +165,18 @@ fn is_unavailable_code(code: &str) -> bool {
 
 /// Sorts a driver error into retry / unavailable / other.
 pub(crate) fn classify(e: &postgres::Error) -> Failure {
-    if let Some(code) = e.code() {
-        let code = code.code();
+    if let Some(db) = e.as_db_error() {
+        let code = db.code().code();
+        let detail = format!("{} (SQLSTATE {code})", db.message());
         if code == "40001" || code == "40P01" {
             return Failure::Retry;
         }
         if is_unavailable_code(code) {
-            return Failure::Fail(PgError::Unavailable {
-                detail: e.to_string(),
-            });
+            return Failure::Fail(PgError::Unavailable { detail });
         }
         return Failure::Fail(PgError::Database {
             code: Some(code.to_owned()),
-            detail: e.to_string(),
+            detail,
         });
     }
     // No SQLSTATE: the driver itself failed. Conversions are our bug or damaged

@@ -32,7 +32,9 @@ use idemkit_core::machine::{
     self, ClaimOutcome, ClaimRequest, GcAction, Policy, RecoverGrant, Resolution, StepStart,
     TransitionError,
 };
-use idemkit_core::record::{FencingToken, Record, StateName, StoredResponse, UnknownReason};
+use idemkit_core::record::{
+    EffectKind, FencingToken, Record, StateName, StoredResponse, UnknownReason,
+};
 use idemkit_core::{Fingerprint, IdempotencyKey, LogRef, Scope, UnixMillis};
 use postgres::NoTls;
 use postgres::types::ToSql;
@@ -78,6 +80,11 @@ pub struct PgOptions {
     pub connect_timeout: Duration,
     /// Whether to run or only check migrations (default: run).
     pub migrations: Migrations,
+    /// Whether the pool checks a connection (one empty query) before handing it
+    /// out (default: yes). Without it, after a server restart every stale pooled
+    /// connection fails one operation with [`PgError::Unavailable`] before the pool
+    /// replaces it; with it, that costs one round trip per operation.
+    pub validate_connections: bool,
 }
 
 impl Default for PgOptions {
@@ -87,6 +94,7 @@ impl Default for PgOptions {
             pool_size: 16,
             connect_timeout: Duration::from_secs(2),
             migrations: Migrations::Run,
+            validate_connections: true,
         }
     }
 }
@@ -136,10 +144,7 @@ impl PgStore {
             .max_size(options.pool_size.max(1))
             .min_idle(Some(0))
             .connection_timeout(options.connect_timeout)
-            // A broken connection is noticed by the statement that uses it (and
-            // reported as Unavailable); validating on every checkout would add a
-            // round trip to every operation.
-            .test_on_check_out(false)
+            .test_on_check_out(options.validate_connections)
             .build_unchecked(manager);
         let store = PgStore {
             pool,
@@ -271,8 +276,9 @@ impl PgStore {
         }
     }
 
-    /// One read → decide → write on an existing record.
-    fn transition<T>(
+    /// One read → decide → write on an existing record (`decide` may run again
+    /// after a lost race, on the newer record).
+    pub(crate) fn transition<T>(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -385,7 +391,9 @@ impl PgStore {
         })
     }
 
-    fn claim_at(
+    /// Claims, and says which effect kind the written record has (`None`: nothing
+    /// written).
+    pub(crate) fn claim_at(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -393,7 +401,7 @@ impl PgStore {
         owner: &str,
         policy: &Policy,
         now: UnixMillis,
-    ) -> Result<ClaimOutcome, PgError> {
+    ) -> Result<(ClaimOutcome, Option<EffectKind>), PgError> {
         let request = ClaimRequest {
             fingerprint,
             owner: owner.to_owned(),
@@ -416,7 +424,7 @@ impl PgStore {
                     &cols.record,
                 ];
                 match conn.query_opt(&self.sql.insert, &params) {
-                    Ok(Some(_)) => return Ok(Step::Done(fresh.outcome)),
+                    Ok(Some(_)) => return Ok(Step::Done((fresh.outcome, Some(write.effect)))),
                     Ok(None) => {}
                     Err(e) => return retry_or_fail(&e),
                 }
@@ -433,16 +441,16 @@ impl PgStore {
             match &decision.write {
                 Some(next) if *next != existing => {
                     match self.write(conn, scope, key, next, version)? {
-                        Step::Done(true) => Ok(Step::Done(decision.outcome)),
+                        Step::Done(true) => Ok(Step::Done((decision.outcome, Some(next.effect)))),
                         Step::Done(false) | Step::Again => Ok(Step::Again),
                     }
                 }
-                _ => Ok(Step::Done(decision.outcome)),
+                _ => Ok(Step::Done((decision.outcome, None))),
             }
         })
     }
 
-    fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, PgError> {
+    pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, PgError> {
         let mut conn = self.conn()?;
         let limit = i64::try_from(max_batch)
             .unwrap_or(i64::MAX)
@@ -498,7 +506,7 @@ impl PgStore {
         Ok(report)
     }
 
-    fn list_unresolved_at(&self, now: UnixMillis) -> Result<Vec<ListedRecord>, PgError> {
+    pub(crate) fn list_unresolved_at(&self, now: UnixMillis) -> Result<Vec<ListedRecord>, PgError> {
         let mut conn = self.conn()?;
         let rows = conn
             .query(
@@ -609,6 +617,7 @@ impl IdempotencyBackend for PgStore {
         now: UnixMillis,
     ) -> Result<ClaimOutcome, PgError> {
         self.claim_at(scope, key, fingerprint, owner, policy, now)
+            .map(|(outcome, _)| outcome)
     }
 
     fn complete(

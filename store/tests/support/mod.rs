@@ -19,7 +19,12 @@ pub(crate) fn example_binary() -> &'static Path {
     BIN.get_or_init(|| {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
         let output = Command::new(env!("CARGO"))
-            .args(["build", "--example", "appointments", "--message-format=json"])
+            .args([
+                "build",
+                "--example",
+                "appointments",
+                "--message-format=json",
+            ])
             .arg("--manifest-path")
             .arg(&manifest)
             .stderr(Stdio::inherit())
@@ -29,7 +34,9 @@ pub(crate) fn example_binary() -> &'static Path {
         String::from_utf8_lossy(&output.stdout)
             .lines()
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "appointments")
+            .filter(|msg| {
+                msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "appointments"
+            })
             .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
             .expect("cargo reported the example's executable")
     })
@@ -153,7 +160,10 @@ impl Reply {
 
     /// The problem `type` without the base URI.
     pub(crate) fn problem(&self) -> String {
-        assert_eq!(self.header("content-type"), Some("application/problem+json"));
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
         let t = self.json()["type"].as_str().expect("type").to_owned();
         t.strip_prefix("https://idemkit.dev/problems/")
             .expect("stable type URI")
@@ -173,8 +183,8 @@ pub(crate) fn request(
 ) -> std::io::Result<Reply> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut out = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n")
-        .into_bytes();
+    let mut out =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n").into_bytes();
     for (name, value) in headers {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
@@ -246,6 +256,9 @@ pub(crate) fn post_until_final(
             Ok(reply) => return (reply, interim),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
-        assert!(Instant::now() < deadline, "no final answer in {within:?}: {interim:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no final answer in {within:?}: {interim:?}"
+        );
     }
 }
