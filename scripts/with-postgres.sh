@@ -73,6 +73,6 @@ echo "with-postgres: PostgreSQL $("$PG_BIN/pg_ctl" --version | awk '{print $NF}'
 if [ $# -eq 0 ]; then
   set -- cargo test -p idemkit --features postgres --locked \
     --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
-    --test postgres_latency --test postgres_appointments_two_instances
+    --test postgres_latency --test postgres_appointments_two_instances --test postgres_cli_operator
 fi
 "$@"
