@@ -1,7 +1,8 @@
 //! 100 clients send the same POST with one Idempotency-Key at the same moment,
 //! while the calendar provider is slow (200 ms): exactly one booking reaches the
 //! provider, and every client gets the 201, a byte-identical replay of it marked
-//! `Idempotent-Replayed: true`, or a 409 `request-in-progress` with `Retry-After`.
+//! `Idempotent-Replayed: true`, or a 409 `request-in-progress` with `Retry-After`;
+//! a second wave of 100 after completion gets 100 byte-identical replays.
 #![cfg(feature = "axum")]
 
 mod support;
@@ -71,6 +72,27 @@ fn one_key_one_booking_under_100_concurrent_posts() {
         }
     }
 
+    // A second wave of 100 at once, after completion: all byte-identical replays.
+    let barrier = Arc::new(Barrier::new(CLIENTS));
+    let second: Vec<Reply> = (0..CLIENTS)
+        .map(|_| {
+            let (service, barrier) = (Arc::clone(&service), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                service.post(Some(b"book-once-1"), Some("clinic-a"), body)
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    for replay in &second {
+        assert_eq!(replay.status, 201);
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+        assert_eq!(replay.body, original.body);
+        assert_eq!(replay.header("location"), original.header("location"));
+    }
+
     let bookings = service.bookings("clinic-a");
     assert_eq!(
         bookings.len(),
@@ -79,7 +101,7 @@ fn one_key_one_booking_under_100_concurrent_posts() {
     );
     assert_eq!(bookings[0]["id"], original.json()["id"]);
     eprintln!(
-        "{CLIENTS} concurrent POSTs in {elapsed:?}: 1 original 201, {} replays, {} in-progress 409s; {} booking",
+        "{CLIENTS} concurrent POSTs in {elapsed:?}: 1 original 201, {} replays, {} in-progress 409s; then {CLIENTS} concurrent replays; {} booking",
         replays.len(),
         in_progress.len(),
         bookings.len()

@@ -160,7 +160,9 @@ pub(crate) fn parse<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<
         truncated,
         opts,
         pos: 0,
-        nodes: Vec::with_capacity(input.len() / 8 + 1),
+        // A guess that avoids most regrowth without reserving much for
+        // string-heavy bodies.
+        nodes: Vec::with_capacity((input.len() / 16).clamp(1, 1 << 16)),
         entries: Vec::new(),
         scratch: Vec::new(),
         stack: Vec::new(),

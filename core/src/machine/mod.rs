@@ -118,6 +118,29 @@
 //!   with another provider reference) and [`TransitionError::TokensExhausted`].
 //! - `Uncertain { since }` for an expired External lease is the lease's expiry
 //!   instant (when the outcome became ambiguous), not `now`.
+//! - Additions: [`Record::is_expired`](crate::record::Record::is_expired) (the
+//!   record window is over), [`Record::step`](crate::record::Record::step),
+//!   [`StoredResponse::new`](crate::record::StoredResponse::new),
+//!   [`RecoverGrant::resume_at`] (the first unfinished step),
+//!   [`FencingToken::new`](crate::record::FencingToken::new)/`get`/`next`.
+//! - [`Record::decode`](crate::record::Record::decode) also refuses
+//!   non-canonical encodings, so a decoded record re-encodes to its exact bytes.
+//!
+//! ## Tokens and the fencing rule
+//!
+//! A token is current iff it equals the record's `last_token` and the record is
+//! Running — or Unknown because *that* lease expired
+//! ([`UnknownReason::LeaseExpired`](crate::record::UnknownReason::LeaseExpired)),
+//! in which case its worker may still [`complete`], [`release`],
+//! [`mark_unknown`] or [`complete_step`] (it knows the real outcome) but not
+//! [`renew`] or [`begin_step`] (it must not start new effects). A token that is
+//! not the last one is [`TransitionError::StaleToken`]; the last token on a
+//! record in another state is [`TransitionError::WrongState`].
+//!
+//! Tokens restart at [`FencingToken::FIRST`](crate::record::FencingToken::FIRST)
+//! only for a record created after GC deleted its predecessor, that is more
+//! than a record window after the old lease ended; a record replaced in place
+//! after its window continues the old counter.
 
 mod claim;
 mod error;

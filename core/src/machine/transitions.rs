@@ -285,6 +285,15 @@ pub struct RecoverGrant {
     pub steps: Vec<Step>,
 }
 
+impl RecoverGrant {
+    /// Where to resume: the first persisted step that is not done (dispatch it
+    /// again with its persisted provider key), or `None` when all are done.
+    #[must_use]
+    pub fn resume_at(&self) -> Option<&Step> {
+        self.steps.iter().find(|step| step.state != StepState::Done)
+    }
+}
+
 /// Gives a reconciler a new lease on an Unknown (or Running-past-lease) record so
 /// it can re-drive the persisted steps; the old lease's token becomes stale.
 pub fn recover(

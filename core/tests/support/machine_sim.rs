@@ -1207,6 +1207,17 @@ impl World {
                     return Err(format!("key {key}: is_unresolved disagrees with the lease"));
                 }
             }
+            // A store's GC index (ordered by gc_due_at) finds exactly the records
+            // gc() has work for.
+            let due = r.gc_due_at().is_some_and(|d| self.now >= d.as_millis());
+            let work = machine::gc(&r, t(self.now)) != GcAction::Keep;
+            if due != work {
+                return Err(format!(
+                    "key {key}: gc_due_at {:?} disagrees with gc() at {}",
+                    r.gc_due_at(),
+                    self.now
+                ));
+            }
         }
         let model_keys: Vec<u8> = self.model.records.keys().copied().collect();
         let store_keys: Vec<u8> = self.store.keys().copied().collect();

@@ -31,6 +31,32 @@
 //! Tracing: each execution runs in an `idempotent` span with the operation,
 //! log reference, attempt, fencing token and (once known) provider reference;
 //! never the raw key or the body.
+//!
+//! ```no_run
+//! use axum::{Extension, Router, routing::post};
+//! use idemkit::core::machine::StepStart;
+//! use idemkit::core::record::EffectKind;
+//! use idemkit::http::{Execution, IdempotencyLayer, RouteConfig};
+//! use idemkit::redb_store::Store;
+//!
+//! async fn charge(Extension(exec): Extension<Execution>) -> (axum::http::StatusCode, String) {
+//!     // Persist the provider key before calling the provider; a retry reuses it.
+//!     if let Ok(StepStart::Dispatch { provider_key }) = exec.begin_step("charge", "pk-1").await {
+//!         // ... call the payment provider with `provider_key` ...
+//!         let _ = exec.complete_step("charge", Some("ch_1".into())).await;
+//!     }
+//!     (axum::http::StatusCode::CREATED, format!("charged for {}", exec.tenant()))
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::open("payments.redb")?;
+//! let route = RouteConfig::new("payments.create", EffectKind::External)
+//!     // The tenant comes from authentication, never from the body or the key.
+//!     .principal(|parts| parts.extensions.get::<String>().cloned());
+//! let app: Router = Router::new()
+//!     .route("/payments", post(charge).route_layer(IdempotencyLayer::new(store, route)));
+//! # Ok(()) }
+//! ```
 
 mod execution;
 

@@ -349,6 +349,15 @@ impl ExecutionGuard {
         &self.steps
     }
 
+    /// Where to resume: the first persisted step that is not done (dispatch it
+    /// again with its persisted provider key), or `None`.
+    #[must_use]
+    pub fn resume_at(&self) -> Option<&Step> {
+        self.steps
+            .iter()
+            .find(|s| s.state != idemkit_core::record::StepState::Done)
+    }
+
     /// The record's effect kind (decides what dropping the guard does).
     #[must_use]
     pub fn effect(&self) -> EffectKind {

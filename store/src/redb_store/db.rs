@@ -76,7 +76,7 @@ impl Handle {
             Handle::PerTransaction { path, retry } => {
                 // A poisoned lock still holds a valid `LockRetry` (plain data).
                 let retry = *retry.lock().unwrap_or_else(|p| p.into_inner());
-                open_file_with_retry(path, retry).map(Arc::new)
+                open_file_with_retry(path, retry, Integrity::Trust).map(Arc::new)
             }
             #[cfg(feature = "postgres")]
             Handle::Postgres(_) => Err(OpenError::NotIdemkit {
@@ -104,7 +104,15 @@ impl Handle {
         let mut txn = db.begin_write().map_err(StorageError::from)?;
         txn.set_durability(Durability::Immediate)
             .map_err(StorageError::from)?;
-        match f(&txn) {
+        // redb may panic on pages damaged after the integrity check at open; a
+        // panic here must not take the caller down. Dropping the transaction
+        // during the unwind aborts it, so nothing is written.
+        let decided = catch_unwind(AssertUnwindSafe(|| f(&txn))).map_err(|payload| {
+            StorageError::Corrupt {
+                detail: panic_text(payload.as_ref()),
+            }
+        })?;
+        match decided {
             Ok((value, true)) => {
                 txn.commit().map_err(StorageError::from)?;
                 Ok(value)
@@ -131,7 +139,12 @@ impl Handle {
     {
         let db = self.database().map_err(StorageError::from)?;
         let txn = db.begin_read().map_err(StorageError::from)?;
-        f(&txn)
+        catch_unwind(AssertUnwindSafe(|| f(&txn))).unwrap_or_else(|payload| {
+            Err(StorageError::Corrupt {
+                detail: panic_text(payload.as_ref()),
+            }
+            .into())
+        })
     }
 }
 
@@ -157,12 +170,16 @@ fn jitter(max: Duration, state: &mut u64) -> Duration {
 }
 
 /// Opens (creating if absent) the file, retrying while another process holds it.
-pub(crate) fn open_file_with_retry(path: &Path, retry: LockRetry) -> Result<Database, OpenError> {
+pub(crate) fn open_file_with_retry(
+    path: &Path,
+    retry: LockRetry,
+    check: Integrity,
+) -> Result<Database, OpenError> {
     let started = Instant::now();
     let mut backoff = Duration::from_millis(1);
     let mut seed = jitter_seed() | 1;
     loop {
-        match open_file_once(path) {
+        match open_file_once(path, check) {
             Err(OpenError::Busy { .. }) => {
                 let waited = started.elapsed();
                 if waited >= retry.budget {
@@ -177,11 +194,23 @@ pub(crate) fn open_file_with_retry(path: &Path, retry: LockRetry) -> Result<Data
     }
 }
 
+/// Whether an open verifies every page's checksum first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Integrity {
+    /// redb's full check and repair ([`redb::Builder::set_check_integrity_on_open`]):
+    /// a damaged file gives [`OpenError::Corrupt`] instead of a panic later. Reads
+    /// the whole file, so it is done once per process, not per transaction.
+    Check,
+    /// A plain open (redb still recovers from crashes).
+    Trust,
+}
+
 /// Opens (creating if absent) the file once and checks that it is an idemkit store.
-pub(crate) fn open_file_once(path: &Path) -> Result<Database, OpenError> {
+pub(crate) fn open_file_once(path: &Path, check: Integrity) -> Result<Database, OpenError> {
     let path = path.to_owned();
     guarded(move || {
         let db = Database::builder()
+            .set_check_integrity_on_open(check == Integrity::Check)
             .create(&path)
             .map_err(open_error_from_database)?;
         ensure_format(&db)?;
@@ -193,6 +222,7 @@ pub(crate) fn open_file_once(path: &Path) -> Result<Database, OpenError> {
 pub(crate) fn open_backend(backend: impl StorageBackend) -> Result<Database, OpenError> {
     guarded(move || {
         let db = Database::builder()
+            .set_check_integrity_on_open(true)
             .create_with_backend(backend)
             .map_err(open_error_from_database)?;
         ensure_format(&db)?;
@@ -206,15 +236,19 @@ pub(crate) fn open_backend(backend: impl StorageBackend) -> Result<Database, Ope
 fn guarded(f: impl FnOnce() -> Result<Database, OpenError>) -> Result<Database, OpenError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
-        Err(payload) => {
-            let detail = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "redb panicked while opening the file".to_owned());
-            Err(OpenError::Corrupt { detail })
-        }
+        Err(payload) => Err(OpenError::Corrupt {
+            detail: panic_text(payload.as_ref()),
+        }),
     }
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    format!("redb panicked reading the file: {text}")
 }
 
 fn open_error_from_database(e: DatabaseError) -> OpenError {

@@ -97,6 +97,11 @@ pub enum StorageError {
         /// What the decoder reported.
         detail: String,
     },
+    /// redb failed on damaged pages while reading (found after the open).
+    Corrupt {
+        /// What redb reported.
+        detail: String,
+    },
     /// A stored record id does not decode.
     CorruptId {
         /// What the decoder reported.
@@ -123,6 +128,7 @@ impl fmt::Display for StorageError {
                 detail,
             } => write!(f, "a record with an undecodable id is corrupt: {detail}"),
             StorageError::CorruptId { detail } => write!(f, "a record id is corrupt: {detail}"),
+            StorageError::Corrupt { detail } => write!(f, "database file is corrupt: {detail}"),
             #[cfg(feature = "postgres")]
             StorageError::Postgres(e) => e.fmt(f),
         }

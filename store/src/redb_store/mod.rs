@@ -2,11 +2,63 @@
 //!
 //! Every operation is *read → decide (idemkit-core) → write* inside one redb write
 //! transaction committed with [`redb::Durability::Immediate`]: the store never
-//! decides anything itself, and nothing is acknowledged before it is durable.
+//! decides anything itself (it calls `idemkit_core::machine`), and nothing is
+//! acknowledged before it is durable. A transaction whose decision writes nothing
+//! (Replay, InFlight, Mismatch) is aborted instead of committed, saving a sync.
 //!
-//! - [`tables`](self) — table definitions and the format check (`tables.rs`).
-//! - `db.rs` — a database per transaction or for the store's life; lock retries.
-//! - [`FaultyBackend`] — I/O failure injection for tests.
+//! ## Using it
+//!
+//! ```
+//! use idemkit::core::machine::Policy;
+//! use idemkit::core::record::{EffectKind, StoredResponse};
+//! use idemkit::redb_store::{Claim, Store};
+//! use idemkit::{Fingerprint, IdempotencyKey, Scope};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::in_memory()?; // or Store::open("idemkit.redb")?
+//! let scope = Scope::new("acme", "appointments.create")?;
+//! let key = IdempotencyKey::new("8e03978e")?;
+//! let policy = Policy::default().with_effect(EffectKind::Local);
+//! let fingerprint = Fingerprint::from_bytes([7; 32]); // from idemkit-core's fingerprints
+//!
+//! match store.claim(&scope, &key, fingerprint, "worker-1", &policy)? {
+//!     Claim::Execute(guard) => {
+//!         // ... do the work; then record the outcome (durable before this returns):
+//!         guard.complete(StoredResponse::new(201, b"{\"id\":\"appt_1\"}".to_vec()))?;
+//!     }
+//!     Claim::Replay { response, .. } => { /* answer the stored response */ }
+//!     Claim::InFlight { retry_after, .. } => { /* 409 + Retry-After */ }
+//!     Claim::Mismatch { status, .. } => { /* 422: key reused with another payload */ }
+//!     Claim::Uncertain { log_ref, .. } => { /* 409 outcome-uncertain; operator resolves */ }
+//!     Claim::ResponseExpired { resource_ref, .. } => { /* completed; body no longer kept */ }
+//! }
+//! // A retry with the same key and payload replays, executing nothing.
+//! assert!(matches!(
+//!     store.claim(&scope, &key, fingerprint, "worker-2", &policy)?,
+//!     Claim::Replay { .. }
+//! ));
+//! # Ok(()) }
+//! ```
+//!
+//! ## Where things are
+//!
+//! | file | what |
+//! |---|---|
+//! | `tables.rs` | the table definitions (records + three indexes + meta) and the format version |
+//! | `db.rs` | a database for the store's life or per transaction (shared files, lock retries), the integrity check, panics turned into errors |
+//! | `records.rs` | loading/decoding records and writing them with their index entries |
+//! | `claim.rs` | [`Store::claim`], [`ExecutionGuard`], [`Renewer`] |
+//! | `operator.rs` | get, list, list_unresolved, resolve, recover, gc, stats, verify |
+//! | `backend_impl.rs` | [`crate::backend::IdempotencyBackend`] for [`Store`] (what the conformance suite drives) |
+//! | `error.rs` | one error enum per operation family, the umbrella [`Error`] |
+//! | `fault.rs` | [`FaultyBackend`]: I/O failure injection for tests |
+//!
+//! ## Sharing a file between processes
+//!
+//! [`Store::open`] keeps the file open and locked (redb's exclusive writer) for the
+//! life of the store: the fastest choice for one service process. [`Store::open_shared`]
+//! opens the file around each transaction and retries redb's lock with jittered
+//! backoff ([`LockRetry`]), so several processes (the `idemkit` CLI) take turns.
 
 mod backend_impl;
 mod claim;
@@ -51,10 +103,11 @@ impl Store {
     /// it open (and locked against other processes) until the last clone is dropped.
     ///
     /// A file that is not an idemkit database, has an unknown format version, or is
-    /// damaged gives an [`OpenError`], never a panic.
+    /// damaged gives an [`OpenError`], never a panic: the open runs redb's
+    /// integrity check (every page's checksum), which reads the whole file once.
     pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
         let path = path.as_ref();
-        let db = db::open_file_once(path)?;
+        let db = db::open_file_once(path, db::Integrity::Check)?;
         Ok(Store::from_handle(
             Handle::Open(Arc::new(db)),
             Some(path.to_owned()),
@@ -67,8 +120,9 @@ impl Store {
     /// `retry` and then fails with [`OpenError::Busy`].
     pub fn open_shared(path: impl AsRef<Path>, retry: LockRetry) -> Result<Store, OpenError> {
         let path = path.as_ref();
-        // Check (or create) the file once now, so a bad file is reported at open.
-        drop(db::open_file_with_retry(path, retry)?);
+        // Check (or create) the file once now, with redb's full integrity check, so
+        // a bad file is reported here; the per-transaction opens trust it.
+        drop(db::open_file_with_retry(path, retry, db::Integrity::Check)?);
         Ok(Store::from_handle(
             Handle::PerTransaction {
                 path: path.to_owned(),

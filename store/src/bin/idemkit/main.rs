@@ -41,9 +41,6 @@ enum Command {
     /// Check idempotency keys.
     #[command(subcommand)]
     Key(key_cmd::KeyCommand),
-    // The about text and examples come from the argument structs' doc comments.
-    Canonicalize(canonicalize_cmd::CanonicalizeArgs),
-    Fingerprint(fingerprint_cmd::FingerprintArgs),
     /// Run a command at most once per (tenant, operation, key).
     Exec(exec_cmd::ExecArgs),
     /// List the records in a store.
@@ -57,15 +54,31 @@ enum Command {
     /// Counts per state and the file size.
     Stats(records_cmd::StatsArgs),
     Migrate(migrate_cmd::MigrateArgs),
+    // The about text and examples come from the argument structs' doc comments.
+    Canonicalize(canonicalize_cmd::CanonicalizeArgs),
+    Fingerprint(fingerprint_cmd::FingerprintArgs),
 }
 
 fn main() -> ExitCode {
+    // The store turns a panic inside redb (damaged pages) into a typed error; keep
+    // what the default hook would print to one line on stderr.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("idemkit: internal error: {message}{place}");
+    }));
     let cli = Cli::parse();
     match cli.command {
         Command::Call(args) => call_cmd::run(args),
         Command::Key(cmd) => key_cmd::run(cmd),
-        Command::Canonicalize(args) => canonicalize_cmd::run(&args),
-        Command::Fingerprint(args) => fingerprint_cmd::run(&args),
         Command::Exec(args) => exec_cmd::run(args),
         Command::List(args) => records_cmd::list(args),
         Command::Show(args) => records_cmd::show(args),
@@ -73,5 +86,7 @@ fn main() -> ExitCode {
         Command::Gc(args) => records_cmd::gc(args),
         Command::Stats(args) => records_cmd::stats(args),
         Command::Migrate(args) => migrate_cmd::run(&args),
+        Command::Canonicalize(args) => canonicalize_cmd::run(&args),
+        Command::Fingerprint(args) => fingerprint_cmd::run(&args),
     }
 }
