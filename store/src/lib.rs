@@ -9,6 +9,7 @@
 //! - [`clock`] — where the store reads `now` from (system or virtual time).
 //! - [`backend`] — the operations every store offers, as a trait;
 //!   [`conformance`] — the suite every backend must pass.
+//! - `postgres` (feature `postgres`) — the same store over PostgreSQL, for fleets.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -26,6 +27,8 @@ pub mod clock;
 pub mod conformance;
 #[cfg(feature = "axum")]
 pub mod http;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod redb_store;
 
 pub use idemkit_core as core;

@@ -9,6 +9,10 @@
 //!     [--provider-latency-ms N] [--crash-after-provider] [--fail-notify N]
 //! ```
 //!
+//! With `--features postgres`, `--postgres URL [--pg-schema NAME]` keeps the
+//! idemkit records in PostgreSQL instead of `--db`: several instances on different
+//! ports then share one database, and a key claimed through one is seen by all.
+//!
 //! **Demo authentication**: `Authorization: Bearer <tenant>` names the tenant
 //! verbatim. A real service verifies a token and takes the tenant from it.
 //!
@@ -46,6 +50,13 @@ struct Args {
     /// The idemkit store.
     #[arg(long, default_value = "appointments.redb")]
     db: PathBuf,
+    /// Keep the idemkit records in PostgreSQL (`postgres://user@host:port/db`)
+    /// instead of --db, shared by every instance pointed at it (feature `postgres`).
+    #[arg(long, value_name = "URL", conflicts_with = "db")]
+    postgres: Option<String>,
+    /// With --postgres: the PostgreSQL schema for idemkit's tables.
+    #[arg(long, value_name = "NAME", requires = "postgres")]
+    pg_schema: Option<String>,
     /// The simulated providers' own database.
     #[arg(long, default_value = "provider.redb")]
     provider_db: PathBuf,
@@ -437,8 +448,30 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The store: PostgreSQL when --postgres is given, else the --db file.
+fn open_store(args: &Args) -> Result<Store, String> {
+    match &args.postgres {
+        None => Store::open(&args.db).map_err(|e| format!("{}: {e}", args.db.display())),
+        #[cfg(feature = "postgres")]
+        Some(url) => {
+            let options = idemkit::postgres::PgOptions {
+                schema: args.pg_schema.clone(),
+                ..Default::default()
+            };
+            idemkit::postgres::PgStore::connect_with(url, options)
+                .map(Store::postgres)
+                .map_err(|e| format!("--postgres: {e}"))
+        }
+        #[cfg(not(feature = "postgres"))]
+        Some(_) => {
+            let _ = &args.pg_schema;
+            Err("--postgres needs the example built with --features postgres".into())
+        }
+    }
+}
+
 fn run(args: Args) -> Result<(), String> {
-    let store = Store::open(&args.db).map_err(|e| format!("{}: {e}", args.db.display()))?;
+    let store = open_store(&args)?;
     let providers = Providers::open(&args.provider_db, args.fail_notify)
         .map_err(|e| format!("{}: {e}", args.provider_db.display()))?;
     let policy = Policy::default()
@@ -452,7 +485,11 @@ fn run(args: Args) -> Result<(), String> {
         crash_after_provider: args.crash_after_provider,
     });
 
-    wait_for_orphaned_leases(&store)?;
+    // With PostgreSQL, live leases may belong to other running instances: the
+    // periodic reconciliation takes over only those that really expire.
+    if args.postgres.is_none() {
+        wait_for_orphaned_leases(&store)?;
+    }
     reconcile_all(&app);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -120,6 +120,13 @@ impl Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(ClaimOutcome, Option<EffectKind>), ClaimError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            let (scope, key) = pg_address(id)?;
+            return pg
+                .claim_at(&scope, &key, fingerprint, owner, policy, now)
+                .map_err(|e| ClaimError::Storage(super::StorageError::Postgres(e)));
+        }
         self.inner.handle.write_if_changed(|txn| {
             let mut tables = Tables::open(txn)?;
             let existing = tables.load(id)?;
@@ -138,12 +145,18 @@ impl Store {
     }
 
     /// One read → decide → write on an existing record. `decide` returns the
-    /// record to write (or `None` to leave it) and the caller's answer.
+    /// record to write (or `None` to leave it) and the caller's answer. (A
+    /// PostgreSQL store may call `decide` again after losing a version race.)
     pub(crate) fn transition<T>(
         &self,
         id: &RecordId,
-        decide: impl FnOnce(&Record) -> Result<(Option<Record>, T), TransitionError>,
+        decide: impl Fn(&Record) -> Result<(Option<Record>, T), TransitionError>,
     ) -> Result<T, TxError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            let (scope, key) = pg_address(id)?;
+            return Ok(pg.transition(&scope, &key, decide)?);
+        }
         self.inner.handle.write_if_changed(|txn| {
             let mut tables = Tables::open(txn)?;
             let log_ref = id.log_ref();
@@ -171,7 +184,7 @@ impl Store {
     ) -> Result<(), TxError> {
         self.transition(id, |r| {
             Ok((
-                Some(machine::complete(r, token, response, policy, now)?),
+                Some(machine::complete(r, token, response.clone(), policy, now)?),
                 (),
             ))
         })
@@ -197,7 +210,10 @@ impl Store {
         now: UnixMillis,
     ) -> Result<(), TxError> {
         self.transition(id, |r| {
-            Ok((Some(machine::mark_unknown(r, token, reason, now)?), ()))
+            Ok((
+                Some(machine::mark_unknown(r, token, reason.clone(), now)?),
+                (),
+            ))
         })
     }
 
@@ -239,11 +255,26 @@ impl Store {
     ) -> Result<(), TxError> {
         self.transition(id, |r| {
             Ok((
-                Some(machine::complete_step(r, token, name, provider_ref, now)?),
+                Some(machine::complete_step(
+                    r,
+                    token,
+                    name,
+                    provider_ref.clone(),
+                    now,
+                )?),
                 (),
             ))
         })
     }
+}
+
+/// The scope and key of `id`, for a PostgreSQL store (its rows are addressed by
+/// them). A `RecordId` always decodes; a failure is reported, never a panic.
+#[cfg(feature = "postgres")]
+pub(crate) fn pg_address(id: &RecordId) -> Result<(Scope, IdempotencyKey), super::StorageError> {
+    RecordId::decode(id.as_bytes()).map_err(|e| super::StorageError::CorruptId {
+        detail: e.to_string(),
+    })
 }
 
 /// The right to execute one claimed operation, fenced by its token.

@@ -48,6 +48,10 @@ pub(crate) enum Handle {
         path: PathBuf,
         retry: std::sync::Mutex<LockRetry>,
     },
+    /// No redb database: every operation is applied by PostgreSQL (the store's
+    /// methods dispatch before they reach a transaction).
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgStore),
 }
 
 impl Handle {
@@ -61,6 +65,8 @@ impl Handle {
         match self {
             Handle::Open(_) => None,
             Handle::PerTransaction { path, .. } => Some(path),
+            #[cfg(feature = "postgres")]
+            Handle::Postgres(_) => None,
         }
     }
 
@@ -72,6 +78,10 @@ impl Handle {
                 let retry = *retry.lock().unwrap_or_else(|p| p.into_inner());
                 open_file_with_retry(path, retry, Integrity::Trust).map(Arc::new)
             }
+            #[cfg(feature = "postgres")]
+            Handle::Postgres(_) => Err(OpenError::NotIdemkit {
+                detail: "a PostgreSQL store has no redb database".into(),
+            }),
         }
     }
 

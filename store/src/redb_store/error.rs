@@ -107,6 +107,11 @@ pub enum StorageError {
         /// What the decoder reported.
         detail: String,
     },
+    /// The store is a PostgreSQL store ([`Store::postgres`](super::Store::postgres))
+    /// and PostgreSQL failed; [`PgError::Unavailable`](crate::postgres::PgError::Unavailable)
+    /// when it could not be reached.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgError),
 }
 
 impl fmt::Display for StorageError {
@@ -124,6 +129,8 @@ impl fmt::Display for StorageError {
             } => write!(f, "a record with an undecodable id is corrupt: {detail}"),
             StorageError::CorruptId { detail } => write!(f, "a record id is corrupt: {detail}"),
             StorageError::Corrupt { detail } => write!(f, "database file is corrupt: {detail}"),
+            #[cfg(feature = "postgres")]
+            StorageError::Postgres(e) => e.fmt(f),
         }
     }
 }
@@ -133,7 +140,21 @@ impl std::error::Error for StorageError {
         match self {
             StorageError::Open(e) => Some(e),
             StorageError::Redb(e) => Some(e),
+            #[cfg(feature = "postgres")]
+            StorageError::Postgres(e) => Some(e),
             _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<crate::postgres::PgError> for TxError {
+    fn from(e: crate::postgres::PgError) -> Self {
+        use crate::postgres::PgError;
+        match e {
+            PgError::NotFound { log_ref } => TxError::NotFound { log_ref },
+            PgError::Rejected { log_ref, error } => TxError::Rejected { log_ref, error },
+            other => TxError::Storage(StorageError::Postgres(other)),
         }
     }
 }

@@ -154,6 +154,26 @@ impl Store {
         }
     }
 
+    /// The same store API — claims, the [`ExecutionGuard`], operator commands, the
+    /// HTTP middleware — applied by PostgreSQL instead of a redb file, so several
+    /// instances share one database. Every decision is still the core's; see
+    /// [`crate::postgres`]. PostgreSQL failures are [`StorageError::Postgres`].
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn postgres(store: crate::postgres::PgStore) -> Store {
+        Store::from_handle(Handle::Postgres(store), None)
+    }
+
+    /// The PostgreSQL store behind this one, if it is one.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn as_postgres(&self) -> Option<&crate::postgres::PgStore> {
+        match &self.inner.handle {
+            Handle::Postgres(pg) => Some(pg),
+            _ => None,
+        }
+    }
+
     /// This store reading time from `clock` (a [`crate::clock::ManualClock`] in tests).
     #[must_use]
     pub fn with_clock(self, clock: impl Clock + 'static) -> Store {
@@ -171,6 +191,8 @@ impl Store {
                                     *retry.lock().unwrap_or_else(|p| p.into_inner()),
                                 ),
                             },
+                            #[cfg(feature = "postgres")]
+                            Handle::Postgres(pg) => Handle::Postgres(pg.clone()),
                         },
                         clock: Arc::new(clock),
                         path: shared.path.clone(),

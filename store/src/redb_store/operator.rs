@@ -69,6 +69,11 @@ pub struct VerifyReport {
 impl Store {
     /// The record of `(scope, key)`, if any.
     pub fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, QueryError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            use crate::backend::IdempotencyBackend;
+            return pg.get(scope, key).map_err(pg_query);
+        }
         let id = scope.record_id(key);
         self.inner.handle.read(|txn| {
             let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
@@ -78,6 +83,10 @@ impl Store {
 
     /// All records, or those in `state`, in storage order (grouped by tenant).
     pub fn list(&self, state: Option<StateName>) -> Result<Vec<ListedRecord>, QueryError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            return pg.list(state).map_err(pg_query);
+        }
         self.inner.handle.read(|txn| {
             let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
             let mut out = Vec::new();
@@ -103,6 +112,10 @@ impl Store {
         &self,
         now: UnixMillis,
     ) -> Result<Vec<ListedRecord>, QueryError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            return pg.list_unresolved_at(now).map_err(pg_query);
+        }
         self.inner.handle.read(|txn| {
             let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
             let leases = txn.open_table(LEASE_EXPIRY).map_err(StorageError::from)?;
@@ -152,7 +165,7 @@ impl Store {
         now: UnixMillis,
     ) -> Result<Record, TxError> {
         self.transition(id, |r| {
-            let next = machine::resolve(r, resolution, policy, now)?;
+            let next = machine::resolve(r, resolution.clone(), policy, now)?;
             Ok((Some(next.clone()), next))
         })
     }
@@ -201,6 +214,10 @@ impl Store {
     /// transaction: prunes bodies after the replay window, deletes records after
     /// the record window. Running and Unknown records are never in that index.
     pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, QueryError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            return pg.gc_at(now, max_batch).map_err(pg_query);
+        }
         self.inner.handle.write_if_changed(|txn| {
             let mut tables = Tables::open(txn)?;
             let mut due: Vec<Vec<u8>> = Vec::new();
@@ -247,6 +264,10 @@ impl Store {
 
     /// Counts per state (a scan of the records) and the file size.
     pub fn stats(&self) -> Result<Stats, QueryError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            return pg.stats().map_err(pg_query);
+        }
         let now = self.now();
         let mut stats = self.inner.handle.read(|txn| {
             let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
@@ -272,7 +293,18 @@ impl Store {
 
     /// Checks that every record and id decodes and that the three indexes hold
     /// exactly the entries the records imply. Used after crashes and I/O faults.
+    ///
+    /// On a PostgreSQL store the derived columns are written by the same statement
+    /// as the record, so there is no separate index to compare: every row must decode.
     pub fn verify(&self) -> Result<VerifyReport, QueryError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            let records = pg.list(None).map_err(pg_query)?;
+            return Ok(VerifyReport {
+                records: u64::try_from(records.len()).unwrap_or(u64::MAX),
+                problems: Vec::new(),
+            });
+        }
         self.inner.handle.read(|txn| {
             let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
             let gc_due = txn.open_table(GC_DUE).map_err(StorageError::from)?;
@@ -353,6 +385,12 @@ impl Store {
             Ok(report)
         })
     }
+}
+
+/// A PostgreSQL failure of a query or GC.
+#[cfg(feature = "postgres")]
+fn pg_query(e: crate::postgres::PgError) -> QueryError {
+    QueryError::Storage(StorageError::Postgres(e))
 }
 
 fn compare(

@@ -21,8 +21,10 @@ mod exit;
 mod fingerprint_cmd;
 mod input;
 mod key_cmd;
+mod migrate_cmd;
 mod records_cmd;
 mod store_args;
+mod store_choice;
 
 /// Safe retries: canonical JSON, fingerprints, keys and an embedded idempotency store.
 #[derive(Parser)]
@@ -54,6 +56,8 @@ enum Command {
     Gc(records_cmd::GcArgs),
     /// Counts per state and the file size.
     Stats(records_cmd::StatsArgs),
+    /// Create or print the PostgreSQL schema.
+    Migrate(migrate_cmd::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -84,5 +88,6 @@ fn main() -> ExitCode {
         Command::Resolve(args) => records_cmd::resolve(args),
         Command::Gc(args) => records_cmd::gc(args),
         Command::Stats(args) => records_cmd::stats(args),
+        Command::Migrate(args) => migrate_cmd::run(&args),
     }
 }

@@ -6,22 +6,24 @@ use std::process::ExitCode;
 use clap::{ArgGroup, Args};
 use idemkit::core::machine::{Policy, Resolution};
 use idemkit::core::record::{Record, RecordState, StateName, StepState, StoredResponse};
-use idemkit::redb_store::{ListedRecord, OperatorError, QueryError};
+use idemkit::redb_store::ListedRecord;
 use serde_json::{Value, json};
 
 use crate::exit;
-use crate::store_args::{DbArg, print_json, record_address, storage_exit};
+use crate::store_args::{print_json, record_address};
+use crate::store_choice::StoreArg;
 
 /// List records (never their response bodies).
 ///
 /// Examples:
 ///   idemkit list --db app.redb
 ///   idemkit list --db app.redb --unresolved --json
+///   idemkit list --postgres postgres://idemkit@db.internal/app --unresolved
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct ListArgs {
     #[command(flatten)]
-    db: DbArg,
+    db: StoreArg,
     /// Only records in this state.
     #[arg(long, value_parser = parse_state, conflicts_with = "unresolved")]
     state: Option<StateName>,
@@ -41,7 +43,7 @@ fn parse_state(text: &str) -> Result<StateName, String> {
 #[derive(Args, Debug)]
 pub(crate) struct ShowArgs {
     #[command(flatten)]
-    db: DbArg,
+    db: StoreArg,
     #[command(flatten)]
     address: Address,
     /// One JSON object.
@@ -76,7 +78,7 @@ pub(crate) struct Address {
 #[command(group(ArgGroup::new("resolution").required(true).args(["applied", "not_applied"])))]
 pub(crate) struct ResolveArgs {
     #[command(flatten)]
-    db: DbArg,
+    db: StoreArg,
     #[command(flatten)]
     address: Address,
     /// The effect happened.
@@ -101,7 +103,7 @@ pub(crate) struct ResolveArgs {
 #[derive(Args, Debug)]
 pub(crate) struct GcArgs {
     #[command(flatten)]
-    db: DbArg,
+    db: StoreArg,
     /// Records per transaction.
     #[arg(long, default_value_t = 1_000)]
     max_batch: usize,
@@ -114,18 +116,10 @@ pub(crate) struct GcArgs {
 #[derive(Args, Debug)]
 pub(crate) struct StatsArgs {
     #[command(flatten)]
-    db: DbArg,
+    db: StoreArg,
     /// One JSON object.
     #[arg(long)]
     json: bool,
-}
-
-fn query_exit(e: &QueryError) -> u8 {
-    eprintln!("idemkit: {e}");
-    match e {
-        QueryError::Storage(s) => storage_exit(s),
-        _ => exit::IO_ERR,
-    }
 }
 
 fn state_extra(record: &Record) -> Value {
@@ -185,7 +179,7 @@ pub(crate) fn list(args: ListArgs) -> ExitCode {
     };
     let records = match records {
         Ok(r) => r,
-        Err(e) => return ExitCode::from(query_exit(&e)),
+        Err(f) => return ExitCode::from(f.code),
     };
     if args.json {
         print_json(&Value::Array(
@@ -242,7 +236,7 @@ pub(crate) fn show(args: ShowArgs) -> ExitCode {
             );
             return ExitCode::from(exit::DATA_ERR);
         }
-        Err(e) => return ExitCode::from(query_exit(&e)),
+        Err(f) => return ExitCode::from(f.code),
     };
     let listed = ListedRecord { scope, key, record };
     let mut value = summary(&listed);
@@ -361,13 +355,7 @@ pub(crate) fn resolve(args: ResolveArgs) -> ExitCode {
             }
             ExitCode::from(exit::OK)
         }
-        Err(e) => {
-            eprintln!("idemkit: {e}");
-            ExitCode::from(match &e {
-                OperatorError::Storage(s) => storage_exit(s),
-                _ => exit::DATA_ERR,
-            })
-        }
+        Err(f) => ExitCode::from(f.code),
     }
 }
 
@@ -387,7 +375,7 @@ pub(crate) fn gc(args: GcArgs) -> ExitCode {
                     break;
                 }
             }
-            Err(e) => return ExitCode::from(query_exit(&e)),
+            Err(f) => return ExitCode::from(f.code),
         }
     }
     if args.json {
@@ -405,7 +393,7 @@ pub(crate) fn stats(args: StatsArgs) -> ExitCode {
     };
     let stats = match store.stats() {
         Ok(s) => s,
-        Err(e) => return ExitCode::from(query_exit(&e)),
+        Err(f) => return ExitCode::from(f.code),
     };
     let count = |s: StateName| stats.by_state.get(&s).copied().unwrap_or(0);
     if args.json {

@@ -1,0 +1,217 @@
+//! The PostgreSQL backend's error.
+//!
+//! One `#[non_exhaustive]` enum: every operation of [`PgStore`](super::PgStore)
+//! can lose its connection, and every write can be refused by the state machine,
+//! so the per-operation families of the redb store would all carry the same
+//! variants here. [`PgError::is_unavailable`] is what the HTTP layer maps to 503.
+
+use std::fmt;
+
+use idemkit_core::LogRef;
+use idemkit_core::machine::TransitionError;
+
+/// A PostgreSQL store operation failed. Whatever the variant, nothing was
+/// acknowledged: the caller must not execute (claim) or report success (writes).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PgError {
+    /// The server could not be reached, the connection broke, or the pool had no
+    /// connection within its timeout (SQLSTATE class 08, 57P01–57P03, I/O errors).
+    /// Answer "store unavailable" (503 with `Retry-After`); the operation may or may
+    /// not have reached the server, so a claim's record may exist as Running — the
+    /// lease clock then applies, exactly as after a crash.
+    Unavailable {
+        /// What the driver or pool reported.
+        detail: String,
+    },
+    /// There is no record under this key.
+    NotFound {
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// The state machine refused the transition (stale token, wrong state, ...).
+    Rejected {
+        /// The record's log reference.
+        log_ref: LogRef,
+        /// Why.
+        error: TransitionError,
+    },
+    /// Other writers kept changing the record (or the server kept reporting
+    /// serialization failures) for more than the retry bound; nothing was written.
+    Contention {
+        /// The record's log reference (`None` for GC batches).
+        log_ref: Option<LogRef>,
+        /// How many times the whole read → decide → write was tried.
+        attempts: u32,
+    },
+    /// A stored row does not decode (damaged, or written by an unknown record version).
+    CorruptRecord {
+        /// The record's log reference, when its address decodes.
+        log_ref: Option<LogRef>,
+        /// What the decoder reported.
+        detail: String,
+    },
+    /// The database schema is missing, older than this build and migrations are
+    /// off, or newer than this build.
+    Schema {
+        /// The schema version found (0: none).
+        found: u32,
+        /// The version this build uses.
+        expected: u32,
+        /// What to do about it.
+        detail: String,
+    },
+    /// The store's configuration is invalid (URL, schema name).
+    Config {
+        /// What is wrong.
+        detail: String,
+    },
+    /// Any other database error (a constraint, a permission, ...).
+    Database {
+        /// The SQLSTATE code, when the server sent one.
+        code: Option<String>,
+        /// The server's or driver's message.
+        detail: String,
+    },
+}
+
+impl PgError {
+    /// Whether the store was unreachable: answer 503 and retry later.
+    #[must_use]
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, PgError::Unavailable { .. })
+    }
+
+    /// The state machine's reason, when a transition was refused.
+    #[must_use]
+    pub fn transition_error(&self) -> Option<&TransitionError> {
+        match self {
+            PgError::Rejected { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PgError::Unavailable { detail } => write!(f, "PostgreSQL unavailable: {detail}"),
+            PgError::NotFound { log_ref } => write!(f, "no record {log_ref}"),
+            PgError::Rejected { log_ref, error } => write!(f, "record {log_ref}: {error}"),
+            PgError::Contention {
+                log_ref: Some(log_ref),
+                attempts,
+            } => write!(
+                f,
+                "record {log_ref}: gave up after {attempts} attempts lost to concurrent writers"
+            ),
+            PgError::Contention {
+                log_ref: None,
+                attempts,
+            } => write!(
+                f,
+                "gave up after {attempts} attempts lost to concurrent writers"
+            ),
+            PgError::CorruptRecord {
+                log_ref: Some(log_ref),
+                detail,
+            } => write!(f, "record {log_ref} is corrupt: {detail}"),
+            PgError::CorruptRecord {
+                log_ref: None,
+                detail,
+            } => write!(f, "a stored row is corrupt: {detail}"),
+            PgError::Schema {
+                found,
+                expected,
+                detail,
+            } => write!(
+                f,
+                "idemkit schema version {found} in the database, this build uses {expected}: {detail}"
+            ),
+            PgError::Config { detail } => {
+                write!(f, "invalid PostgreSQL store configuration: {detail}")
+            }
+            PgError::Database {
+                code: Some(code),
+                detail,
+            } => write!(f, "PostgreSQL error {code}: {detail}"),
+            PgError::Database { code: None, detail } => write!(f, "PostgreSQL error: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for PgError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PgError::Rejected { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// How one failed statement is handled.
+pub(crate) enum Failure {
+    /// Serialization failure or deadlock: retry the whole read → decide → write.
+    Retry,
+    /// Anything else: give up with this error.
+    Fail(PgError),
+}
+
+/// SQLSTATEs after which the server is (going) away: connection exceptions
+/// (class 08), admin/crash shutdown and "cannot connect now" (57P01–57P03).
+fn is_unavailable_code(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+}
+
+/// Sorts a driver error into retry / unavailable / other.
+pub(crate) fn classify(e: &postgres::Error) -> Failure {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code().code();
+        let detail = format!("{} (SQLSTATE {code})", db.message());
+        if code == "40001" || code == "40P01" {
+            return Failure::Retry;
+        }
+        if is_unavailable_code(code) {
+            return Failure::Fail(PgError::Unavailable { detail });
+        }
+        return Failure::Fail(PgError::Database {
+            code: Some(code.to_owned()),
+            detail,
+        });
+    }
+    // No SQLSTATE: the driver itself failed. Conversions are our bug or damaged
+    // data; everything else (a closed socket, an I/O error, a connect failure, a
+    // timeout) means the server's answer was lost.
+    let detail = e.to_string();
+    let conversion = [
+        "error deserializing",
+        "error serializing",
+        "invalid column",
+        "query returned an unexpected",
+    ]
+    .iter()
+    .any(|p| detail.starts_with(p));
+    if conversion && !e.is_closed() {
+        return Failure::Fail(PgError::Database { code: None, detail });
+    }
+    Failure::Fail(PgError::Unavailable { detail })
+}
+
+/// The error for a driver failure outside a retry loop.
+pub(crate) fn fail(e: &postgres::Error) -> PgError {
+    match classify(e) {
+        Failure::Fail(err) => err,
+        Failure::Retry => PgError::Contention {
+            log_ref: None,
+            attempts: 1,
+        },
+    }
+}
+
+impl From<r2d2::Error> for PgError {
+    fn from(e: r2d2::Error) -> Self {
+        PgError::Unavailable {
+            detail: format!("no connection from the pool: {e}"),
+        }
+    }
+}

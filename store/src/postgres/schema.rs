@@ -1,0 +1,269 @@
+//! The versioned schema: migrations, the statements built on it, and the
+//! `--print` script for teams that run their own migrations.
+//!
+//! | column | type | holds |
+//! |---|---|---|
+//! | `tenant`, `operation`, `key` | text | the primary key: a record's scope and idempotency key |
+//! | `fingerprint` | bytea (32) | what the key first meant (the decision reads it from `record`) |
+//! | `state` | text | `running`, `completed`, `unknown` or `released` |
+//! | `lease_expires_at` | bigint ms | Running only: the unresolved list's index |
+//! | `gc_due_at` | bigint ms | Completed/Released only: GC's index |
+//! | `record` | bytea | `Record::encode()`, the source of truth for every decision |
+//! | `version` | bigint | bumped by every write; each `UPDATE`/`DELETE` checks it |
+//!
+//! The derived columns are written by the same statement as `record`, so they can
+//! never disagree with it.
+
+use super::error::PgError;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The migrations, in order: `MIGRATIONS[n - 1]` brings version `n - 1` to `n`.
+/// `{records}` is the (qualified) records table name.
+const MIGRATIONS: [&str; 1] = [r"
+CREATE TABLE {records} (
+    tenant           text   NOT NULL,
+    operation        text   NOT NULL,
+    key              text   NOT NULL,
+    fingerprint      bytea  NOT NULL CHECK (octet_length(fingerprint) = 32),
+    state            text   NOT NULL CHECK (state IN ('running', 'completed', 'unknown', 'released')),
+    lease_expires_at bigint CHECK ((state = 'running') = (lease_expires_at IS NOT NULL)),
+    gc_due_at        bigint,
+    record           bytea  NOT NULL,
+    version          bigint NOT NULL,
+    PRIMARY KEY (tenant, operation, key)
+);
+CREATE INDEX idemkit_records_gc_due ON {records} (gc_due_at) WHERE gc_due_at IS NOT NULL;
+CREATE INDEX idemkit_records_lease_expiry ON {records} (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+CREATE INDEX idemkit_records_unknown ON {records} (tenant, operation, key) WHERE state = 'unknown';
+"];
+
+/// Table names and statements for one PostgreSQL schema (or the search path).
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) schema: Option<String>,
+    pub(crate) records: String,
+    pub(crate) versions: String,
+    pub(crate) insert: String,
+    pub(crate) select: String,
+    pub(crate) update: String,
+    pub(crate) delete: String,
+}
+
+/// Whether `name` is a plain lowercase identifier (so it never needs quoting rules
+/// beyond double quotes, and cannot inject SQL).
+fn valid_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && name.len() <= 63
+}
+
+impl Sql {
+    pub(crate) fn new(schema: Option<&str>) -> Result<Sql, PgError> {
+        if let Some(s) = schema
+            && !valid_identifier(s)
+        {
+            return Err(PgError::Config {
+                detail: format!(
+                    "schema name {s:?} must be 1-63 characters of a-z, 0-9 and _, not starting with a digit"
+                ),
+            });
+        }
+        let qualify = |table: &str| match schema {
+            Some(s) => format!("\"{s}\".{table}"),
+            None => table.to_owned(),
+        };
+        let records = qualify("idemkit_records");
+        let versions = qualify("idemkit_schema_version");
+        let cols = "fingerprint, state, lease_expires_at, gc_due_at, record";
+        Ok(Sql {
+            schema: schema.map(str::to_owned),
+            insert: format!(
+                "INSERT INTO {records} (tenant, operation, key, {cols}, version) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1) \
+                 ON CONFLICT DO NOTHING RETURNING version"
+            ),
+            select: format!(
+                "SELECT record, version FROM {records} \
+                 WHERE tenant = $1 AND operation = $2 AND key = $3"
+            ),
+            update: format!(
+                "UPDATE {records} SET fingerprint = $4, state = $5, lease_expires_at = $6, \
+                 gc_due_at = $7, record = $8, version = version + 1 \
+                 WHERE tenant = $1 AND operation = $2 AND key = $3 AND version = $9"
+            ),
+            delete: format!(
+                "DELETE FROM {records} \
+                 WHERE tenant = $1 AND operation = $2 AND key = $3 AND version = $4"
+            ),
+            records,
+            versions,
+        })
+    }
+
+    fn versions_ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    version    integer     PRIMARY KEY,\n    applied_at timestamptz NOT NULL DEFAULT now()\n);\n",
+            self.versions
+        )
+    }
+
+    fn migration(&self, to: u32) -> Option<String> {
+        let index = usize::try_from(to).ok()?.checked_sub(1)?;
+        MIGRATIONS
+            .get(index)
+            .map(|m| m.replace("{records}", &self.records))
+    }
+
+    /// The whole script from an empty database to [`SCHEMA_VERSION`], in one
+    /// transaction: what `idemkit migrate --postgres URL --print` shows.
+    pub(crate) fn script(&self) -> String {
+        let mut out = String::from("BEGIN;\n");
+        if let Some(s) = &self.schema {
+            out.push_str(&format!("CREATE SCHEMA IF NOT EXISTS \"{s}\";\n"));
+        }
+        out.push_str(&self.versions_ddl());
+        for v in 1..=SCHEMA_VERSION {
+            out.push_str(&format!("-- version {v}"));
+            out.push_str(&self.migration(v).unwrap_or_default());
+            out.push_str(&format!(
+                "INSERT INTO {} (version) VALUES ({v});\n",
+                self.versions
+            ));
+        }
+        out.push_str("COMMIT;\n");
+        out
+    }
+
+    /// The advisory lock that serializes concurrent migrations of this schema
+    /// (several instances starting at once).
+    fn lock_id(&self) -> i64 {
+        let hash = blake3::hash(
+            format!("idemkit migrate {}", self.schema.as_deref().unwrap_or("")).as_bytes(),
+        );
+        let mut bytes = [0_u8; 8];
+        bytes.copy_from_slice(hash.as_bytes().get(..8).unwrap_or(&[0; 8]));
+        i64::from_le_bytes(bytes)
+    }
+
+    /// Brings the schema to [`SCHEMA_VERSION`] (one transaction, under an advisory
+    /// lock) and returns the version found before. Fails on a newer schema.
+    pub(crate) fn migrate(&self, conn: &mut postgres::Client) -> Result<u32, PgError> {
+        let fail = |e: postgres::Error| super::error::fail(&e);
+        let mut tx = conn.transaction().map_err(fail)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&self.lock_id()])
+            .map_err(fail)?;
+        if let Some(s) = &self.schema {
+            tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{s}\""))
+                .map_err(fail)?;
+        }
+        tx.batch_execute(&self.versions_ddl()).map_err(fail)?;
+        let found = current_version(&mut tx, &self.versions)?;
+        if found > SCHEMA_VERSION {
+            return Err(PgError::Schema {
+                found,
+                expected: SCHEMA_VERSION,
+                detail: "the database was migrated by a newer idemkit; upgrade this one".into(),
+            });
+        }
+        for v in found + 1..=SCHEMA_VERSION {
+            let sql = self.migration(v).ok_or_else(|| PgError::Schema {
+                found,
+                expected: SCHEMA_VERSION,
+                detail: format!("no migration to version {v} in this build"),
+            })?;
+            tx.batch_execute(&sql).map_err(fail)?;
+            let v_i32 = i32::try_from(v).unwrap_or(i32::MAX);
+            tx.execute(
+                &format!("INSERT INTO {} (version) VALUES ($1)", self.versions),
+                &[&v_i32],
+            )
+            .map_err(fail)?;
+        }
+        tx.commit().map_err(fail)?;
+        Ok(found)
+    }
+
+    /// Checks, without changing anything, that the schema is at [`SCHEMA_VERSION`].
+    pub(crate) fn check(&self, conn: &mut postgres::Client) -> Result<(), PgError> {
+        let fail = |e: postgres::Error| super::error::fail(&e);
+        let exists: bool = conn
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[&self.versions.replace('"', "")],
+            )
+            .and_then(|row| row.try_get(0))
+            .map_err(fail)?;
+        let found = if exists {
+            let mut tx = conn.transaction().map_err(fail)?;
+            let v = current_version(&mut tx, &self.versions)?;
+            tx.commit().map_err(fail)?;
+            v
+        } else {
+            0
+        };
+        if found == SCHEMA_VERSION {
+            Ok(())
+        } else {
+            Err(PgError::Schema {
+                found,
+                expected: SCHEMA_VERSION,
+                detail: if found < SCHEMA_VERSION {
+                    "run `idemkit migrate --postgres URL` (or apply its --print script) first"
+                        .into()
+                } else {
+                    "the database was migrated by a newer idemkit; upgrade this one".into()
+                },
+            })
+        }
+    }
+}
+
+fn current_version(tx: &mut postgres::Transaction<'_>, versions: &str) -> Result<u32, PgError> {
+    let v: i32 = tx
+        .query_one(
+            &format!("SELECT coalesce(max(version), 0) FROM {versions}"),
+            &[],
+        )
+        .and_then(|row| row.try_get(0))
+        .map_err(|e| super::error::fail(&e))?;
+    Ok(u32::try_from(v).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_cannot_inject_sql() {
+        assert!(Sql::new(Some("tenant_a1")).is_ok());
+        for bad in [
+            "",
+            "1abc",
+            "a\"; DROP TABLE x; --",
+            "Upper",
+            &"a".repeat(64),
+        ] {
+            assert!(Sql::new(Some(bad)).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_script_creates_every_index_and_records_its_version() {
+        let script = Sql::new(Some("idem")).unwrap().script();
+        for needle in [
+            "CREATE SCHEMA IF NOT EXISTS \"idem\"",
+            "CREATE TABLE \"idem\".idemkit_records",
+            "idemkit_records_gc_due",
+            "idemkit_records_lease_expiry",
+            "idemkit_records_unknown",
+            "INSERT INTO \"idem\".idemkit_schema_version (version) VALUES (1);",
+        ] {
+            assert!(script.contains(needle), "missing {needle}:\n{script}");
+        }
+    }
+}

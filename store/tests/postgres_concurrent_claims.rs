@@ -1,0 +1,141 @@
+//! Invariant 1 over PostgreSQL: concurrent claims of one key yield exactly one
+//! `Execute`, whether the race is on the INSERT (no record yet) or on the
+//! `UPDATE … WHERE version` (a takeover of an expired lease).
+//!
+//! Four stores — four pools, as four service instances would have — share one
+//! database; 32 threads released by one barrier claim the same key, over 30 keys.
+
+#![cfg(feature = "postgres")]
+
+mod pg_support;
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use idemkit::backend::IdempotencyBackend;
+use idemkit::core::machine::{ClaimOutcome, Policy};
+use idemkit::core::record::{EffectKind, StateName, StoredResponse};
+use idemkit::postgres::PgStore;
+use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+
+const INSTANCES: usize = 4;
+const THREADS_PER_INSTANCE: usize = 8;
+const KEYS: usize = 30;
+const T0: UnixMillis = UnixMillis::from_millis(1_800_000_000_000);
+
+fn instances() -> Vec<PgStore> {
+    let url = pg_support::url();
+    let schema = pg_support::unique_schema("race");
+    (0..INSTANCES)
+        .map(|_| {
+            PgStore::connect_with(
+                &url,
+                pg_support::options(&schema, THREADS_PER_INSTANCE as u32),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Every thread claims `key` at `now` at once; returns the answers' names.
+fn race(
+    stores: &[PgStore],
+    key: &IdempotencyKey,
+    policy: &Policy,
+    now: UnixMillis,
+) -> Vec<&'static str> {
+    let scope = Scope::new("acme", "charge").unwrap();
+    let barrier = Arc::new(Barrier::new(INSTANCES * THREADS_PER_INSTANCE));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..INSTANCES * THREADS_PER_INSTANCE)
+            .map(|t| {
+                let store = &stores[t % INSTANCES];
+                let (scope, barrier) = (&scope, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    let outcome = store
+                        .claim(
+                            scope,
+                            key,
+                            Fingerprint::from_bytes([1; 32]),
+                            &format!("t{t}"),
+                            policy,
+                            now,
+                        )
+                        .unwrap();
+                    match outcome {
+                        ClaimOutcome::Execute { token, .. } => {
+                            store
+                                .complete(
+                                    scope,
+                                    key,
+                                    token,
+                                    StoredResponse::new(200, format!("by t{t}").into_bytes()),
+                                    policy,
+                                    now,
+                                )
+                                .unwrap();
+                            "execute"
+                        }
+                        ClaimOutcome::InFlight { .. } => "in-flight",
+                        ClaimOutcome::Replay { .. } => "replay",
+                        other => panic!("unexpected answer {other:?}"),
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn racing_inserts_yield_one_execute() {
+    let stores = instances();
+    let policy = Policy::default().with_effect(EffectKind::Local);
+    for k in 0..KEYS {
+        let key = IdempotencyKey::new(&format!("key-{k}")).unwrap();
+        let outcomes = race(&stores, &key, &policy, T0);
+        let executes = outcomes.iter().filter(|o| **o == "execute").count();
+        assert_eq!(executes, 1, "key-{k}: {outcomes:?}");
+    }
+    let stats = stores[0].stats().unwrap();
+    assert_eq!(stats.total, KEYS as u64);
+    assert_eq!(
+        stats.by_state.get(&StateName::Completed),
+        Some(&(KEYS as u64))
+    );
+}
+
+#[test]
+fn racing_takeovers_of_an_expired_lease_yield_one_execute() {
+    let stores = instances();
+    let scope = Scope::new("acme", "charge").unwrap();
+    let policy = Policy::default()
+        .with_effect(EffectKind::Local)
+        .with_lease(Duration::from_secs(30));
+    for k in 0..KEYS {
+        let key = IdempotencyKey::new(&format!("stale-{k}")).unwrap();
+        // A worker claims and crashes: the record stays Running until its lease ends.
+        match stores[0]
+            .claim(
+                &scope,
+                &key,
+                Fingerprint::from_bytes([1; 32]),
+                "crashed",
+                &policy,
+                T0,
+            )
+            .unwrap()
+        {
+            ClaimOutcome::Execute { .. } => {}
+            other => panic!("expected Execute, got {other:?}"),
+        }
+        let after_lease = T0.saturating_add(Duration::from_secs(31));
+        let outcomes = race(&stores, &key, &policy, after_lease);
+        let executes = outcomes.iter().filter(|o| **o == "execute").count();
+        assert_eq!(executes, 1, "stale-{k}: {outcomes:?}");
+        let record = stores[1].get(&scope, &key).unwrap().unwrap();
+        assert_eq!(record.attempt, 2, "exactly one takeover");
+        assert_eq!(record.state.name(), StateName::Completed);
+    }
+}

@@ -1,0 +1,82 @@
+//! The backend conformance suite (`idemkit::conformance`) against PostgreSQL: the
+//! same decision table as the redb store, each check in a fresh schema.
+//!
+//! Needs a server: run through scripts/with-postgres.sh (feature `postgres`).
+
+#![cfg(feature = "postgres")]
+
+mod pg_support;
+
+use idemkit::conformance;
+use idemkit::postgres::{Migrations, PgError, PgStore, SCHEMA_VERSION};
+
+#[test]
+fn postgres_conforms() {
+    let made = std::cell::Cell::new(0);
+    conformance::run_all(|| {
+        made.set(made.get() + 1);
+        pg_support::fresh_store("conf")
+    });
+    assert_eq!(made.get(), conformance::checks::<PgStore>().len());
+}
+
+#[test]
+fn migrations_are_versioned_and_idempotent() {
+    let url = pg_support::url();
+    let schema = pg_support::unique_schema("mig");
+    // A team that runs its own migrations: the store refuses an empty schema.
+    let opts = pg_support::options(&schema, 2);
+    let check_only = idemkit::postgres::PgOptions {
+        migrations: Migrations::CheckOnly,
+        ..opts.clone()
+    };
+    match PgStore::connect_with(&url, check_only.clone()) {
+        Err(PgError::Schema {
+            found: 0, expected, ..
+        }) => assert_eq!(expected, SCHEMA_VERSION),
+        other => panic!("expected a schema error on an empty schema, got {other:?}"),
+    }
+    // Several instances starting together migrate once (advisory lock).
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let (url, opts) = (&url, opts.clone());
+            s.spawn(move || PgStore::connect_with(url, opts).unwrap());
+        }
+    });
+    let store = PgStore::connect_with(&url, check_only).unwrap();
+    assert_eq!(store.migrate().unwrap(), SCHEMA_VERSION, "already current");
+}
+
+#[test]
+fn the_printed_script_builds_the_same_schema() {
+    let url = pg_support::url();
+    let schema = pg_support::unique_schema("print");
+    let script = PgStore::migration_script(Some(&schema)).unwrap();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client.batch_execute(&script).unwrap();
+    let opts = idemkit::postgres::PgOptions {
+        migrations: Migrations::CheckOnly,
+        ..pg_support::options(&schema, 2)
+    };
+    let store = PgStore::connect_with(&url, opts).unwrap();
+    conformance::checks::<PgStore>()
+        .into_iter()
+        .find(|(name, _)| *name == "completion_replays")
+        .map(|(_, check)| check(&store))
+        .unwrap();
+}
+
+#[test]
+fn unreachable_server_is_a_typed_unavailable_error() {
+    // Port 1 on localhost: nothing listens there.
+    let opts = idemkit::postgres::PgOptions {
+        connect_timeout: std::time::Duration::from_millis(300),
+        ..pg_support::options("nowhere", 1)
+    };
+    // The URL variable is still required: this file only runs under the script.
+    let _ = pg_support::url();
+    match PgStore::connect_with("postgres://postgres@127.0.0.1:1/postgres", opts) {
+        Err(e) => assert!(e.is_unavailable(), "{e}"),
+        Ok(_) => panic!("connected to a closed port"),
+    }
+}

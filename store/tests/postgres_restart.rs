@@ -1,0 +1,230 @@
+//! PostgreSQL stopped and restarted in the middle of a run.
+//!
+//! Eight client threads (two per key, so every key is also contended) drive 120
+//! keys through claim → execute → complete while the main thread stops the server
+//! (`pg_ctl stop -m fast`) for about a second and starts it again. While it is
+//! down every store call fails with the typed `PgError::Unavailable` (what the
+//! HTTP layer answers with 503) and a client retries later; a worker whose
+//! `complete` failed retries it with its token (its outcome is known, only not yet
+//! durable); if the lost answer was in fact a commit, the retry is refused
+//! (WrongState: Completed) and the record shows our token and response. At the end: every key executed exactly once, every record Completed,
+//! and the outage really happened (Unavailable errors were seen).
+//!
+//! Needs scripts/with-postgres.sh, which says how to stop and start its server.
+
+#![cfg(feature = "postgres")]
+
+mod pg_support;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use idemkit::backend::IdempotencyBackend;
+use idemkit::core::machine::{ClaimOutcome, Policy};
+use idemkit::core::record::{EffectKind, RecordState, StateName, StoredResponse};
+use idemkit::postgres::PgError;
+use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+
+const KEYS: usize = 120;
+const CLIENTS: usize = 8;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run this test through scripts/with-postgres.sh")
+    })
+}
+
+fn pg_ctl(args: &[&str]) {
+    let ctl = env("IDEMKIT_TEST_PG_CTL");
+    let mut cmd = match std::env::var("IDEMKIT_TEST_PG_RUNAS") {
+        Ok(user) => {
+            let mut c = Command::new("runuser");
+            c.args(["-u", &user, "--", &ctl]);
+            c
+        }
+        Err(_) => Command::new(&ctl),
+    };
+    let status = cmd.args(args).status().unwrap();
+    assert!(status.success(), "pg_ctl {args:?} failed: {status}");
+}
+
+fn stop_server() {
+    pg_ctl(&[
+        "-D",
+        &env("IDEMKIT_TEST_PG_DATA"),
+        "-m",
+        "fast",
+        "-w",
+        "stop",
+    ]);
+}
+
+fn start_server() {
+    let data = env("IDEMKIT_TEST_PG_DATA");
+    let port = env("IDEMKIT_TEST_PG_PORT");
+    let log = format!("{data}/server.log");
+    let opts = format!("-c listen_addresses=127.0.0.1 -p {port} -k {data}");
+    pg_ctl(&["-D", &data, "-l", &log, "-w", "-o", &opts, "start"]);
+}
+
+fn now() -> UnixMillis {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    UnixMillis::from_millis(u64::try_from(ms).unwrap())
+}
+
+#[test]
+fn restart_mid_run_fails_typed_and_never_double_executes() {
+    let _ = pg_support::url();
+    let _ = env("IDEMKIT_TEST_PG_DATA");
+    let store = pg_support::fresh_store("restart");
+    let scope = Scope::new("acme", "appointments.create").unwrap();
+    // Local effect and a lease longer than the outage: a worker that lost its
+    // completion to the outage still holds the lease when the server is back. (A
+    // claim whose INSERT committed but whose answer was lost leaves a lease nobody
+    // holds: retries get InFlight until it expires, then one takes over.)
+    let policy = Policy::default()
+        .with_effect(EffectKind::Local)
+        .with_lease(Duration::from_secs(10));
+    let executions: Mutex<HashMap<usize, u32>> = Mutex::new(HashMap::new());
+    let completed = AtomicU64::new(0);
+    let unavailable = AtomicU64::new(0);
+    let other_errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    std::thread::scope(|s| {
+        for c in 0..CLIENTS {
+            let (store, scope, policy) = (&store, &scope, &policy);
+            let (executions, completed, unavailable, other_errors) =
+                (&executions, &completed, &unavailable, &other_errors);
+            s.spawn(move || {
+                // Clients c and c + CLIENTS/2 share their keys.
+                let keys = (0..KEYS).filter(|k| k % (CLIENTS / 2) == c % (CLIENTS / 2));
+                for k in keys {
+                    let key = IdempotencyKey::new(&format!("appt-{k}")).unwrap();
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    loop {
+                        assert!(Instant::now() < deadline, "appt-{k} never settled");
+                        let note = |e: &PgError| {
+                            if e.is_unavailable() {
+                                unavailable.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                other_errors.lock().unwrap().push(e.to_string());
+                            }
+                        };
+                        let fp = Fingerprint::from_bytes([7; 32]);
+                        match store.claim(scope, &key, fp, &format!("c{c}"), policy, now()) {
+                            Err(e) => note(&e), // 503: the client retries later
+                            Ok(ClaimOutcome::Execute { token, .. }) => {
+                                *executions.lock().unwrap().entry(k).or_insert(0) += 1;
+                                // Slow the run down so the outage lands mid-flight.
+                                std::thread::sleep(Duration::from_millis(5));
+                                let response = StoredResponse::new(201, format!("booked {k}"));
+                                loop {
+                                    match store.complete(
+                                        scope,
+                                        &key,
+                                        token,
+                                        response.clone(),
+                                        policy,
+                                        now(),
+                                    ) {
+                                        Ok(()) => break,
+                                        Err(e) if e.is_unavailable() => {
+                                            note(&e);
+                                            std::thread::sleep(Duration::from_millis(50));
+                                        }
+                                        // The lost answer was a commit: the record is
+                                        // Completed under our token with our response.
+                                        Err(e) if e.transition_error().is_some() => {
+                                            let r = store.get(scope, &key).unwrap().unwrap();
+                                            assert_eq!(r.last_token, token, "complete: {e}");
+                                            match r.state {
+                                                RecordState::Completed {
+                                                    response: stored, ..
+                                                } => {
+                                                    assert_eq!(stored, response, "complete: {e}");
+                                                }
+                                                other => panic!("complete: {e}; record {other:?}"),
+                                            }
+                                            break;
+                                        }
+                                        Err(e) => panic!("complete: {e}"),
+                                    }
+                                }
+                                completed.fetch_add(1, Ordering::Relaxed);
+                                break;
+                            }
+                            Ok(ClaimOutcome::Replay { response }) => {
+                                assert_eq!(
+                                    response.body.unwrap(),
+                                    format!("booked {k}").into_bytes()
+                                );
+                                break;
+                            }
+                            Ok(ClaimOutcome::InFlight { .. }) => {}
+                            Ok(other) => panic!("appt-{k}: unexpected {other:?}"),
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            });
+        }
+
+        // The outage: once a quarter of the keys are done, stop the server for ~1 s.
+        let wait_from = Instant::now();
+        while completed.load(Ordering::Relaxed) < (KEYS / 4) as u64 {
+            assert!(wait_from.elapsed() < Duration::from_secs(60), "no progress");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop_server();
+        let down_at = completed.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(1_000));
+        // While down, a direct call is a typed error too.
+        match store.claim(
+            &scope,
+            &IdempotencyKey::new("probe").unwrap(),
+            Fingerprint::from_bytes([1; 32]),
+            "probe",
+            &policy,
+            now(),
+        ) {
+            Err(e) => assert!(e.is_unavailable(), "{e}"),
+            Ok(o) => panic!("claimed while the server was down: {o:?}"),
+        }
+        assert!(
+            completed.load(Ordering::Relaxed) <= down_at + CLIENTS as u64,
+            "completions were acknowledged while the server was down"
+        );
+        start_server();
+    });
+
+    let errors = other_errors.into_inner().unwrap();
+    assert!(
+        errors.is_empty(),
+        "errors other than Unavailable: {errors:?}"
+    );
+    assert!(
+        unavailable.load(Ordering::Relaxed) > 0,
+        "the outage was never observed"
+    );
+    let executions = executions.into_inner().unwrap();
+    assert_eq!(executions.len(), KEYS);
+    for (k, n) in &executions {
+        assert_eq!(*n, 1, "appt-{k} executed {n} times");
+    }
+    let stats = store.stats().unwrap();
+    assert_eq!(
+        stats.by_state.get(&StateName::Completed),
+        Some(&(KEYS as u64))
+    );
+    assert_eq!(stats.total, KEYS as u64);
+    eprintln!(
+        "restart: {} Unavailable answers during the outage, {KEYS} keys each executed once",
+        unavailable.load(Ordering::Relaxed)
+    );
+}
