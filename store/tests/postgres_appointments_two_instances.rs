@@ -16,10 +16,9 @@
 mod pg_support;
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Barrier, OnceLock};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use support::{Reply, Service};
@@ -27,56 +26,18 @@ use support::{Reply, Service};
 const CLIENTS: usize = 100;
 const BODY: &[u8] = br#"{"customer_id":"c-1","slot_id":"2026-12-01T10:00"}"#;
 
-/// The example built with the `postgres` feature (the same features as this test).
-fn pg_example_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-        let output = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--example",
-                "appointments",
-                "--features",
-                "postgres",
-            ])
-            .args(["--message-format=json"])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "building the example failed");
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "appointments")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported the example's executable")
-    })
-}
-
 fn start(url: &str, schema: &str, provider_db: &Path) -> Service {
-    let mut child = Command::new(pg_example_binary())
-        .args(["--postgres", url, "--pg-schema", schema])
-        .arg("--provider-db")
-        .arg(provider_db)
-        .args(["--listen", "127.0.0.1:0", "--provider-latency-ms", "200"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next().unwrap().unwrap();
-    let addr = line
-        .rsplit("http://")
-        .next()
-        .and_then(|a| a.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    std::thread::spawn(move || for _ in lines {});
-    let service = Service { child, addr };
-    assert_eq!(service.get("/health", None).status, 200);
-    service
+    let args: Vec<std::ffi::OsString> = vec![
+        "--postgres".into(),
+        url.into(),
+        "--pg-schema".into(),
+        schema.into(),
+        "--provider-db".into(),
+        provider_db.into(),
+        "--provider-latency-ms".into(),
+        "200".into(),
+    ];
+    Service::spawn(support::postgres_example_binary(), &args)
 }
 
 fn pg_ctl(args: &[&str]) {

@@ -16,30 +16,39 @@ use std::time::{Duration, Instant};
 /// the tests (a no-op when it is fresh).
 pub(crate) fn example_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-        let output = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--example",
-                "appointments",
-                "--message-format=json",
-            ])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build --example appointments");
-        assert!(output.status.success(), "building the example failed");
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|msg| {
-                msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "appointments"
-            })
-            .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported the example's executable")
-    })
+    BIN.get_or_init(|| build_example(&[]))
+}
+
+/// The example built with the `postgres` feature (`--postgres URL`).
+pub(crate) fn postgres_example_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| build_example(&["--features", "postgres"]))
+}
+
+fn build_example(extra: &[&str]) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--example",
+            "appointments",
+            "--message-format=json",
+        ])
+        .args(extra)
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run cargo build --example appointments");
+    assert!(output.status.success(), "building the example failed");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|msg| {
+            msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "appointments"
+        })
+        .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reported the example's executable")
 }
 
 /// A running appointments service; killed when dropped.
@@ -53,13 +62,22 @@ impl Service {
     /// until it prints its address (it listens only once start-up
     /// reconciliation is done).
     pub(crate) fn start(dir: &Path, extra: &[&str]) -> Service {
-        let mut child = Command::new(example_binary())
-            .arg("--db")
-            .arg(dir.join("appointments.redb"))
-            .arg("--provider-db")
-            .arg(dir.join("provider.redb"))
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--db".into(),
+            dir.join("appointments.redb").into(),
+            "--provider-db".into(),
+            dir.join("provider.redb").into(),
+        ];
+        args.extend(extra.iter().map(Into::into));
+        Service::spawn(example_binary(), &args)
+    }
+
+    /// Starts `binary` with `args` (plus `--listen 127.0.0.1:0`) and waits until
+    /// it prints its address and answers `/health`.
+    pub(crate) fn spawn(binary: &Path, args: &[std::ffi::OsString]) -> Service {
+        let mut child = Command::new(binary)
+            .args(args)
             .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
