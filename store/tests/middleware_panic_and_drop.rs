@@ -1,8 +1,10 @@
-//! A handler that panics, or a request whose future is dropped (the client went
-//! away mid-execution), may already have written to an external system. The
-//! middleware must then leave an External record **Unknown** — a retry gets 409
-//! `outcome-uncertain`, never a silent second execution — and a Local record
-//! Released. Neither case may leave the record as if nothing happened.
+//! A handler that panics, or (with `OnDisconnect::Cancel`) a request whose future
+//! is dropped (the client went away mid-execution), may already have written to
+//! an external system. The middleware must then leave an External record
+//! **Unknown** — a retry gets 409 `outcome-uncertain`, never a silent second
+//! execution — and a Local record Released. Neither case may leave the record as
+//! if nothing happened. By default (`OnDisconnect::Finish`) a dropped request does
+//! not stop the handler: it finishes, its response is recorded, the retry replays.
 #![cfg(feature = "axum")]
 
 use std::convert::Infallible;
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use http::{Request, Response};
 use idemkit::core::record::{EffectKind, StateName};
-use idemkit::http::{Execution, IdempotencyLayer, RouteConfig};
+use idemkit::http::{Execution, IdempotencyLayer, OnDisconnect, RouteConfig};
 use idemkit::redb_store::Store;
 use idemkit::{IdempotencyKey, Scope};
 use tower::{Layer, ServiceExt};
@@ -131,8 +133,8 @@ async fn handler_panic_releases_local() {
 async fn dropped_request_leaves_external_unknown() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
-        .layer(hanging(Arc::clone(&calls)));
+    let route = route(EffectKind::External).on_disconnect(OnDisconnect::Cancel);
+    let svc = IdempotencyLayer::new(store.clone(), route).layer(hanging(Arc::clone(&calls)));
 
     // The client disconnects: the server drops the request's future.
     let cut =
@@ -150,9 +152,62 @@ async fn dropped_request_leaves_external_unknown() {
 async fn dropped_request_releases_local() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local))
-        .layer(hanging(Arc::clone(&calls)));
+    let route = route(EffectKind::Local).on_disconnect(OnDisconnect::Cancel);
+    let svc = IdempotencyLayer::new(store.clone(), route).layer(hanging(Arc::clone(&calls)));
     let cut = tokio::time::timeout(Duration::from_millis(300), svc.oneshot(req("d2"))).await;
     assert!(cut.is_err());
     state_eventually(&store, "d2", StateName::Released).await;
+}
+
+/// Starts step `charge`, takes 800 ms at the provider, then answers 201.
+fn slow(
+    calls: Arc<AtomicUsize>,
+) -> impl tower::Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |request: Request<Body>| {
+        let calls = Arc::clone(&calls);
+        async move {
+            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            let exec = request.extensions().get::<Execution>().cloned().unwrap();
+            let _ = exec.begin_step("charge", "pk-1").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            exec.complete_step("charge", Some("ch_1".into())).await.unwrap();
+            let response = Response::builder()
+                .status(201)
+                .body(Body::from(format!("charge {n}")))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_request_finishes_by_default_and_the_retry_replays() {
+    let store = Store::in_memory().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
+        .layer(slow(Arc::clone(&calls)));
+
+    // The client's timeout fires long before the provider answers.
+    let cut =
+        tokio::time::timeout(Duration::from_millis(200), svc.clone().oneshot(req("f1"))).await;
+    assert!(cut.is_err(), "the handler was still running");
+
+    let early = svc.clone().oneshot(req("f1")).await.unwrap();
+    assert_eq!(early.status(), 409, "request-in-progress while it finishes");
+    assert!(early.headers().contains_key("retry-after"));
+
+    state_eventually(&store, "f1", StateName::Completed).await;
+    let retry = svc.oneshot(req("f1")).await.unwrap();
+    assert_eq!(retry.status(), 201);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    let body = axum::body::to_bytes(retry.into_body(), 1024).await.unwrap();
+    assert_eq!(&body[..], b"charge 1", "the first execution's response");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "executed once");
 }

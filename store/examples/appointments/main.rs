@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --release -p idemkit --example appointments -- \
 //!     [--db appointments.redb] [--provider-db provider.redb] [--listen 127.0.0.1:8080] \
-//!     [--provider-latency-ms N] [--crash-after-provider] [--fail-notify N]
+//!     [--provider-latency-ms N] [--provider-timeout-ms N] [--crash-after-provider] [--fail-notify N]
 //! ```
 //!
 //! With `--features postgres`, `--postgres URL [--pg-schema NAME]` keeps the
@@ -66,6 +66,12 @@ struct Args {
     /// Delay before each calendar booking, in milliseconds.
     #[arg(long, default_value_t = 0)]
     provider_latency_ms: u64,
+    /// How long the service waits for the calendar provider. A booking that takes
+    /// longer may still happen (the call is not withdrawn), so the outcome is
+    /// recorded as unknown: retries get 409 `outcome-uncertain` until the
+    /// reconciler asks the provider and finishes the record.
+    #[arg(long, value_name = "MS")]
+    provider_timeout_ms: Option<u64>,
     /// Abort the process once, right after the calendar provider accepted a
     /// booking and before the outcome is recorded.
     #[arg(long)]
@@ -86,6 +92,7 @@ struct App {
     providers: Providers,
     policy: Policy,
     latency: Duration,
+    provider_timeout: Option<Duration>,
     crash_after_provider: bool,
 }
 
@@ -193,13 +200,34 @@ async fn create_appointment(
     // Step `book`: the provider key is durable before the provider sees it.
     let booking = match exec.begin_step("book", &proposed_key("book")).await {
         Ok(StepStart::Dispatch { provider_key }) => {
-            tokio::time::sleep(app.latency).await;
             let a = Arc::clone(&app);
             let (t, c, s) = (tenant.clone(), request.customer_id, request.slot_id);
-            let booking = match blocking(move || a.providers.book(&provider_key, &t, &c, &s)).await
-            {
-                Ok(b) => b,
-                Err(e) => return bad_gateway("calendar", &e),
+            // A task of its own, like a request already on the wire: giving up
+            // waiting for it does not withdraw it.
+            let call = tokio::spawn(async move {
+                tokio::time::sleep(a.latency).await;
+                blocking(move || a.providers.book(&provider_key, &t, &c, &s)).await
+            });
+            let answered = match app.provider_timeout {
+                Some(limit) => tokio::time::timeout(limit, call).await,
+                None => Ok(call.await),
+            };
+            let booking = match answered {
+                Ok(Ok(Ok(b))) => b,
+                Ok(Ok(Err(e))) => return bad_gateway("calendar", &e),
+                Ok(Err(e)) => return bad_gateway("calendar", &e),
+                Err(_) => {
+                    // The booking may or may not exist: never guess.
+                    exec.record_as(Disposition::Unknown);
+                    return problem(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "provider-timeout",
+                        "The calendar provider did not answer in time",
+                        "The booking may or may not have been made. Retrying with the \
+                         same Idempotency-Key reports the outcome once it is known; it \
+                         never books a second time.",
+                    );
+                }
             };
             if app.crash_after_provider {
                 let a = Arc::clone(&app);
@@ -482,6 +510,7 @@ fn run(args: Args) -> Result<(), String> {
         providers,
         policy,
         latency: Duration::from_millis(args.provider_latency_ms),
+        provider_timeout: args.provider_timeout_ms.map(Duration::from_millis),
         crash_after_provider: args.crash_after_provider,
     });
 

@@ -23,8 +23,11 @@
 //!    lease renewed in the background, and its response is recorded per the
 //!    policy's [`classify`] before it is returned (durable before acknowledged).
 //!
-//! A handler that panics, a response body that fails, or a request future that
-//! is dropped (client disconnect) leaves the guard unrecorded: its drop marks an
+//! A client that disconnects does not stop the execution: by default
+//! ([`OnDisconnect::Finish`]) the handler runs on its own task to the end and its
+//! response is recorded, so the client's retry replays it. A handler that panics,
+//! a response body that fails, or (with [`OnDisconnect::Cancel`]) a request
+//! future that is dropped leaves the guard unrecorded: its drop marks an
 //! External record **Unknown** — never Released, never re-executed silently —
 //! and releases a Local one.
 //!
@@ -108,6 +111,25 @@ pub struct RouteConfig {
     body_limit: usize,
     owner: String,
     store_retry_after: Duration,
+    on_disconnect: OnDisconnect,
+}
+
+/// What happens to an execution when the request's future is dropped before the
+/// handler finished, which is what hyper does when the client disconnects
+/// (most often: its timeout fired).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnDisconnect {
+    /// The default: the handler keeps running on its own task to the end, and
+    /// its response is recorded as if the client were still there. The client's
+    /// retry with the same key gets 409 `request-in-progress` meanwhile and then
+    /// the replay: a timeout on the client's side never becomes an unknown outcome.
+    #[default]
+    Finish,
+    /// The handler's future is dropped with the request. The unrecorded guard
+    /// then marks an External record Unknown (a retry gets 409
+    /// `outcome-uncertain`) and releases a Local one. Fits handlers that must stop
+    /// working when nobody waits for them, at the price of more unknown outcomes.
+    Cancel,
 }
 
 impl std::fmt::Debug for RouteConfig {
@@ -145,6 +167,7 @@ impl RouteConfig {
             body_limit: Self::DEFAULT_BODY_LIMIT,
             owner: format!("http:{}", std::process::id()),
             store_retry_after: Duration::from_secs(1),
+            on_disconnect: OnDisconnect::Finish,
         }
     }
 
@@ -198,6 +221,14 @@ impl RouteConfig {
     #[must_use]
     pub fn store_retry_after(mut self, after: Duration) -> Self {
         self.store_retry_after = after;
+        self
+    }
+
+    /// What a client disconnect does to a running execution (default
+    /// [`OnDisconnect::Finish`]).
+    #[must_use]
+    pub fn on_disconnect(mut self, behaviour: OnDisconnect) -> Self {
+        self.on_disconnect = behaviour;
         self
     }
 
@@ -473,9 +504,22 @@ where
         fencing_token = guard.token().get(),
         provider_ref = tracing::field::Empty,
     );
-    execute(inner, config, scope, guard, parts, bytes, span.clone())
-        .instrument(span)
-        .await
+    let on_disconnect = config.on_disconnect;
+    let run = execute(inner, config, scope, guard, parts, bytes, span.clone()).instrument(span);
+    match on_disconnect {
+        OnDisconnect::Cancel => run.await,
+        // Dropping a JoinHandle detaches the task: the execution outlives the request.
+        OnDisconnect::Finish => match tokio::spawn(run).await {
+            Ok(result) => result,
+            Err(e) => match e.try_into_panic() {
+                // The same panic the handler raised, as if it had run inline.
+                Ok(payload) => std::panic::resume_unwind(payload),
+                // Cancelled only when the runtime shuts down; the guard's drop
+                // has recorded the outcome as Unknown or Released.
+                Err(_) => Ok(refusal_response(&unavailable)),
+            },
+        },
+    }
 }
 
 /// Aborts the lease renewal when the execution ends or its future is dropped.
