@@ -5,6 +5,8 @@
 
 #![allow(dead_code, reason = "each test file uses a part of this module")]
 
+pub(crate) mod proxy;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
