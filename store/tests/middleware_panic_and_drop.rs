@@ -50,10 +50,11 @@ async fn state_eventually(store: &Store, key: &str, want: StateName) {
     }
 }
 
-/// Starts step `charge` (as a handler would right before calling the payment
-/// provider), then panics.
-fn panicking(
+/// A handler that counts its calls and starts step `charge` (as a handler would
+/// right before calling the payment provider), then goes on with `then`.
+fn charging<F, Fut>(
     calls: Arc<AtomicUsize>,
+    then: F,
 ) -> impl tower::Service<
     Request<Body>,
     Response = Response<Body>,
@@ -61,42 +62,42 @@ fn panicking(
     Future = impl Send,
 > + Clone
 + Send
-+ 'static {
++ 'static
+where
+    F: Fn(usize, Execution) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Response<Body>> + Send,
+{
     tower::service_fn(move |request: Request<Body>| {
-        let calls = Arc::clone(&calls);
+        let (calls, then) = (Arc::clone(&calls), then.clone());
         async move {
-            calls.fetch_add(1, Ordering::SeqCst);
+            let call = calls.fetch_add(1, Ordering::SeqCst) + 1;
             let exec = request.extensions().get::<Execution>().cloned().unwrap();
             let _ = exec.begin_step("charge", "pk-1").await.unwrap();
-            if calls.load(Ordering::SeqCst) > 0 {
-                panic!("handler bug after the provider call");
-            }
-            Ok::<_, Infallible>(Response::new(Body::empty()))
+            Ok::<_, Infallible>(then(call, exec).await)
         }
     })
 }
 
-/// Starts step `charge`, then never finishes (a slow provider).
-fn hanging(
-    calls: Arc<AtomicUsize>,
-) -> impl tower::Service<
-    Request<Body>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ 'static {
-    tower::service_fn(move |request: Request<Body>| {
-        let calls = Arc::clone(&calls);
-        async move {
-            calls.fetch_add(1, Ordering::SeqCst);
-            let exec = request.extensions().get::<Execution>().cloned().unwrap();
-            let _ = exec.begin_step("charge", "pk-1").await.unwrap();
-            std::future::pending::<()>().await;
-            Ok::<_, Infallible>(Response::new(Body::empty()))
-        }
-    })
+/// Panics after the provider call.
+async fn panics(_: usize, _: Execution) -> Response<Body> {
+    panic!("handler bug after the provider call")
+}
+
+/// Never finishes (a provider that does not answer).
+async fn hangs(_: usize, _: Execution) -> Response<Body> {
+    std::future::pending().await
+}
+
+/// Takes 800 ms at the provider, then answers 201 `charge <call number>`.
+async fn slow_charge(call: usize, exec: Execution) -> Response<Body> {
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    exec.complete_step("charge", Some("ch_1".into()))
+        .await
+        .unwrap();
+    Response::builder()
+        .status(201)
+        .body(Body::from(format!("charge {call}")))
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,7 +105,7 @@ async fn handler_panic_leaves_external_unknown() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
-        .layer(panicking(Arc::clone(&calls)));
+        .layer(charging(Arc::clone(&calls), panics));
 
     let joined = tokio::spawn(svc.clone().oneshot(req("p1"))).await;
     assert!(
@@ -123,7 +124,7 @@ async fn handler_panic_releases_local() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local))
-        .layer(panicking(Arc::clone(&calls)));
+        .layer(charging(Arc::clone(&calls), panics));
     let joined = tokio::spawn(svc.oneshot(req("p2"))).await;
     assert!(joined.unwrap_err().is_panic());
     state_eventually(&store, "p2", StateName::Released).await;
@@ -134,7 +135,8 @@ async fn dropped_request_leaves_external_unknown() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let route = route(EffectKind::External).on_disconnect(OnDisconnect::Cancel);
-    let svc = IdempotencyLayer::new(store.clone(), route).layer(hanging(Arc::clone(&calls)));
+    let svc =
+        IdempotencyLayer::new(store.clone(), route).layer(charging(Arc::clone(&calls), hangs));
 
     // The client disconnects: the server drops the request's future.
     let cut =
@@ -153,40 +155,11 @@ async fn dropped_request_releases_local() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let route = route(EffectKind::Local).on_disconnect(OnDisconnect::Cancel);
-    let svc = IdempotencyLayer::new(store.clone(), route).layer(hanging(Arc::clone(&calls)));
+    let svc =
+        IdempotencyLayer::new(store.clone(), route).layer(charging(Arc::clone(&calls), hangs));
     let cut = tokio::time::timeout(Duration::from_millis(300), svc.oneshot(req("d2"))).await;
     assert!(cut.is_err());
     state_eventually(&store, "d2", StateName::Released).await;
-}
-
-/// Starts step `charge`, takes 800 ms at the provider, then answers 201.
-fn slow(
-    calls: Arc<AtomicUsize>,
-) -> impl tower::Service<
-    Request<Body>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ 'static {
-    tower::service_fn(move |request: Request<Body>| {
-        let calls = Arc::clone(&calls);
-        async move {
-            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-            let exec = request.extensions().get::<Execution>().cloned().unwrap();
-            let _ = exec.begin_step("charge", "pk-1").await.unwrap();
-            tokio::time::sleep(Duration::from_millis(800)).await;
-            exec.complete_step("charge", Some("ch_1".into()))
-                .await
-                .unwrap();
-            let response = Response::builder()
-                .status(201)
-                .body(Body::from(format!("charge {n}")))
-                .unwrap();
-            Ok::<_, Infallible>(response)
-        }
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +167,7 @@ async fn dropped_request_finishes_by_default_and_the_retry_replays() {
     let store = Store::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
-        .layer(slow(Arc::clone(&calls)));
+        .layer(charging(Arc::clone(&calls), slow_charge));
 
     // The client's timeout fires long before the provider answers.
     let cut =
