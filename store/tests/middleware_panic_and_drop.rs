@@ -186,3 +186,26 @@ async fn dropped_request_finishes_by_default_and_the_retry_replays() {
     assert_eq!(&body[..], b"charge 1", "the first execution's response");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "executed once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_dropped_while_claiming_still_executes_by_default() {
+    let store = Store::in_memory().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
+        .layer(charging(Arc::clone(&calls), slow_charge));
+
+    // Polled once, then dropped once the claim is written (its answer waits,
+    // unread): the client went away before the handler could start.
+    let mut request = Box::pin(svc.clone().oneshot(req("c1")));
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx))).await;
+    assert!(first.is_pending());
+    state_eventually(&store, "c1", StateName::Running).await;
+    drop(request);
+
+    // A claim left unexecuted would read as Unknown; the claim and the
+    // execution belong to one detached task instead.
+    state_eventually(&store, "c1", StateName::Completed).await;
+    let retry = svc.oneshot(req("c1")).await.unwrap();
+    assert_eq!(retry.status(), 201);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

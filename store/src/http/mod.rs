@@ -308,7 +308,30 @@ where
         let inner = self.inner.clone();
         let store = self.store.clone();
         let config = Arc::clone(&self.config);
-        Box::pin(handle(inner, store, config, request))
+        match config.on_disconnect {
+            OnDisconnect::Cancel => Box::pin(handle(inner, store, config, request)),
+            OnDisconnect::Finish => {
+                let unavailable = Refusal::StoreUnavailable {
+                    retry_after: config.store_retry_after,
+                };
+                // Dropping a JoinHandle detaches its task: the claim and the
+                // execution outlive the request, so a claim is never left
+                // unexecuted (which would read as an unknown outcome).
+                let task = tokio::spawn(handle(inner, store, config, request));
+                Box::pin(async move {
+                    match task.await {
+                        Ok(result) => result,
+                        Err(e) => match e.try_into_panic() {
+                            // The same panic the handler raised, as if it had run inline.
+                            Ok(payload) => std::panic::resume_unwind(payload),
+                            // Cancelled only when the runtime shuts down; a guard
+                            // dropped with it records Unknown or Released.
+                            Err(_) => Ok(refusal_response(&unavailable)),
+                        },
+                    }
+                })
+            }
+        }
     }
 }
 
@@ -504,22 +527,9 @@ where
         fencing_token = guard.token().get(),
         provider_ref = tracing::field::Empty,
     );
-    let on_disconnect = config.on_disconnect;
-    let run = execute(inner, config, scope, guard, parts, bytes, span.clone()).instrument(span);
-    match on_disconnect {
-        OnDisconnect::Cancel => run.await,
-        // Dropping a JoinHandle detaches the task: the execution outlives the request.
-        OnDisconnect::Finish => match tokio::spawn(run).await {
-            Ok(result) => result,
-            Err(e) => match e.try_into_panic() {
-                // The same panic the handler raised, as if it had run inline.
-                Ok(payload) => std::panic::resume_unwind(payload),
-                // Cancelled only when the runtime shuts down; the guard's drop
-                // has recorded the outcome as Unknown or Released.
-                Err(_) => Ok(refusal_response(&unavailable)),
-            },
-        },
-    }
+    execute(inner, config, scope, guard, parts, bytes, span.clone())
+        .instrument(span)
+        .await
 }
 
 /// Aborts the lease renewal when the execution ends or its future is dropped.
