@@ -460,7 +460,7 @@ pub fn attempt_result(value: &JsValue) -> JsResult<AttemptResult> {
             let retry_after =
                 get_opt_integer(value, "retryAfterMs", "result", 9_007_199_254_740_991.0)?
                     .map(Duration::from_millis);
-            let original_status = get_opt_integer(value, "originalStatus", "result", 999.0)?
+            let original_status = get_opt_integer(value, "originalStatus", "result", 65_535.0)?
                 .and_then(|s| u16::try_from(s).ok());
             Ok(AttemptResult::Response {
                 status,
