@@ -439,6 +439,9 @@ async function sendAttempt(fetchFn, request, timeoutMs, signal, outcome) {
       if (signal?.aborted) throw signal.reason;
       return;
     }
+    if (typeof response?.status !== "number" || typeof response.headers?.get !== "function" || typeof response.text !== "function") {
+      throw argument("fetch must resolve to a Response");
+    }
     // If the body breaks off after the status arrived, the outcome is still what the
     // status says; only the body is lost.
     let body = "";
@@ -526,6 +529,9 @@ export async function callWithRetry(options) {
     try {
       await sendAttempt(fetchFn, request, timeoutMs, signal, outcome);
     } catch (reason) {
+      // No result: the custom fetch broke its contract (it did not resolve to a
+      // Response). The attempt stays unfinished, which the status reads as pending.
+      if (outcome.result === null) throw reason;
       aborted = { reason };
     }
     const finished = await journal.finishAttempt(actionId, start.number, outcome.result);

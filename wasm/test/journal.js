@@ -272,7 +272,7 @@ export function journalCases(idemkit, makeAdapter) {
       assert.equal(rotated.seen[0].headers.get("idempotency-key"), rotated.seen[1].headers.get("idempotency-key"));
     }],
 
-    ["callWithRetry: refuses an Idempotency-Key header, a relative URL and a bad policy", async () => {
+    ["callWithRetry: refuses an Idempotency-Key header, a relative URL, a bad policy and a fetch that returns no Response", async () => {
       const { journal } = await setup();
       const { fetch, seen } = scriptedFetch([json(201, {})]);
       await assert.rejects(() => call(journal, fetch, { headers: { "Idempotency-Key": "mine" } }), "invalid-argument");
@@ -281,6 +281,9 @@ export function journalCases(idemkit, makeAdapter) {
       await assert.rejects(() => call(journal, fetch, { baseDelayMs: -1 }), "invalid-argument");
       assert.equal(seen.length, 0);
       assert.equal(await journal.get("run-42/book"), null, "nothing was begun");
+      // A custom fetch that does not resolve to a Response is a bug, not a network failure.
+      await assert.rejects(() => call(journal, async () => ({ ok: true })), "invalid-argument");
+      assert.equal(await journal.status("run-42/book"), "pending", "the attempt stays unfinished");
     }],
 
     ["decideRetry and classifyAttempt are core's rules", async () => {

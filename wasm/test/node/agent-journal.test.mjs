@@ -191,6 +191,13 @@ test("the agent process is killed (SIGKILL) mid-attempt; the re-run sends the sa
   const first = agent();
   children.add(first);
   const [seen] = await once(proxy, "request");
+  // Kill it while the service books (1.5 s), not while the service is still
+  // claiming the key: a disconnect during the claim's store write drops the
+  // middleware's guard before the execution is detached, which marks the record
+  // Unknown until the reconciler releases it — the re-run then rightly reports
+  // `unknown`, which is not this scenario.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.equal(first.exitCode, null, "the agent is still waiting for its response");
   first.kill("SIGKILL");
   const [, signal] = await once(first, "exit");
   assert.equal(signal, "SIGKILL");
