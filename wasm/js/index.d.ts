@@ -6,6 +6,8 @@ export class IdemkitError extends Error {
   readonly name: "IdemkitError";
   /** e.g. `key-too-long`, `json-duplicate-member-name`, `stale-token`, `store-unavailable`. */
   readonly code: string;
+  /** `action-payload-changed`: the action id that was begun with another payload. */
+  actionId?: string;
   constructor(code: string, message: string, options?: { cause?: unknown });
 }
 
@@ -208,3 +210,163 @@ export interface Idempotency {
 }
 
 export function createIdempotency(options: IdempotencyOptions): Idempotency;
+
+// ---- The client side: an action journal and `callWithRetry` (the twin of `idemkit call`).
+
+/** What one attempt produced, as far as the client could tell. */
+export type AttemptResult =
+  /** No connection was made: the request was never sent. */
+  | { kind: "connect-error" }
+  /** The request was (maybe) sent, but no response arrived in time, or the connection broke. */
+  | { kind: "timeout" }
+  | {
+      kind: "response";
+      status: number;
+      /** The `type` member of a JSON object body (only its last path segment counts). */
+      problemType?: string | null;
+      /** The `Retry-After` header, in milliseconds. */
+      retryAfterMs?: number | null;
+      /** For a 410 `response-expired` problem: its `original_status` member. */
+      originalStatus?: number | null;
+    };
+
+/** Core's classification of one attempt. */
+export type AttemptClass = "success" | "retryable" | "rejected" | "uncertain";
+
+/**
+ * The outcome of one logical action: `pending` (nothing definitive yet; resuming with
+ * the same key is safe), `confirmed` (2xx or its replay), `rejected` (a definitive
+ * 4xx), `unknown` (nobody knows whether it happened: never treat it as confirmed).
+ */
+export type ActionStatus = "pending" | "confirmed" | "rejected" | "unknown";
+
+/** Core's `RetryPolicy`; every field defaults to core's default. */
+export interface RetryOptions {
+  /** Attempts in all, the first included (default 5). */
+  maxAttempts?: number;
+  /** The backoff ceiling for the first retry (default 200 ms); doubled per attempt. */
+  baseDelayMs?: number;
+  /** The largest backoff ceiling (default 10 000 ms). */
+  maxDelayMs?: number;
+  /** A longer `Retry-After` stops the action as `pending` instead of waiting (default 60 000 ms). */
+  maxRetryAfterMs?: number;
+}
+
+/** What `begin` returns: the action's key and its approved payload. */
+export interface Action<P = unknown> {
+  actionId: string;
+  /** The idempotency key to send on every attempt. */
+  key: string;
+  /** The payload approved when the action began (as parsed from its canonical JSON). */
+  payload: P;
+  /** When the action began (ms since the epoch). */
+  createdAt: number;
+  /** True when the action already existed (a resume), false when this call created it. */
+  resumed: boolean;
+}
+
+export interface AttemptRecord {
+  /** 1 for the first attempt of the action. */
+  number: number;
+  /** A random id for this attempt (sent as `Idemkit-Attempt-Id`). */
+  attemptId: string;
+  startedAt: number;
+  /** `null` while running, or when the process died mid-attempt. */
+  endedAt: number | null;
+  result: AttemptResult | null;
+  /** As `idemkit call` prints it: `timeout`, `connect-error`, `201`, `409 outcome-uncertain`. */
+  outcome: string | null;
+}
+
+export interface Journal {
+  /**
+   * Begins the action with `payload` (a JSON value), or resumes it. The key (random
+   * UUID v4, or `options.key`) is stored before this resolves; the same action id
+   * gives the same key and payload forever after. A payload whose canonical JSON
+   * differs throws `IdemkitError` `action-payload-changed`.
+   */
+  begin<P = unknown>(actionId: string, payload: P, options?: { key?: string }): Promise<Action<P>>;
+  /** The action, or null if it was never begun. */
+  get(actionId: string): Promise<Action | null>;
+  /** Journals the start of the next attempt, before it is sent. */
+  startAttempt(actionId: string): Promise<{ number: number; attemptId: string; startedAt: number }>;
+  /** Journals how attempt `number` ended. */
+  finishAttempt(actionId: string, number: number, result: AttemptResult): Promise<AttemptRecord>;
+  /** Every attempt of the action, oldest first ([] if it was never begun). */
+  attempts(actionId: string): Promise<AttemptRecord[]>;
+  /** The status derived from the finished attempts by core, or null if never begun. */
+  status(actionId: string): Promise<ActionStatus | null>;
+}
+
+export interface JournalOptions {
+  /** Where entries live; give the journal its own table or prefix. */
+  adapter: Adapter<any>;
+  /** Milliseconds since the epoch (default `Date.now`). */
+  clock?: () => number;
+}
+
+/** A durable action journal over any adapter. */
+export function createJournal(options: JournalOptions | Adapter<any>): Journal;
+
+/** `journal.begin(actionId, payload, options)`. */
+export function beginAction<P = unknown>(journal: Journal, actionId: string, payload: P, options?: { key?: string }): Promise<Action<P>>;
+
+/** A random UUID v4 key from `crypto.getRandomValues`. */
+export function randomKey(): string;
+
+/** Rust's `IdempotencyKey::derive(namespace, runId, stepId)`: `ik1-` + 32 hex, byte for byte. */
+export function deriveKey(namespace: string, runId: string, stepId: string): string;
+
+/** Core's classification of an attempt. */
+export function classifyAttempt(result: AttemptResult): AttemptClass;
+
+/** Core's `RetryPolicy::decide` after attempt `attempt` (1-based); `random` picks the jitter. */
+export function decideRetry(
+  attempt: number,
+  result: AttemptResult,
+  policy?: RetryOptions,
+  random?: bigint,
+): { retry: true; delayMs: number } | { retry: false; status: ActionStatus };
+
+export type HeadersInput = Headers | [string, string][] | Record<string, string>;
+
+export interface CallOptions extends RetryOptions {
+  journal: Journal;
+  /** The logical action's id, from the workflow (run and step), never from a model. */
+  actionId: string;
+  url: string;
+  /** Default `POST`. */
+  method?: string;
+  /** Journalled with the request (part of the payload); never `Idempotency-Key`. */
+  headers?: HeadersInput;
+  /** Sent on every attempt but neither journalled nor compared: credentials that rotate. */
+  volatileHeaders?: HeadersInput;
+  /** A string, or a JSON object or array (journalled and sent as canonical JSON, `content-type: application/json` unless set). */
+  body?: string | Record<string, unknown> | unknown[] | null;
+  /** Per-attempt timeout, the response body included (default 10 000 ms). */
+  timeoutMs?: number;
+  /** The key of a new action (e.g. `deriveKey(...)`) instead of a random one; a resumed action keeps its own. */
+  key?: string;
+  /** Default `globalThis.fetch`. */
+  fetch?: (input: string, init: RequestInit) => Promise<Response>;
+  /** Aborts the current attempt (journalled as `timeout`) and the waits; the call then rejects with its reason. */
+  signal?: AbortSignal;
+}
+
+/** The same fields as `idemkit call`'s JSON output, in camelCase. */
+export interface CallReport {
+  actionId: string;
+  idempotencyKey: string;
+  resumed: boolean;
+  /** Derived from every finished attempt of the action, earlier runs included. */
+  status: ActionStatus;
+  /** The status of the last response in this run, or null if none arrived. */
+  httpStatus: number | null;
+  /** This run's attempts. */
+  attempts: { number: number; attemptId: string; startedAt: number; endedAt: number; outcome: string; httpStatus: number | null }[];
+  /** The last response body of this run (UTF-8, lossy), or null. */
+  body: string | null;
+}
+
+/** Sends a state-changing request as one logical action, retrying safely with one key. */
+export function callWithRetry(options: CallOptions): Promise<CallReport>;

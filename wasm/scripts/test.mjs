@@ -1,10 +1,12 @@
 // Runs every JavaScript test of the package: `npm --prefix wasm test` (after the build).
 //
-//   node --test      conformance (memory, better-sqlite3), byte identity with the Rust
-//                    CLI, workerd via Miniflare (D1, Durable Objects, Workers example),
-//                    the webhook example over HTTP, the README examples (Node, Deno, Bun)
-//   deno             conformance over Deno KV + 50 concurrent calls
-//   bun              conformance over bun:sqlite + 50 concurrent calls
+//   node --test      conformance and journal suites (memory, better-sqlite3), byte
+//                    identity with the Rust CLI and core, workerd via Miniflare (D1,
+//                    Durable Objects, Workers example), the webhook example over HTTP,
+//                    callWithRetry against the appointments service, the README
+//                    examples (Node, Deno, Bun)
+//   deno             conformance and journal suites over Deno KV + 50 concurrent calls
+//   bun              conformance and journal suites over bun:sqlite + 50 concurrent calls
 //   types            the hand-written index.d.ts against a strict TypeScript usage file
 //
 // Any failure, and any runtime that cannot start, fails the run: nothing is skipped.

@@ -15,11 +15,17 @@
 //!   mismatchStatus: 422 | 409, store: "definitive" | "everything" }`, every field
 //!   required (the JavaScript layer fills in the defaults);
 //! - stored response: `{ status, headers: [name, Uint8Array][], body: Uint8Array | null,
-//!   resourceRef: string | null }`.
+//!   resourceRef: string | null }`;
+//! - attempt result (client side): `{ kind: "connect-error" }`, `{ kind: "timeout" }` or
+//!   `{ kind: "response", status, problemType?, retryAfterMs?, originalStatus? }`
+//!   (absent, `null` and `undefined` are the same);
+//! - retry policy: `{ maxAttempts?, baseDelayMs?, maxDelayMs?, maxRetryAfterMs? }`, each
+//!   field defaulting to core's `RetryPolicy::default()`.
 
 use core::fmt::Display;
 use core::time::Duration;
 
+use idemkit_core::client::{ActionStatus, AttemptClass, AttemptResult, RetryDecision, RetryPolicy};
 use idemkit_core::fingerprint::{FingerprintError, FormError, SpecError};
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
@@ -355,6 +361,152 @@ pub fn stored_response(value: &JsValue) -> JsResult<StoredResponse> {
         body,
         resource_ref,
     })
+}
+
+/// An optional member: `undefined` and `null` are both "absent".
+fn get_opt(obj: &JsValue, field: &str) -> JsResult<Option<JsValue>> {
+    let value = get(obj, field)?;
+    Ok((!value.is_null() && !value.is_undefined()).then_some(value))
+}
+
+/// An optional non-negative integer member no larger than `max`.
+fn get_opt_integer(obj: &JsValue, field: &str, what: &str, max: f64) -> JsResult<Option<u64>> {
+    let Some(value) = get_opt(obj, field)? else {
+        return Ok(None);
+    };
+    value
+        .as_f64()
+        .filter(|v| v.fract() == 0.0 && (0.0..=max).contains(v))
+        .and_then(millis_from_f64)
+        .map(Some)
+        .ok_or_else(|| argument(format!("{what}.{field} must be an integer from 0 to {max}")))
+}
+
+/// The retry policy (see the module documentation).
+pub fn retry_policy(value: &JsValue) -> JsResult<RetryPolicy> {
+    let mut policy = RetryPolicy::default();
+    if value.is_null() || value.is_undefined() {
+        return Ok(policy);
+    }
+    if !value.is_object() {
+        return Err(argument("retry policy must be an object"));
+    }
+    const MAX_MILLIS: f64 = 9_007_199_254_740_991.0;
+    if let Some(n) = get_opt_integer(value, "maxAttempts", "retry", f64::from(u32::MAX))? {
+        policy.max_attempts = u32::try_from(n).unwrap_or(u32::MAX);
+        if policy.max_attempts == 0 {
+            return Err(argument("retry.maxAttempts must be at least 1"));
+        }
+    }
+    if let Some(ms) = get_opt_integer(value, "baseDelayMs", "retry", MAX_MILLIS)? {
+        policy.base_delay = Duration::from_millis(ms);
+    }
+    if let Some(ms) = get_opt_integer(value, "maxDelayMs", "retry", MAX_MILLIS)? {
+        policy.max_delay = Duration::from_millis(ms);
+    }
+    if let Some(ms) = get_opt_integer(value, "maxRetryAfterMs", "retry", MAX_MILLIS)? {
+        policy.max_retry_after = Duration::from_millis(ms);
+    }
+    Ok(policy)
+}
+
+fn duration_millis(d: Duration) -> f64 {
+    // Durations come from JavaScript numbers below 2^53 ms (or core's defaults).
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "every duration here is below 2^53 ms"
+    )]
+    let ms = d.as_millis() as f64;
+    ms
+}
+
+/// `{ maxAttempts, baseDelayMs, maxDelayMs, maxRetryAfterMs }` of a policy.
+#[must_use]
+pub fn retry_policy_view(policy: &RetryPolicy) -> JsValue {
+    ObjectBuilder::new()
+        .set("maxAttempts", policy.max_attempts)
+        .set("baseDelayMs", duration_millis(policy.base_delay))
+        .set("maxDelayMs", duration_millis(policy.max_delay))
+        .set("maxRetryAfterMs", duration_millis(policy.max_retry_after))
+        .build()
+}
+
+/// An attempt result (see the module documentation).
+pub fn attempt_result(value: &JsValue) -> JsResult<AttemptResult> {
+    if !value.is_object() {
+        return Err(argument("an attempt result must be an object with a kind"));
+    }
+    match get(value, "kind")?.as_string().as_deref() {
+        Some("connect-error") => Ok(AttemptResult::ConnectError),
+        Some("timeout") => Ok(AttemptResult::Timeout),
+        Some("response") => {
+            let status = get(value, "status")?
+                .as_f64()
+                .filter(|s| s.fract() == 0.0 && (0.0..=999.0).contains(s))
+                .ok_or_else(|| argument("result.status must be an integer from 0 to 999"))?;
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "checked: an integer from 0 to 999"
+            )]
+            let status = status as u16;
+            let problem_type = match get_opt(value, "problemType")? {
+                None => None,
+                Some(p) => Some(
+                    p.as_string()
+                        .ok_or_else(|| argument("result.problemType must be a string or null"))?,
+                ),
+            };
+            let retry_after =
+                get_opt_integer(value, "retryAfterMs", "result", 9_007_199_254_740_991.0)?
+                    .map(Duration::from_millis);
+            let original_status = get_opt_integer(value, "originalStatus", "result", 65_535.0)?
+                .and_then(|s| u16::try_from(s).ok());
+            Ok(AttemptResult::Response {
+                status,
+                problem_type,
+                retry_after,
+                original_status,
+            })
+        }
+        _ => Err(argument(
+            "result.kind must be \"connect-error\", \"timeout\" or \"response\"",
+        )),
+    }
+}
+
+/// An array of attempt results.
+pub fn attempt_results(value: &JsValue) -> JsResult<Vec<AttemptResult>> {
+    let array = value
+        .dyn_ref::<Array>()
+        .ok_or_else(|| argument("attempt results must be an array"))?;
+    array.iter().map(|r| attempt_result(&r)).collect()
+}
+
+/// `"success"`, `"retryable"`, `"rejected"` or `"uncertain"`.
+#[must_use]
+pub fn attempt_class(class: AttemptClass) -> &'static str {
+    match class {
+        AttemptClass::Success => "success",
+        AttemptClass::Retryable => "retryable",
+        AttemptClass::Rejected => "rejected",
+        AttemptClass::Uncertain => "uncertain",
+    }
+}
+
+/// `{ retry: true, delayMs }` or `{ retry: false, status }`.
+#[must_use]
+pub fn retry_decision(decision: RetryDecision) -> JsValue {
+    match decision {
+        RetryDecision::RetryAfter(delay) => ObjectBuilder::new()
+            .set("retry", true)
+            .set("delayMs", duration_millis(delay))
+            .build(),
+        RetryDecision::Stop(status) => ObjectBuilder::new()
+            .set("retry", false)
+            .set("status", ActionStatus::as_str(status))
+            .build(),
+    }
 }
 
 struct ObjectBuilder(Object);

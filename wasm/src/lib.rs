@@ -27,6 +27,11 @@
 //! - [`interop`]: every conversion between JavaScript values and Rust types, and
 //!   the mapping of core errors to JavaScript `Error`s with a stable `.code`.
 //!
+//! The client side (`createJournal`, `callWithRetry` in `wasm/js/client.js`) asks
+//! core's [`client`](idemkit_core::client) module through [`decide_retry`],
+//! [`attempt_class`] and [`action_status`], and makes keys with [`key_from_random`]
+//! and [`derive_key`], so JavaScript retries by exactly the rules `idemkit call` uses.
+//!
 //! The TypeScript types are written by hand (`wasm/js/index.d.ts`); the JavaScript
 //! API users see (`createIdempotency`, the adapters) lives in `wasm/js/`.
 //!
@@ -38,6 +43,7 @@ pub mod interop;
 
 use core::time::Duration;
 
+use idemkit_core::client::ActionStatus;
 use idemkit_core::fingerprint::{ContentKind, FingerprintSpec};
 use idemkit_core::http::Refusal;
 use idemkit_core::json::CanonicalizeOptions;
@@ -413,6 +419,93 @@ pub fn refuse_unauthenticated() -> JsValue {
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn is_replayable_header(name: &str) -> bool {
     idemkit_core::http::is_replayable_header(name)
+}
+
+// ---- The client side: core's `client` module and key constructors, so a JavaScript
+// caller retries, classifies and judges an action exactly as `idemkit call` does.
+// Attempt results cross the boundary as `{ kind: "connect-error" | "timeout" |
+// "response", status, problemType, retryAfterMs, originalStatus }` (see
+// `interop::attempt_result`).
+
+/// A random idempotency key in UUID version 4 form from exactly 16 bytes that
+/// JavaScript drew with `crypto.getRandomValues` (core draws no randomness).
+#[wasm_bindgen(js_name = keyFromRandom)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn key_from_random(random: &[u8]) -> JsResult<String> {
+    let bytes: [u8; 16] = random.try_into().map_err(|_| {
+        interop::error(ArgumentError(format!(
+            "keyFromRandom needs exactly 16 random bytes, got {}",
+            random.len()
+        )))
+    })?;
+    Ok(IdempotencyKey::from_random(bytes).as_str().to_owned())
+}
+
+/// The deterministic key of `(namespace, runId, stepId)`: core's
+/// `IdempotencyKey::derive`, `ik1-` followed by 32 hex characters.
+#[wasm_bindgen(js_name = deriveKey)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+#[must_use]
+pub fn derive_key(namespace: &str, run_id: &str, step_id: &str) -> String {
+    IdempotencyKey::derive(namespace, run_id, step_id)
+        .as_str()
+        .to_owned()
+}
+
+/// Validates a key given without header syntax (1–255 visible ASCII characters);
+/// returns it unchanged or throws with a `key-*` code.
+#[wasm_bindgen(js_name = checkKey)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn check_key(key: &str) -> JsResult<String> {
+    IdempotencyKey::new(key)
+        .map(String::from)
+        .map_err(interop::error)
+}
+
+/// The retry policy with every field filled in: the given `{ maxAttempts,
+/// baseDelayMs, maxDelayMs, maxRetryAfterMs }` over core's defaults. Throws on a
+/// field of the wrong type or range.
+#[wasm_bindgen(js_name = retryPolicy)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn retry_policy(options: &JsValue) -> JsResult<JsValue> {
+    Ok(interop::retry_policy_view(&interop::retry_policy(options)?))
+}
+
+/// How one attempt is classified: `"success"`, `"retryable"`, `"rejected"` or
+/// `"uncertain"`.
+#[wasm_bindgen(js_name = attemptClass)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn attempt_class(result: &JsValue) -> JsResult<String> {
+    Ok(interop::attempt_class(interop::attempt_result(result)?.class()).to_owned())
+}
+
+/// An action's status from its finished attempts' results, oldest first:
+/// `"pending"`, `"confirmed"`, `"rejected"` or `"unknown"` (core's
+/// `ActionStatus::from_attempts`).
+#[wasm_bindgen(js_name = actionStatus)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn action_status(results: &JsValue) -> JsResult<String> {
+    let results = interop::attempt_results(results)?;
+    Ok(ActionStatus::from_attempts(&results).as_str().to_owned())
+}
+
+/// What follows attempt number `attempt` (1-based, counted in this run) that
+/// produced `result`, under `policy` (as [`retry_policy`] accepts it). `random` is
+/// a uniformly distributed `u64` (a `bigint`) that picks the full jitter.
+/// Returns `{ retry: true, delayMs }` or `{ retry: false, status }`.
+#[wasm_bindgen(js_name = decideRetry)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn decide_retry(
+    attempt: u32,
+    result: &JsValue,
+    policy: &JsValue,
+    random: u64,
+) -> JsResult<JsValue> {
+    let policy = interop::retry_policy(policy)?;
+    let result = interop::attempt_result(result)?;
+    Ok(interop::retry_decision(
+        policy.decide(attempt, &result, random),
+    ))
 }
 
 fn decode(bytes: &[u8]) -> JsResult<Record> {

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import * as idemkit from "idemkit";
 import { run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
+import { journalCases } from "../journal.js";
 import { checkConcurrency, concurrentHandles } from "../concurrency.js";
 
 const started = Date.now();
@@ -17,6 +18,7 @@ const cases = [
   ...conformanceCases(idemkit, () => idemkit.memoryAdapter()).map(([n, f]) => [`memory: ${n}`, f]),
   ...conformanceCases(idemkit, () => idemkit.sqliteAdapter(new Database(":memory:"))).map(([n, f]) => [`bun:sqlite: ${n}`, f]),
   ...conformanceCases(idemkit, () => idemkit.sqliteAdapter(new Database(join(dir, `c${files++}.db`)))).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
+  ...journalCases(idemkit, () => idemkit.sqliteAdapter(new Database(join(dir, `j${files++}.db`)), { table: "idemkit_journal" })).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
   ["bun:sqlite: 50 concurrent handle calls with one key execute once", async () => {
     const result = await concurrentHandles(idemkit, idemkit.sqliteAdapter(new Database(join(dir, "race.db"))));
     console.log(`bun:sqlite: ${JSON.stringify(result)}`);

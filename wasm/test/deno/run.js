@@ -5,6 +5,7 @@
 import * as idemkit from "idemkit";
 import { run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
+import { journalCases } from "../journal.js";
 import { checkConcurrency, concurrentHandles } from "../concurrency.js";
 
 const started = Date.now();
@@ -18,6 +19,8 @@ const openKv = async () => {
 const cases = [
   ...conformanceCases(idemkit, () => idemkit.memoryAdapter()).map(([n, f]) => [`memory: ${n}`, f]),
   ...conformanceCases(idemkit, async () => idemkit.denoKvAdapter(await openKv())).map(([n, f]) => [`deno kv: ${n}`, f]),
+  ...journalCases(idemkit, () => idemkit.memoryAdapter()).map(([n, f]) => [`memory: ${n}`, f]),
+  ...journalCases(idemkit, async () => idemkit.denoKvAdapter(await openKv(), { prefix: ["journal"] })).map(([n, f]) => [`deno kv: ${n}`, f]),
   ["deno kv: 50 concurrent handle calls with one key execute once", async () => {
     const dir = await Deno.makeTempDir();
     try {

@@ -1,4 +1,4 @@
-// The conformance suite in Node over the memory adapter and better-sqlite3 (in
+// The conformance and journal suites in Node over the memory adapter and better-sqlite3 (in
 // memory and on a file), plus 50 concurrent calls on better-sqlite3.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -8,6 +8,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import * as idemkit from "idemkit";
 import { conformanceCases } from "../conformance.js";
+import { journalCases } from "../journal.js";
 import { checkConcurrency, concurrentHandles } from "../concurrency.js";
 
 const dir = mkdtempSync(join(tmpdir(), "idemkit-node-"));
@@ -21,7 +22,7 @@ const adapters = {
 };
 
 for (const [label, make] of Object.entries(adapters)) {
-  for (const [name, fn] of conformanceCases(idemkit, make)) {
+  for (const [name, fn] of [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)]) {
     test(`${label}: ${name}`, fn);
   }
 }

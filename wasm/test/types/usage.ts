@@ -1,7 +1,15 @@
 // Compiled with `tsc -p test/types` (strict): the hand-written index.d.ts must accept
 // every documented use and refuse the misuses marked @ts-expect-error.
 import {
+  beginAction,
+  callWithRetry,
   canonicalize,
+  classifyAttempt,
+  createJournal,
+  decideRetry,
+  deriveKey,
+  randomKey,
+  sqliteAdapter,
   createIdempotency,
   d1Schema,
   decodeRecord,
@@ -9,8 +17,13 @@ import {
   IdemkitError,
   memoryAdapter,
   parseKey,
+  type Action,
+  type ActionStatus,
   type Adapter,
+  type AttemptResult,
+  type CallReport,
   type Claim,
+  type Journal,
   type RecordView,
 } from "idemkit";
 
@@ -71,7 +84,42 @@ try {
   }
 }
 
+// The client side.
+async function agent(db: { prepare(sql: string): unknown; exec(sql: string): unknown }): Promise<void> {
+  const journal: Journal = createJournal({ adapter: sqliteAdapter(db, { table: "idemkit_journal" }), clock: Date.now });
+  const sameJournal: Journal = createJournal(memoryAdapter());
+  const action: Action<{ slot: string }> = await beginAction(journal, "run-7/book", { slot: "s-9" });
+  const slot: string = action.payload.slot;
+  const derived: Action = await journal.begin("run-7/pay", { amount: 1 }, { key: deriveKey("agent", "run-7", "pay") });
+  const attempt = await journal.startAttempt(action.actionId);
+  const result: AttemptResult = { kind: "response", status: 409, problemType: "https://idemkit.dev/problems/outcome-uncertain" };
+  const done = await journal.finishAttempt(action.actionId, attempt.number, result);
+  const status: ActionStatus | null = await journal.status(action.actionId);
+  // @ts-expect-error an attempt result needs a kind
+  await journal.finishAttempt(action.actionId, 2, { status: 201 });
+  const report: CallReport = await callWithRetry({
+    journal,
+    actionId: "run-7/book",
+    url: "https://api.example/appointments",
+    headers: { authorization: "Bearer acme" },
+    volatileHeaders: new Headers(),
+    body: { customer_id: "c1", slot_id: "s-9" },
+    timeoutMs: 400,
+    maxAttempts: 8,
+    baseDelayMs: 100,
+    signal: AbortSignal.timeout(30_000),
+  });
+  if (report.status === "confirmed") void report.httpStatus;
+  // @ts-expect-error "maybe" is not an action status
+  const wrong: CallReport["status"] = "maybe";
+  const decision = decideRetry(1, { kind: "timeout" }, { maxAttempts: 3 }, 7n);
+  if (decision.retry) void decision.delayMs;
+  else void decision.status;
+  void [slot, derived, done.outcome, status, wrong, sameJournal, classifyAttempt(result), randomKey()];
+}
+
 void text;
 void fp;
+void agent;
 void d1Schema("t");
 void flow;

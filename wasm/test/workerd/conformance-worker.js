@@ -3,6 +3,7 @@
 import * as idemkit from "idemkit";
 import { run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
+import { journalCases } from "../journal.js";
 
 let tables = 0;
 
@@ -23,7 +24,8 @@ export default {
   async fetch(request, env) {
     const { pathname } = new URL(request.url);
     if (pathname === "/conformance/d1") {
-      const cases = conformanceCases(idemkit, () => idemkit.d1Adapter(env.DB, { table: `records_${tables++}` }));
+      const make = () => idemkit.d1Adapter(env.DB, { table: `records_${tables++}` });
+      const cases = [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)];
       return Response.json(await run(cases));
     }
     if (pathname === "/conformance/do" || pathname.startsWith("/race/do")) {
@@ -56,7 +58,8 @@ export class Suite {
     if (pathname === "/race/do/executions") {
       return Response.json({ n: (await this.storage.get("executions")) ?? 0 });
     }
-    const cases = conformanceCases(idemkit, () => idemkit.durableObjectAdapter(this.storage, { prefix: `case${this.prefixes++}:` }));
+    const make = () => idemkit.durableObjectAdapter(this.storage, { prefix: `case${this.prefixes++}:` });
+    const cases = [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)];
     return Response.json(await run(cases));
   }
 }
