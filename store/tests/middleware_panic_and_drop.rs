@@ -177,7 +177,9 @@ fn slow(
             let exec = request.extensions().get::<Execution>().cloned().unwrap();
             let _ = exec.begin_step("charge", "pk-1").await.unwrap();
             tokio::time::sleep(Duration::from_millis(800)).await;
-            exec.complete_step("charge", Some("ch_1".into())).await.unwrap();
+            exec.complete_step("charge", Some("ch_1".into()))
+                .await
+                .unwrap();
             let response = Response::builder()
                 .status(201)
                 .body(Body::from(format!("charge {n}")))
