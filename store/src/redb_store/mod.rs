@@ -6,6 +6,13 @@
 //! acknowledged before it is durable. A transaction whose decision writes nothing
 //! (Replay, InFlight, Mismatch) is aborted instead of committed, saving a sync.
 //!
+//! Concurrent writes to a store that keeps its database open are grouped: one
+//! caller leads, decides the queued operations in order in one transaction and
+//! commits them with a single fsync; each caller is answered only after that
+//! commit ([`Store::commit_stats`] shows the effect). A lone caller commits its
+//! own write at once, as before. The design, ordering and failure handling are
+//! described in `group_commit.rs`.
+//!
 //! ## Using it
 //!
 //! ```
@@ -46,6 +53,7 @@
 //! |---|---|
 //! | `tables.rs` | the table definitions (records + three indexes + meta) and the format version |
 //! | `db.rs` | a database for the store's life or per transaction (shared files, lock retries), the integrity check, panics turned into errors |
+//! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
 //! | `records.rs` | loading/decoding records and writing them with their index entries |
 //! | `claim.rs` | [`Store::claim`], [`ExecutionGuard`], [`Renewer`] |
 //! | `operator.rs` | get, list, list_unresolved, resolve, recover, gc, stats, verify |
