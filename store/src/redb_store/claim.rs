@@ -127,14 +127,17 @@ impl Store {
                 .claim_at(&scope, &key, fingerprint, owner, policy, now)
                 .map_err(|e| ClaimError::Storage(super::StorageError::Postgres(e)));
         }
-        self.inner.handle.write_if_changed(|txn| {
+        // The closure may run on another caller's thread (group commit), so it
+        // owns what it reads.
+        let (id, owner, policy) = (id.clone(), owner.to_owned(), *policy);
+        self.inner.handle.write_if_changed(move |txn| {
             let mut tables = Tables::open(txn)?;
-            let existing = tables.load(id)?;
+            let existing = tables.load(&id)?;
             let request = ClaimRequest {
                 fingerprint,
-                owner: owner.to_owned(),
+                owner: owner.clone(),
             };
-            let decision = machine::claim(existing.as_ref(), &request, policy, now);
+            let decision = machine::claim(existing.as_ref(), &request, &policy, now);
             if let Some(write) = &decision.write {
                 tables.put(id.as_bytes(), existing.as_ref(), Some(write))?;
             }
@@ -146,21 +149,24 @@ impl Store {
 
     /// One read → decide → write on an existing record. `decide` returns the
     /// record to write (or `None` to leave it) and the caller's answer. (A
-    /// PostgreSQL store may call `decide` again after losing a version race.)
-    pub(crate) fn transition<T>(
+    /// PostgreSQL store may call `decide` again after losing a version race, and
+    /// group commit may call it again after another write of its group failed;
+    /// it may run on another caller's thread, hence `Send + 'static`.)
+    pub(crate) fn transition<T: Send + 'static>(
         &self,
         id: &RecordId,
-        decide: impl Fn(&Record) -> Result<(Option<Record>, T), TransitionError>,
+        decide: impl Fn(&Record) -> Result<(Option<Record>, T), TransitionError> + Send + 'static,
     ) -> Result<T, TxError> {
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.as_postgres() {
             let (scope, key) = pg_address(id)?;
             return Ok(pg.transition(&scope, &key, decide)?);
         }
-        self.inner.handle.write_if_changed(|txn| {
+        let id = id.clone();
+        self.inner.handle.write_if_changed(move |txn| {
             let mut tables = Tables::open(txn)?;
             let log_ref = id.log_ref();
-            let existing = tables.load(id)?.ok_or(TxError::NotFound { log_ref })?;
+            let existing = tables.load(&id)?.ok_or(TxError::NotFound { log_ref })?;
             let (write, answer) =
                 decide(&existing).map_err(|error| TxError::Rejected { log_ref, error })?;
             let changed = match write {
@@ -182,9 +188,10 @@ impl Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), TxError> {
-        self.transition(id, |r| {
+        let policy = *policy;
+        self.transition(id, move |r| {
             Ok((
-                Some(machine::complete(r, token, response.clone(), policy, now)?),
+                Some(machine::complete(r, token, response.clone(), &policy, now)?),
                 (),
             ))
         })
@@ -197,8 +204,9 @@ impl Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), TxError> {
-        self.transition(id, |r| {
-            Ok((Some(machine::release(r, token, policy, now)?), ()))
+        let policy = *policy;
+        self.transition(id, move |r| {
+            Ok((Some(machine::release(r, token, &policy, now)?), ()))
         })
     }
 
@@ -209,7 +217,7 @@ impl Store {
         reason: UnknownReason,
         now: UnixMillis,
     ) -> Result<(), TxError> {
-        self.transition(id, |r| {
+        self.transition(id, move |r| {
             Ok((
                 Some(machine::mark_unknown(r, token, reason.clone(), now)?),
                 (),
@@ -224,8 +232,9 @@ impl Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<UnixMillis, TxError> {
-        self.transition(id, |r| {
-            let next = machine::renew(r, token, policy, now)?;
+        let policy = *policy;
+        self.transition(id, move |r| {
+            let next = machine::renew(r, token, &policy, now)?;
             let expires = next.lease_expires_at().unwrap_or(now);
             Ok((Some(next), expires))
         })
@@ -239,8 +248,9 @@ impl Store {
         proposed_provider_key: &str,
         now: UnixMillis,
     ) -> Result<StepStart, TxError> {
-        self.transition(id, |r| {
-            let (next, start) = machine::begin_step(r, token, name, proposed_provider_key, now)?;
+        let (name, proposed_provider_key) = (name.to_owned(), proposed_provider_key.to_owned());
+        self.transition(id, move |r| {
+            let (next, start) = machine::begin_step(r, token, &name, &proposed_provider_key, now)?;
             Ok((Some(next), start))
         })
     }
@@ -253,12 +263,13 @@ impl Store {
         provider_ref: Option<String>,
         now: UnixMillis,
     ) -> Result<(), TxError> {
-        self.transition(id, |r| {
+        let name = name.to_owned();
+        self.transition(id, move |r| {
             Ok((
                 Some(machine::complete_step(
                     r,
                     token,
-                    name,
+                    &name,
                     provider_ref.clone(),
                     now,
                 )?),

@@ -14,6 +14,7 @@ use redb::{
 };
 
 use super::error::{OpenError, StorageError};
+use super::group_commit::{CommitStats, GroupCommit};
 use super::tables::{
     FORMAT_VERSION, GC_DUE, LEASE_EXPIRY, MAGIC, META, META_FORMAT, META_MAGIC, RECORDS, UNKNOWN,
 };
@@ -40,8 +41,8 @@ impl Default for LockRetry {
 #[derive(Debug)]
 pub(crate) enum Handle {
     /// One database handle for the life of the store (in-memory, custom backend, or a
-    /// file this process owns).
-    Open(Arc<Database>),
+    /// file this process owns); its writes are grouped (see `group_commit`).
+    Open(Arc<Owned>),
     /// Open the file for each transaction and close it right after, so several
     /// processes can take turns.
     PerTransaction {
@@ -54,7 +55,44 @@ pub(crate) enum Handle {
     Postgres(crate::postgres::PgStore),
 }
 
+/// A database this process keeps open, with its write queue.
+#[derive(Debug)]
+pub(crate) struct Owned {
+    db: Arc<Database>,
+    group: GroupCommit,
+}
+
 impl Handle {
+    /// A handle on a database this process keeps open.
+    pub(crate) fn owned(db: Database) -> Handle {
+        Handle::Open(Arc::new(Owned {
+            db: Arc::new(db),
+            group: GroupCommit::default(),
+        }))
+    }
+
+    /// Another handle on the same database: an open database (and its write
+    /// queue) is shared, a per-transaction one copies the path and retry policy.
+    pub(crate) fn share(&self) -> Handle {
+        match self {
+            Handle::Open(owned) => Handle::Open(Arc::clone(owned)),
+            Handle::PerTransaction { path, retry } => Handle::PerTransaction {
+                path: path.clone(),
+                retry: std::sync::Mutex::new(*retry.lock().unwrap_or_else(|p| p.into_inner())),
+            },
+            #[cfg(feature = "postgres")]
+            Handle::Postgres(pg) => Handle::Postgres(pg.clone()),
+        }
+    }
+
+    /// How writes were grouped (zeros unless the database is kept open).
+    pub(crate) fn commit_stats(&self) -> CommitStats {
+        match self {
+            Handle::Open(owned) => owned.group.stats(),
+            _ => CommitStats::default(),
+        }
+    }
+
     pub(crate) fn set_lock_retry(&self, new: LockRetry) {
         if let Handle::PerTransaction { retry, .. } = self {
             *retry.lock().unwrap_or_else(|p| p.into_inner()) = new;
@@ -72,7 +110,7 @@ impl Handle {
 
     fn database(&self) -> Result<Arc<Database>, OpenError> {
         match self {
-            Handle::Open(db) => Ok(Arc::clone(db)),
+            Handle::Open(owned) => Ok(Arc::clone(&owned.db)),
             Handle::PerTransaction { path, retry } => {
                 // A poisoned lock still holds a valid `LockRetry` (plain data).
                 let retry = *retry.lock().unwrap_or_else(|p| p.into_inner());
@@ -85,21 +123,29 @@ impl Handle {
         }
     }
 
-    /// Runs `f` in one write transaction committed with [`Durability::Immediate`]:
-    /// when this returns `Ok`, the commit is durable. When `f` fails, nothing is
-    /// written.
+    /// Runs `f` in a write transaction committed with [`Durability::Immediate`]:
+    /// when this returns `Ok`, the commit is durable. When `f` fails (returns an
+    /// error or panics), nothing it wrote is kept.
     ///
     /// `f` also says whether it wrote anything; a
     /// transaction that wrote nothing is aborted instead of committed, which
     /// saves a sync for the common read-only answers (Replay, InFlight). The
     /// decision was still taken under the write lock, so it is just as atomic.
-    pub(crate) fn write_if_changed<T, E>(
-        &self,
-        f: impl FnOnce(&WriteTransaction) -> Result<(T, bool), E>,
-    ) -> Result<T, E>
+    ///
+    /// On a database this process keeps open, the transaction may be shared with
+    /// other callers' closures (group commit, see `group_commit`): `f` then runs
+    /// after theirs and sees their writes, and may run more than once (hence
+    /// `FnMut`) when another closure of its group failed; only the answer of the
+    /// run that was committed is returned.
+    pub(crate) fn write_if_changed<T, E, F>(&self, mut f: F) -> Result<T, E>
     where
-        E: From<StorageError>,
+        F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StorageError> + Send + 'static,
     {
+        if let Handle::Open(owned) = self {
+            return owned.group.write(&owned.db, f);
+        }
         let db = self.database().map_err(StorageError::from)?;
         let mut txn = db.begin_write().map_err(StorageError::from)?;
         txn.set_durability(Durability::Immediate)
@@ -242,7 +288,7 @@ fn guarded(f: impl FnOnce() -> Result<Database, OpenError>) -> Result<Database, 
     }
 }
 
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+pub(super) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     let text = payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -345,4 +391,246 @@ fn initialize(db: &Database) -> Result<(), OpenError> {
     }
     txn.commit().map_err(redb_open)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! Group commit through [`Handle::write_if_changed`]: a leader is held inside
+    //! its closure while followers queue up, so the group they form is known.
+
+    use std::sync::mpsc;
+    use std::thread::JoinHandle;
+
+    use redb::{ReadableTableMetadata, TableDefinition};
+
+    use super::*;
+
+    const TEST: TableDefinition<&str, u64> = TableDefinition::new("group_commit_test");
+
+    /// Writes `key` = 1 + the number of keys already written; answers that number.
+    fn put(txn: &WriteTransaction, key: &str) -> Result<u64, StorageError> {
+        let mut table = txn.open_table(TEST)?;
+        let n = table.len()? + 1;
+        table.insert(key, n)?;
+        Ok(n)
+    }
+
+    fn get(handle: &Handle, key: &str) -> Option<u64> {
+        handle
+            .read(|txn| {
+                let table = match txn.open_table(TEST) {
+                    Ok(table) => table,
+                    Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                    Err(e) => return Err(StorageError::from(e)),
+                };
+                Ok::<_, StorageError>(table.get(key)?.map(|v| v.value()))
+            })
+            .unwrap()
+    }
+
+    fn group(handle: &Handle) -> &GroupCommit {
+        match handle {
+            Handle::Open(owned) => &owned.group,
+            _ => panic!("not an open handle"),
+        }
+    }
+
+    /// Starts a leader that writes `key` (or nothing) and then blocks until the
+    /// returned sender is used.
+    fn held_leader(
+        handle: &Arc<Handle>,
+        key: Option<&'static str>,
+    ) -> (mpsc::Sender<()>, JoinHandle<Result<u64, StorageError>>) {
+        let (started_tx, started) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let h = Arc::clone(handle);
+        let leader = std::thread::spawn(move || {
+            h.write_if_changed(move |txn| {
+                let n = match key {
+                    Some(key) => put(txn, key)?,
+                    None => 0,
+                };
+                let _ = started_tx.send(());
+                let _ = go_rx.recv();
+                Ok((n, key.is_some()))
+            })
+        });
+        started.recv().unwrap();
+        (go, leader)
+    }
+
+    /// Queues one follower and waits until it is in the queue, so followers
+    /// queue in the order they are started.
+    fn follower<T: Send + 'static>(
+        handle: &Arc<Handle>,
+        f: impl FnMut(&WriteTransaction) -> Result<(T, bool), StorageError> + Send + 'static,
+    ) -> JoinHandle<Result<T, StorageError>> {
+        let before = group(handle).waiting();
+        let h = Arc::clone(handle);
+        let joined = std::thread::spawn(move || h.write_if_changed(f));
+        while group(handle).waiting() == before {
+            std::thread::yield_now();
+        }
+        joined
+    }
+
+    fn in_memory() -> Arc<Handle> {
+        let db = open_backend(redb::backends::InMemoryBackend::new()).unwrap();
+        Arc::new(Handle::owned(db))
+    }
+
+    #[test]
+    fn an_uncontended_write_runs_on_the_callers_thread_in_its_own_commit() {
+        let handle = in_memory();
+        let me = std::thread::current().id();
+        let ran_on = handle
+            .write_if_changed(move |txn| {
+                put(txn, "a")?;
+                Ok::<_, StorageError>((std::thread::current().id(), true))
+            })
+            .unwrap();
+        assert_eq!(ran_on, me);
+        assert_eq!(get(&handle, "a"), Some(1));
+        let stats = handle.commit_stats();
+        assert_eq!(
+            (stats.operations, stats.transactions, stats.commits),
+            (1, 1, 1)
+        );
+        // Nothing written: aborted, no commit.
+        handle
+            .write_if_changed(|_| Ok::<_, StorageError>(((), false)))
+            .unwrap();
+        let stats = handle.commit_stats();
+        assert_eq!((stats.transactions, stats.commits), (2, 1));
+    }
+
+    #[test]
+    fn queued_writes_are_decided_in_order_in_one_commit() {
+        let handle = in_memory();
+        let (go, leader) = held_leader(&handle, Some("leader"));
+        let followers: Vec<_> = ["f1", "f2", "f3"]
+            .into_iter()
+            .map(|key| follower(&handle, move |txn| Ok((put(txn, key)?, true))))
+            .collect();
+        go.send(()).unwrap();
+        assert_eq!(leader.join().unwrap().unwrap(), 1);
+        // Each follower saw the writes of the ones queued before it.
+        let seen: Vec<u64> = followers
+            .into_iter()
+            .map(|f| f.join().unwrap().unwrap())
+            .collect();
+        assert_eq!(seen, vec![2, 3, 4]);
+        let stats = handle.commit_stats();
+        assert_eq!(stats.operations, 4);
+        assert_eq!(stats.commits, 2, "{stats:?}");
+        assert_eq!(stats.largest_group, 3, "{stats:?}");
+        assert_eq!(stats.reruns, 0, "{stats:?}");
+    }
+
+    #[test]
+    fn a_failing_or_panicking_write_loses_nothing_of_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("group.redb");
+        let handle = Arc::new(Handle::owned(
+            open_file_once(&path, Integrity::Check).unwrap(),
+        ));
+        let (go, leader) = held_leader(&handle, None);
+        let a = follower(&handle, |txn| Ok((put(txn, "a")?, true)));
+        let b = follower(&handle, |txn| {
+            put(txn, "b")?;
+            Err::<(u64, bool), _>(StorageError::CorruptId {
+                detail: "b refuses after writing".into(),
+            })
+        });
+        let c = follower(&handle, |txn| -> Result<(u64, bool), StorageError> {
+            put(txn, "c")?;
+            panic!("c panics after writing")
+        });
+        let d = follower(&handle, |txn| Ok((put(txn, "d")?, true)));
+        go.send(()).unwrap();
+        assert_eq!(leader.join().unwrap().unwrap(), 0);
+        assert_eq!(a.join().unwrap().unwrap(), 1);
+        assert!(matches!(
+            b.join().unwrap(),
+            Err(StorageError::CorruptId { detail }) if detail == "b refuses after writing"
+        ));
+        assert!(matches!(
+            c.join().unwrap(),
+            Err(StorageError::Corrupt { detail }) if detail.contains("c panics after writing")
+        ));
+        // d decided after a's write only: b's and c's were rolled back.
+        assert_eq!(d.join().unwrap().unwrap(), 2);
+        let stats = handle.commit_stats();
+        // a ran three times (with b, with c, then committed with d).
+        assert_eq!(stats.reruns, 2, "{stats:?}");
+        assert_eq!(stats.commits, 1, "{stats:?}");
+
+        // Durable: the file reopened holds a and d, and nothing of b or c.
+        drop(handle);
+        let reopened = Handle::owned(open_file_once(&path, Integrity::Check).unwrap());
+        assert_eq!(get(&reopened, "a"), Some(1));
+        assert_eq!(get(&reopened, "d"), Some(2));
+        assert_eq!(get(&reopened, "b"), None);
+        assert_eq!(get(&reopened, "c"), None);
+    }
+
+    #[test]
+    fn a_failed_group_commit_answers_every_caller_with_the_error() {
+        let switch = crate::redb_store::FaultSwitch::default();
+        let backend = crate::redb_store::FaultyBackend::new(
+            redb::backends::InMemoryBackend::new(),
+            switch.clone(),
+        );
+        let handle = Arc::new(Handle::owned(open_backend(backend).unwrap()));
+        // The leader writes nothing (no sync); the group of three behind it
+        // commits, and that commit's first sync fails.
+        let (go, leader) = held_leader(&handle, None);
+        let followers: Vec<_> = ["f1", "f2", "f3"]
+            .into_iter()
+            .map(|key| follower(&handle, move |txn| Ok((put(txn, key)?, true))))
+            .collect();
+        switch.fail_sync_after(0);
+        go.send(()).unwrap();
+        assert_eq!(leader.join().unwrap().unwrap(), 0);
+        for f in followers {
+            match f.join().unwrap() {
+                Err(StorageError::GroupCommit {
+                    operations: 3,
+                    cause,
+                }) => {
+                    assert!(matches!(*cause, StorageError::Redb(_)), "{cause:?}");
+                }
+                other => panic!("expected the shared commit's error, got {other:?}"),
+            }
+        }
+        assert_eq!(switch.injected(), 1);
+        assert_eq!(handle.commit_stats().commits, 0);
+    }
+
+    #[test]
+    fn a_group_is_bounded_and_the_rest_is_led_by_the_next_caller() {
+        let handle = in_memory();
+        let (go, leader) = held_leader(&handle, None);
+        let n = group_commit_max() + 5;
+        let followers: Vec<_> = (0..n)
+            .map(|i| {
+                let key: &'static str = Box::leak(format!("k{i}").into_boxed_str());
+                follower(&handle, move |txn| Ok((put(txn, key)?, true)))
+            })
+            .collect();
+        go.send(()).unwrap();
+        leader.join().unwrap().unwrap();
+        let seen: Vec<u64> = followers
+            .into_iter()
+            .map(|f| f.join().unwrap().unwrap())
+            .collect();
+        assert_eq!(seen, (1..=n as u64).collect::<Vec<_>>());
+        let stats = handle.commit_stats();
+        assert_eq!(stats.largest_group, group_commit_max() as u64);
+        assert_eq!(stats.commits, 2, "{stats:?}");
+    }
+
+    fn group_commit_max() -> usize {
+        super::super::group_commit::MAX_BATCH
+    }
 }

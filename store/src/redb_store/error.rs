@@ -107,6 +107,16 @@ pub enum StorageError {
         /// What the decoder reported.
         detail: String,
     },
+    /// This operation was decided in one write transaction together with other
+    /// callers' operations (group commit), and beginning or committing that shared
+    /// transaction failed: none of them was acknowledged. Every caller of the
+    /// group gets the same `cause`.
+    GroupCommit {
+        /// How many operations shared the transaction.
+        operations: usize,
+        /// What failed.
+        cause: std::sync::Arc<StorageError>,
+    },
     /// The store is a PostgreSQL store ([`Store::postgres`](super::Store::postgres))
     /// and PostgreSQL failed; [`PgError::Unavailable`](crate::postgres::PgError::Unavailable)
     /// when it could not be reached.
@@ -129,6 +139,11 @@ impl fmt::Display for StorageError {
             } => write!(f, "a record with an undecodable id is corrupt: {detail}"),
             StorageError::CorruptId { detail } => write!(f, "a record id is corrupt: {detail}"),
             StorageError::Corrupt { detail } => write!(f, "database file is corrupt: {detail}"),
+            StorageError::GroupCommit { operations, cause } => write!(
+                f,
+                "the write transaction shared by {operations} operations (group commit) failed, \
+                 none of them was acknowledged: {cause}"
+            ),
             #[cfg(feature = "postgres")]
             StorageError::Postgres(e) => e.fmt(f),
         }
@@ -140,6 +155,7 @@ impl std::error::Error for StorageError {
         match self {
             StorageError::Open(e) => Some(e),
             StorageError::Redb(e) => Some(e),
+            StorageError::GroupCommit { cause, .. } => Some(&**cause),
             #[cfg(feature = "postgres")]
             StorageError::Postgres(e) => Some(e),
             _ => None,

@@ -6,6 +6,13 @@
 //! acknowledged before it is durable. A transaction whose decision writes nothing
 //! (Replay, InFlight, Mismatch) is aborted instead of committed, saving a sync.
 //!
+//! Concurrent writes to a store that keeps its database open are grouped: one
+//! caller leads, decides the queued operations in order in one transaction and
+//! commits them with a single fsync; each caller is answered only after that
+//! commit ([`Store::commit_stats`] shows the effect). A lone caller commits its
+//! own write at once, as before. The design, ordering and failure handling are
+//! described in `group_commit.rs`.
+//!
 //! ## Using it
 //!
 //! ```
@@ -46,6 +53,7 @@
 //! |---|---|
 //! | `tables.rs` | the table definitions (records + three indexes + meta) and the format version |
 //! | `db.rs` | a database for the store's life or per transaction (shared files, lock retries), the integrity check, panics turned into errors |
+//! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
 //! | `records.rs` | loading/decoding records and writing them with their index entries |
 //! | `claim.rs` | [`Store::claim`], [`ExecutionGuard`], [`Renewer`] |
 //! | `operator.rs` | get, list, list_unresolved, resolve, recover, gc, stats, verify |
@@ -65,6 +73,7 @@ mod claim;
 mod db;
 mod error;
 mod fault;
+mod group_commit;
 mod operator;
 mod records;
 mod tables;
@@ -78,6 +87,7 @@ pub use error::{
     ClaimError, Error, OpenError, OperatorError, QueryError, StorageError, WorkerError,
 };
 pub use fault::{FaultSwitch, FaultyBackend};
+pub use group_commit::CommitStats;
 pub use operator::{GcReport, ListedRecord, Stats, VerifyReport};
 pub use tables::FORMAT_VERSION;
 
@@ -108,10 +118,7 @@ impl Store {
     pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
         let path = path.as_ref();
         let db = db::open_file_once(path, db::Integrity::Check)?;
-        Ok(Store::from_handle(
-            Handle::Open(Arc::new(db)),
-            Some(path.to_owned()),
-        ))
+        Ok(Store::from_handle(Handle::owned(db), Some(path.to_owned())))
     }
 
     /// Like [`Store::open`], but the file is opened for each transaction and closed
@@ -141,7 +148,7 @@ impl Store {
     /// [`FaultyBackend`]).
     pub fn with_backend(backend: impl redb::StorageBackend) -> Result<Store, OpenError> {
         let db = db::open_backend(backend)?;
-        Ok(Store::from_handle(Handle::Open(Arc::new(db)), None))
+        Ok(Store::from_handle(Handle::owned(db), None))
     }
 
     fn from_handle(handle: Handle, path: Option<std::path::PathBuf>) -> Store {
@@ -183,17 +190,7 @@ impl Store {
                 // Another clone exists: share its database handle.
                 return Store {
                     inner: Arc::new(Inner {
-                        handle: match &shared.handle {
-                            Handle::Open(db) => Handle::Open(Arc::clone(db)),
-                            Handle::PerTransaction { path, retry } => Handle::PerTransaction {
-                                path: path.clone(),
-                                retry: std::sync::Mutex::new(
-                                    *retry.lock().unwrap_or_else(|p| p.into_inner()),
-                                ),
-                            },
-                            #[cfg(feature = "postgres")]
-                            Handle::Postgres(pg) => Handle::Postgres(pg.clone()),
-                        },
+                        handle: shared.handle.share(),
                         clock: Arc::new(clock),
                         path: shared.path.clone(),
                     }),
@@ -213,6 +210,14 @@ impl Store {
     /// it handed out). No effect on a store that keeps its database open.
     pub fn set_lock_retry(&self, retry: LockRetry) {
         self.inner.handle.set_lock_retry(retry);
+    }
+
+    /// How this store's durable writes were grouped into transactions so far
+    /// (group commit: concurrent claims and completions share one fsync). See
+    /// [`CommitStats`].
+    #[must_use]
+    pub fn commit_stats(&self) -> CommitStats {
+        self.inner.handle.commit_stats()
     }
 
     /// The current time by this store's clock.

@@ -164,8 +164,9 @@ impl Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<Record, TxError> {
-        self.transition(id, |r| {
-            let next = machine::resolve(r, resolution.clone(), policy, now)?;
+        let policy = *policy;
+        self.transition(id, move |r| {
+            let next = machine::resolve(r, resolution.clone(), &policy, now)?;
             Ok((Some(next.clone()), next))
         })
     }
@@ -199,8 +200,9 @@ impl Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(idemkit_core::record::FencingToken, Record), TxError> {
-        self.transition(id, |r| {
-            let (next, grant) = machine::recover(r, owner, policy, now)?;
+        let (owner, policy) = (owner.to_owned(), *policy);
+        self.transition(id, move |r| {
+            let (next, grant) = machine::recover(r, &owner, &policy, now)?;
             Ok((Some(next.clone()), (grant.token, next)))
         })
     }
@@ -218,7 +220,7 @@ impl Store {
         if let Some(pg) = self.as_postgres() {
             return pg.gc_at(now, max_batch).map_err(pg_query);
         }
-        self.inner.handle.write_if_changed(|txn| {
+        self.inner.handle.write_if_changed(move |txn| {
             let mut tables = Tables::open(txn)?;
             let mut due: Vec<Vec<u8>> = Vec::new();
             let mut more = false;

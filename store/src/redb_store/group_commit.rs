@@ -1,0 +1,483 @@
+//! Group commit: concurrent writes to one store share a durable redb transaction.
+//!
+//! Every claim, completion, release, renewal, step, resolution and GC batch is a
+//! *read → decide → write* closure that must run under redb's single writer and
+//! be durable (`Durability::Immediate`, an fsync) before its caller is answered.
+//! With one transaction per operation, concurrent callers queue on redb's write
+//! lock and the store does one fsync per operation. Here they queue on a small
+//! in-process queue instead, and one of them commits a whole group at once.
+//!
+//! ## Leader / follower (LevelDB's write queue)
+//!
+//! A caller wraps its closure in a job and locks the queue:
+//!
+//! - **No leader active**: it becomes the leader and runs *its own* job at once,
+//!   alone, on its own thread: no handoff, no waiting, so a single caller's
+//!   latency is what it was (one transaction, one fsync).
+//! - **A leader is active**: it appends its job and sleeps on its own slot until
+//!   either its result arrives or it is told to lead.
+//!
+//! A leader takes up to [`MAX_BATCH`] jobs from the front of the queue (FIFO:
+//! arrival order), runs each closure **in order in one write transaction** (each
+//! decision therefore sees the writes of the ones before it, exactly as if they
+//! had committed one after the other in that order), commits once, and only then
+//! hands each caller its own result. While one group commits, the next one
+//! gathers in the queue: the busier the store, the more operations share an fsync.
+//!
+//! **Handoff, not drain.** When its group is done the leader passes leadership
+//! to the caller at the front of the queue (if any) and returns. It never keeps
+//! committing other callers' groups, so a leader's own latency is bounded by one
+//! group (it is never stuck working for others under sustained load), and the
+//! queue is served strictly first come, first served. The price is one thread
+//! wake-up per group, microseconds against an fsync. The handoff runs in a drop
+//! guard, so even a leader that panicked passes leadership on.
+//!
+//! ## Failure isolation
+//!
+//! redb cannot undo part of a transaction (savepoints need a clean one), so a
+//! closure that returns `Err` or panics poisons its whole group's transaction.
+//! The leader then **aborts the transaction** (nothing of the group is written),
+//! answers the failed caller with its own error (a panic becomes
+//! [`StorageError::Corrupt`], as everywhere in this store), drops that job, and
+//! **runs the rest again** in a new transaction, in the same order. Closures are
+//! therefore `FnMut`: they may run more than once, and only the run whose
+//! transaction committed is the one whose answer is delivered. The decisions are
+//! pure functions of (stored records, request, `now`), so a re-run decides the
+//! same unless the failed job's absence changes what the later ones see — which
+//! is exactly the state that gets committed. A closure that wrote nothing
+//! (Replay, InFlight, ...) simply commits with the others (or, if nobody in the
+//! group wrote, the transaction is aborted and no fsync is spent).
+//!
+//! ## Durability
+//!
+//! A result is delivered only after `commit()` with `Durability::Immediate`
+//! returned `Ok` for the transaction that holds its write, so nothing is
+//! acknowledged before it is durable (invariant 2), no matter how many other
+//! operations share the commit. If beginning or committing the shared
+//! transaction fails, *every* caller of the group gets the error (a group of one
+//! gets redb's error itself, a larger group [`StorageError::GroupCommit`] with
+//! the shared cause): none of them was acknowledged. A crash at any point loses
+//! only unacknowledged operations, as before. Claims stay atomic because all
+//! decisions of a group run one after the other under the single writer: two
+//! claims of one key in one group see each other (the second sees the first's
+//! lease), so there is still exactly one `Execute` (invariant 1).
+//!
+//! Only a database this process keeps open ([`super::Store::open`],
+//! `in_memory`, `with_backend`) batches; a store shared between processes
+//! (`open_shared`) and PostgreSQL keep one transaction per operation.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use redb::{Database, Durability, WriteTransaction};
+
+use super::db::panic_text;
+use super::error::StorageError;
+
+/// The most operations one group transaction decides.
+pub(crate) const MAX_BATCH: usize = 256;
+
+/// How a store's durable writes were grouped into transactions
+/// ([`Store::commit_stats`](super::Store::commit_stats)). Counted since the
+/// store was opened, over every clone of it.
+///
+/// Only a store that keeps its database open groups writes (see
+/// [`Store::open`](super::Store::open)); a store opened with
+/// [`Store::open_shared`](super::Store::open_shared) or over PostgreSQL reports
+/// zeros.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Write operations submitted (claims, completions, releases, renewals,
+    /// steps, resolutions, GC batches), whatever their outcome.
+    pub operations: u64,
+    /// Write transactions begun: committed, aborted because nobody in the group
+    /// wrote anything, or aborted because an operation in the group failed.
+    pub transactions: u64,
+    /// Transactions committed durably (one fsync each). Fewer than the
+    /// operations that wrote when concurrent writes were grouped.
+    pub commits: u64,
+    /// Operation runs repeated because another operation in their group failed
+    /// and the group's transaction was aborted.
+    pub reruns: u64,
+    /// The most operations taken into one group.
+    pub largest_group: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    operations: AtomicU64,
+    transactions: AtomicU64,
+    commits: AtomicU64,
+    reruns: AtomicU64,
+    largest_group: AtomicU64,
+}
+
+fn count(counter: &AtomicU64, by: usize) {
+    counter.fetch_add(u64::try_from(by).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+/// The write queue of one open database.
+#[derive(Default)]
+pub(crate) struct GroupCommit {
+    queue: Mutex<Queue>,
+    counters: Counters,
+}
+
+impl fmt::Debug for GroupCommit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupCommit")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Whether some caller is leading (running a group, or told to).
+    leader: bool,
+    /// Jobs waiting for a leader, in arrival order.
+    waiting: VecDeque<Box<dyn Job>>,
+}
+
+/// A mutex whose holder panicked still guards valid data here (a queue, a slot):
+/// every update is a single assignment or push/pop.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl GroupCommit {
+    /// Runs `f` in a durable write transaction of `db`, possibly shared with
+    /// other callers' closures, and returns its answer once that transaction is
+    /// durable (or nothing was written). See the module documentation.
+    pub(crate) fn write<F, T, E>(&self, db: &Database, f: F) -> Result<T, E>
+    where
+        F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StorageError> + Send + 'static,
+    {
+        count(&self.counters.operations, 1);
+        let slot = Arc::new(Slot {
+            state: Mutex::new(SlotState::Queued),
+            changed: Condvar::new(),
+        });
+        let job = Box::new(Pending {
+            f,
+            result: None,
+            slot: Arc::clone(&slot),
+        });
+        let mut group = {
+            let mut queue = lock(&self.queue);
+            if queue.leader {
+                queue.waiting.push_back(job);
+                None
+            } else {
+                // Uncontended: lead a group of one right here.
+                queue.leader = true;
+                Some(vec![job as Box<dyn Job>])
+            }
+        };
+        loop {
+            if let Some(jobs) = group.take() {
+                self.lead(db, jobs);
+            }
+            match slot.wait() {
+                Some(result) => return result,
+                // Promoted: our job is at the front of the queue.
+                None => group = Some(self.take_group()),
+            }
+        }
+    }
+
+    /// The counters so far.
+    pub(crate) fn stats(&self) -> CommitStats {
+        let c = &self.counters;
+        CommitStats {
+            operations: c.operations.load(Ordering::Relaxed),
+            transactions: c.transactions.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed),
+            reruns: c.reruns.load(Ordering::Relaxed),
+            largest_group: c.largest_group.load(Ordering::Relaxed),
+        }
+    }
+
+    /// How many jobs wait for a leader (for tests that arrange a group).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        lock(&self.queue).waiting.len()
+    }
+
+    fn take_group(&self) -> Vec<Box<dyn Job>> {
+        let mut queue = lock(&self.queue);
+        let n = queue.waiting.len().min(MAX_BATCH);
+        queue.waiting.drain(..n).collect()
+    }
+
+    /// Runs one group and passes leadership on.
+    fn lead(&self, db: &Database, mut jobs: Vec<Box<dyn Job>>) {
+        let _handoff = Handoff(self);
+        self.counters.largest_group.fetch_max(
+            u64::try_from(jobs.len()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        // Closures and redb calls are each guarded; this only catches a bug in
+        // the leader itself. Whatever is left in `jobs` then was not answered,
+        // and dropping it answers those callers with an error (see `Pending`).
+        let _ = catch_unwind(AssertUnwindSafe(|| self.run_group(db, &mut jobs)));
+    }
+
+    /// Decides every job of the group in one transaction and answers each
+    /// caller; a failed job is answered alone and the rest run again.
+    fn run_group(&self, db: &Database, jobs: &mut Vec<Box<dyn Job>>) {
+        while !jobs.is_empty() {
+            let txn = match begin(db) {
+                Ok(txn) => txn,
+                Err(e) => return fail_all(jobs, e),
+            };
+            count(&self.counters.transactions, 1);
+            let mut wrote = false;
+            let mut failed = None;
+            for (i, job) in jobs.iter_mut().enumerate() {
+                match job.run(&txn) {
+                    Ran::Decided { wrote: w } => wrote |= w,
+                    Ran::Failed => {
+                        failed = Some(i);
+                        break;
+                    }
+                }
+            }
+            if let Some(i) = failed {
+                // Nothing of this transaction may survive: not the failed job's
+                // partial writes, not the others' (they run again below).
+                abort_quietly(txn);
+                let mut job = jobs.remove(i);
+                job.deliver();
+                count(&self.counters.reruns, i);
+                continue;
+            }
+            let ended = if wrote { commit(txn) } else { abort(txn) };
+            match ended {
+                Ok(()) => {
+                    if wrote {
+                        count(&self.counters.commits, 1);
+                    }
+                    for mut job in jobs.drain(..) {
+                        job.deliver();
+                    }
+                }
+                Err(e) => fail_all(jobs, e),
+            }
+            return;
+        }
+    }
+}
+
+/// Passes leadership to the caller at the front of the queue, or ends it.
+/// A drop guard, so a leader that panicked cannot stall the store.
+struct Handoff<'a>(&'a GroupCommit);
+
+impl Drop for Handoff<'_> {
+    fn drop(&mut self) {
+        let mut queue = lock(&self.0.queue);
+        match queue.waiting.front() {
+            Some(next) => next.promote(),
+            None => queue.leader = false,
+        }
+    }
+}
+
+/// Answers every job with `error`: the group's transaction could not be begun,
+/// committed or aborted, so none of them is acknowledged.
+fn fail_all(jobs: &mut Vec<Box<dyn Job>>, error: StorageError) {
+    let operations = jobs.len();
+    if operations == 1 {
+        // A group of one (the uncontended case) reports redb's error as it is.
+        if let Some(mut job) = jobs.pop() {
+            job.fail(error);
+        }
+        return;
+    }
+    let cause = Arc::new(error);
+    for mut job in jobs.drain(..) {
+        job.fail(StorageError::GroupCommit {
+            operations,
+            cause: Arc::clone(&cause),
+        });
+    }
+}
+
+/// redb documents panics on damaged pages; one must not take the leader down.
+fn guarded<T>(f: impl FnOnce() -> Result<T, StorageError>) -> Result<T, StorageError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(StorageError::Corrupt {
+            detail: panic_text(payload.as_ref()),
+        })
+    })
+}
+
+fn begin(db: &Database) -> Result<WriteTransaction, StorageError> {
+    guarded(|| {
+        let mut txn = db.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        Ok(txn)
+    })
+}
+
+fn commit(txn: WriteTransaction) -> Result<(), StorageError> {
+    guarded(|| Ok(txn.commit()?))
+}
+
+fn abort(txn: WriteTransaction) -> Result<(), StorageError> {
+    guarded(|| Ok(txn.abort()?))
+}
+
+/// Aborts after a failed job: that job's error is what its caller gets, and the
+/// others run again in a new transaction, so an abort failure adds nothing.
+fn abort_quietly(txn: WriteTransaction) {
+    let _ = abort(txn);
+}
+
+/// What running a job's closure in the group's transaction gave.
+enum Ran {
+    /// It decided (the answer is kept until the commit); `wrote` if it wrote.
+    Decided { wrote: bool },
+    /// It returned an error or panicked: the transaction must be aborted.
+    Failed,
+}
+
+/// One caller's closure and answer, type-erased so one queue holds them all.
+trait Job: Send {
+    /// Runs the closure in `txn`, keeping its answer until delivery.
+    fn run(&mut self, txn: &WriteTransaction) -> Ran;
+    /// Hands the kept answer to the caller.
+    fn deliver(&mut self);
+    /// Answers the caller with `error` instead.
+    fn fail(&mut self, error: StorageError);
+    /// Tells the waiting caller to lead the next group.
+    fn promote(&self);
+}
+
+struct Pending<F, T, E> {
+    f: F,
+    result: Option<Result<T, E>>,
+    slot: Arc<Slot<T, E>>,
+}
+
+impl<F, T, E> Job for Pending<F, T, E>
+where
+    F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send,
+    T: Send,
+    E: From<StorageError> + Send,
+{
+    fn run(&mut self, txn: &WriteTransaction) -> Ran {
+        let f = &mut self.f;
+        let (result, ran) = match catch_unwind(AssertUnwindSafe(|| f(txn))) {
+            Ok(Ok((value, wrote))) => (Ok(value), Ran::Decided { wrote }),
+            Ok(Err(e)) => (Err(e), Ran::Failed),
+            Err(payload) => (
+                Err(StorageError::Corrupt {
+                    detail: panic_text(payload.as_ref()),
+                }
+                .into()),
+                Ran::Failed,
+            ),
+        };
+        self.result = Some(result);
+        ran
+    }
+
+    fn deliver(&mut self) {
+        if let Some(result) = self.result.take() {
+            self.slot.complete(result);
+        }
+    }
+
+    fn fail(&mut self, error: StorageError) {
+        self.result = None;
+        self.slot.complete(Err(error.into()));
+    }
+
+    fn promote(&self) {
+        self.slot.promote();
+    }
+}
+
+impl<F, T, E> Drop for Pending<F, T, E> {
+    fn drop(&mut self) {
+        // Dropped unanswered only if a leader panicked outside the guarded calls.
+        // The caller must not wait forever; nothing was acknowledged.
+        self.slot.abandon();
+    }
+}
+
+/// Where a waiting caller learns its answer (or that it must lead).
+struct Slot<T, E> {
+    state: Mutex<SlotState<T, E>>,
+    changed: Condvar,
+}
+
+enum SlotState<T, E> {
+    Queued,
+    Lead,
+    Done(Result<T, E>),
+    /// The job was dropped without an answer (see `Pending`'s `Drop`).
+    Abandoned,
+    /// The caller took its answer.
+    Taken,
+}
+
+impl<T, E: From<StorageError>> Slot<T, E> {
+    fn complete(&self, result: Result<T, E>) {
+        *lock(&self.state) = SlotState::Done(result);
+        self.changed.notify_one();
+    }
+
+    fn promote(&self) {
+        let mut state = lock(&self.state);
+        if matches!(*state, SlotState::Queued) {
+            *state = SlotState::Lead;
+            self.changed.notify_one();
+        }
+    }
+
+    /// Blocks until the answer is in (`Some`) or this caller must lead (`None`).
+    fn wait(&self) -> Option<Result<T, E>> {
+        let mut state = lock(&self.state);
+        loop {
+            match std::mem::replace(&mut *state, SlotState::Taken) {
+                SlotState::Done(result) => return Some(result),
+                SlotState::Abandoned => {
+                    return Some(Err(StorageError::Corrupt {
+                        detail: "a panic in the group commit leader left this write \
+                                 unanswered; it was not acknowledged"
+                            .to_owned(),
+                    }
+                    .into()));
+                }
+                SlotState::Lead => {
+                    *state = SlotState::Queued;
+                    return None;
+                }
+                SlotState::Queued | SlotState::Taken => {
+                    *state = SlotState::Queued;
+                    state = self
+                        .changed
+                        .wait(state)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+        }
+    }
+}
+
+impl<T, E> Slot<T, E> {
+    fn abandon(&self) {
+        let mut state = lock(&self.state);
+        if matches!(*state, SlotState::Queued | SlotState::Lead) {
+            *state = SlotState::Abandoned;
+            self.changed.notify_one();
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! A write that fails inside a group must not take the others down with it.
+//!
+//! Workers whose lease was taken over try to complete with their stale fencing
+//! token (the state machine refuses: the closure returns an error) while, at the
+//! same moment, the new lease holders complete the same records and other
+//! callers claim and complete fresh keys. The refused writes and the good ones
+//! land in the same groups (`CommitStats::reruns` counts the good writes that ran
+//! again after a refusal aborted their group's transaction). Afterwards, in the
+//! reopened file: every acknowledged completion is there, and no stale write
+//! left a trace.
+
+use std::collections::HashMap;
+use std::sync::Barrier;
+use std::time::Duration;
+
+use idemkit::UnixMillis;
+use idemkit::clock::ManualClock;
+use idemkit::core::machine::Policy;
+use idemkit::core::record::{EffectKind, RecordState, StoredResponse};
+use idemkit::redb_store::{Claim, ExecutionGuard, Store, WorkerError};
+use idemkit::{Fingerprint, IdempotencyKey, Scope};
+
+const PER_KIND: usize = 24;
+const MAX_ROUNDS: usize = 30;
+const LEASE: Duration = Duration::from_secs(30);
+
+fn scope() -> Scope {
+    Scope::new("acme", "charge").unwrap()
+}
+
+fn policy() -> Policy {
+    Policy::default()
+        .with_effect(EffectKind::Local)
+        .with_lease(LEASE)
+}
+
+fn execute(store: &Store, key: &str) -> ExecutionGuard {
+    match store
+        .claim(
+            &scope(),
+            &IdempotencyKey::new(key).unwrap(),
+            Fingerprint::from_bytes([5; 32]),
+            "w",
+            &policy(),
+        )
+        .unwrap()
+    {
+        Claim::Execute(guard) => guard,
+        other => panic!("{key}: expected Execute, got {other:?}"),
+    }
+}
+
+#[test]
+fn stale_completions_in_a_group_leave_the_others_durable_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stale.redb");
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
+    let store = Store::open(&path).unwrap().with_clock(clock.clone());
+    // Expected final body per key.
+    let mut expected: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut rounds = 0;
+    while rounds < MAX_ROUNDS && (rounds == 0 || store.commit_stats().reruns == 0) {
+        // Leases taken over: the old guards hold stale tokens.
+        let keys: Vec<String> = (0..PER_KIND).map(|k| format!("s{rounds}-{k}")).collect();
+        let stale: Vec<ExecutionGuard> = keys.iter().map(|k| execute(&store, k)).collect();
+        clock.advance(LEASE + Duration::from_secs(1));
+        let current: Vec<ExecutionGuard> = keys.iter().map(|k| execute(&store, k)).collect();
+        let barrier = Barrier::new(3 * PER_KIND);
+        let fresh_done: Vec<String> = std::thread::scope(|s| {
+            for guard in stale {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    match guard.complete(StoredResponse::new(200, b"stale".to_vec())) {
+                        Err(WorkerError::Rejected { .. }) => {}
+                        other => panic!("a stale completion must be refused: {other:?}"),
+                    }
+                });
+            }
+            for (guard, key) in current.into_iter().zip(&keys) {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    guard
+                        .complete(StoredResponse::new(201, key.as_bytes().to_vec()))
+                        .unwrap();
+                });
+            }
+            let fresh: Vec<_> = (0..PER_KIND)
+                .map(|k| {
+                    let (store, barrier) = (&store, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        let key = format!("f{rounds}-{k}");
+                        execute(store, &key)
+                            .complete(StoredResponse::new(201, key.as_bytes().to_vec()))
+                            .unwrap();
+                        key
+                    })
+                })
+                .collect();
+            fresh.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for key in keys.into_iter().chain(fresh_done) {
+            let body = key.clone().into_bytes();
+            expected.insert(key, body);
+        }
+        rounds += 1;
+    }
+    let stats = store.commit_stats();
+    eprintln!("{rounds} rounds: {stats:?}");
+    assert!(
+        stats.reruns > 0,
+        "no refused write ever shared a group with a good one in {rounds} rounds: {stats:?}"
+    );
+
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert!(store.verify().unwrap().problems.is_empty());
+    let records: HashMap<String, RecordState> = store
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.key.to_string(), l.record.state))
+        .collect();
+    assert_eq!(records.len(), expected.len());
+    for (key, body) in &expected {
+        match records.get(key) {
+            Some(RecordState::Completed { response, .. }) => {
+                assert_eq!(response.body.as_deref(), Some(body.as_slice()), "{key}");
+            }
+            other => panic!("{key}: expected its acknowledged completion, found {other:?}"),
+        }
+    }
+}
