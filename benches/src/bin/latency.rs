@@ -1,0 +1,391 @@
+//! `idemkit-latency`: per-operation latency figures (p50/p99), one JSON object each.
+//!
+//! - `durable`: claim + complete on a temp redb file, next to the raw
+//!   `write(128 B) + fdatasync` of the same disk, interleaved in rounds.
+//! - `scale --records N`: the same claim latency on a store already holding N records.
+//! - `gc --records N`: GC throughput while clients keep claiming.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use idemkit::clock::{ManualClock, SystemClock};
+use idemkit::core::machine::Policy;
+use idemkit::core::record::EffectKind;
+use idemkit::redb_store::{Claim, Store};
+use idemkit::{IdempotencyKey, UnixMillis};
+use idemkit_benches::fsync::{Mode, RawLog};
+use idemkit_benches::scale::{self, fingerprint, response};
+use idemkit_benches::stats::{Latencies, round2};
+use serde_json::json;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "idemkit-latency",
+    about = "Latency figures of the redb store, as JSON"
+)]
+struct Cli {
+    /// Where the temp files go (a fresh subdirectory, removed after).
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
+    #[command(subcommand)]
+    figure: Figure,
+}
+
+#[derive(Subcommand, Debug)]
+enum Figure {
+    /// Durable claim + complete vs. raw fdatasync, interleaved.
+    Durable {
+        /// Operations of each kind.
+        #[arg(long, default_value_t = 2000)]
+        ops: usize,
+    },
+    /// Claim latency on a store already holding `--records` records.
+    Scale {
+        /// Records in the store before measuring (env IDEMKIT_BENCH_RECORDS).
+        #[arg(long, env = "IDEMKIT_BENCH_RECORDS", default_value_t = 10_000)]
+        records: u64,
+        /// Measured claims (each followed by its complete).
+        #[arg(long, default_value_t = 1000)]
+        ops: usize,
+        /// Threads filling the store (concurrent claims share commits once the
+        /// store batches them).
+        #[arg(long, default_value_t = 4)]
+        fill_threads: u32,
+        /// Keep the filled store in this directory and reuse it next time (the
+        /// measurement runs on a copy, so the cached file stays at `--records`).
+        #[arg(long, env = "IDEMKIT_BENCH_CACHE")]
+        cache: Option<PathBuf>,
+    },
+    /// GC throughput while clients keep claiming new keys.
+    Gc {
+        /// Expired records to collect (env IDEMKIT_BENCH_GC_RECORDS).
+        #[arg(long, env = "IDEMKIT_BENCH_GC_RECORDS", default_value_t = 100_000)]
+        records: u64,
+        /// Claiming clients running during GC.
+        #[arg(long, default_value_t = 2)]
+        clients: u32,
+        /// Records per GC batch (one transaction).
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// Seconds of claims measured without GC first (the baseline).
+        #[arg(long, default_value_t = 3.0)]
+        baseline_seconds: f64,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(v) => {
+            println!("{v}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("idemkit-latency: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<serde_json::Value, Error> {
+    let tmp = match &cli.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            tempfile::Builder::new()
+                .prefix("idemkit-latency-")
+                .tempdir_in(d)?
+        }
+        None => tempfile::Builder::new()
+            .prefix("idemkit-latency-")
+            .tempdir()?,
+    };
+    let dir = tmp.path();
+    let mut out = match &cli.figure {
+        Figure::Durable { ops } => durable(dir, *ops)?,
+        Figure::Scale {
+            records,
+            ops,
+            fill_threads,
+            cache,
+        } => scale_figure(dir, *records, *ops, *fill_threads, cache.as_deref())?,
+        Figure::Gc {
+            records,
+            clients,
+            batch,
+            baseline_seconds,
+        } => gc_figure(dir, *records, *clients, *batch, *baseline_seconds)?,
+    };
+    if let Some(obj) = out.as_object_mut() {
+        obj.insert(
+            "dir".into(),
+            json!(dir.parent().map(Path::display).map(|d| d.to_string())),
+        );
+    }
+    Ok(out)
+}
+
+/// Claim + complete `ops` new keys (prefix `prefix`) one after another,
+/// interleaved in rounds of 50 with as many raw appends and overwrites.
+struct Probe {
+    claim: Latencies,
+    complete: Latencies,
+    claim_complete: Latencies,
+    fsync_append: Latencies,
+    fsync_overwrite: Latencies,
+}
+
+fn probe(store: &Store, dir: &Path, prefix: &str, ops: usize) -> Result<Probe, Error> {
+    let scope = scale::scope();
+    let policy = Policy::default().with_effect(EffectKind::Local);
+    let fp = fingerprint();
+    let mut append = RawLog::create(&dir.join("raw-append.log"), Mode::Append)?;
+    let mut overwrite = RawLog::create(&dir.join("raw-overwrite.log"), Mode::Overwrite)?;
+    let mut p = Probe {
+        claim: Latencies::with_capacity(ops),
+        complete: Latencies::with_capacity(ops),
+        claim_complete: Latencies::with_capacity(ops),
+        fsync_append: Latencies::with_capacity(ops),
+        fsync_overwrite: Latencies::with_capacity(ops),
+    };
+    // Warm-up: the first transactions allocate pages, the first appends grow the file.
+    for i in 0..20 {
+        let key = IdempotencyKey::new(&format!("{prefix}-warm-{i}"))?;
+        if let Claim::Execute(g) = store.claim(&scope, &key, fp, "probe", &policy)? {
+            g.complete(response())?;
+        }
+        append.write_sync()?;
+        overwrite.write_sync()?;
+    }
+    let mut done = 0;
+    while done < ops {
+        let round = (ops - done).min(50);
+        for i in done..done + round {
+            let key = IdempotencyKey::new(&format!("{prefix}-{i}"))?;
+            let t0 = Instant::now();
+            let claim = store.claim(&scope, &key, fp, "probe", &policy)?;
+            let t1 = Instant::now();
+            let Claim::Execute(guard) = claim else {
+                return Err(format!("probe claim answered {claim:?}").into());
+            };
+            guard.complete(response())?;
+            let t2 = Instant::now();
+            p.claim.record(t1 - t0);
+            p.complete.record(t2 - t1);
+            p.claim_complete.record(t2 - t0);
+        }
+        p.fsync_append.merge(append.measure(round)?);
+        p.fsync_overwrite.merge(overwrite.measure(round)?);
+        done += round;
+    }
+    Ok(p)
+}
+
+fn probe_json(p: &mut Probe) -> serde_json::Value {
+    json!({
+        "claim": p.claim.summary(),
+        "complete": p.complete.summary(),
+        "claim_complete": p.claim_complete.summary(),
+        "fsync_append": p.fsync_append.summary(),
+        "fsync_overwrite": p.fsync_overwrite.summary(),
+    })
+}
+
+fn durable(dir: &Path, ops: usize) -> Result<serde_json::Value, Error> {
+    let store = Store::open(dir.join("durable.redb"))?;
+    let mut p = probe(&store, dir, "durable", ops)?;
+    let mut v = probe_json(&mut p);
+    v["figure"] = json!("durable");
+    v["ops"] = json!(ops);
+    Ok(v)
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+fn scale_figure(
+    dir: &Path,
+    records: u64,
+    ops: usize,
+    fill_threads: u32,
+    cache: Option<&Path>,
+) -> Result<serde_json::Value, Error> {
+    let path = dir.join("scale.redb");
+    let policy = Policy::default().with_effect(EffectKind::Local);
+    let name = format!(
+        "scale-{records}-format{}.redb",
+        idemkit::redb_store::FORMAT_VERSION
+    );
+    let cached = cache.map(|c| c.join(&name));
+    let mut reused = false;
+    let fill_time = match &cached {
+        Some(c) if c.exists() => {
+            eprintln!("idemkit-latency scale: reusing {}", c.display());
+            std::fs::copy(c, &path)?;
+            reused = true;
+            Duration::ZERO
+        }
+        _ => {
+            eprintln!("idemkit-latency scale: filling {records} records");
+            let took = scale::fill(&path, records, fill_threads, policy, SystemClock)?;
+            if let Some(c) = &cached {
+                if let Some(parent) = c.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let tmp = c.with_extension("partial");
+                std::fs::copy(&path, &tmp)?;
+                std::fs::rename(&tmp, c)?;
+            }
+            took
+        }
+    };
+    let t = Instant::now();
+    let store = Store::open(&path)?;
+    let open_time = t.elapsed();
+    let stats_total = store.stats()?.total;
+    let mut p = probe(&store, dir, "probe", ops)?;
+    // Replays of existing records spread over the whole key space (a read transaction
+    // and a B-tree lookup; nothing is written).
+    let scope = scale::scope();
+    let fp = fingerprint();
+    let mut replay = Latencies::with_capacity(ops);
+    let mut rng = idemkit_benches::bodies::Rng::new(7);
+    for _ in 0..ops {
+        let i = (u64::from(rng.next_u32()) << 32 | u64::from(rng.next_u32())) % records.max(1);
+        let key = IdempotencyKey::new(&scale::fill_key(i))?;
+        let t = Instant::now();
+        let c = store.claim(&scope, &key, fp, "probe", &policy)?;
+        replay.record(t.elapsed());
+        if records > 0 && !matches!(c, Claim::Replay { .. }) {
+            return Err(format!("expected a replay of fill record {i}, got {c:?}").into());
+        }
+    }
+    let mut v = probe_json(&mut p);
+    v["figure"] = json!("scale");
+    v["records"] = json!(records);
+    v["records_counted"] = json!(stats_total);
+    v["ops"] = json!(ops);
+    v["fill_s"] = json!(round2(fill_time.as_secs_f64()));
+    v["fill_reused"] = json!(reused);
+    v["fill_threads"] = json!(fill_threads);
+    if !reused {
+        v["fill_records_per_s"] = json!(round2(records as f64 / fill_time.as_secs_f64().max(1e-9)));
+    }
+    v["open_s"] = json!(round2(open_time.as_secs_f64()));
+    v["file_bytes"] = json!(file_len(&path));
+    v["replay_existing"] = replay.summary();
+    Ok(v)
+}
+
+fn gc_figure(
+    dir: &Path,
+    records: u64,
+    clients: u32,
+    batch: usize,
+    baseline_seconds: f64,
+) -> Result<serde_json::Value, Error> {
+    let path = dir.join("gc.redb");
+    // Records written at t0 with one-minute windows; measured an hour later, so all
+    // are due for deletion. Claims during GC use new keys under the default policy.
+    let t0 = UnixMillis::from_millis(1_800_000_000_000);
+    let short = Policy::default()
+        .with_effect(EffectKind::Local)
+        .with_replay_window(Duration::from_secs(60))
+        .with_record_window(Duration::from_secs(60));
+    eprintln!("idemkit-latency gc: filling {records} records");
+    let fill_time = scale::fill(&path, records, 2, short, ManualClock::new(t0))?;
+    let clock = ManualClock::new(t0.saturating_add(Duration::from_secs(3600)));
+    let store = Store::open(&path)?.with_clock(clock);
+
+    let run_claims = |stop: Arc<AtomicBool>, tag: &'static str| {
+        let mut handles = Vec::new();
+        for c in 0..clients {
+            let store = store.clone();
+            let stop = Arc::clone(&stop);
+            handles.push(std::thread::spawn(move || -> Result<Latencies, Error> {
+                let scope = scale::scope();
+                let policy = Policy::default().with_effect(EffectKind::Local);
+                let fp = fingerprint();
+                let mut lat = Latencies::with_capacity(4096);
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = IdempotencyKey::new(&format!("{tag}-{c}-{i}"))?;
+                    i += 1;
+                    let t = Instant::now();
+                    if let Claim::Execute(g) =
+                        store.claim(&scope, &key, fp, "gc-client", &policy)?
+                    {
+                        g.complete(response())?;
+                    }
+                    lat.record(t.elapsed());
+                }
+                Ok(lat)
+            }));
+        }
+        handles
+    };
+    let join = |handles: Vec<std::thread::JoinHandle<Result<Latencies, Error>>>| {
+        let mut all = Latencies::default();
+        for h in handles {
+            all.merge(h.join().map_err(|_| "a claim client panicked")??);
+        }
+        Ok::<_, Error>(all)
+    };
+
+    // Baseline: claims alone.
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles = run_claims(Arc::clone(&stop), "base");
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(baseline_seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut base = join(handles)?;
+    let base_s = t.elapsed().as_secs_f64();
+
+    // GC until nothing is due, with the same claims running.
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles = run_claims(Arc::clone(&stop), "during");
+    let t = Instant::now();
+    let mut deleted = 0u64;
+    let mut batches = 0u64;
+    let mut batch_lat = Latencies::default();
+    loop {
+        let bt = Instant::now();
+        let report = store.gc(batch)?;
+        batch_lat.record(bt.elapsed());
+        batches += 1;
+        deleted += report.deleted + report.pruned;
+        if !report.more {
+            break;
+        }
+    }
+    let gc_s = t.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let mut during = join(handles)?;
+    let during_s = t.elapsed().as_secs_f64();
+
+    Ok(json!({
+        "figure": "gc",
+        "records": records,
+        "fill_s": round2(fill_time.as_secs_f64()),
+        "clients": clients,
+        "batch": batch,
+        "gc_deleted": deleted,
+        "gc_batches": batches,
+        "gc_s": round2(gc_s),
+        "gc_records_per_s": round2(deleted as f64 / gc_s.max(1e-9)),
+        "gc_batch": batch_lat.summary(),
+        "claims_baseline": {
+            "ops_per_s": round2(base.len() as f64 / base_s.max(1e-9)),
+            "latency": base.summary(),
+        },
+        "claims_during_gc": {
+            "ops_per_s": round2(during.len() as f64 / during_s.max(1e-9)),
+            "latency": during.summary(),
+        },
+    }))
+}
