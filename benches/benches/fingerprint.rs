@@ -7,12 +7,22 @@
 //! - `idemkit_canonicalize`: `idemkit_core::json::canonicalize` (strict, into a `Vec`).
 //! - `idemkit_fingerprint`: `FingerprintSpec::fingerprint` (canonicalize streamed into blake3).
 //! - `blake3_only`: blake3 over the already-canonical bytes (the hashing share).
+//! - `idemkit_count`: `canonicalize_to` into a `CountingSink` (parse + one
+//!   serialization pass, nothing kept): the canonicalizer's own cost.
+//! - `idemkit_stream_blake3`: `canonicalize_to` straight into a `blake3::Hasher`
+//!   (parse + one serialization pass + hashing in small writes).
+//!
+//! The last three break the fingerprint down; see BENCHMARKS.md.
+
+// `criterion_group!` generates an undocumented `pub fn`.
+#![allow(missing_docs)]
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use idemkit_benches::bodies;
+use idemkit_core::json::{CanonicalizeOptions, CountingSink, canonicalize_to};
 use idemkit_core::{ContentKind, FingerprintSpec};
 use sha2::{Digest as _, Sha256};
 
@@ -49,6 +59,21 @@ fn throughput(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::from_parameter("blake3_only"), |b| {
             b.iter(|| blake3::hash(black_box(&canonical)))
+        });
+        let opts = CanonicalizeOptions::default();
+        group.bench_function(BenchmarkId::from_parameter("idemkit_count"), |b| {
+            b.iter(|| {
+                let mut count = CountingSink::default();
+                canonicalize_to(black_box(&body), &opts, &mut count).unwrap();
+                count.0
+            })
+        });
+        group.bench_function(BenchmarkId::from_parameter("idemkit_stream_blake3"), |b| {
+            b.iter(|| {
+                let mut h = blake3::Hasher::new();
+                canonicalize_to(black_box(&body), &opts, &mut h).unwrap();
+                h.finalize()
+            })
         });
         group.finish();
     }

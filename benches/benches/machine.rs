@@ -1,5 +1,8 @@
 //! The pure claim decision (`idemkit_core::machine::claim`), no I/O: nanoseconds.
 
+// `criterion_group!` generates an undocumented `pub fn`.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
