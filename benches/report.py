@@ -194,10 +194,14 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
       "`benches/results/chart.svg`:")
     w("")
     w("```sh")
-    w("scripts/bench-all.sh                 # full run (≈ 15 min on a quiet 2-core machine, most of it")
-    w("                                     # building the 10M-record store; cached in target/bench-cache)")
-    w("IDEMKIT_BENCH_SMOKE=1 scripts/bench-all.sh   # a ~3-minute smoke of every figure")
+    w("scripts/bench-all.sh                         # the full run")
+    w("IDEMKIT_BENCH_SMOKE=1 scripts/bench-all.sh   # a ~3-minute smoke of every figure (tiny sizes)")
     w("```")
+    w("")
+    w("Runtime of the full run on a 2-core machine: about 9–10 minutes for everything except the "
+      "10M-record store, plus filling that store once (10M records through the public API at "
+      "6–12k records/s: 15–25 minutes; it is kept in `target/bench-cache` and reused by later runs, "
+      "which then take the 9–10 minutes). `IDEMKIT_BENCH_RECORDS=2000000` keeps a first run under 15 minutes.")
     w("")
     w("Knobs (environment): `IDEMKIT_BENCH_RECORDS` (default 10000000), `IDEMKIT_BENCH_DIR` (the "
       "disk measured; default `target/bench-tmp`), `IDEMKIT_BENCH_SECONDS` (per loadgen point, default 10), "
@@ -317,14 +321,24 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
         w("### Where the fingerprint's time goes")
         w("")
         w("Same bodies, parts of the pipeline measured alone (MiB/s). `FingerprintSpec::fingerprint` "
-          "parses once, then serializes the canonical form **twice** — once into a counting sink to "
-          "length-frame the body, once into blake3 — in many small `update` calls.")
+          "parses once and serializes the canonical form twice: into a counting sink (to length-frame "
+          "the body), then into a `blake3::Hasher`, in many small `update` calls. The split "
+          "attributes the fingerprint's time per byte: canonicalizer = parse + one serialization "
+          "(`CountingSink`); small-write hashing = streaming into blake3 minus that; counting pass = "
+          "the rest.")
         w("")
-        w("| body | fingerprint | " + " | ".join(label for _, label in BREAKDOWN) + " | canonicalize (Vec) |")
-        w("|---|---:|" + "---:|" * (len(BREAKDOWN) + 1))
+        w("| body | fingerprint | " + " | ".join(label for _, label in BREAKDOWN)
+          + " | canonicalize (Vec) | split: canonicalizer / small-write hashing / counting pass |")
+        w("|---|---:|" + "---:|" * (len(BREAKDOWN) + 2))
         for shape, size, r, fp, _, _ in fp_rows:
+            count, stream = mib_s(r["idemkit_count"]), mib_s(r["idemkit_stream_blake3"])
+            split = "—"
+            if fp and count and stream:
+                total = 1 / fp
+                parts_ = [1 / count, max(1 / stream - 1 / count, 0), max(total - 1 / stream, 0)]
+                split = " / ".join(f"{p_ / total:.0%}" for p_ in parts_)
             w(f"| {shape} {size} | {fmt(fp)} | " + " | ".join(fmt(mib_s(r[n])) for n, _ in BREAKDOWN)
-              + f" | {fmt(mib_s(r['idemkit_canonicalize']))} |")
+              + f" | {fmt(mib_s(r['idemkit_canonicalize']))} | {split} |")
         w("")
 
     mach_rows = [r for r in crit if r["group"].startswith("machine/")]
@@ -358,6 +372,14 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
             w(f"| {label} | {fmt(s['p50_us'])} | {fmt(s['p99_us'])} | {fmt(s['mean_us'])} | "
               f"{rx(ratio(s['p50_us'], f_app))} | {rx(ratio(s['p99_us'], durable['fsync_append']['p99_us']))} |")
         w("")
+        io = durable.get("io_per_op")
+        if io:
+            w("I/O per operation (a store on a counting backend, same code path): "
+              f"claim {io['claim']['syncs']:.2f} fdatasync, {io['claim']['writes']:.1f} writes, "
+              f"{io['claim']['bytes'] / 1024:.1f} KiB; complete {io['complete']['syncs']:.2f} fdatasync, "
+              f"{io['complete']['writes']:.1f} writes, {io['complete']['bytes'] / 1024:.1f} KiB "
+              "(the raw row writes 128 B).")
+            w("")
 
     if loadgen:
         w("## Throughput vs clients (`idemkit-loadgen`)")

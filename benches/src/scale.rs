@@ -29,6 +29,85 @@ type BackendIoError = std::io::Error;
 #[derive(Debug)]
 pub struct NoSyncFile(FileBackend);
 
+/// What a [`CountingFile`] saw.
+#[derive(Debug, Default)]
+pub struct IoCounts {
+    /// `sync_data` calls (fdatasync).
+    pub syncs: AtomicU64,
+    /// `write` calls.
+    pub writes: AtomicU64,
+    /// Bytes written.
+    pub bytes: AtomicU64,
+}
+
+/// redb's file backend, durable, counting syncs and writes: how much I/O one
+/// claim or complete costs.
+#[derive(Debug)]
+pub struct CountingFile {
+    inner: FileBackend,
+    counts: Arc<IoCounts>,
+}
+
+impl CountingFile {
+    /// Opens (creating) `path`; the counts are shared with the caller.
+    ///
+    /// # Errors
+    ///
+    /// The file could not be opened.
+    pub fn open(path: &Path, counts: Arc<IoCounts>) -> std::io::Result<Self> {
+        let NoSyncFile(inner) = NoSyncFile::open(path)?;
+        Ok(CountingFile { inner, counts })
+    }
+}
+
+impl StorageBackend for CountingFile {
+    fn len(&self) -> Result<u64, BackendIoError> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), BackendIoError> {
+        self.inner.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), BackendIoError> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), BackendIoError> {
+        self.counts.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), BackendIoError> {
+        self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.inner.write(offset, data)
+    }
+    fn close(&self) -> Result<(), BackendIoError> {
+        self.inner.close()
+    }
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, BackendError> {
+        self.inner.try_lock_shared_range(start, end)
+    }
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.lock_range(start, end)
+    }
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.lock_shared_range(start, end)
+    }
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.unlock_range(start, end)
+    }
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.query_lock_range(start, end)
+    }
+}
+
 impl NoSyncFile {
     /// Opens (creating) `path`.
     ///

@@ -198,9 +198,56 @@ fn durable(dir: &Path, ops: usize) -> Result<serde_json::Value, Error> {
     let store = Store::open(dir.join("durable.redb"))?;
     let mut p = probe(&store, dir, "durable", ops)?;
     let mut v = probe_json(&mut p);
+    v["io_per_op"] = io_per_op(dir)?;
     v["figure"] = json!("durable");
     v["ops"] = json!(ops);
     Ok(v)
+}
+
+/// Syncs, writes and bytes written per claim and per complete (a store on a
+/// counting backend, 200 new keys after a warm-up).
+fn io_per_op(dir: &Path) -> Result<serde_json::Value, Error> {
+    let counts = Arc::new(scale::IoCounts::default());
+    let backend = scale::CountingFile::open(&dir.join("counted.redb"), Arc::clone(&counts))?;
+    let store = Store::with_backend(backend)?;
+    let scope = scale::scope();
+    let policy = Policy::default().with_effect(EffectKind::Local);
+    let fp = fingerprint();
+    let n = 200u64;
+    let snapshot = |c: &scale::IoCounts| {
+        [
+            c.syncs.load(Ordering::Relaxed),
+            c.writes.load(Ordering::Relaxed),
+            c.bytes.load(Ordering::Relaxed),
+        ]
+    };
+    let mut claim = [0u64; 3];
+    let mut complete = [0u64; 3];
+    for i in 0..n + 20 {
+        let key = IdempotencyKey::new(&format!("io-{i}"))?;
+        let before = snapshot(&counts);
+        let c = store.claim(&scope, &key, fp, "io", &policy)?;
+        let mid = snapshot(&counts);
+        let Claim::Execute(guard) = c else {
+            return Err(format!("io claim answered {c:?}").into());
+        };
+        guard.complete(response())?;
+        let after = snapshot(&counts);
+        if i >= 20 {
+            for k in 0..3 {
+                claim[k] += mid[k] - before[k];
+                complete[k] += after[k] - mid[k];
+            }
+        }
+    }
+    let per = |a: [u64; 3]| {
+        json!({
+            "syncs": round2(a[0] as f64 / n as f64),
+            "writes": round2(a[1] as f64 / n as f64),
+            "bytes": round2(a[2] as f64 / n as f64),
+        })
+    };
+    Ok(json!({ "claim": per(claim), "complete": per(complete) }))
 }
 
 fn file_len(path: &Path) -> u64 {
