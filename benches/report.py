@@ -165,8 +165,10 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     crit = load(results, "criterion.json") or []
     durable = load(results, "durable.json")
     loadgen = load(results, "loadgen.json") or []
-    small = load(results, "scale-small.json")
-    big = load(results, "scale-big.json")
+    scale = load(results, "scale.json")
+    stores = (scale or {}).get("stores", [])
+    small = stores[0] if len(stores) > 1 else None
+    big = stores[-1] if len(stores) > 1 else None
     gc = load(results, "gc.json")
     wasm = load(results, "wasm.json")
     smoke = bool(meta.get("smoke", True))
@@ -214,7 +216,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     w("| pure claim decision | `cargo bench -p idemkit-benches --bench machine` | `criterion.json` |")
     w("| durable claim + complete vs raw fdatasync | `idemkit-latency --dir D durable --ops 2000` | `durable.json` |")
     w("| throughput vs clients | `idemkit-loadgen --backend redb\\|sqlite\\|fsync --clients N --seconds S --dir D [--keys hot]` | `loadgen.json` |")
-    w("| claim latency at 10k and 10M records | `idemkit-latency --dir D scale --records N --cache C` | `scale-small.json`, `scale-big.json` |")
+    w("| claim latency at 10k and 10M records | `idemkit-latency --dir D scale --records 10000 --records 10000000 --cache C` | `scale.json` |")
     w("| GC while claims continue | `idemkit-latency --dir D gc --records N` | `gc.json` |")
     w("| wasm fingerprint in Node | `npm --prefix wasm run build && node wasm/bench/fingerprint.mjs` | `wasm.json` |")
     w("")
@@ -290,7 +292,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
             "ops/s, SQLite WAL + synchronous=FULL")
     t.check(f"claim p50 at {big['records'] if big else '?':,} / at {small['records'] if small else '?':,} records"
             if big and small else "claim p50 at 10M / at 10k records", big_ratio, BIG_VS_SMALL, False,
-            "durable claim transaction alone, p50")
+            "durable claim transaction alone, p50; both stores probed in turn in one run")
     t.check("wasm fingerprint / canonicalize + WebCrypto SHA-256 (Node, 64 KB)", wasm_min, WASM_VS_CANONICALIZE,
             True, "throughput, worst of the 3 shapes")
 
@@ -357,10 +359,11 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
 
     if durable:
         f_app = durable["fsync_append"]["p50_us"]
-        w(f"## Durable claim + complete vs raw fdatasync ({durable['ops']:,} ops each, interleaved)")
+        w(f"## Durable claim + complete vs raw fdatasync ({durable['ops']:,} ops each)")
         w("")
         w("A temp redb file on the measured disk; each claim is a new key. The raw rows are "
-          "`write(128 B) + fdatasync` on a file in the same directory, in rounds between the claims.")
+          "`write(128 B) + fdatasync` on a file in the same directory, one after each claim + complete "
+          "(interleaved op by op, so both see the same disk).")
         w("")
         w("| operation | p50 µs | p99 µs | mean µs | p50 ÷ fdatasync (append) | p99 ÷ fdatasync p99 |")
         w("|---|---:|---:|---:|---:|---:|")
@@ -402,25 +405,26 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
               f"{rx(ratio(r['ops_per_s'], sq and sq['ops_per_s'])) if r['backend'] == 'redb' else '—'} |")
         w("")
 
-    if small or big:
+    if stores:
+        f_app = scale["fsync_append"]["p50_us"]
         w("## Claim latency vs records in the store")
         w("")
-        w("The store is filled through the public API (claims + completes on a `Store::with_backend` "
+        w("Each store is filled through the public API (claims + completes on a `Store::with_backend` "
           "whose `sync_data` is a no-op, synced once at the end: the table format is private and "
-          "`Store` has no bulk path), then reopened with `Store::open` and probed with durable "
-          "claims of new keys, and with replays of existing keys spread over the key space.")
+          "`Store` has no bulk path), then reopened with `Store::open`. The stores are probed op by "
+          "op in turn (durable claim + complete of new keys, one raw fdatasync between rounds), so "
+          "they see the same disk; then replays of existing keys spread over the key space. "
+          f"Raw append + fdatasync in the same run: p50 {fmt(f_app)} µs, p99 {fmt(scale['fsync_append']['p99_us'])} µs.")
         w("")
-        w("| records | fill s (records/s) | file MiB | open s | claim p50 / p99 µs | claim + complete p50 / p99 µs | replay p50 / p99 µs | fdatasync p50 µs | claim p50 ÷ fdatasync |")
+        w("| records | fill s (records/s) | file MiB | open s | claim p50 / p99 µs | claim + complete p50 / p99 µs | replay p50 / p99 µs | claim p50 ÷ fdatasync | claim p50 ÷ smallest store |")
         w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for s in (small, big):
-            if not s:
-                continue
-            fill = "cached" if s.get("fill_reused") else f"{fmt(s['fill_s'])} ({fmt(s.get('fill_records_per_s'))})"
-            w(f"| {s['records']:,} | {fill} | {fmt(s['file_bytes'] / 1048576)} | {fmt(s['open_s'])} | "
-              f"{fmt(s['claim']['p50_us'])} / {fmt(s['claim']['p99_us'])} | "
-              f"{fmt(s['claim_complete']['p50_us'])} / {fmt(s['claim_complete']['p99_us'])} | "
-              f"{fmt(s['replay_existing']['p50_us'])} / {fmt(s['replay_existing']['p99_us'])} | "
-              f"{fmt(s['fsync_append']['p50_us'])} | {rx(ratio(s['claim']['p50_us'], s['fsync_append']['p50_us']))} |")
+        for s_ in stores:
+            fill = "cached" if s_.get("fill_reused") else f"{fmt(s_['fill_s'])} ({fmt(s_.get('fill_records_per_s'))})"
+            w(f"| {s_['records']:,} | {fill} | {fmt(s_['file_bytes'] / 1048576)} | {fmt(s_['open_s'])} | "
+              f"{fmt(s_['claim']['p50_us'])} / {fmt(s_['claim']['p99_us'])} | "
+              f"{fmt(s_['claim_complete']['p50_us'])} / {fmt(s_['claim_complete']['p99_us'])} | "
+              f"{fmt(s_['replay_existing']['p50_us'])} / {fmt(s_['replay_existing']['p99_us'])} | "
+              f"{rx(ratio(s_['claim']['p50_us'], f_app))} | {rx(ratio(s_['claim']['p50_us'], stores[0]['claim']['p50_us']))} |")
         w("")
 
     if gc:
@@ -434,7 +438,8 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
         w("|---|---:|")
         w(f"| GC records/s | {fmt(gc['gc_records_per_s'])} ({gc['gc_deleted']:,} in {fmt(gc['gc_s'])} s) |")
         w(f"| GC batch p50 / p99 ms | {fmt(gc['gc_batch']['p50_us'] / 1000)} / {fmt(gc['gc_batch']['p99_us'] / 1000)} |")
-        w(f"| claims/s without GC → during GC | {fmt(b['ops_per_s'])} → {fmt(d['ops_per_s'])} ({rx(ratio(d['ops_per_s'], b['ops_per_s']))}) |")
+        w(f"| claims/s without GC → during GC | {fmt(b['ops_per_s'])} → {fmt(d['ops_per_s'])} ({rx(ratio(d['ops_per_s'], b['ops_per_s']))}; "
+          f"{b['latency']['n']:,} → {d['latency']['n']:,} claims measured) |")
         w(f"| claim + complete p50 µs without → during | {fmt(b['latency']['p50_us'])} → {fmt(d['latency']['p50_us'])} |")
         w(f"| claim + complete p99 µs without → during | {fmt(b['latency']['p99_us'])} → {fmt(d['latency']['p99_us'])} |")
         w("")
@@ -457,7 +462,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
               f"{'yes' if r.get('canonical_equal') else '**NO**'} |")
         w("")
     missing = [n for n, v in [("criterion", crit), ("durable", durable), ("loadgen", loadgen),
-                              ("scale", small or big), ("gc", gc), ("wasm", wasm)] if not v]
+                              ("scale", stores), ("gc", gc), ("wasm", wasm)] if not v]
     if missing:
         w("## Not measured in this run")
         w("")

@@ -44,11 +44,12 @@ enum Figure {
         #[arg(long, default_value_t = 2000)]
         ops: usize,
     },
-    /// Claim latency on a store already holding `--records` records.
+    /// Claim latency on stores already holding `--records` records, each
+    /// (`--records 10000 --records 10000000`), probed op by op in turn.
     Scale {
-        /// Records in the store before measuring (env IDEMKIT_BENCH_RECORDS).
-        #[arg(long, env = "IDEMKIT_BENCH_RECORDS", default_value_t = 10_000)]
-        records: u64,
+        /// Records in a store before measuring (repeat for several stores).
+        #[arg(long, required = true, num_args = 1..)]
+        records: Vec<u64>,
         /// Measured claims (each followed by its complete).
         #[arg(long, default_value_t = 1000)]
         ops: usize,
@@ -111,7 +112,7 @@ fn run(cli: &Cli) -> Result<serde_json::Value, Error> {
             ops,
             fill_threads,
             cache,
-        } => scale_figure(dir, *records, *ops, *fill_threads, cache.as_deref())?,
+        } => scale_figure(dir, records, *ops, *fill_threads, cache.as_deref())?,
         Figure::Gc {
             records,
             clients,
@@ -128,76 +129,91 @@ fn run(cli: &Cli) -> Result<serde_json::Value, Error> {
     Ok(out)
 }
 
-/// Claim + complete `ops` new keys (prefix `prefix`) one after another,
-/// interleaved in rounds of 50 with as many raw appends and overwrites.
-struct Probe {
+/// Latencies of one store in a probe.
+#[derive(Default)]
+struct StoreProbe {
     claim: Latencies,
     complete: Latencies,
     claim_complete: Latencies,
+}
+
+/// Claim + complete of `ops` new keys (prefix `prefix`) on each store, and as many
+/// raw appends and overwrites, interleaved op by op (the store order rotates), so
+/// every figure sees the same disk conditions.
+struct Probe {
+    stores: Vec<StoreProbe>,
     fsync_append: Latencies,
     fsync_overwrite: Latencies,
 }
 
-fn probe(store: &Store, dir: &Path, prefix: &str, ops: usize) -> Result<Probe, Error> {
+fn claim_complete(store: &Store, key: &str, p: Option<&mut StoreProbe>) -> Result<(), Error> {
     let scope = scale::scope();
     let policy = Policy::default().with_effect(EffectKind::Local);
-    let fp = fingerprint();
+    let key = IdempotencyKey::new(key)?;
+    let t0 = Instant::now();
+    let claim = store.claim(&scope, &key, fingerprint(), "probe", &policy)?;
+    let t1 = Instant::now();
+    let Claim::Execute(guard) = claim else {
+        return Err(format!("probe claim answered {claim:?}").into());
+    };
+    guard.complete(response())?;
+    let t2 = Instant::now();
+    if let Some(p) = p {
+        p.claim.record(t1 - t0);
+        p.complete.record(t2 - t1);
+        p.claim_complete.record(t2 - t0);
+    }
+    Ok(())
+}
+
+fn probe(stores: &[&Store], dir: &Path, prefix: &str, ops: usize) -> Result<Probe, Error> {
     let mut append = RawLog::create(&dir.join("raw-append.log"), Mode::Append)?;
     let mut overwrite = RawLog::create(&dir.join("raw-overwrite.log"), Mode::Overwrite)?;
     let mut p = Probe {
-        claim: Latencies::with_capacity(ops),
-        complete: Latencies::with_capacity(ops),
-        claim_complete: Latencies::with_capacity(ops),
+        stores: stores.iter().map(|_| StoreProbe::default()).collect(),
         fsync_append: Latencies::with_capacity(ops),
         fsync_overwrite: Latencies::with_capacity(ops),
     };
     // Warm-up: the first transactions allocate pages, the first appends grow the file.
     for i in 0..20 {
-        let key = IdempotencyKey::new(&format!("{prefix}-warm-{i}"))?;
-        if let Claim::Execute(g) = store.claim(&scope, &key, fp, "probe", &policy)? {
-            g.complete(response())?;
+        for store in stores {
+            claim_complete(store, &format!("{prefix}-warm-{i}"), None)?;
         }
         append.write_sync()?;
         overwrite.write_sync()?;
     }
-    let mut done = 0;
-    while done < ops {
-        let round = (ops - done).min(50);
-        for i in done..done + round {
-            let key = IdempotencyKey::new(&format!("{prefix}-{i}"))?;
-            let t0 = Instant::now();
-            let claim = store.claim(&scope, &key, fp, "probe", &policy)?;
-            let t1 = Instant::now();
-            let Claim::Execute(guard) = claim else {
-                return Err(format!("probe claim answered {claim:?}").into());
-            };
-            guard.complete(response())?;
-            let t2 = Instant::now();
-            p.claim.record(t1 - t0);
-            p.complete.record(t2 - t1);
-            p.claim_complete.record(t2 - t0);
+    let n = stores.len();
+    for i in 0..ops {
+        for j in 0..n {
+            let k = (i + j) % n;
+            if let (Some(store), Some(sp)) = (stores.get(k), p.stores.get_mut(k)) {
+                claim_complete(store, &format!("{prefix}-{i}"), Some(sp))?;
+            }
         }
-        p.fsync_append.merge(append.measure(round)?);
-        p.fsync_overwrite.merge(overwrite.measure(round)?);
-        done += round;
+        p.fsync_append.merge(append.measure(1)?);
+        p.fsync_overwrite.merge(overwrite.measure(1)?);
     }
     Ok(p)
 }
 
-fn probe_json(p: &mut Probe) -> serde_json::Value {
+fn store_json(p: &mut StoreProbe) -> serde_json::Value {
     json!({
         "claim": p.claim.summary(),
         "complete": p.complete.summary(),
         "claim_complete": p.claim_complete.summary(),
-        "fsync_append": p.fsync_append.summary(),
-        "fsync_overwrite": p.fsync_overwrite.summary(),
     })
 }
 
 fn durable(dir: &Path, ops: usize) -> Result<serde_json::Value, Error> {
     let store = Store::open(dir.join("durable.redb"))?;
-    let mut p = probe(&store, dir, "durable", ops)?;
-    let mut v = probe_json(&mut p);
+    let mut p = probe(&[&store], dir, "durable", ops)?;
+    let mut v = p
+        .stores
+        .first_mut()
+        .map(store_json)
+        .ok_or("no store probed")?;
+    v["fsync_append"] = p.fsync_append.summary();
+    v["fsync_overwrite"] = p.fsync_overwrite.summary();
     v["io_per_op"] = io_per_op(dir)?;
     v["figure"] = json!("durable");
     v["ops"] = json!(ops);
@@ -254,13 +270,21 @@ fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
-fn scale_figure(
+/// A store holding `records` fill records: filled now, or reused from `cache`.
+struct Prepared {
+    store: Store,
+    records: u64,
+    path: PathBuf,
+    fill: Option<Duration>,
+    open: Duration,
+}
+
+fn prepare(
     dir: &Path,
     records: u64,
-    ops: usize,
     fill_threads: u32,
     cache: Option<&Path>,
-) -> Result<serde_json::Value, Error> {
+) -> Result<Prepared, Error> {
     let policy = Policy::default().with_effect(EffectKind::Local);
     let name = format!(
         "scale-{records}-format{}.redb",
@@ -270,10 +294,9 @@ fn scale_figure(
     // only its own probe records (new keys, so never a replay), a negligible drift
     // that `records_counted` shows.
     let path = cache.map_or_else(|| dir.join(&name), |c| c.join(&name));
-    let reused = path.exists();
-    let fill_time = if reused {
+    let fill = if path.exists() {
         eprintln!("idemkit-latency scale: reusing {}", path.display());
-        Duration::ZERO
+        None
     } else {
         eprintln!("idemkit-latency scale: filling {records} records");
         if let Some(parent) = path.parent() {
@@ -283,48 +306,83 @@ fn scale_figure(
         let _ = std::fs::remove_file(&partial);
         let took = scale::fill(&partial, records, fill_threads, policy, SystemClock)?;
         std::fs::rename(&partial, &path)?;
-        took
+        Some(took)
     };
     let t = Instant::now();
     let store = Store::open(&path)?;
-    let open_time = t.elapsed();
-    let stats_total = store.stats()?.total;
+    Ok(Prepared {
+        store,
+        records,
+        path,
+        fill,
+        open: t.elapsed(),
+    })
+}
+
+fn scale_figure(
+    dir: &Path,
+    records: &[u64],
+    ops: usize,
+    fill_threads: u32,
+    cache: Option<&Path>,
+) -> Result<serde_json::Value, Error> {
+    let mut records = records.to_vec();
+    records.sort_unstable();
+    records.dedup();
+    let mut prepared = Vec::new();
+    for &n in &records {
+        // Small stores are quick to fill: only the largest is cached.
+        let largest = Some(&n) == records.last();
+        prepared.push(prepare(dir, n, fill_threads, cache.filter(|_| largest))?);
+    }
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let mut p = probe(&store, dir, &format!("probe-{nonce:x}"), ops)?;
-    // Replays of existing records spread over the whole key space (a read transaction
-    // and a B-tree lookup; nothing is written).
+    let stores: Vec<&Store> = prepared.iter().map(|p| &p.store).collect();
+    let mut p = probe(&stores, dir, &format!("probe-{nonce:x}"), ops)?;
     let scope = scale::scope();
+    let policy = Policy::default().with_effect(EffectKind::Local);
     let fp = fingerprint();
-    let mut replay = Latencies::with_capacity(ops);
-    let mut rng = idemkit_benches::bodies::Rng::new(7);
-    for _ in 0..ops {
-        let i = (u64::from(rng.next_u32()) << 32 | u64::from(rng.next_u32())) % records.max(1);
-        let key = IdempotencyKey::new(&scale::fill_key(i))?;
-        let t = Instant::now();
-        let c = store.claim(&scope, &key, fp, "probe", &policy)?;
-        replay.record(t.elapsed());
-        if records > 0 && !matches!(c, Claim::Replay { .. }) {
-            return Err(format!("expected a replay of fill record {i}, got {c:?}").into());
+    let mut out = Vec::new();
+    for (prep, sp) in prepared.iter().zip(p.stores.iter_mut()) {
+        // Replays of existing records spread over the whole key space (a read
+        // transaction and a B-tree lookup; nothing is written).
+        let mut replay = Latencies::with_capacity(ops);
+        let mut rng = idemkit_benches::bodies::Rng::new(7);
+        for _ in 0..ops {
+            let i =
+                (u64::from(rng.next_u32()) << 32 | u64::from(rng.next_u32())) % prep.records.max(1);
+            let key = IdempotencyKey::new(&scale::fill_key(i))?;
+            let t = Instant::now();
+            let c = prep.store.claim(&scope, &key, fp, "probe", &policy)?;
+            replay.record(t.elapsed());
+            if prep.records > 0 && !matches!(c, Claim::Replay { .. }) {
+                return Err(format!("expected a replay of fill record {i}, got {c:?}").into());
+            }
         }
+        let mut v = store_json(sp);
+        v["records"] = json!(prep.records);
+        v["records_counted"] = json!(prep.store.stats()?.total);
+        v["fill_reused"] = json!(prep.fill.is_none());
+        if let Some(fill) = prep.fill {
+            v["fill_s"] = json!(round2(fill.as_secs_f64()));
+            v["fill_records_per_s"] =
+                json!(round2(prep.records as f64 / fill.as_secs_f64().max(1e-9)));
+        }
+        v["open_s"] = json!(round2(prep.open.as_secs_f64()));
+        v["file_bytes"] = json!(file_len(&prep.path));
+        v["replay_existing"] = replay.summary();
+        out.push(v);
     }
-    let mut v = probe_json(&mut p);
-    v["figure"] = json!("scale");
-    v["records"] = json!(records);
-    v["records_counted"] = json!(stats_total);
-    v["ops"] = json!(ops);
-    v["fill_s"] = json!(round2(fill_time.as_secs_f64()));
-    v["fill_reused"] = json!(reused);
-    v["fill_threads"] = json!(fill_threads);
-    if !reused {
-        v["fill_records_per_s"] = json!(round2(records as f64 / fill_time.as_secs_f64().max(1e-9)));
-    }
-    v["open_s"] = json!(round2(open_time.as_secs_f64()));
-    v["file_bytes"] = json!(file_len(&path));
-    v["replay_existing"] = replay.summary();
-    Ok(v)
+    Ok(json!({
+        "figure": "scale",
+        "ops": ops,
+        "fill_threads": fill_threads,
+        "stores": out,
+        "fsync_append": p.fsync_append.summary(),
+        "fsync_overwrite": p.fsync_overwrite.summary(),
+    }))
 }
 
 fn gc_figure(
