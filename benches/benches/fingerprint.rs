@@ -20,7 +20,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
 use idemkit_benches::bodies;
 use idemkit_core::json::{CanonicalizeOptions, CountingSink, canonicalize_to};
 use idemkit_core::{ContentKind, FingerprintSpec};
@@ -32,9 +34,15 @@ fn throughput(c: &mut Criterion) {
         let canonical = idemkit_core::canonicalize(&body).expect("bodies are valid strict JSON");
         let mut group = c.benchmark_group(format!("json/{}/{size}", shape.name()));
         group.throughput(Throughput::Bytes(body.len() as u64));
+        // Criterion's default 100 linear samples need 5,050 iterations: too many for
+        // the large bodies (tens of ms each). Fewer, flat samples keep each benchmark
+        // near its --measurement-time.
         if body.len() > 1 << 20 {
             group.sample_size(10);
+            group.sampling_mode(SamplingMode::Flat);
             group.warm_up_time(Duration::from_millis(500));
+        } else if body.len() > 16 << 10 {
+            group.sample_size(30);
         }
         group.bench_function(BenchmarkId::from_parameter("serde_json_value"), |b| {
             b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&body)).unwrap())
