@@ -1,0 +1,586 @@
+#!/usr/bin/env python3
+"""Turns benches/results/*.json into BENCHMARKS.md and benches/results/chart.svg.
+
+Python 3.11, standard library only. Subcommands:
+
+  report.py machine DIR OUT.json          describe this machine and the disk holding DIR
+  report.py criterion TARGET/criterion OUT.json
+                                          gather criterion's estimates into one file
+  report.py render [RESULTS] [--md BENCHMARKS.md] [--svg RESULTS/chart.svg]
+                                          write the report (default: benches/results)
+
+Every figure is shown as a ratio against its peers and against the raw fdatasync
+limit measured in the same run; the issue's targets get met/missed and by how much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The issue's targets (#7). Checked by benchmarks, never by timed tests.
+FP_VS_SERDE = 1.5
+FP_VS_CANONICALIZER = 4.0
+DURABLE_VS_FSYNC = 2.5
+SCALE_64_VS_1 = 20.0
+REDB_VS_SQLITE_64 = 10.0
+BIG_VS_SMALL = 1.5
+WASM_VS_CANONICALIZE = 1.0
+
+IMPLS = [
+    ("serde_json_value", "serde_json → Value (parse only)"),
+    ("canonicalizer_sha256", "serde_json_canonicalizer + SHA-256"),
+    ("jcs_sha256", "serde_jcs + SHA-256"),
+    ("idemkit_canonicalize", "idemkit canonicalize (Vec)"),
+    ("idemkit_fingerprint", "**idemkit fingerprint**"),
+]
+BREAKDOWN = [
+    ("idemkit_count", "canonicalize_to → CountingSink (parse + 1 serialization)"),
+    ("idemkit_stream_blake3", "canonicalize_to → blake3::Hasher (1 pass, hashed)"),
+    ("blake3_only", "blake3 over the canonical bytes alone"),
+]
+SHAPES = ["api", "numbers", "unicode"]
+SIZES = ["1KB", "64KB", "4MB"]
+
+
+# ---------------------------------------------------------------- collection
+
+
+def run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine(dir_: str, out: str) -> None:
+    df = run(["df", "-hT", dir_])
+    src = df.splitlines()[-1].split()[0] if df else ""
+    info = {
+        "uname": run(["uname", "-srmv"]) or platform.platform(),
+        "lscpu": run(["lscpu"]),
+        "nproc": run(["nproc"]),
+        "memory": run(["free", "-h"]),
+        "df": df,
+        "lsblk": run(["lsblk", "-o", "NAME,TYPE,SIZE,ROTA,MODEL,FSTYPE,MOUNTPOINTS"]),
+        "device": src,
+        "rustc": run(["rustc", "-V"]),
+        "node": run(["node", "--version"]),
+        "git": run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"]),
+        "loadavg": Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").exists() else "",
+    }
+    Path(out).write_text(json.dumps(info, indent=1) + "\n")
+
+
+def criterion(dir_: str, out: str) -> None:
+    rows = []
+    for bench in sorted(Path(dir_).glob("**/new/benchmark.json")):
+        meta = json.loads(bench.read_text())
+        est = json.loads((bench.parent / "estimates.json").read_text())
+        full = meta["full_id"]
+        group, _, name = full.rpartition("/")
+        tp = meta.get("throughput") or {}
+        rows.append(
+            {
+                "id": full,
+                "group": group,
+                "name": name,
+                "mean_ns": est["mean"]["point_estimate"],
+                "median_ns": est["median"]["point_estimate"],
+                "bytes": tp.get("Bytes") or tp.get("BytesDecimal"),
+            }
+        )
+    Path(out).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def load(results: Path, name: str):
+    p = results / name
+    if not p.exists():
+        return None
+    return json.loads(p.read_text())
+
+
+def fmt(x: float | None, unit: str = "", digits: int = 2) -> str:
+    if x is None:
+        return "—"
+    if abs(x) >= 100:
+        s = f"{x:,.0f}"
+    elif abs(x) >= 10:
+        s = f"{x:.1f}"
+    else:
+        s = f"{x:.{digits}f}"
+    return s + unit
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def rx(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}×"
+
+
+class Targets:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str, str]] = []
+
+    def check(self, name: str, measured: float | None, need: float, higher_is_better: bool, what: str) -> None:
+        if measured is None:
+            self.rows.append((name, "not measured", rx(need), "—", what))
+            return
+        if higher_is_better:
+            met = measured >= need
+            margin = measured / need - 1
+        else:
+            met = measured <= need
+            margin = need / measured - 1
+        if met:
+            by = f"met, {margin:+.0%} headroom"
+        else:
+            # How much faster the measured side must get.
+            by = f"**missed**, needs {1 / (1 + margin):.2f}× improvement"
+        self.rows.append((name, rx(measured), ("≥ " if higher_is_better else "≤ ") + rx(need), by, what))
+
+
+def mib_s(row: dict) -> float | None:
+    if not row or not row.get("bytes"):
+        return None
+    return row["bytes"] / (row["mean_ns"] / 1e9) / 1048576
+
+
+def render(results: Path, md_path: Path, svg_path: Path) -> None:
+    meta = load(results, "meta.json") or {}
+    mach = load(results, "machine.json") or {}
+    crit = load(results, "criterion.json") or []
+    durable = load(results, "durable.json")
+    loadgen = load(results, "loadgen.json") or []
+    scale = load(results, "scale.json")
+    stores = (scale or {}).get("stores", [])
+    small = stores[0] if len(stores) > 1 else None
+    big = stores[-1] if len(stores) > 1 else None
+    gc = load(results, "gc.json")
+    wasm = load(results, "wasm.json")
+    smoke = bool(meta.get("smoke", True))
+    t = Targets()
+    by_id = {r["id"]: r for r in crit}
+    out: list[str] = []
+    w = out.append
+
+    w("# idemkit benchmarks")
+    w("")
+    w("<!-- Generated by benches/report.py from benches/results/*.json; do not edit by hand. -->")
+    w("")
+    if smoke:
+        w("> **SMOKE FIGURES.** These numbers come from a short smoke run on a busy, shared "
+          "2-core machine (other engineers were compiling). They show that every figure runs "
+          "and roughly where it lands — they are **not** the measurements. The final figures "
+          "are produced by `scripts/bench-all.sh` on a quiet machine, which rewrites this file.")
+        w("")
+    w(f"Run: {meta.get('started', '?')} → {meta.get('finished', '?')}, "
+      f"{fmt(meta.get('runtime_s'))} s, settings `{json.dumps(meta.get('settings', {}), sort_keys=True)}`.")
+    w("")
+    w("## How to run")
+    w("")
+    w("Everything, in sequence, raw results to `benches/results/*.json`, then this file and "
+      "`benches/results/chart.svg`:")
+    w("")
+    w("```sh")
+    w("scripts/bench-all.sh                         # the full run")
+    w("IDEMKIT_BENCH_SMOKE=1 scripts/bench-all.sh   # a ~3-minute smoke of every figure (tiny sizes)")
+    w("```")
+    w("")
+    w("Runtime of the full run at default settings on a 2-core machine: about 11 minutes, plus "
+      "filling the 2M-record store the first time (4–7 minutes at 5–8k records/s through the "
+      "public API; kept in `target/bench-cache` and reused). The issue's figure is 10M records: "
+      "`IDEMKIT_BENCH_RECORDS=10000000 scripts/bench-all.sh` (a 15–30 minute fill, once). The "
+      "store has no bulk insert and its table format is private, so the fill runs ordinary "
+      "claims + completes, with durability off for the fill only.")
+    w("")
+    w("Knobs (environment): `IDEMKIT_BENCH_RECORDS` (default 2000000), `IDEMKIT_BENCH_DIR` (the "
+      "disk measured; default `target/bench-tmp`), `IDEMKIT_BENCH_SECONDS` (per loadgen point, default 5), "
+      "`IDEMKIT_BENCH_CLIENTS` (default `1 4 16 64`), `IDEMKIT_BENCH_CACHE` (filled stores, default "
+      "`target/bench-cache`).")
+    w("")
+    w("| figure | command (what bench-all.sh runs) | raw result |")
+    w("|---|---|---|")
+    w("| canonicalize / fingerprint throughput | `cargo bench -p idemkit-benches --bench fingerprint` | `criterion.json` |")
+    w("| pure claim decision | `cargo bench -p idemkit-benches --bench machine` | `criterion.json` |")
+    w("| durable claim + complete vs raw fdatasync | `idemkit-latency --dir D durable --ops 2000` | `durable.json` |")
+    w("| throughput vs clients | `idemkit-loadgen --backend redb\\|sqlite\\|fsync --clients N --seconds S --dir D [--keys hot]` | `loadgen.json` |")
+    w("| claim latency at 10k and 10M records | `idemkit-latency --dir D scale --records 10000 --records 10000000 --cache C` | `scale.json` |")
+    w("| GC while claims continue | `idemkit-latency --dir D gc --records N` | `gc.json` |")
+    w("| wasm fingerprint in Node | `npm --prefix wasm run build && node wasm/bench/fingerprint.mjs` | `wasm.json` |")
+    w("")
+    w("Binaries: `cargo build --release -p idemkit-benches` → `target/release/idemkit-{loadgen,latency,bodies}`. "
+      "Bodies are generated from a fixed seed (`benches/src/bodies.rs`, ported to JavaScript in the wasm "
+      "script; `idemkit-bodies` prints their SHA-256 to check both produce the same bytes).")
+    w("")
+
+    # ------------------------------------------------ machine
+    w("## Machine")
+    w("")
+    lscpu = {k.strip(): v.strip() for k, _, v in
+             (line.partition(":") for line in mach.get("lscpu", "").splitlines())}
+    w("| | |")
+    w("|---|---|")
+    w(f"| CPU | {lscpu.get('Model name', '?')}, {mach.get('nproc', '?')} CPUs ({lscpu.get('Thread(s) per core', '?')} thread(s)/core) |")
+    w(f"| kernel | `{mach.get('uname', '?')}` |")
+    w(f"| disk measured | `{(mach.get('df') or '?').splitlines()[-1] if mach.get('df') else '?'}` |")
+    w(f"| toolchain | {mach.get('rustc', '?')}, node {mach.get('node', '?')} |")
+    w(f"| commit | `{mach.get('git', '?')}` |")
+    w(f"| load average at start | {mach.get('loadavg', '?')} |")
+    w("")
+    if mach.get("lsblk"):
+        w("<details><summary>lsblk</summary>\n\n```\n" + mach["lsblk"] + "\n```\n</details>")
+        w("")
+
+    # ------------------------------------------------ fingerprint throughput
+    fp_rows = []
+    min_serde = min_canon = None
+    for shape in SHAPES:
+        for size in SIZES:
+            g = f"json/{shape}/{size}"
+            r = {name: by_id.get(f"{g}/{name}") for name, _ in IMPLS + BREAKDOWN}
+            if not any(r.values()):
+                continue
+            fp = mib_s(r["idemkit_fingerprint"])
+            vs_serde = ratio(fp, mib_s(r["serde_json_value"]))
+            vs_canon = ratio(fp, mib_s(r["canonicalizer_sha256"]))
+            fp_rows.append((shape, size, r, fp, vs_serde, vs_canon))
+            if vs_serde is not None:
+                min_serde = vs_serde if min_serde is None else min(min_serde, vs_serde)
+            if vs_canon is not None:
+                min_canon = vs_canon if min_canon is None else min(min_canon, vs_canon)
+
+    dur_ratio = None
+    if durable:
+        dur_ratio = ratio(durable["claim_complete"]["p50_us"], durable["fsync_append"]["p50_us"])
+
+    def lg(backend: str, clients: int, keys: str = "unique") -> dict | None:
+        for r in loadgen:
+            if r["backend"] == backend and r["clients"] == clients and r.get("keys", "unique") == keys:
+                return r
+        return None
+
+    clients_seen = sorted({r["clients"] for r in loadgen})
+    top = max(clients_seen) if clients_seen else None
+    r1, rtop, stop = lg("redb", 1), (lg("redb", top) if top else None), (lg("sqlite", top) if top else None)
+    scale_ratio = ratio(rtop and rtop["ops_per_s"], r1 and r1["ops_per_s"])
+    vs_sqlite = ratio(rtop and rtop["ops_per_s"], stop and stop["ops_per_s"])
+    big_ratio = ratio(big and big["claim"]["p50_us"], small and small["claim"]["p50_us"])
+    wasm64 = [r for r in (wasm or {}).get("results", []) if r["size"] == "64KB"]
+    wasm_min = min((r["ratio"] for r in wasm64), default=None)
+
+    t.check("fingerprint vs `serde_json::from_slice::<Value>`", min_serde, FP_VS_SERDE, True,
+            "throughput, worst of 9 bodies (3 shapes × 3 sizes)")
+    t.check("fingerprint vs `serde_json_canonicalizer` + SHA-256", min_canon, FP_VS_CANONICALIZER, True,
+            "throughput, worst of 9 bodies")
+    t.check("durable claim + complete p50 / raw fdatasync p50", dur_ratio, DURABLE_VS_FSYNC, False,
+            "two commits vs one `write(128 B) + fdatasync` (append), same disk, same run")
+    t.check(f"redb {top} clients / redb 1 client (unique keys)", scale_ratio, SCALE_64_VS_1, True,
+            f"ops/s; target is stated for 64 clients{'' if top == 64 else f' (this run went up to {top})'}")
+    t.check(f"redb / SQLite at {top} clients (unique keys)", vs_sqlite, REDB_VS_SQLITE_64, True,
+            "ops/s, SQLite WAL + synchronous=FULL")
+    t.check(f"claim p50 at {big['records'] if big else '?':,} / at {small['records'] if small else '?':,} records"
+            if big and small else "claim p50 at 10M / at 10k records", big_ratio, BIG_VS_SMALL, False,
+            "durable claim transaction alone, p50; both stores probed in turn in one run"
+            + ("" if big and big["records"] >= 10_000_000 else
+               "; **the issue asks for 10,000,000 records** (`IDEMKIT_BENCH_RECORDS=10000000`)"))
+    t.check("wasm fingerprint / canonicalize + WebCrypto SHA-256 (Node, 64 KB)", wasm_min, WASM_VS_CANONICALIZE,
+            True, "throughput, worst of the 3 shapes")
+
+    w("## Targets (issue #7)")
+    w("")
+    w("| target | measured | needed | verdict | on |")
+    w("|---|---|---|---|---|")
+    for row in t.rows:
+        w("| " + " | ".join(row) + " |")
+    w("")
+    if smoke:
+        w("*Smoke run: verdicts are indicative only.*")
+        w("")
+
+    if fp_rows:
+        w("## Canonicalize and fingerprint throughput (MiB/s, criterion mean)")
+        w("")
+        w("Higher is better. Ratios: idemkit fingerprint ÷ the peer (the target columns).")
+        w("")
+        w("| body | bytes | " + " | ".join(label for _, label in IMPLS) + " | fp ÷ serde_json | fp ÷ canonicalizer | fp ÷ serde_jcs |")
+        w("|---|---:|" + "---:|" * (len(IMPLS) + 3))
+        for shape, size, r, fp, vs_serde, vs_canon in fp_rows:
+            nbytes = next((x["bytes"] for x in r.values() if x), None)
+            cells = [fmt(mib_s(r[name])) for name, _ in IMPLS]
+            w(f"| {shape} {size} | {nbytes:,} | " + " | ".join(cells)
+              + f" | {rx(vs_serde)} | {rx(vs_canon)} | {rx(ratio(fp, mib_s(r['jcs_sha256'])))} |")
+        w("")
+        w("### Where the fingerprint's time goes")
+        w("")
+        w("Same bodies, parts of the pipeline measured alone (MiB/s). `FingerprintSpec::fingerprint` "
+          "parses once and serializes the canonical form twice: into a counting sink (to length-frame "
+          "the body), then into a `blake3::Hasher`, in many small `update` calls. The split "
+          "attributes the fingerprint's time per byte: canonicalizer = parse + one serialization "
+          "(`CountingSink`); small-write hashing = streaming into blake3 minus that; counting pass = "
+          "the rest.")
+        w("")
+        w("| body | fingerprint | " + " | ".join(label for _, label in BREAKDOWN)
+          + " | canonicalize (Vec) | split: canonicalizer / small-write hashing / counting pass |")
+        w("|---|---:|" + "---:|" * (len(BREAKDOWN) + 2))
+        for shape, size, r, fp, _, _ in fp_rows:
+            count, stream = mib_s(r["idemkit_count"]), mib_s(r["idemkit_stream_blake3"])
+            split = "—"
+            if fp and count and stream:
+                total = 1 / fp
+                parts_ = [1 / count, max(1 / stream - 1 / count, 0), max(total - 1 / stream, 0)]
+                split = " / ".join(f"{p_ / total:.0%}" for p_ in parts_)
+            w(f"| {shape} {size} | {fmt(fp)} | " + " | ".join(fmt(mib_s(r[n])) for n, _ in BREAKDOWN)
+              + f" | {fmt(mib_s(r['idemkit_canonicalize']))} | {split} |")
+        w("")
+
+    mach_rows = [r for r in crit if r["group"].startswith("machine/")]
+    if mach_rows:
+        w("## The pure claim decision (ns, criterion mean)")
+        w("")
+        w("`idemkit_core::machine::claim` and the record codec: no I/O. For scale, the raw fdatasync "
+          "of the same run is " + (f"{fmt(durable['fsync_append']['p50_us'] * 1000)} ns" if durable else "—") + ".")
+        w("")
+        w("| decision | ns | share of one fdatasync |")
+        w("|---|---:|---:|")
+        for r in mach_rows:
+            share = ratio(r["mean_ns"], durable and durable["fsync_append"]["p50_us"] * 1000)
+            w(f"| {r['id'].removeprefix('machine/')} | {fmt(r['mean_ns'])} | {'—' if share is None else f'{share:.4%}'} |")
+        w("")
+
+    if durable:
+        f_app = durable["fsync_append"]["p50_us"]
+        w(f"## Durable claim + complete vs raw fdatasync ({durable['ops']:,} ops each)")
+        w("")
+        w("A temp redb file on the measured disk; each claim is a new key. The raw rows are "
+          "`write(128 B) + fdatasync` on a file in the same directory, one after each claim + complete "
+          "(interleaved op by op, so both see the same disk).")
+        w("")
+        w("| operation | p50 µs | p99 µs | mean µs | p50 ÷ fdatasync (append) | p99 ÷ fdatasync p99 |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for key, label in [("claim", "claim (1 commit)"), ("complete", "complete (1 commit)"),
+                           ("claim_complete", "**claim + complete**"),
+                           ("fsync_append", "raw append + fdatasync"),
+                           ("fsync_overwrite", "raw overwrite-in-place + fdatasync")]:
+            s = durable[key]
+            w(f"| {label} | {fmt(s['p50_us'])} | {fmt(s['p99_us'])} | {fmt(s['mean_us'])} | "
+              f"{rx(ratio(s['p50_us'], f_app))} | {rx(ratio(s['p99_us'], durable['fsync_append']['p99_us']))} |")
+        w("")
+        io = durable.get("io_per_op")
+        if io:
+            w("I/O per operation (a store on a counting backend, same code path): "
+              f"claim {io['claim']['syncs']:.2f} fdatasync, {io['claim']['writes']:.1f} writes, "
+              f"{io['claim']['bytes'] / 1024:.1f} KiB; complete {io['complete']['syncs']:.2f} fdatasync, "
+              f"{io['complete']['writes']:.1f} writes, {io['complete']['bytes'] / 1024:.1f} KiB "
+              "(the raw row writes 128 B).")
+            w("")
+
+    if loadgen:
+        w("## Throughput vs clients (`idemkit-loadgen`)")
+        w("")
+        w("Each client: claim + complete of a new key (redb: one shared `Store`; SQLite: one connection "
+          "per thread, WAL, `synchronous=FULL`; fsync: 128-byte append + fdatasync to its own file). "
+          "Hot keys: all clients on 16 keys (mostly replays; `executed`/`replayed` split shown).")
+        w("")
+        w("| backend | keys | clients | ops/s | p50 µs | p99 µs | × own 1-client | ÷ fsync same clients | ÷ SQLite same clients |")
+        w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in sorted(loadgen, key=lambda r: (r.get("keys", "unique"), r["backend"], r["clients"])):
+            keys = r.get("keys", "unique")
+            one = lg(r["backend"], 1, keys)
+            fs = lg("fsync", r["clients"])
+            sq = lg("sqlite", r["clients"], keys)
+            extra = f" ({r['executed']:,} exec / {r['replayed']:,} replay)" if keys == "hot" else ""
+            w(f"| {r['backend']} | {keys}{extra} | {r['clients']} | {fmt(r['ops_per_s'])} | {fmt(r['p50_us'])} | "
+              f"{fmt(r['p99_us'])} | {rx(ratio(r['ops_per_s'], one and one['ops_per_s']))} | "
+              f"{rx(ratio(r['ops_per_s'], fs and fs['ops_per_s'])) if r['backend'] != 'fsync' else '—'} | "
+              f"{rx(ratio(r['ops_per_s'], sq and sq['ops_per_s'])) if r['backend'] == 'redb' else '—'} |")
+        w("")
+
+    if stores:
+        f_app = scale["fsync_append"]["p50_us"]
+        w("## Claim latency vs records in the store")
+        w("")
+        w("Each store is filled through the public API (claims + completes on a `Store::with_backend` "
+          "whose `sync_data` is a no-op, synced once at the end: the table format is private and "
+          "`Store` has no bulk path), then reopened with `Store::open`. The stores are probed op by "
+          "op in turn (durable claim + complete of new keys, one raw fdatasync between rounds), so "
+          "they see the same disk; then replays of existing keys spread over the key space. "
+          f"Raw append + fdatasync in the same run: p50 {fmt(f_app)} µs, p99 {fmt(scale['fsync_append']['p99_us'])} µs.")
+        w("")
+        w("| records | fill s (records/s) | file MiB | open s | claim p50 / p99 µs | claim + complete p50 / p99 µs | replay p50 / p99 µs | claim p50 ÷ fdatasync | claim p50 ÷ smallest store |")
+        w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for s_ in stores:
+            fill = "cached" if s_.get("fill_reused") else f"{fmt(s_['fill_s'])} ({fmt(s_.get('fill_records_per_s'))})"
+            w(f"| {s_['records']:,} | {fill} | {fmt(s_['file_bytes'] / 1048576)} | {fmt(s_['open_s'])} | "
+              f"{fmt(s_['claim']['p50_us'])} / {fmt(s_['claim']['p99_us'])} | "
+              f"{fmt(s_['claim_complete']['p50_us'])} / {fmt(s_['claim_complete']['p99_us'])} | "
+              f"{fmt(s_['replay_existing']['p50_us'])} / {fmt(s_['replay_existing']['p99_us'])} | "
+              f"{rx(ratio(s_['claim']['p50_us'], f_app))} | {rx(ratio(s_['claim']['p50_us'], stores[0]['claim']['p50_us']))} |")
+        w("")
+
+    if gc:
+        w("## GC while claims continue")
+        w("")
+        b, d = gc["claims_baseline"], gc["claims_during_gc"]
+        w(f"{gc['records']:,} expired records collected in batches of {gc['batch']:,} while "
+          f"{gc['clients']} clients keep claiming + completing new keys.")
+        w("")
+        w("| | value |")
+        w("|---|---:|")
+        w(f"| GC records/s | {fmt(gc['gc_records_per_s'])} ({gc['gc_deleted']:,} in {fmt(gc['gc_s'])} s) |")
+        w(f"| GC batch p50 / p99 ms | {fmt(gc['gc_batch']['p50_us'] / 1000)} / {fmt(gc['gc_batch']['p99_us'] / 1000)} |")
+        w(f"| claims/s without GC → during GC | {fmt(b['ops_per_s'])} → {fmt(d['ops_per_s'])} ({rx(ratio(d['ops_per_s'], b['ops_per_s']))}; "
+          f"{b['latency']['n']:,} → {d['latency']['n']:,} claims measured) |")
+        w(f"| claim + complete p50 µs without → during | {fmt(b['latency']['p50_us'])} → {fmt(d['latency']['p50_us'])} |")
+        w(f"| claim + complete p99 µs without → during | {fmt(b['latency']['p99_us'])} → {fmt(d['latency']['p99_us'])} |")
+        w("")
+
+    if wasm:
+        w(f"## wasm fingerprint in Node ({wasm.get('node', '?')})")
+        w("")
+        w("The npm package's `fingerprint(bytes)` vs `canonicalize(JSON.parse(decode(bytes)))` + "
+          "`crypto.subtle.digest('SHA-256')`, same bodies as above (SHA-256 of each body checked "
+          "against the Rust generator when `bodies.json` is present).")
+        w("")
+        bodies = {(b["shape"], b["size"]): b["sha256"] for b in (load(results, "bodies.json") or [])}
+        w("| body | idemkit MiB/s | canonicalize + SHA-256 MiB/s | ratio | same bytes as Rust | same canonical form |")
+        w("|---|---:|---:|---:|---|---|")
+        for r in wasm["results"]:
+            same = bodies.get((r["shape"], r["size"]))
+            w(f"| {r['shape']} {r['size']} | {fmt(r['idemkit_fingerprint']['mib_per_s'])} | "
+              f"{fmt(r['canonicalize_sha256']['mib_per_s'])} | {rx(r['ratio'])} | "
+              f"{'—' if same is None else ('yes' if same == r['sha256'] else '**NO**')} | "
+              f"{'yes' if r.get('canonical_equal') else '**NO**'} |")
+        w("")
+    missing = [n for n, v in [("criterion", crit), ("durable", durable), ("loadgen", loadgen),
+                              ("scale", stores), ("gc", gc), ("wasm", wasm)] if not v]
+    if missing:
+        w("## Not measured in this run")
+        w("")
+        w(", ".join(missing) + (" — see `benches/results/skipped.txt`." if (results / "skipped.txt").exists() else "."))
+        w("")
+    w("![chart](benches/results/chart.svg)")
+    w("")
+    md_path.write_text("\n".join(out))
+    svg_path.write_text(chart(fp_rows, loadgen, durable, smoke))
+
+
+# ---------------------------------------------------------------- chart
+
+COLORS = ["#8c8c8c", "#d08c3c", "#b85450", "#6c8ebf", "#2d6a4f", "#999999"]
+
+
+def esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def chart(fp_rows, loadgen, durable, smoke: bool) -> str:
+    """Two panels: fingerprint throughput per body (log scale), ops/s vs clients."""
+    import math
+
+    width, left = 900, 150
+    parts = []
+    y = 40
+    title = "idemkit benchmarks" + (" — SMOKE figures (busy machine, not the measurements)" if smoke else "")
+    parts.append(f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">{esc(title)}</text>')
+
+    # Panel 1: throughput, MiB/s, log10 scale.
+    names = [(n, l.replace("*", "")) for n, l in IMPLS]
+    if fp_rows:
+        parts.append(f'<text x="10" y="{y + 12}" font-size="13" font-weight="bold">Throughput, MiB/s (log scale)</text>')
+        y += 24
+        for i, (n, label) in enumerate(names):
+            parts.append(f'<rect x="{left + (i % 3) * 240}" y="{y + (i // 3) * 16}" width="10" height="10" fill="{COLORS[i]}"/>'
+                         f'<text x="{left + (i % 3) * 240 + 14}" y="{y + (i // 3) * 16 + 9}" font-size="11">{esc(label)}</text>')
+        y += 40
+        vals = [mib_s(r[n]) for _, _, r, *_ in fp_rows for n, _ in names if r.get(n)]
+        lo = math.floor(math.log10(max(min(v for v in vals if v), 0.1)))
+        hi = math.ceil(math.log10(max(vals)))
+        span = width - left - 20
+        scale = lambda v: (math.log10(max(v, 10 ** lo)) - lo) / max(hi - lo, 1) * span  # noqa: E731
+        bar = 7
+        for shape, size, r, *_ in fp_rows:
+            parts.append(f'<text x="{left - 8}" y="{y + bar * len(names) / 2 + 4}" text-anchor="end" font-size="11">{shape} {size}</text>')
+            for i, (n, _) in enumerate(names):
+                v = mib_s(r.get(n)) if r.get(n) else None
+                if v:
+                    parts.append(f'<rect x="{left}" y="{y + i * bar}" width="{scale(v):.1f}" height="{bar - 1}" fill="{COLORS[i]}"><title>{esc(n)}: {v:.1f} MiB/s</title></rect>')
+            y += bar * len(names) + 6
+        for e in range(lo, hi + 1):
+            x = left + (e - lo) / max(hi - lo, 1) * span
+            parts.append(f'<line x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 5}" stroke="#333"/>'
+                         f'<text x="{x:.1f}" y="{y + 17}" text-anchor="middle" font-size="10">{10 ** e:g}</text>')
+        y += 40
+
+    # Panel 2: ops/s vs clients, unique keys.
+    uniq = [r for r in loadgen if r.get("keys", "unique") == "unique"]
+    if uniq:
+        parts.append(f'<text x="10" y="{y + 12}" font-size="13" font-weight="bold">claim + complete ops/s vs clients (unique keys; fsync = raw 128 B append + fdatasync)</text>')
+        y += 24
+        backends = ["fsync", "redb", "sqlite"]
+        for i, b in enumerate(backends):
+            parts.append(f'<rect x="{left + i * 120}" y="{y}" width="10" height="10" fill="{COLORS[[0, 4, 3][i]]}"/>'
+                         f'<text x="{left + i * 120 + 14}" y="{y + 9}" font-size="11">{b}</text>')
+        y += 22
+        top = max(r["ops_per_s"] for r in uniq) or 1
+        span = width - left - 80
+        bar = 10
+        for c in sorted({r["clients"] for r in uniq}):
+            parts.append(f'<text x="{left - 8}" y="{y + bar * 1.5 + 4}" text-anchor="end" font-size="11">{c} client{"s" if c > 1 else ""}</text>')
+            for i, b in enumerate(backends):
+                r = next((r for r in uniq if r["backend"] == b and r["clients"] == c), None)
+                if r:
+                    wv = r["ops_per_s"] / top * span
+                    parts.append(f'<rect x="{left}" y="{y + i * bar}" width="{wv:.1f}" height="{bar - 1}" fill="{COLORS[[0, 4, 3][i]]}"/>'
+                                 f'<text x="{left + wv + 4:.1f}" y="{y + i * bar + 8}" font-size="9">{r["ops_per_s"]:,.0f}</text>')
+            y += bar * 3 + 8
+        y += 10
+    if durable:
+        parts.append(f'<text x="10" y="{y + 12}" font-size="12">Durable claim + complete p50 {durable["claim_complete"]["p50_us"]:.0f} µs; '
+                     f'raw fdatasync p50 {durable["fsync_append"]["p50_us"]:.0f} µs (append), {durable["fsync_overwrite"]["p50_us"]:.0f} µs (overwrite)</text>')
+        y += 24
+    height = y + 10
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif">\n'
+            f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(parts) + "\n</svg>\n")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("machine")
+    m.add_argument("dir")
+    m.add_argument("out")
+    c = sub.add_parser("criterion")
+    c.add_argument("dir")
+    c.add_argument("out")
+    r = sub.add_parser("render")
+    r.add_argument("results", nargs="?", default=str(ROOT / "benches" / "results"))
+    r.add_argument("--md", default=str(ROOT / "BENCHMARKS.md"))
+    r.add_argument("--svg", default=None)
+    a = ap.parse_args(argv)
+    if a.cmd == "machine":
+        machine(a.dir, a.out)
+    elif a.cmd == "criterion":
+        criterion(a.dir, a.out)
+    else:
+        results = Path(a.results)
+        render(results, Path(a.md), Path(a.svg) if a.svg else results / "chart.svg")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,16 @@
+//! Benchmarks of idemkit next to its peers, and the tools behind them.
+//!
+//! - [`bodies`]: deterministic request bodies (three shapes, three sizes).
+//! - [`stats`]: per-operation latency samples and their quantiles.
+//! - [`fsync`]: the disk's floor, `write(128 bytes) + fdatasync`.
+//! - [`loadgen`]: the `idemkit-loadgen` clients (redb, SQLite, raw fsync).
+//! - [`scale`]: filling a store with many records fast, through the public API.
+//!
+//! The criterion benchmarks are in `benches/`, the binaries in `src/bin/`, and
+//! `scripts/bench-all.sh` runs every figure; `benches/report.py` writes BENCHMARKS.md.
+
+pub mod bodies;
+pub mod fsync;
+pub mod loadgen;
+pub mod scale;
+pub mod stats;

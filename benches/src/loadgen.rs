@@ -1,0 +1,415 @@
+//! `idemkit-loadgen`: N client threads of claim + complete against one backend.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use idemkit::core::machine::Policy;
+use idemkit::core::record::{EffectKind, StoredResponse};
+use idemkit::redb_store::{Claim, Store};
+use idemkit::{Fingerprint, IdempotencyKey, Scope};
+
+use crate::fsync::{Mode, RawLog};
+use crate::stats::{Latencies, round2};
+
+/// What the clients run against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// One shared `idemkit::redb_store::Store` (a clone per thread): claim, then
+    /// `ExecutionGuard::complete`.
+    Redb,
+    /// SQLite (bundled), WAL, `synchronous=FULL`, one connection per thread:
+    /// `INSERT … ON CONFLICT DO NOTHING RETURNING`, then `UPDATE`.
+    Sqlite,
+    /// The disk's floor: each thread appends 128 bytes to its own file and fdatasyncs.
+    Fsync,
+}
+
+impl Backend {
+    /// The name printed in results.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Redb => "redb",
+            Backend::Sqlite => "sqlite",
+            Backend::Fsync => "fsync",
+        }
+    }
+}
+
+/// Which keys the clients claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Keys {
+    /// Every claim a new key: every operation executes and completes.
+    Unique,
+    /// All clients fight over a small key set (`--hot-keys`): most claims replay
+    /// or find the key in flight; they still count as operations.
+    Hot,
+}
+
+/// Command-line arguments of `idemkit-loadgen`.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "idemkit-loadgen",
+    about = "N threads of claim + complete; prints one JSON line"
+)]
+pub struct Args {
+    /// The backend to load.
+    #[arg(long, value_enum)]
+    pub backend: Backend,
+    /// Client threads (1–4096).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub clients: u32,
+    /// How long to run, in seconds (may be fractional, > 0).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds, allow_hyphen_values = true)]
+    pub seconds: f64,
+    /// Directory for the database files (a fresh subdirectory is made in it and
+    /// removed after); default: the system temp directory.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Unique keys or a small hot set.
+    #[arg(long, value_enum, default_value_t = Keys::Unique)]
+    pub keys: Keys,
+    /// Size of the hot key set.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub hot_keys: u32,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+        Ok(v)
+    } else {
+        Err(format!("`{s}`: seconds must be > 0 and at most 86400"))
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The arguments.
+    pub args: Args,
+    /// Operations finished (a claim + complete, or any other claim answer).
+    pub ops: u64,
+    /// Claims that executed (and were completed).
+    pub executed: u64,
+    /// Claims answered Replay.
+    pub replayed: u64,
+    /// Claims answered InFlight (or another final answer).
+    pub other: u64,
+    /// Wall time of the measured phase.
+    pub elapsed: Duration,
+    /// Per-operation latencies.
+    pub latencies: Latencies,
+}
+
+impl Report {
+    /// The one JSON line: `backend, clients, ops, seconds, ops_per_s, p50_us, p99_us`,
+    /// then the breakdown.
+    pub fn to_json(&mut self) -> serde_json::Value {
+        let secs = self.elapsed.as_secs_f64();
+        serde_json::json!({
+            "backend": self.args.backend.name(),
+            "clients": self.args.clients,
+            "ops": self.ops,
+            "seconds": round2(secs),
+            "ops_per_s": round2(if secs > 0.0 { self.ops as f64 / secs } else { 0.0 }),
+            "p50_us": self.latencies.quantile_us(0.50),
+            "p99_us": self.latencies.quantile_us(0.99),
+            "keys": match self.args.keys { Keys::Unique => "unique", Keys::Hot => "hot" },
+            "executed": self.executed,
+            "replayed": self.replayed,
+            "other": self.other,
+        })
+    }
+}
+
+#[derive(Default)]
+struct ThreadResult {
+    executed: u64,
+    replayed: u64,
+    other: u64,
+    lat: Latencies,
+}
+
+/// Errors of a load run.
+#[derive(Debug)]
+pub struct LoadError(pub String);
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+fn err(context: &str, e: impl std::fmt::Display) -> LoadError {
+    LoadError(format!("{context}: {e}"))
+}
+
+/// The fingerprint every loadgen request carries (the body is the same).
+fn fingerprint() -> Fingerprint {
+    Fingerprint::from_bytes(*blake3::hash(b"{\"slot\":\"10:00\"}").as_bytes())
+}
+
+const RESPONSE: &[u8] = b"{\"id\":\"appt_000001\",\"status\":\"confirmed\"}";
+
+/// Runs the load described by `args`.
+///
+/// # Errors
+///
+/// The backend could not be set up, or an operation failed.
+pub fn run(args: &Args) -> Result<Report, LoadError> {
+    let base = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| err("--dir", e))?;
+            tempfile::Builder::new()
+                .prefix("idemkit-loadgen-")
+                .tempdir_in(d)
+        }
+        None => tempfile::Builder::new()
+            .prefix("idemkit-loadgen-")
+            .tempdir(),
+    }
+    .map_err(|e| err("temp dir", e))?;
+    let dir = base.path();
+    let clients = args.clients as usize;
+    let duration = Duration::from_secs_f64(args.seconds);
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let hot = (args.keys == Keys::Hot).then_some(args.hot_keys);
+
+    let mut handles = Vec::with_capacity(clients);
+    match args.backend {
+        Backend::Redb => {
+            let store = Store::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?;
+            for c in 0..clients {
+                let store = store.clone();
+                let barrier = Arc::clone(&barrier);
+                handles.push(std::thread::spawn(move || {
+                    redb_client(&store, c, hot, &barrier, duration)
+                }));
+            }
+        }
+        Backend::Sqlite => {
+            let path = dir.join("loadgen.sqlite");
+            sqlite_setup(&path)?;
+            for c in 0..clients {
+                let conn = sqlite_connect(&path)?;
+                let barrier = Arc::clone(&barrier);
+                handles.push(std::thread::spawn(move || {
+                    sqlite_client(&conn, c, hot, &barrier, duration)
+                }));
+            }
+        }
+        Backend::Fsync => {
+            for c in 0..clients {
+                let mut log = RawLog::create(&dir.join(format!("raw-{c}.log")), Mode::Append)
+                    .map_err(|e| err("raw log", e))?;
+                let barrier = Arc::clone(&barrier);
+                handles.push(std::thread::spawn(move || {
+                    fsync_client(&mut log, &barrier, duration)
+                }));
+            }
+        }
+    }
+    barrier.wait();
+    let start = Instant::now();
+    let mut report = Report {
+        args: args.clone(),
+        ops: 0,
+        executed: 0,
+        replayed: 0,
+        other: 0,
+        elapsed: Duration::ZERO,
+        latencies: Latencies::default(),
+    };
+    let mut first_error = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(r)) => {
+                report.executed += r.executed;
+                report.replayed += r.replayed;
+                report.other += r.other;
+                report.latencies.merge(r.lat);
+            }
+            Ok(Err(e)) => first_error = first_error.or(Some(e)),
+            Err(_) => first_error = first_error.or(Some(LoadError("a client panicked".into()))),
+        }
+    }
+    report.elapsed = start.elapsed();
+    report.ops = report.executed + report.replayed + report.other;
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    Ok(report)
+}
+
+fn key_for(client: usize, i: u64, hot: Option<u32>) -> String {
+    match hot {
+        Some(n) => format!(
+            "hot-{}",
+            i.wrapping_mul(2_654_435_761).wrapping_add(client as u64) % u64::from(n)
+        ),
+        None => format!("c{client}-{i}"),
+    }
+}
+
+fn redb_client(
+    store: &Store,
+    client: usize,
+    hot: Option<u32>,
+    barrier: &Barrier,
+    duration: Duration,
+) -> Result<ThreadResult, LoadError> {
+    let scope = Scope::new("bench", "loadgen").map_err(|e| err("scope", e))?;
+    let policy = Policy::default().with_effect(EffectKind::Local);
+    let fp = fingerprint();
+    let owner = format!("client-{client}");
+    let mut r = ThreadResult {
+        lat: Latencies::with_capacity(1 << 14),
+        ..ThreadResult::default()
+    };
+    barrier.wait();
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < duration {
+        let key = IdempotencyKey::new(&key_for(client, i, hot)).map_err(|e| err("key", e))?;
+        i += 1;
+        let t = Instant::now();
+        match store
+            .claim(&scope, &key, fp, &owner, &policy)
+            .map_err(|e| err("claim", e))?
+        {
+            Claim::Execute(guard) => {
+                guard
+                    .complete(StoredResponse::new(201, RESPONSE.to_vec()))
+                    .map_err(|e| err("complete", e))?;
+                r.executed += 1;
+            }
+            Claim::Replay { .. } => r.replayed += 1,
+            _ => r.other += 1,
+        }
+        r.lat.record(t.elapsed());
+    }
+    Ok(r)
+}
+
+/// Creates the SQLite database: WAL, and the records table.
+///
+/// # Errors
+///
+/// SQLite refused.
+pub fn sqlite_setup(path: &Path) -> Result<(), LoadError> {
+    let conn = sqlite_connect(path)?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS idem (
+            scope TEXT NOT NULL,
+            key TEXT NOT NULL,
+            fingerprint BLOB NOT NULL,
+            state TEXT NOT NULL,
+            response BLOB,
+            PRIMARY KEY (scope, key)
+        ) WITHOUT ROWID;",
+    )
+    .map_err(|e| err("sqlite schema", e))
+}
+
+/// One connection: WAL, `synchronous=FULL`, a 10 s busy timeout.
+///
+/// # Errors
+///
+/// SQLite refused.
+pub fn sqlite_connect(path: &Path) -> Result<rusqlite::Connection, LoadError> {
+    let conn = rusqlite::Connection::open(path).map_err(|e| err("sqlite open", e))?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(|e| err("sqlite busy_timeout", e))?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(|e| err("sqlite WAL", e))?;
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(|e| err("sqlite synchronous", e))?;
+    Ok(conn)
+}
+
+fn sqlite_client(
+    conn: &rusqlite::Connection,
+    client: usize,
+    hot: Option<u32>,
+    barrier: &Barrier,
+    duration: Duration,
+) -> Result<ThreadResult, LoadError> {
+    let fp = fingerprint();
+    let mut claim = conn
+        .prepare(
+            "INSERT INTO idem (scope, key, fingerprint, state, response) \
+             VALUES ('bench/loadgen', ?1, ?2, 'running', NULL) \
+             ON CONFLICT DO NOTHING RETURNING key",
+        )
+        .map_err(|e| err("sqlite prepare", e))?;
+    let mut complete = conn
+        .prepare(
+            "UPDATE idem SET state = 'completed', response = ?2 \
+             WHERE scope = 'bench/loadgen' AND key = ?1 AND state = 'running'",
+        )
+        .map_err(|e| err("sqlite prepare", e))?;
+    let mut existing = conn
+        .prepare("SELECT state, response FROM idem WHERE scope = 'bench/loadgen' AND key = ?1")
+        .map_err(|e| err("sqlite prepare", e))?;
+    let mut r = ThreadResult {
+        lat: Latencies::with_capacity(1 << 14),
+        ..ThreadResult::default()
+    };
+    barrier.wait();
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < duration {
+        let key = key_for(client, i, hot);
+        i += 1;
+        let t = Instant::now();
+        let claimed = claim
+            .query(rusqlite::params![key, fp.as_bytes().as_slice()])
+            .and_then(|mut rows| rows.next().map(|row| row.is_some()))
+            .map_err(|e| err("sqlite claim", e))?;
+        if claimed {
+            complete
+                .execute(rusqlite::params![key, RESPONSE])
+                .map_err(|e| err("sqlite complete", e))?;
+            r.executed += 1;
+        } else {
+            // The answer a real store would give: replay a completed record.
+            let state: String = existing
+                .query_row([&key], |row| row.get(0))
+                .map_err(|e| err("sqlite read", e))?;
+            if state == "completed" {
+                r.replayed += 1;
+            } else {
+                r.other += 1;
+            }
+        }
+        r.lat.record(t.elapsed());
+    }
+    Ok(r)
+}
+
+fn fsync_client(
+    log: &mut RawLog,
+    barrier: &Barrier,
+    duration: Duration,
+) -> Result<ThreadResult, LoadError> {
+    let mut r = ThreadResult {
+        lat: Latencies::with_capacity(1 << 14),
+        ..ThreadResult::default()
+    };
+    barrier.wait();
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        let t = Instant::now();
+        log.write_sync().map_err(|e| err("fdatasync", e))?;
+        r.lat.record(t.elapsed());
+        r.executed += 1;
+    }
+    Ok(r)
+}

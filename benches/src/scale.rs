@@ -1,0 +1,257 @@
+//! Filling a store with many records, fast, through the public API only.
+//!
+//! The store's table format is private, and [`Store`] has no bulk insert, so the
+//! fill runs ordinary claims and completes on a store opened with
+//! [`Store::with_backend`] over a [`NoSyncFile`]: redb's own `FileBackend` whose
+//! `sync_data` does nothing. Every transaction still commits (same pages, same
+//! B-trees), it is just not waited for on the disk; the file is synced once at
+//! the end. Measurements then reopen the file with [`Store::open`] (real syncs).
+
+use std::fs::{File, OpenOptions};
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use idemkit::clock::Clock;
+use idemkit::core::machine::Policy;
+use idemkit::core::record::StoredResponse;
+use idemkit::redb_store::{Claim, Store};
+use idemkit::{Fingerprint, IdempotencyKey, Scope};
+use redb::backends::FileBackend;
+use redb::{BackendError, StorageBackend};
+
+/// What redb 4 (without `experimental-api-5`) backends return for I/O.
+type BackendIoError = std::io::Error;
+
+/// redb's file backend without durability: for building benchmark fixtures only.
+#[derive(Debug)]
+pub struct NoSyncFile(FileBackend);
+
+/// What a [`CountingFile`] saw.
+#[derive(Debug, Default)]
+pub struct IoCounts {
+    /// `sync_data` calls (fdatasync).
+    pub syncs: AtomicU64,
+    /// `write` calls.
+    pub writes: AtomicU64,
+    /// Bytes written.
+    pub bytes: AtomicU64,
+}
+
+/// redb's file backend, durable, counting syncs and writes: how much I/O one
+/// claim or complete costs.
+#[derive(Debug)]
+pub struct CountingFile {
+    inner: FileBackend,
+    counts: Arc<IoCounts>,
+}
+
+impl CountingFile {
+    /// Opens (creating) `path`; the counts are shared with the caller.
+    ///
+    /// # Errors
+    ///
+    /// The file could not be opened.
+    pub fn open(path: &Path, counts: Arc<IoCounts>) -> std::io::Result<Self> {
+        let NoSyncFile(inner) = NoSyncFile::open(path)?;
+        Ok(CountingFile { inner, counts })
+    }
+}
+
+impl StorageBackend for CountingFile {
+    fn len(&self) -> Result<u64, BackendIoError> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), BackendIoError> {
+        self.inner.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), BackendIoError> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), BackendIoError> {
+        self.counts.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), BackendIoError> {
+        self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.inner.write(offset, data)
+    }
+    fn close(&self) -> Result<(), BackendIoError> {
+        self.inner.close()
+    }
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, BackendError> {
+        self.inner.try_lock_shared_range(start, end)
+    }
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.lock_range(start, end)
+    }
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.lock_shared_range(start, end)
+    }
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.unlock_range(start, end)
+    }
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.query_lock_range(start, end)
+    }
+}
+
+impl NoSyncFile {
+    /// Opens (creating) `path`.
+    ///
+    /// # Errors
+    ///
+    /// The file could not be opened.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        FileBackend::new(file)
+            .map(NoSyncFile)
+            .map_err(std::io::Error::other)
+    }
+}
+
+impl StorageBackend for NoSyncFile {
+    fn len(&self) -> Result<u64, BackendIoError> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), BackendIoError> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), BackendIoError> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), BackendIoError> {
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), BackendIoError> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> Result<(), BackendIoError> {
+        self.0.close()
+    }
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.0.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, BackendError> {
+        self.0.try_lock_shared_range(start, end)
+    }
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.0.lock_range(start, end)
+    }
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.0.lock_shared_range(start, end)
+    }
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.0.unlock_range(start, end)
+    }
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.0.query_lock_range(start, end)
+    }
+}
+
+/// The scope of every benchmark record.
+///
+/// # Panics
+///
+/// Never: the names are valid.
+#[must_use]
+pub fn scope() -> Scope {
+    #[allow(clippy::expect_used)]
+    Scope::new("bench", "scale").expect("valid scope")
+}
+
+/// The key of fill record `i`.
+#[must_use]
+pub fn fill_key(i: u64) -> String {
+    format!("fill-{i:010}")
+}
+
+/// The fingerprint of every benchmark request.
+#[must_use]
+pub fn fingerprint() -> Fingerprint {
+    Fingerprint::from_bytes(*blake3::hash(b"{\"slot\":\"10:00\"}").as_bytes())
+}
+
+/// The response stored by every benchmark record (a small JSON body).
+#[must_use]
+pub fn response() -> StoredResponse {
+    StoredResponse::new(
+        201,
+        b"{\"id\":\"appt_000001\",\"status\":\"confirmed\"}".to_vec(),
+    )
+}
+
+/// Fills `path` (a new file) with `records` Completed records under `policy`,
+/// in `threads` threads, reading time from `clock`. Returns the time it took.
+///
+/// # Errors
+///
+/// The file or a transaction failed.
+pub fn fill(
+    path: &Path,
+    records: u64,
+    threads: u32,
+    policy: Policy,
+    clock: impl Clock + 'static,
+) -> Result<Duration, Box<dyn std::error::Error + Send + Sync>> {
+    let start = Instant::now();
+    let store = Store::with_backend(NoSyncFile::open(path)?)?.with_clock(clock);
+    let next = Arc::new(AtomicU64::new(0));
+    let threads = threads.max(1);
+    let mut handles = Vec::new();
+    for t in 0..threads {
+        let store = store.clone();
+        let next = Arc::clone(&next);
+        handles.push(std::thread::spawn(
+            move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                let scope = scope();
+                let fp = fingerprint();
+                let owner = format!("fill-{t}");
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= records {
+                        return Ok(());
+                    }
+                    if i > 0 && i % 1_000_000 == 0 {
+                        eprintln!(
+                            "  filled {i} records in {:.0} s",
+                            start.elapsed().as_secs_f64()
+                        );
+                    }
+                    let key = IdempotencyKey::new(&fill_key(i))?;
+                    match store.claim(&scope, &key, fp, &owner, &policy)? {
+                        Claim::Execute(guard) => guard.complete(response())?,
+                        other => return Err(format!("fill claim answered {other:?}").into()),
+                    }
+                }
+            },
+        ));
+    }
+    for h in handles {
+        h.join().map_err(|_| "a fill thread panicked")??;
+    }
+    drop(store);
+    File::open(path)?.sync_all()?;
+    Ok(start.elapsed())
+}

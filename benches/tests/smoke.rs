@@ -1,0 +1,266 @@
+//! CI smoke of the benchmark tooling: nothing here times anything against a target;
+//! it only checks that every figure still runs and its output still parses.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use clap::Parser as _;
+use idemkit::core::machine::Policy;
+use idemkit::core::record::EffectKind;
+use idemkit::redb_store::Store;
+use idemkit_benches::bodies::{self, Shape};
+use idemkit_benches::loadgen::{self, Args, Backend, Keys};
+use idemkit_benches::stats::Latencies;
+
+fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+    Args::try_parse_from(std::iter::once("idemkit-loadgen").chain(args.iter().copied()))
+}
+
+#[test]
+fn loadgen_arguments_parse() {
+    let a = parse(&[
+        "--backend",
+        "sqlite",
+        "--clients",
+        "64",
+        "--seconds",
+        "2.5",
+        "--dir",
+        "/tmp/x",
+        "--keys",
+        "hot",
+    ])
+    .unwrap();
+    assert_eq!(a.backend, Backend::Sqlite);
+    assert_eq!(a.clients, 64);
+    assert_eq!(a.seconds, 2.5);
+    assert_eq!(a.dir.as_deref(), Some(Path::new("/tmp/x")));
+    assert_eq!(a.keys, Keys::Hot);
+    let d = parse(&["--backend", "redb"]).unwrap();
+    assert_eq!((d.clients, d.keys, d.dir), (1, Keys::Unique, None));
+}
+
+#[test]
+fn loadgen_rejects_bad_flags_clearly() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--backend", "mysql"],
+            "possible values: redb, sqlite, fsync",
+        ),
+        (&["--clients", "4"], "--backend"),
+        (&["--backend", "redb", "--clients", "0"], "--clients"),
+        (
+            &["--backend", "redb", "--seconds", "-1"],
+            "seconds must be > 0",
+        ),
+        (
+            &["--backend", "redb", "--seconds", "soon"],
+            "not a number of seconds",
+        ),
+        (
+            &["--backend", "redb", "--keys", "cold"],
+            "possible values: unique, hot",
+        ),
+    ];
+    for (args, needle) in cases {
+        let e = parse(args).unwrap_err().to_string();
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+}
+
+fn quick(backend: Backend, keys: Keys) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let args = parse(&[
+        "--backend",
+        match backend {
+            Backend::Redb => "redb",
+            Backend::Sqlite => "sqlite",
+            Backend::Fsync => "fsync",
+        },
+        "--clients",
+        "3",
+        "--seconds",
+        "0.2",
+        "--keys",
+        if keys == Keys::Hot { "hot" } else { "unique" },
+        "--hot-keys",
+        "2",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ])
+    .unwrap();
+    let v = loadgen::run(&args).unwrap().to_json();
+    for field in [
+        "backend",
+        "clients",
+        "ops",
+        "seconds",
+        "ops_per_s",
+        "p50_us",
+        "p99_us",
+    ] {
+        assert!(v.get(field).is_some(), "{field} missing in {v}");
+    }
+    assert!(v["ops"].as_u64().unwrap() > 0, "{v}");
+    // The run's own subdirectory is removed.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    v
+}
+
+#[test]
+fn loadgen_runs_every_backend() {
+    for backend in [Backend::Redb, Backend::Sqlite, Backend::Fsync] {
+        let v = quick(backend, Keys::Unique);
+        assert_eq!(v["executed"], v["ops"], "{v}");
+    }
+    for backend in [Backend::Redb, Backend::Sqlite] {
+        let v = quick(backend, Keys::Hot);
+        // Two hot keys: each executes once, everything else replays or waits.
+        assert!(v["executed"].as_u64().unwrap() <= 2, "{v}");
+    }
+}
+
+#[test]
+fn bodies_are_deterministic_sized_and_strict_json() {
+    for (shape, size, body) in bodies::all() {
+        let target = bodies::SIZES.iter().find(|s| s.0 == size).unwrap().1;
+        assert!(
+            body.len() >= target && body.len() < target + 400,
+            "{size}: {}",
+            body.len()
+        );
+        assert_eq!(body, bodies::generate(shape, target));
+        idemkit_core::canonicalize(&body).unwrap_or_else(|e| panic!("{shape:?} {size}: {e}"));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(v.is_object() || v.is_array());
+    }
+    // The JavaScript port checks itself against these bytes (see wasm/bench).
+    assert!(bodies::generate(Shape::Api, 100).starts_with(b"{\"request_id\":\"req-"));
+}
+
+#[test]
+fn quantiles_use_nearest_rank() {
+    let mut l = Latencies::default();
+    for us in 1..=100u64 {
+        l.record(Duration::from_micros(us));
+    }
+    assert_eq!(l.quantile_us(0.5), 50.0);
+    assert_eq!(l.quantile_us(0.99), 99.0);
+    assert_eq!(l.quantile_us(1.0), 100.0);
+    assert_eq!(Latencies::default().quantile_us(0.5), 0.0);
+}
+
+#[test]
+fn fill_writes_records_a_normal_open_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fill.redb");
+    let policy = Policy::default().with_effect(EffectKind::Local);
+    idemkit_benches::scale::fill(&path, 300, 3, policy, idemkit::clock::SystemClock).unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.stats().unwrap().total, 300);
+    assert!(store.verify().unwrap().problems.is_empty());
+}
+
+fn latency(args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemkit-latency"))
+        .arg("--dir")
+        .arg(dir.path())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn latency_figures_run() {
+    let d = latency(&["durable", "--ops", "5"]);
+    assert_eq!(d["claim_complete"]["n"], 5);
+    assert_eq!(d["fsync_append"]["n"], 5);
+    let cache = tempfile::tempdir().unwrap();
+    let cache = cache.path().to_str().unwrap();
+    let s = latency(&[
+        "scale",
+        "--records",
+        "30",
+        "--records",
+        "40",
+        "--ops",
+        "5",
+        "--cache",
+        cache,
+    ]);
+    let stores = s["stores"].as_array().unwrap();
+    assert_eq!(stores.len(), 2);
+    // Filled, then 20 warm-up and 5 probe records each.
+    assert_eq!(stores[0]["records_counted"], 30 + 25);
+    assert_eq!(stores[1]["records_counted"], 40 + 25);
+    assert_eq!(stores[1]["fill_reused"], false);
+    assert_eq!(s["fsync_append"]["n"], 5);
+    let s = latency(&["scale", "--records", "40", "--ops", "5", "--cache", cache]);
+    assert_eq!(s["stores"][0]["fill_reused"], true);
+    assert_eq!(s["stores"][0]["records_counted"], 40 + 2 * 25);
+    let g = latency(&[
+        "gc",
+        "--records",
+        "50",
+        "--batch",
+        "20",
+        "--baseline-seconds",
+        "0.1",
+    ]);
+    assert_eq!(g["gc_deleted"], 50);
+}
+
+#[test]
+fn bodies_binary_prints_every_body() {
+    let out = Command::new(env!("CARGO_BIN_EXE_idemkit-bodies"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 9);
+}
+
+#[test]
+fn report_renders_the_fixture() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("python3 not found: skipping the report check");
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = tempfile::tempdir().unwrap();
+    let md = out.path().join("BENCHMARKS.md");
+    let svg = out.path().join("chart.svg");
+    let status = Command::new("python3")
+        .arg(here.join("report.py"))
+        .arg("render")
+        .arg(here.join("tests/fixture"))
+        .arg("--md")
+        .arg(&md)
+        .arg("--svg")
+        .arg(&svg)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&md).unwrap();
+    for needle in [
+        "## Targets (issue #7)",
+        "fingerprint vs `serde_json::from_slice::<Value>`",
+        "## Durable claim + complete vs raw fdatasync",
+        "## Throughput vs clients",
+        "## Claim latency vs records in the store",
+        "## GC while claims continue",
+        "## wasm fingerprint in Node",
+    ] {
+        assert!(text.contains(needle), "{needle} missing");
+    }
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+}
