@@ -45,7 +45,7 @@ pub use schema::SCHEMA_VERSION;
 
 use crate::backend::{BackendError, IdempotencyBackend};
 use crate::clock::{Clock, SystemClock};
-use crate::redb_store::{GcReport, ListedRecord, Stats};
+use crate::redb_store::{GcReport, ImportReport, ListedRecord, Stats};
 use error::{Failure, classify, fail};
 use schema::Sql;
 
@@ -448,6 +448,39 @@ impl PgStore {
                 _ => Ok(Step::Done((decision.outcome, None))),
             }
         })
+    }
+
+    /// [`Store::import`](crate::redb_store::Store::import) on PostgreSQL: one
+    /// transaction of `INSERT … ON CONFLICT DO NOTHING`, so present records are kept.
+    pub fn import<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a Scope, &'a IdempotencyKey, &'a Record)>,
+    ) -> Result<ImportReport, PgError> {
+        let mut conn = self.conn()?;
+        let mut txn = conn.transaction().map_err(|e| fail(&e))?;
+        let mut report = ImportReport::default();
+        for (scope, key, record) in records {
+            let cols = Columns::of(record);
+            let params: [&(dyn ToSql + Sync); 8] = [
+                &scope.tenant(),
+                &scope.operation(),
+                &key.as_str(),
+                &cols.fingerprint,
+                &cols.state,
+                &cols.lease_expires_at,
+                &cols.gc_due_at,
+                &cols.record,
+            ];
+            match txn
+                .query_opt(&self.sql.insert, &params)
+                .map_err(|e| fail(&e))?
+            {
+                Some(_) => report.imported += 1,
+                None => report.skipped += 1,
+            }
+        }
+        txn.commit().map_err(|e| fail(&e))?;
+        Ok(report)
     }
 
     pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, PgError> {

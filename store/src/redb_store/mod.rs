@@ -88,7 +88,7 @@ pub use error::{
 };
 pub use fault::{FaultSwitch, FaultyBackend};
 pub use group_commit::CommitStats;
-pub use operator::{GcReport, ListedRecord, Stats, VerifyReport};
+pub use operator::{GcReport, ImportReport, ListedRecord, Stats, VerifyReport};
 pub use tables::FORMAT_VERSION;
 
 use crate::clock::{Clock, SystemClock};

@@ -43,6 +43,15 @@ pub struct GcReport {
     pub more: bool,
 }
 
+/// What one [`Store::import`] call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Records written.
+    pub imported: u64,
+    /// Records left alone because the store already held their scope and key.
+    pub skipped: u64,
+}
+
 /// Counts per state and the file size.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -204,6 +213,61 @@ impl Store {
         self.transition(id, move |r| {
             let (next, grant) = machine::recover(r, &owner, &policy, now)?;
             Ok((Some(next.clone()), (grant.token, next)))
+        })
+    }
+
+    /// Writes records this store does not hold yet, all in one durable
+    /// transaction: for copying a store (redb ↔ PostgreSQL), restoring a backup,
+    /// or filling a store for a benchmark without paying one commit per record.
+    ///
+    /// A record whose scope and key are already present is **kept as it is** and
+    /// counted in [`ImportReport::skipped`]: an import never overwrites a live
+    /// record, so replaying an import, or importing into a store in use, cannot
+    /// turn a completed operation back into a running one. Records are taken
+    /// as they are (their state, lease and windows; indexes are derived from
+    /// them as for any write). Either every record of the call is written or,
+    /// on error, none. Batches of some thousands of records per call keep each
+    /// transaction's memory bounded.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idemkit::redb_store::Store;
+    ///
+    /// let (old, new) = (Store::in_memory()?, Store::in_memory()?);
+    /// let records = old.list(None)?;
+    /// let report = new.import(records.iter().map(|r| (&r.scope, &r.key, &r.record)))?;
+    /// assert_eq!(report.imported + report.skipped, records.len() as u64);
+    /// # Ok(()) }
+    /// ```
+    pub fn import<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a Scope, &'a IdempotencyKey, &'a Record)>,
+    ) -> Result<ImportReport, QueryError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.as_postgres() {
+            return pg.import(records).map_err(pg_query);
+        }
+        let batch: Vec<(Vec<u8>, Record)> = records
+            .into_iter()
+            .map(|(scope, key, record)| (scope.record_id(key).as_bytes().to_vec(), record.clone()))
+            .collect();
+        self.inner.handle.write_if_changed(move |txn| {
+            let mut tables = Tables::open(txn)?;
+            let mut report = ImportReport::default();
+            for (id, record) in &batch {
+                if tables
+                    .records
+                    .get(id.as_slice())
+                    .map_err(StorageError::from)?
+                    .is_some()
+                {
+                    report.skipped += 1;
+                } else {
+                    tables.put(id, None, Some(record))?;
+                    report.imported += 1;
+                }
+            }
+            Ok((report, report.imported > 0))
         })
     }
 
