@@ -1,7 +1,7 @@
 //! Filling a store with many records, fast, through the public API only.
 //!
-//! The store's table format is private, and [`Store`] has no bulk insert, so the
-//! fill runs ordinary claims and completes on a store opened with
+//! The fill writes one genuine Completed record under many keys with
+//! [`Store::import`] (one transaction per batch) on a store opened with
 //! [`Store::with_backend`] over a [`NoSyncFile`]: redb's own `FileBackend` whose
 //! `sync_data` does nothing. Every transaction still commits (same pages, same
 //! B-trees), it is just not waited for on the disk; the file is synced once at
@@ -202,8 +202,16 @@ pub fn response() -> StoredResponse {
     )
 }
 
+/// Records per [`Store::import`] call while filling: one transaction each.
+const FILL_BATCH: u64 = 50_000;
+
 /// Fills `path` (a new file) with `records` Completed records under `policy`,
-/// in `threads` threads, reading time from `clock`. Returns the time it took.
+/// reading time from `clock`. Returns the time it took.
+///
+/// One real claim + complete makes the template record (so it is exactly what the
+/// store writes for a finished request under `policy`); [`Store::import`] then
+/// writes it under `records` keys, [`FILL_BATCH`] per transaction, on a file
+/// without syncs (synced once at the end).
 ///
 /// # Errors
 ///
@@ -211,45 +219,40 @@ pub fn response() -> StoredResponse {
 pub fn fill(
     path: &Path,
     records: u64,
-    threads: u32,
     policy: Policy,
-    clock: impl Clock + 'static,
+    clock: impl Clock + Clone + 'static,
 ) -> Result<Duration, Box<dyn std::error::Error + Send + Sync>> {
     let start = Instant::now();
+    let scope = scope();
+    let template = {
+        let scratch = Store::in_memory()?.with_clock(clock.clone());
+        let key = IdempotencyKey::new("template")?;
+        match scratch.claim(&scope, &key, fingerprint(), "fill", &policy)? {
+            Claim::Execute(guard) => guard.complete(response())?,
+            other => return Err(format!("fill claim answered {other:?}").into()),
+        }
+        scratch
+            .get(&scope, &key)?
+            .ok_or("the template record is missing")?
+    };
     let store = Store::with_backend(NoSyncFile::open(path)?)?.with_clock(clock);
-    let next = Arc::new(AtomicU64::new(0));
-    let threads = threads.max(1);
-    let mut handles = Vec::new();
-    for t in 0..threads {
-        let store = store.clone();
-        let next = Arc::clone(&next);
-        handles.push(std::thread::spawn(
-            move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-                let scope = scope();
-                let fp = fingerprint();
-                let owner = format!("fill-{t}");
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= records {
-                        return Ok(());
-                    }
-                    if i > 0 && i % 1_000_000 == 0 {
-                        eprintln!(
-                            "  filled {i} records in {:.0} s",
-                            start.elapsed().as_secs_f64()
-                        );
-                    }
-                    let key = IdempotencyKey::new(&fill_key(i))?;
-                    match store.claim(&scope, &key, fp, &owner, &policy)? {
-                        Claim::Execute(guard) => guard.complete(response())?,
-                        other => return Err(format!("fill claim answered {other:?}").into()),
-                    }
-                }
-            },
-        ));
-    }
-    for h in handles {
-        h.join().map_err(|_| "a fill thread panicked")??;
+    let mut next = 0;
+    while next < records {
+        let end = (next + FILL_BATCH).min(records);
+        let keys = (next..end)
+            .map(|i| IdempotencyKey::new(&fill_key(i)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let report = store.import(keys.iter().map(|k| (&scope, k, &template)))?;
+        if report.skipped > 0 {
+            return Err(format!("{} fill records already existed", report.skipped).into());
+        }
+        next = end;
+        if next % 1_000_000 == 0 {
+            eprintln!(
+                "  filled {next} records in {:.0} s",
+                start.elapsed().as_secs_f64()
+            );
+        }
     }
     drop(store);
     File::open(path)?.sync_all()?;

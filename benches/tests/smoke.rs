@@ -156,7 +156,7 @@ fn fill_writes_records_a_normal_open_reads() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fill.redb");
     let policy = Policy::default().with_effect(EffectKind::Local);
-    idemkit_benches::scale::fill(&path, 300, 3, policy, idemkit::clock::SystemClock).unwrap();
+    idemkit_benches::scale::fill(&path, 300, policy, idemkit::clock::SystemClock).unwrap();
     let store = Store::open(&path).unwrap();
     assert_eq!(store.stats().unwrap().total, 300);
     assert!(store.verify().unwrap().problems.is_empty());

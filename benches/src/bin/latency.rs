@@ -53,10 +53,6 @@ enum Figure {
         /// Measured claims (each followed by its complete).
         #[arg(long, default_value_t = 1000)]
         ops: usize,
-        /// Threads filling the store (concurrent claims share commits once the
-        /// store batches them).
-        #[arg(long, default_value_t = 16)]
-        fill_threads: u32,
         /// Keep the filled store in this directory and reuse it next time.
         #[arg(long, env = "IDEMKIT_BENCH_CACHE")]
         cache: Option<PathBuf>,
@@ -110,9 +106,8 @@ fn run(cli: &Cli) -> Result<serde_json::Value, Error> {
         Figure::Scale {
             records,
             ops,
-            fill_threads,
             cache,
-        } => scale_figure(dir, records, *ops, *fill_threads, cache.as_deref())?,
+        } => scale_figure(dir, records, *ops, cache.as_deref())?,
         Figure::Gc {
             records,
             clients,
@@ -279,12 +274,7 @@ struct Prepared {
     open: Duration,
 }
 
-fn prepare(
-    dir: &Path,
-    records: u64,
-    fill_threads: u32,
-    cache: Option<&Path>,
-) -> Result<Prepared, Error> {
+fn prepare(dir: &Path, records: u64, cache: Option<&Path>) -> Result<Prepared, Error> {
     let policy = Policy::default().with_effect(EffectKind::Local);
     let name = format!(
         "scale-{records}-format{}.redb",
@@ -304,7 +294,7 @@ fn prepare(
         }
         let partial = path.with_extension("partial");
         let _ = std::fs::remove_file(&partial);
-        let took = scale::fill(&partial, records, fill_threads, policy, SystemClock)?;
+        let took = scale::fill(&partial, records, policy, SystemClock)?;
         std::fs::rename(&partial, &path)?;
         Some(took)
     };
@@ -323,7 +313,6 @@ fn scale_figure(
     dir: &Path,
     records: &[u64],
     ops: usize,
-    fill_threads: u32,
     cache: Option<&Path>,
 ) -> Result<serde_json::Value, Error> {
     let mut records = records.to_vec();
@@ -333,7 +322,7 @@ fn scale_figure(
     for &n in &records {
         // Small stores are quick to fill: only the largest is cached.
         let largest = Some(&n) == records.last();
-        prepared.push(prepare(dir, n, fill_threads, cache.filter(|_| largest))?);
+        prepared.push(prepare(dir, n, cache.filter(|_| largest))?);
     }
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -378,7 +367,6 @@ fn scale_figure(
     Ok(json!({
         "figure": "scale",
         "ops": ops,
-        "fill_threads": fill_threads,
         "stores": out,
         "fsync_append": p.fsync_append.summary(),
         "fsync_overwrite": p.fsync_overwrite.summary(),
@@ -401,7 +389,7 @@ fn gc_figure(
         .with_replay_window(Duration::from_secs(60))
         .with_record_window(Duration::from_secs(60));
     eprintln!("idemkit-latency gc: filling {records} records");
-    let fill_time = scale::fill(&path, records, 2, short, ManualClock::new(t0))?;
+    let fill_time = scale::fill(&path, records, short, ManualClock::new(t0))?;
     let clock = ManualClock::new(t0.saturating_add(Duration::from_secs(3600)));
     let store = Store::open(&path)?.with_clock(clock);
 
