@@ -22,9 +22,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod crash_support;
+
+use crash_support::{Acked, check, open_retrying};
 use idemkit::core::machine::Policy;
-use idemkit::core::record::{EffectKind, RecordState, StoredResponse};
-use idemkit::redb_store::{Claim, OpenError, Store};
+use idemkit::core::record::{EffectKind, StoredResponse};
+use idemkit::redb_store::Claim;
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const DB_ENV: &str = "IDEMKIT_CRASH_DB";
@@ -39,19 +42,6 @@ fn policy() -> Policy {
     Policy::default()
         .with_effect(EffectKind::Local)
         .with_lease(Duration::from_secs(3_600))
-}
-
-fn open_retrying(path: &Path) -> Store {
-    let started = Instant::now();
-    loop {
-        match Store::open(path) {
-            Ok(store) => return store,
-            Err(OpenError::Busy { .. }) if started.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => panic!("reopening after a kill failed: {e}"),
-        }
-    }
 }
 
 /// The child: runs only when the parent sets `IDEMKIT_CRASH_DB`.
@@ -105,13 +95,6 @@ fn crash_child() {
             let _ = store.gc(16).unwrap();
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Acked {
-    Claimed,
-    Completed,
-    Released,
 }
 
 struct Rng(u64);
@@ -201,37 +184,6 @@ fn run(kills: u64) {
         acked.len() as u64 > kills,
         "the children made too little progress to test anything"
     );
-}
-
-fn check(path: &Path, acked: &HashMap<String, Acked>, child: u64) {
-    let store = open_retrying(path);
-    let report = store.verify().unwrap();
-    assert!(
-        report.problems.is_empty(),
-        "after kill #{child}: {:?}",
-        report.problems
-    );
-    let records: HashMap<String, RecordState> = store
-        .list(None)
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.key.to_string(), l.record.state))
-        .collect();
-    for (key, ack) in acked {
-        let state = records
-            .get(key)
-            .unwrap_or_else(|| panic!("after kill #{child}: acknowledged {key} ({ack:?}) is gone"));
-        match (ack, state) {
-            (Acked::Claimed, _) => {}
-            (Acked::Completed, RecordState::Completed { response, .. }) => {
-                assert_eq!(response.body.as_deref(), Some(key.as_bytes()));
-            }
-            (Acked::Released, RecordState::Released { .. }) => {}
-            (ack, state) => {
-                panic!("after kill #{child}: {key} was acknowledged {ack:?} but is {state:?}")
-            }
-        }
-    }
 }
 
 #[test]

@@ -14,11 +14,14 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod crash_support;
+
+use crash_support::{Acked, check, open_retrying};
 use idemkit::core::machine::Policy;
-use idemkit::core::record::{EffectKind, RecordState, StoredResponse};
-use idemkit::redb_store::{Claim, OpenError, Store};
+use idemkit::core::record::{EffectKind, StoredResponse};
+use idemkit::redb_store::Claim;
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const DB_ENV: &str = "IDEMKIT_GROUP_CRASH_DB";
@@ -34,19 +37,6 @@ fn policy() -> Policy {
     Policy::default()
         .with_effect(EffectKind::Local)
         .with_lease(Duration::from_secs(3_600))
-}
-
-fn open_retrying(path: &Path) -> Store {
-    let started = Instant::now();
-    loop {
-        match Store::open(path) {
-            Ok(store) => return store,
-            Err(OpenError::Busy { .. }) if started.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => panic!("reopening after a kill failed: {e}"),
-        }
-    }
 }
 
 fn say(out: &Mutex<std::io::Stdout>, line: &str) {
@@ -95,12 +85,6 @@ fn group_crash_child() {
             });
         }
     });
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Acked {
-    Claimed,
-    Completed,
 }
 
 #[test]
@@ -176,34 +160,4 @@ fn sigkill_while_sixteen_threads_share_commits() {
         acked.len() as u64 > KILLS,
         "the children made too little progress to test anything"
     );
-}
-
-fn check(path: &Path, acked: &HashMap<String, Acked>, child: u64) {
-    let store = open_retrying(path);
-    let report = store.verify().unwrap();
-    assert!(
-        report.problems.is_empty(),
-        "after kill #{child}: {:?}",
-        report.problems
-    );
-    let records: HashMap<String, RecordState> = store
-        .list(None)
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.key.to_string(), l.record.state))
-        .collect();
-    for (key, ack) in acked {
-        let state = records
-            .get(key)
-            .unwrap_or_else(|| panic!("after kill #{child}: acknowledged {key} ({ack:?}) is gone"));
-        match (ack, state) {
-            (Acked::Claimed, _) => {}
-            (Acked::Completed, RecordState::Completed { response, .. }) => {
-                assert_eq!(response.body.as_deref(), Some(key.as_bytes()));
-            }
-            (ack, state) => {
-                panic!("after kill #{child}: {key} was acknowledged {ack:?} but is {state:?}")
-            }
-        }
-    }
 }

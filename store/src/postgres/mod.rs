@@ -412,20 +412,9 @@ impl PgStore {
             // one concurrent INSERT of a key can win.
             let fresh = machine::claim(None, &request, policy, now);
             if let Some(write) = &fresh.write {
-                let cols = Columns::of(write);
-                let params: [&(dyn ToSql + Sync); 8] = [
-                    &scope.tenant(),
-                    &scope.operation(),
-                    &key.as_str(),
-                    &cols.fingerprint,
-                    &cols.state,
-                    &cols.lease_expires_at,
-                    &cols.gc_due_at,
-                    &cols.record,
-                ];
-                match conn.query_opt(&self.sql.insert, &params) {
-                    Ok(Some(_)) => return Ok(Step::Done((fresh.outcome, Some(write.effect)))),
-                    Ok(None) => {}
+                match self.insert(&mut **conn, scope, key, write) {
+                    Ok(true) => return Ok(Step::Done((fresh.outcome, Some(write.effect)))),
+                    Ok(false) => {}
                     Err(e) => return retry_or_fail(&e),
                 }
             }
@@ -450,6 +439,28 @@ impl PgStore {
         })
     }
 
+    /// Inserts `record` unless the key is taken: `true` if it was inserted.
+    fn insert(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        record: &Record,
+    ) -> Result<bool, postgres::Error> {
+        let cols = Columns::of(record);
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &scope.tenant(),
+            &scope.operation(),
+            &key.as_str(),
+            &cols.fingerprint,
+            &cols.state,
+            &cols.lease_expires_at,
+            &cols.gc_due_at,
+            &cols.record,
+        ];
+        Ok(client.query_opt(&self.sql.insert, &params)?.is_some())
+    }
+
     /// [`Store::import`](crate::redb_store::Store::import) on PostgreSQL: one
     /// transaction of `INSERT … ON CONFLICT DO NOTHING`, so present records are kept.
     pub fn import<'a>(
@@ -460,23 +471,13 @@ impl PgStore {
         let mut txn = conn.transaction().map_err(|e| fail(&e))?;
         let mut report = ImportReport::default();
         for (scope, key, record) in records {
-            let cols = Columns::of(record);
-            let params: [&(dyn ToSql + Sync); 8] = [
-                &scope.tenant(),
-                &scope.operation(),
-                &key.as_str(),
-                &cols.fingerprint,
-                &cols.state,
-                &cols.lease_expires_at,
-                &cols.gc_due_at,
-                &cols.record,
-            ];
-            match txn
-                .query_opt(&self.sql.insert, &params)
+            if self
+                .insert(&mut txn, scope, key, record)
                 .map_err(|e| fail(&e))?
             {
-                Some(_) => report.imported += 1,
-                None => report.skipped += 1,
+                report.imported += 1;
+            } else {
+                report.skipped += 1;
             }
         }
         txn.commit().map_err(|e| fail(&e))?;

@@ -1,0 +1,67 @@
+//! Shared by the SIGKILL tests: reopening a killed child's file and checking
+//! that everything it acknowledged is there.
+
+#![allow(dead_code, reason = "each test file uses a part of this module")]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use idemkit::core::record::RecordState;
+use idemkit::redb_store::{OpenError, Store};
+
+/// What a child printed `ACK` for, after the call returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Acked {
+    Claimed,
+    Completed,
+    Released,
+}
+
+/// Opens `path`, waiting while the killed child's lock is still held.
+pub(crate) fn open_retrying(path: &Path) -> Store {
+    let started = Instant::now();
+    loop {
+        match Store::open(path) {
+            Ok(store) => return store,
+            Err(OpenError::Busy { .. }) if started.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => panic!("reopening after a kill failed: {e}"),
+        }
+    }
+}
+
+/// Reopens `path` after kill number `child` and checks that `verify` finds no
+/// problem and every acknowledged key is there in its acknowledged state (a
+/// claim may have moved on; a completion carries its key as the body).
+pub(crate) fn check(path: &Path, acked: &HashMap<String, Acked>, child: u64) {
+    let store = open_retrying(path);
+    let report = store.verify().unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "after kill #{child}: {:?}",
+        report.problems
+    );
+    let records: HashMap<String, RecordState> = store
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.key.to_string(), l.record.state))
+        .collect();
+    for (key, ack) in acked {
+        let state = records
+            .get(key)
+            .unwrap_or_else(|| panic!("after kill #{child}: acknowledged {key} ({ack:?}) is gone"));
+        match (ack, state) {
+            (Acked::Claimed, _) => {}
+            (Acked::Completed, RecordState::Completed { response, .. }) => {
+                assert_eq!(response.body.as_deref(), Some(key.as_bytes()));
+            }
+            (Acked::Released, RecordState::Released { .. }) => {}
+            (ack, state) => {
+                panic!("after kill #{child}: {key} was acknowledged {ack:?} but is {state:?}")
+            }
+        }
+    }
+}
