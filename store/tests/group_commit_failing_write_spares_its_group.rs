@@ -9,6 +9,8 @@
 //! reopened file: every acknowledged completion is there, and no stale write
 //! left a trace.
 
+mod crash_support;
+
 use std::collections::HashMap;
 use std::sync::Barrier;
 use std::time::Duration;
@@ -117,12 +119,7 @@ fn stale_completions_in_a_group_leave_the_others_durable_and_write_nothing() {
     drop(store);
     let store = Store::open(&path).unwrap();
     assert!(store.verify().unwrap().problems.is_empty());
-    let records: HashMap<String, RecordState> = store
-        .list(None)
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.key.to_string(), l.record.state))
-        .collect();
+    let records = crash_support::states_by_key(&store);
     assert_eq!(records.len(), expected.len());
     for (key, body) in &expected {
         match records.get(key) {

@@ -9,6 +9,8 @@
 //! - The writes were grouped: far fewer durable commits than write operations
 //!   (`Store::commit_stats`), which is the point of group commit.
 
+mod crash_support;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
 
@@ -117,12 +119,7 @@ fn sixty_four_threads_distinct_and_shared_keys_execute_once_and_stay_durable() {
     drop(store);
     let store = Store::open(&path).unwrap();
     assert!(store.verify().unwrap().problems.is_empty());
-    let records: HashMap<String, RecordState> = store
-        .list(None)
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.key.to_string(), l.record.state))
-        .collect();
+    let records = crash_support::states_by_key(&store);
     assert_eq!(records.len(), acks.completed.len());
     for (key, body) in &acks.completed {
         match records.get(key) {

@@ -43,12 +43,7 @@ pub(crate) fn check(path: &Path, acked: &HashMap<String, Acked>, child: u64) {
         "after kill #{child}: {:?}",
         report.problems
     );
-    let records: HashMap<String, RecordState> = store
-        .list(None)
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.key.to_string(), l.record.state))
-        .collect();
+    let records = states_by_key(&store);
     for (key, ack) in acked {
         let state = records
             .get(key)
@@ -64,4 +59,14 @@ pub(crate) fn check(path: &Path, acked: &HashMap<String, Acked>, child: u64) {
             }
         }
     }
+}
+
+/// Every record's state, by key.
+pub(crate) fn states_by_key(store: &Store) -> HashMap<String, RecordState> {
+    store
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.key.to_string(), l.record.state))
+        .collect()
 }
