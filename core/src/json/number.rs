@@ -126,6 +126,101 @@ impl core::fmt::Debug for NumberScratch {
     }
 }
 
+/// Where the canonical text of a number literal is.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Canonical {
+    /// The literal is its own canonical form.
+    Literal,
+    /// The canonical form was appended to the output buffer.
+    Appended,
+}
+
+/// The most significant digits a decimal may have for the shortcut in
+/// [`canonicalize`]: any decimal of at most 15 (`DBL_DIG`) significant digits
+/// in the normal range is the only one of that length that rounds to its
+/// double, so the shortest round-trip digits of that double are its own.
+const SHORTCUT_DIGITS: usize = 15;
+
+/// Checks a grammatical literal and finds its RFC 8785 §3.2.2.3 form: either
+/// the literal itself or text appended to `out`. With `strict`, refuses it
+/// unless the literal's exact value equals the value of that form.
+///
+/// Literals of at most 15 significant digits whose form has no exponent
+/// (`1e-7 < |x| < 1e21`) are written from their own digits (see
+/// [`SHORTCUT_DIGITS`]) without rounding to a double and formatting it; the
+/// rest go through [`evaluate`].
+pub(crate) fn canonicalize(
+    literal: &str,
+    strict: bool,
+    scratch: &mut NumberScratch,
+    out: &mut String,
+) -> Result<Canonical, JsonErrorKind> {
+    let bytes = literal.as_bytes();
+    // A plain integer without leading zeros (not `-0`) is canonical as is.
+    let int = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    if int.len() <= SHORTCUT_DIGITS
+        && (matches!(int.first(), Some(b'1'..=b'9')) || bytes == b"0")
+        && int.iter().all(u8::is_ascii_digit)
+    {
+        return Ok(Canonical::Literal);
+    }
+    let dec = exact_decimal(bytes, &mut scratch.literal_digits);
+    let digits = &scratch.literal_digits;
+    let k = digits.len() as i64;
+    let n = dec.exp.saturating_add(k);
+    if digits.is_empty() || (digits.len() <= SHORTCUT_DIGITS && -6 < n && n <= 21) {
+        let start = out.len();
+        if digits.is_empty() {
+            out.push('0');
+        } else {
+            if dec.neg {
+                out.push('-');
+            }
+            push_plain(digits, n, out);
+        }
+        return Ok(finish(literal, start, out));
+    }
+    let value = evaluate(literal, strict, scratch)?;
+    let start = out.len();
+    out.push_str(format(value, &mut scratch.buffer));
+    Ok(finish(literal, start, out))
+}
+
+/// ECMAScript `Number::toString` without an exponent (`-6 < n <= 21`) for the
+/// significant `digits` (ASCII, no leading or trailing zero) times
+/// `10^(n - digits.len())`.
+fn push_plain(digits: &[u8], n: i64, out: &mut String) {
+    let digits = core::str::from_utf8(digits).unwrap_or_default();
+    let k = digits.len() as i64;
+    if k <= n {
+        out.push_str(digits);
+        for _ in k..n {
+            out.push('0');
+        }
+    } else if n > 0 {
+        let (int, frac) = digits.split_at(usize::try_from(n).unwrap_or_default());
+        out.push_str(int);
+        out.push('.');
+        out.push_str(frac);
+    } else {
+        out.push_str("0.");
+        for _ in n..0 {
+            out.push('0');
+        }
+        out.push_str(digits);
+    }
+}
+
+/// Keeps the text appended from `start` unless it repeats the literal.
+fn finish(literal: &str, start: usize, out: &mut String) -> Canonical {
+    if out.get(start..) == Some(literal) {
+        out.truncate(start);
+        Canonical::Literal
+    } else {
+        Canonical::Appended
+    }
+}
+
 /// Rounds a grammatical literal to a double; with `strict`, refuses it unless
 /// the literal's exact value equals the value of its RFC 8785 serialization.
 pub(crate) fn evaluate(
@@ -183,6 +278,125 @@ mod tests {
         }
         assert_ne!(dec("9007199254740993"), dec("9007199254740992"));
         assert_ne!(dec("-1"), dec("1"));
+    }
+
+    /// The slow path: round to a double, check, format.
+    fn slow(lit: &str, strict: bool) -> Result<String, JsonErrorKind> {
+        let mut s = NumberScratch::default();
+        let v = evaluate(lit, strict, &mut s)?;
+        Ok(format(v, &mut ryu_js::Buffer::new()).to_owned())
+    }
+
+    fn fast(lit: &str, strict: bool) -> Result<String, JsonErrorKind> {
+        let mut s = NumberScratch::default();
+        let mut out = String::from("junk");
+        Ok(match canonicalize(lit, strict, &mut s, &mut out)? {
+            Canonical::Literal => {
+                assert_eq!(out, "junk");
+                lit.to_owned()
+            }
+            Canonical::Appended => out.split_off(4),
+        })
+    }
+
+    #[test]
+    fn shortcut_agrees_with_rounding_and_formatting() {
+        let fixed = [
+            "0",
+            "-0",
+            "0.0",
+            "-0.0e5",
+            "1",
+            "-1",
+            "10",
+            "1e2",
+            "1E+2",
+            "1.0",
+            "1.50",
+            "25e-1",
+            "0.000001",
+            "0.0000001",
+            "1e-7",
+            "1e20",
+            "1e21",
+            "1e22",
+            "123456789012345",
+            "1234567890123456",
+            "999999999999999e6",
+            "999999999999999e7",
+            "0.1",
+            "-0.5e-5",
+            "36028797018964100",
+            "36028797018964100.000",
+            "9007199254740993",
+            "1e-400",
+            "1e400",
+            "4.9e-324",
+            "5e-324",
+            "1.7976931348623157e308",
+            "100000000000000000000",
+            "0.10000000000000001",
+            "00",
+            "-01",
+        ];
+        for lit in fixed {
+            if scan(lit.as_bytes(), 0) != Ok(lit.len()) {
+                continue;
+            }
+            for strict in [true, false] {
+                assert_eq!(
+                    fast(lit, strict),
+                    slow(lit, strict),
+                    "{lit} strict={strict}"
+                );
+            }
+        }
+        // mulberry32: literals of 1..=17 digits with a point and an exponent.
+        let mut state: u32 = 0x5eed;
+        let mut next = move || {
+            state = state.wrapping_add(0x6d2b_79f5);
+            let mut t = state;
+            t = (t ^ (t >> 15)).wrapping_mul(t | 1);
+            t ^= t.wrapping_add((t ^ (t >> 7)).wrapping_mul(t | 61));
+            t ^ (t >> 14)
+        };
+        for _ in 0..200_000 {
+            let mut lit = String::new();
+            if next() % 2 == 0 {
+                lit.push('-');
+            }
+            let len = 1 + next() % 17;
+            let point = next() % (len + 1);
+            for i in 0..len {
+                if i == point && i > 0 {
+                    lit.push('.');
+                }
+                let d = if i == 0 && len > 1 && point != 1 {
+                    1 + next() % 9
+                } else {
+                    next() % 10
+                };
+                lit.push(char::from(b'0' + d as u8));
+            }
+            if next() % 3 == 0 {
+                lit.push('e');
+                let e = next() % 30;
+                if next() % 2 == 0 {
+                    lit.push('-');
+                }
+                lit.push_str(&e.to_string());
+            }
+            if scan(lit.as_bytes(), 0) != Ok(lit.len()) {
+                continue;
+            }
+            for strict in [true, false] {
+                assert_eq!(
+                    fast(&lit, strict),
+                    slow(&lit, strict),
+                    "{lit} strict={strict}"
+                );
+            }
+        }
     }
 
     #[test]

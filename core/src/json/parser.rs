@@ -28,7 +28,9 @@ pub(crate) enum Node {
     Null,
     True,
     False,
-    Number(f64),
+    /// The canonical text: a range of the input when the literal is already
+    /// canonical, else of the unescape buffer.
+    Number(Str),
     String(Str),
     /// `entries[start..start + len]`.
     Array {
@@ -417,10 +419,18 @@ impl Parser<'_, '_> {
         }
         let literal = self.text.get(start..end).unwrap_or_default();
         let strict = self.opts.profile == Profile::Strict;
-        match number::evaluate(literal, strict, &mut self.numbers) {
-            Ok(v) => {
+        let buf_start = self.unescaped.len();
+        match number::canonicalize(literal, strict, &mut self.numbers, &mut self.unescaped) {
+            Ok(number::Canonical::Literal) => {
                 self.pos = end;
-                Ok(Node::Number(v))
+                Ok(Node::Number(Str::Raw { start, end }))
+            }
+            Ok(number::Canonical::Appended) => {
+                self.pos = end;
+                Ok(Node::Number(Str::Unescaped {
+                    start: buf_start,
+                    end: self.unescaped.len(),
+                }))
             }
             Err(kind) => Err(self.err(kind, start)),
         }

@@ -3,7 +3,6 @@
 //! Iterative, like the parser, so a deep document cannot overflow the stack.
 
 use super::Sink;
-use super::number;
 use super::parser::{Document, Entry, Node, Str};
 
 /// Writes `s` as an RFC 8785 §3.2.2.2 string: only `"`, `\` and U+0000..U+001F
@@ -112,7 +111,6 @@ fn serialize<F: FnMut(&mut Vec<u8>)>(
     out: &mut Vec<u8>,
     flush: &mut F,
 ) {
-    let mut buffer = ryu_js::Buffer::new();
     // Each frame: the container's entries still to write, whether it is an
     // object, and whether anything was written yet (for commas).
     struct Frame {
@@ -129,9 +127,7 @@ fn serialize<F: FnMut(&mut Vec<u8>)>(
                 Node::Null => out.extend_from_slice(b"null"),
                 Node::True => out.extend_from_slice(b"true"),
                 Node::False => out.extend_from_slice(b"false"),
-                Node::Number(v) => {
-                    out.extend_from_slice(number::format(v, &mut buffer).as_bytes());
-                }
+                Node::Number(s) => out.extend_from_slice(doc.str(s).as_bytes()),
                 Node::String(s) => write_str(doc, s, out),
                 Node::Array { start, len } => {
                     out.push(b'[');
