@@ -156,12 +156,7 @@ pub(crate) fn canonicalize(
     out: &mut String,
 ) -> Result<Canonical, JsonErrorKind> {
     let bytes = literal.as_bytes();
-    // A plain integer without leading zeros (not `-0`) is canonical as is.
-    let int = bytes.strip_prefix(b"-").unwrap_or(bytes);
-    if int.len() <= SHORTCUT_DIGITS
-        && (matches!(int.first(), Some(b'1'..=b'9')) || bytes == b"0")
-        && int.iter().all(u8::is_ascii_digit)
-    {
+    if is_canonical_plain(bytes) {
         return Ok(Canonical::Literal);
     }
     let dec = exact_decimal(bytes, &mut scratch.literal_digits);
@@ -184,6 +179,40 @@ pub(crate) fn canonicalize(
     let start = out.len();
     out.push_str(format(value, &mut scratch.buffer));
     Ok(finish(literal, start, out))
+}
+
+/// Whether a grammatical literal is already in its canonical form without
+/// an exponent, in one pass and without normalising it: `-?I(.F)?` with at most
+/// [`SHORTCUT_DIGITS`] significant digits, `F` not ending in `0`, not `-0`, and
+/// for `0.F` fewer than six zeros after the point (`0.000001` is plain,
+/// `0.0000001` is `1e-7`). `I` has no leading zero (the grammar) and at most 15
+/// digits, so it never reaches the exponent form at `1e21`.
+fn is_canonical_plain(bytes: &[u8]) -> bool {
+    let unsigned = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    let (int, frac) = match unsigned.iter().position(|&b| !b.is_ascii_digit()) {
+        None => (unsigned, &b""[..]),
+        Some(i) => match unsigned.split_at(i) {
+            (int, [b'.', frac @ ..]) => (int, frac),
+            _ => return false, // an exponent
+        },
+    };
+    if frac.is_empty() {
+        // `0` (not `-0`) or an integer without leading zero.
+        return if int == b"0" {
+            unsigned.len() == bytes.len()
+        } else {
+            int.len() <= SHORTCUT_DIGITS
+        };
+    }
+    if !frac.iter().all(u8::is_ascii_digit) || frac.last() == Some(&b'0') {
+        return false;
+    }
+    if int == b"0" {
+        let zeros = frac.iter().take_while(|&&b| b == b'0').count();
+        zeros < 6 && frac.len() - zeros <= SHORTCUT_DIGITS
+    } else {
+        int.len() + frac.len() <= SHORTCUT_DIGITS
+    }
 }
 
 /// ECMAScript `Number::toString` without an exponent (`-6 < n <= 21`) for the
@@ -297,6 +326,36 @@ mod tests {
             }
             Canonical::Appended => out.split_off(4),
         })
+    }
+
+    #[test]
+    fn plain_canonical_literals() {
+        for lit in [
+            "0",
+            "1",
+            "-1",
+            "123.457",
+            "0.5",
+            "-0.000001",
+            "123456789012345",
+            "0.123456789012345",
+        ] {
+            assert!(is_canonical_plain(lit.as_bytes()), "{lit}");
+        }
+        for lit in [
+            "-0",
+            "1.0",
+            "0.0",
+            "-0.0",
+            "1e2",
+            "0.0000001",
+            "1234567890123456",
+            "0.1234567890123456",
+            "12345678.12345678",
+            "1.50",
+        ] {
+            assert!(!is_canonical_plain(lit.as_bytes()), "{lit}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Iterative, like the parser, so a deep document cannot overflow the stack.
 
 use super::Sink;
-use super::parser::{Document, Entry, Node, Str};
+use super::parser::{Document, Entry, Node, Str, skip_plain};
 
 /// Writes `s` as an RFC 8785 §3.2.2.2 string: only `"`, `\` and U+0000..U+001F
 /// are escaped; `\b \t \n \f \r` by name, the rest as `\u00xx` (lowercase).
@@ -20,8 +20,14 @@ pub(crate) fn escape_into(s: &str, out: &mut Vec<u8>) {
     let bytes = s.as_bytes();
     out.push(b'"');
     let mut run = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    loop {
+        i = skip_plain(bytes, i);
+        let Some(&b) = bytes.get(i) else {
+            break;
+        };
         if !(b < 0x20 || b == b'"' || b == b'\\') {
+            i += 1;
             continue;
         }
         out.extend_from_slice(bytes.get(run..i).unwrap_or_default());
@@ -42,7 +48,8 @@ pub(crate) fn escape_into(s: &str, out: &mut Vec<u8>) {
                 HEX.get(usize::from(b & 0xF)).copied().unwrap_or(b'0'),
             ]),
         }
-        run = i + 1;
+        i += 1;
+        run = i;
     }
     out.extend_from_slice(bytes.get(run..).unwrap_or_default());
     out.push(b'"');
