@@ -15,33 +15,61 @@ use super::error::JsonErrorKind;
 const EXP_CLAMP: i64 = 1 << 40;
 
 /// Scans a number literal starting at `start` (which holds `-` or a digit).
-/// Returns the end offset. A literal stops at the first byte that cannot
-/// continue it; the caller then decides whether that byte is legal there.
-pub(crate) fn scan(bytes: &[u8], start: usize) -> Result<usize, (JsonErrorKind, usize)> {
+/// Returns the end offset, and whether the literal is already in canonical
+/// plain form (see [`is_canonical_plain`], computed in the same pass). A
+/// literal stops at the first byte that cannot continue it; the caller then
+/// decides whether that byte is legal there.
+pub(crate) fn scan(bytes: &[u8], start: usize) -> Result<(usize, bool), (JsonErrorKind, usize)> {
     let at = |i: usize| bytes.get(i).copied();
+    let digits_from = |i: usize| {
+        i + bytes
+            .get(i..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
     let mut i = start;
-    if at(i) == Some(b'-') {
+    let neg = at(i) == Some(b'-');
+    if neg {
         i += 1;
     }
-    match at(i) {
-        Some(b'0') => i += 1,
+    let int_start = i;
+    let int_zero = match at(i) {
+        Some(b'0') => {
+            i += 1;
+            true
+        }
         Some(b'1'..=b'9') => {
-            while matches!(at(i), Some(b'0'..=b'9')) {
-                i += 1;
-            }
+            i = digits_from(i + 1);
+            false
         }
         _ => return Err((JsonErrorKind::InvalidNumber, i)),
-    }
+    };
+    let int_len = i - int_start;
+    let mut plain = if int_zero {
+        !neg
+    } else {
+        int_len <= SHORTCUT_DIGITS
+    };
     if at(i) == Some(b'.') {
         i += 1;
+        let frac_start = i;
         if !matches!(at(i), Some(b'0'..=b'9')) {
             return Err((JsonErrorKind::InvalidNumber, i));
         }
-        while matches!(at(i), Some(b'0'..=b'9')) {
-            i += 1;
-        }
+        i = digits_from(i);
+        let frac = bytes.get(frac_start..i).unwrap_or_default();
+        plain = frac.last() != Some(&b'0')
+            && if int_zero {
+                let zeros = frac.iter().take_while(|&&b| b == b'0').count();
+                zeros < 6 && frac.len() - zeros <= SHORTCUT_DIGITS
+            } else {
+                int_len + frac.len() <= SHORTCUT_DIGITS
+            };
     }
     if matches!(at(i), Some(b'e' | b'E')) {
+        plain = false;
         i += 1;
         if matches!(at(i), Some(b'+' | b'-')) {
             i += 1;
@@ -49,11 +77,9 @@ pub(crate) fn scan(bytes: &[u8], start: usize) -> Result<usize, (JsonErrorKind, 
         if !matches!(at(i), Some(b'0'..=b'9')) {
             return Err((JsonErrorKind::InvalidNumber, i));
         }
-        while matches!(at(i), Some(b'0'..=b'9')) {
-            i += 1;
-        }
+        i = digits_from(i);
     }
-    Ok(i)
+    Ok((i, plain))
 }
 
 /// An exact decimal `(-1)^neg × digits × 10^exp`, normalised: `digits` has no
@@ -149,16 +175,19 @@ const SHORTCUT_DIGITS: usize = 15;
 /// (`1e-7 < |x| < 1e21`) are written from their own digits (see
 /// [`SHORTCUT_DIGITS`]) without rounding to a double and formatting it; the
 /// rest go through [`evaluate`].
+///
+/// `plain` is [`scan`]'s verdict: the literal is its own canonical form.
 pub(crate) fn canonicalize(
     literal: &str,
+    plain: bool,
     strict: bool,
     scratch: &mut NumberScratch,
     out: &mut String,
 ) -> Result<Canonical, JsonErrorKind> {
-    let bytes = literal.as_bytes();
-    if is_canonical_plain(bytes) {
+    if plain {
         return Ok(Canonical::Literal);
     }
+    let bytes = literal.as_bytes();
     let dec = exact_decimal(bytes, &mut scratch.literal_digits);
     let digits = &scratch.literal_digits;
     let k = digits.len() as i64;
@@ -181,12 +210,15 @@ pub(crate) fn canonicalize(
     Ok(finish(literal, start, out))
 }
 
+/// (The specification of `scan`'s `plain`, kept for the tests.)
+///
 /// Whether a grammatical literal is already in its canonical form without
 /// an exponent, in one pass and without normalising it: `-?I(.F)?` with at most
 /// [`SHORTCUT_DIGITS`] significant digits, `F` not ending in `0`, not `-0`, and
 /// for `0.F` fewer than six zeros after the point (`0.000001` is plain,
 /// `0.0000001` is `1e-7`). `I` has no leading zero (the grammar) and at most 15
 /// digits, so it never reaches the exponent form at `1e21`.
+#[cfg(test)]
 fn is_canonical_plain(bytes: &[u8]) -> bool {
     let unsigned = bytes.strip_prefix(b"-").unwrap_or(bytes);
     let (int, frac) = match unsigned.iter().position(|&b| !b.is_ascii_digit()) {
@@ -319,7 +351,18 @@ mod tests {
     fn fast(lit: &str, strict: bool) -> Result<String, JsonErrorKind> {
         let mut s = NumberScratch::default();
         let mut out = String::from("junk");
-        Ok(match canonicalize(lit, strict, &mut s, &mut out)? {
+        let (end, plain) = scan(lit.as_bytes(), 0).unwrap();
+        assert_eq!(end, lit.len());
+        assert_eq!(plain, is_canonical_plain(lit.as_bytes()), "{lit}");
+        if plain {
+            // The literal must survive the full path unchanged.
+            assert_eq!(
+                canonicalize(lit, false, strict, &mut s, &mut out),
+                Ok(Canonical::Literal),
+                "not plain after all: {lit}"
+            );
+        }
+        Ok(match canonicalize(lit, plain, strict, &mut s, &mut out)? {
             Canonical::Literal => {
                 assert_eq!(out, "junk");
                 lit.to_owned()
@@ -399,7 +442,7 @@ mod tests {
             "-01",
         ];
         for lit in fixed {
-            if scan(lit.as_bytes(), 0) != Ok(lit.len()) {
+            if scan(lit.as_bytes(), 0).map(|s| s.0) != Ok(lit.len()) {
                 continue;
             }
             for strict in [true, false] {
@@ -445,7 +488,7 @@ mod tests {
                 }
                 lit.push_str(&e.to_string());
             }
-            if scan(lit.as_bytes(), 0) != Ok(lit.len()) {
+            if scan(lit.as_bytes(), 0).map(|s| s.0) != Ok(lit.len()) {
                 continue;
             }
             for strict in [true, false] {

@@ -409,8 +409,8 @@ impl Parser<'_, '_> {
 
     fn number(&mut self) -> PResult<Node> {
         let start = self.pos;
-        let end = match number::scan(self.bytes, start) {
-            Ok(end) => end,
+        let (end, plain) = match number::scan(self.bytes, start) {
+            Ok(scanned) => scanned,
             Err((kind, at)) => {
                 if at >= self.bytes.len() {
                     return Err(self.end_err(at));
@@ -429,7 +429,13 @@ impl Parser<'_, '_> {
         let literal = self.text.get(start..end).unwrap_or_default();
         let strict = self.opts.profile == Profile::Strict;
         let buf_start = self.unescaped.len();
-        match number::canonicalize(literal, strict, &mut self.numbers, &mut self.unescaped) {
+        match number::canonicalize(
+            literal,
+            plain,
+            strict,
+            &mut self.numbers,
+            &mut self.unescaped,
+        ) {
             Ok(number::Canonical::Literal) => {
                 self.pos = end;
                 Ok(Node::Number(Str::Raw { start, end }))
