@@ -21,14 +21,7 @@ const EXP_CLAMP: i64 = 1 << 40;
 /// decides whether that byte is legal there.
 pub(crate) fn scan(bytes: &[u8], start: usize) -> Result<(usize, bool), (JsonErrorKind, usize)> {
     let at = |i: usize| bytes.get(i).copied();
-    let digits_from = |i: usize| {
-        i + bytes
-            .get(i..)
-            .unwrap_or_default()
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count()
-    };
+    let digits_from = |i: usize| digits_end(bytes, i);
     let mut i = start;
     let neg = at(i) == Some(b'-');
     if neg {
@@ -80,6 +73,31 @@ pub(crate) fn scan(bytes: &[u8], start: usize) -> Result<(usize, bool), (JsonErr
         i = digits_from(i);
     }
     Ok((i, plain))
+}
+
+/// The offset of the first byte at or after `i` that is not an ASCII digit,
+/// eight bytes at a time.
+fn digits_end(bytes: &[u8], mut i: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = bytes.get(i..i.saturating_add(8)) {
+        let Ok(chunk) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        // Digits become 0..=9; the high bit of each byte of `non_digit` is
+        // set iff that byte is 10 or more (no carries cross bytes: the high
+        // bit is masked off before adding).
+        let x = u64::from_le_bytes(chunk) ^ (LO * 0x30);
+        let non_digit = (((x & (LO * 0x7f)) + LO * 0x76) | x) & HI;
+        if non_digit != 0 {
+            return i + (non_digit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while bytes.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    i
 }
 
 /// An exact decimal `(-1)^neg × digits × 10^exp`, normalised: `digits` has no
@@ -369,6 +387,28 @@ mod tests {
             }
             Canonical::Appended => out.split_off(4),
         })
+    }
+
+    #[test]
+    fn digits_end_finds_the_first_non_digit() {
+        let text = b"0123456789012345678/9:0a1\xff2 34567890123456789";
+        for i in 0..=text.len() {
+            let want = text
+                .iter()
+                .skip(i)
+                .position(|b| !b.is_ascii_digit())
+                .map_or(text.len(), |p| p + i);
+            assert_eq!(digits_end(text, i), want, "{i}");
+        }
+        let all: Vec<u8> = (0..=255).collect();
+        for i in 0..all.len() {
+            let want = if all[i].is_ascii_digit() {
+                usize::from(b'9') + 1
+            } else {
+                i
+            };
+            assert_eq!(digits_end(&all, i), want.max(i), "{i}");
+        }
     }
 
     #[test]
