@@ -171,11 +171,12 @@ pub(crate) fn parse<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<
         truncated,
         opts,
         pos: 0,
-        // A guess that avoids most regrowth without reserving much for
-        // string-heavy bodies.
-        nodes: Vec::with_capacity((input.len() / 16).clamp(1, 1 << 16)),
-        entries: Vec::new(),
-        scratch: Vec::new(),
+        // A guess that avoids most regrowth (a value takes at least two
+        // bytes with its separator; number arrays average ~8): regrowing
+        // copies every node and entry, and pages never touched cost nothing.
+        nodes: Vec::with_capacity((input.len() / 4).clamp(1, 1 << 20)),
+        entries: Vec::with_capacity((input.len() / 6).clamp(1, 1 << 18)),
+        scratch: Vec::with_capacity((input.len() / 6).clamp(1, 1 << 18)),
         stack: Vec::new(),
         unescaped: String::new(),
         numbers: NumberScratch::default(),
