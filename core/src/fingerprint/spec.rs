@@ -5,8 +5,8 @@ use core::fmt;
 use super::Fingerprint;
 use super::form::{FormError, decode_form};
 use crate::json::{
-    CanonicalizeOptions, CountingSink, JsonError, JsonPointer, PointerError, Sink, Target, parse,
-    resolve, write_node,
+    CanonicalizeOptions, JsonError, JsonPointer, PointerError, Target, parse, resolve,
+    write_node_into,
 };
 
 /// The blake3 `derive_key` context. Changing anything about the encoding below
@@ -159,7 +159,7 @@ impl From<FormError> for FingerprintError {
 /// The hash is blake3 in `derive_key` mode with [`CONTEXT`], over
 /// length-framed fields (u64 little-endian length, then the bytes): operation,
 /// schema version (u32 LE), content kind, then the body — the canonical JSON
-/// (streamed, never built), or for a selection each included pointer with an
+/// (built once, then hashed), or for a selection each included pointer with an
 /// absent/present tag and its canonical value, or the sorted form pairs, or
 /// the raw bytes.
 ///
@@ -297,11 +297,14 @@ impl FingerprintSpec {
         }
         excluded.sort_unstable();
         excluded.dedup();
-        let write_value = |h: &mut blake3::Hasher, node: usize| {
-            let mut count = CountingSink::default();
-            write_node(&doc, node, &excluded, &mut count);
-            h.write(&count.0.to_le_bytes());
-            write_node(&doc, node, &excluded, h);
+        // The canonical bytes are built once and hashed in one call: the
+        // length frame comes for free and blake3 gets large inputs (many tiny
+        // updates cost more than the serialization itself).
+        let mut canonical = Vec::with_capacity(body.len());
+        let mut write_value = |h: &mut blake3::Hasher, node: usize| {
+            canonical.clear();
+            write_node_into(&doc, node, &excluded, &mut canonical);
+            frame(h, &canonical);
         };
         if self.include.is_empty() {
             frame(h, b"whole");

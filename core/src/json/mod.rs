@@ -56,7 +56,7 @@ pub use pointer::{JsonPointer, PointerError};
 
 pub(crate) use parser::parse;
 pub(crate) use pointer::{Target, resolve};
-pub(crate) use serializer::write_node;
+pub(crate) use serializer::{write_node, write_node_into};
 
 /// Which canonicalization rules apply (see the module documentation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -188,8 +188,9 @@ pub fn canonicalize(input: &[u8]) -> Result<Vec<u8>, JsonError> {
 ///
 /// A [`JsonError`] for any input that is not accepted.
 pub fn canonicalize_with(input: &[u8], opts: &CanonicalizeOptions) -> Result<Vec<u8>, JsonError> {
+    let doc = parse(input, opts)?;
     let mut out = Vec::with_capacity(input.len());
-    canonicalize_to(input, opts, &mut out)?;
+    write_node_into(&doc, doc.root, &[], &mut out);
     Ok(out)
 }
 

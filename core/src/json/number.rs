@@ -15,33 +15,54 @@ use super::error::JsonErrorKind;
 const EXP_CLAMP: i64 = 1 << 40;
 
 /// Scans a number literal starting at `start` (which holds `-` or a digit).
-/// Returns the end offset. A literal stops at the first byte that cannot
-/// continue it; the caller then decides whether that byte is legal there.
-pub(crate) fn scan(bytes: &[u8], start: usize) -> Result<usize, (JsonErrorKind, usize)> {
+/// Returns the end offset, and whether the literal is already in canonical
+/// plain form (see [`is_canonical_plain`], computed in the same pass). A
+/// literal stops at the first byte that cannot continue it; the caller then
+/// decides whether that byte is legal there.
+pub(crate) fn scan(bytes: &[u8], start: usize) -> Result<(usize, bool), (JsonErrorKind, usize)> {
     let at = |i: usize| bytes.get(i).copied();
+    let digits_from = |i: usize| digits_end(bytes, i);
     let mut i = start;
-    if at(i) == Some(b'-') {
+    let neg = at(i) == Some(b'-');
+    if neg {
         i += 1;
     }
-    match at(i) {
-        Some(b'0') => i += 1,
+    let int_start = i;
+    let int_zero = match at(i) {
+        Some(b'0') => {
+            i += 1;
+            true
+        }
         Some(b'1'..=b'9') => {
-            while matches!(at(i), Some(b'0'..=b'9')) {
-                i += 1;
-            }
+            i = digits_from(i + 1);
+            false
         }
         _ => return Err((JsonErrorKind::InvalidNumber, i)),
-    }
+    };
+    let int_len = i - int_start;
+    let mut plain = if int_zero {
+        !neg
+    } else {
+        int_len <= SHORTCUT_DIGITS
+    };
     if at(i) == Some(b'.') {
         i += 1;
+        let frac_start = i;
         if !matches!(at(i), Some(b'0'..=b'9')) {
             return Err((JsonErrorKind::InvalidNumber, i));
         }
-        while matches!(at(i), Some(b'0'..=b'9')) {
-            i += 1;
-        }
+        i = digits_from(i);
+        let frac = bytes.get(frac_start..i).unwrap_or_default();
+        plain = frac.last() != Some(&b'0')
+            && if int_zero {
+                let zeros = frac.iter().take_while(|&&b| b == b'0').count();
+                zeros < 6 && frac.len() - zeros <= SHORTCUT_DIGITS
+            } else {
+                int_len + frac.len() <= SHORTCUT_DIGITS
+            };
     }
     if matches!(at(i), Some(b'e' | b'E')) {
+        plain = false;
         i += 1;
         if matches!(at(i), Some(b'+' | b'-')) {
             i += 1;
@@ -49,11 +70,34 @@ pub(crate) fn scan(bytes: &[u8], start: usize) -> Result<usize, (JsonErrorKind, 
         if !matches!(at(i), Some(b'0'..=b'9')) {
             return Err((JsonErrorKind::InvalidNumber, i));
         }
-        while matches!(at(i), Some(b'0'..=b'9')) {
-            i += 1;
-        }
+        i = digits_from(i);
     }
-    Ok(i)
+    Ok((i, plain))
+}
+
+/// The offset of the first byte at or after `i` that is not an ASCII digit,
+/// eight bytes at a time.
+fn digits_end(bytes: &[u8], mut i: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = bytes.get(i..i.saturating_add(8)) {
+        let Ok(chunk) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        // Digits become 0..=9; the high bit of each byte of `non_digit` is
+        // set iff that byte is 10 or more (no carries cross bytes: the high
+        // bit is masked off before adding).
+        let x = u64::from_le_bytes(chunk) ^ (LO * 0x30);
+        let non_digit = (((x & (LO * 0x7f)) + LO * 0x76) | x) & HI;
+        if non_digit != 0 {
+            return i + (non_digit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while bytes.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    i
 }
 
 /// An exact decimal `(-1)^neg × digits × 10^exp`, normalised: `digits` has no
@@ -126,6 +170,136 @@ impl core::fmt::Debug for NumberScratch {
     }
 }
 
+/// Where the canonical text of a number literal is.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Canonical {
+    /// The literal is its own canonical form.
+    Literal,
+    /// The canonical form was appended to the output buffer.
+    Appended,
+}
+
+/// The most significant digits a decimal may have for the shortcut in
+/// [`canonicalize`]: any decimal of at most 15 (`DBL_DIG`) significant digits
+/// in the normal range is the only one of that length that rounds to its
+/// double, so the shortest round-trip digits of that double are its own.
+const SHORTCUT_DIGITS: usize = 15;
+
+/// Checks a grammatical literal and finds its RFC 8785 §3.2.2.3 form: either
+/// the literal itself or text appended to `out`. With `strict`, refuses it
+/// unless the literal's exact value equals the value of that form.
+///
+/// Literals of at most 15 significant digits whose form has no exponent
+/// (`1e-7 < |x| < 1e21`) are written from their own digits (see
+/// [`SHORTCUT_DIGITS`]) without rounding to a double and formatting it; the
+/// rest go through [`evaluate`].
+///
+/// `plain` is [`scan`]'s verdict: the literal is its own canonical form.
+pub(crate) fn canonicalize(
+    literal: &str,
+    plain: bool,
+    strict: bool,
+    scratch: &mut NumberScratch,
+    out: &mut String,
+) -> Result<Canonical, JsonErrorKind> {
+    if plain {
+        return Ok(Canonical::Literal);
+    }
+    let bytes = literal.as_bytes();
+    let dec = exact_decimal(bytes, &mut scratch.literal_digits);
+    let digits = &scratch.literal_digits;
+    let k = digits.len() as i64;
+    let n = dec.exp.saturating_add(k);
+    if digits.is_empty() || (digits.len() <= SHORTCUT_DIGITS && -6 < n && n <= 21) {
+        let start = out.len();
+        if digits.is_empty() {
+            out.push('0');
+        } else {
+            if dec.neg {
+                out.push('-');
+            }
+            push_plain(digits, n, out);
+        }
+        return Ok(finish(literal, start, out));
+    }
+    let value = evaluate(literal, strict, scratch)?;
+    let start = out.len();
+    out.push_str(format(value, &mut scratch.buffer));
+    Ok(finish(literal, start, out))
+}
+
+/// (The specification of `scan`'s `plain`, kept for the tests.)
+///
+/// Whether a grammatical literal is already in its canonical form without
+/// an exponent, in one pass and without normalising it: `-?I(.F)?` with at most
+/// [`SHORTCUT_DIGITS`] significant digits, `F` not ending in `0`, not `-0`, and
+/// for `0.F` fewer than six zeros after the point (`0.000001` is plain,
+/// `0.0000001` is `1e-7`). `I` has no leading zero (the grammar) and at most 15
+/// digits, so it never reaches the exponent form at `1e21`.
+#[cfg(test)]
+fn is_canonical_plain(bytes: &[u8]) -> bool {
+    let unsigned = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    let (int, frac) = match unsigned.iter().position(|&b| !b.is_ascii_digit()) {
+        None => (unsigned, &b""[..]),
+        Some(i) => match unsigned.split_at(i) {
+            (int, [b'.', frac @ ..]) => (int, frac),
+            _ => return false, // an exponent
+        },
+    };
+    if frac.is_empty() {
+        // `0` (not `-0`) or an integer without leading zero.
+        return if int == b"0" {
+            unsigned.len() == bytes.len()
+        } else {
+            int.len() <= SHORTCUT_DIGITS
+        };
+    }
+    if !frac.iter().all(u8::is_ascii_digit) || frac.last() == Some(&b'0') {
+        return false;
+    }
+    if int == b"0" {
+        let zeros = frac.iter().take_while(|&&b| b == b'0').count();
+        zeros < 6 && frac.len() - zeros <= SHORTCUT_DIGITS
+    } else {
+        int.len() + frac.len() <= SHORTCUT_DIGITS
+    }
+}
+
+/// ECMAScript `Number::toString` without an exponent (`-6 < n <= 21`) for the
+/// significant `digits` (ASCII, no leading or trailing zero) times
+/// `10^(n - digits.len())`.
+fn push_plain(digits: &[u8], n: i64, out: &mut String) {
+    let digits = core::str::from_utf8(digits).unwrap_or_default();
+    let k = digits.len() as i64;
+    if k <= n {
+        out.push_str(digits);
+        for _ in k..n {
+            out.push('0');
+        }
+    } else if n > 0 {
+        let (int, frac) = digits.split_at(usize::try_from(n).unwrap_or_default());
+        out.push_str(int);
+        out.push('.');
+        out.push_str(frac);
+    } else {
+        out.push_str("0.");
+        for _ in n..0 {
+            out.push('0');
+        }
+        out.push_str(digits);
+    }
+}
+
+/// Keeps the text appended from `start` unless it repeats the literal.
+fn finish(literal: &str, start: usize, out: &mut String) -> Canonical {
+    if out.get(start..) == Some(literal) {
+        out.truncate(start);
+        Canonical::Literal
+    } else {
+        Canonical::Appended
+    }
+}
+
 /// Rounds a grammatical literal to a double; with `strict`, refuses it unless
 /// the literal's exact value equals the value of its RFC 8785 serialization.
 pub(crate) fn evaluate(
@@ -183,6 +357,188 @@ mod tests {
         }
         assert_ne!(dec("9007199254740993"), dec("9007199254740992"));
         assert_ne!(dec("-1"), dec("1"));
+    }
+
+    /// The slow path: round to a double, check, format.
+    fn slow(lit: &str, strict: bool) -> Result<String, JsonErrorKind> {
+        let mut s = NumberScratch::default();
+        let v = evaluate(lit, strict, &mut s)?;
+        Ok(format(v, &mut ryu_js::Buffer::new()).to_owned())
+    }
+
+    fn fast(lit: &str, strict: bool) -> Result<String, JsonErrorKind> {
+        let mut s = NumberScratch::default();
+        let mut out = String::from("junk");
+        let (end, plain) = scan(lit.as_bytes(), 0).unwrap();
+        assert_eq!(end, lit.len());
+        assert_eq!(plain, is_canonical_plain(lit.as_bytes()), "{lit}");
+        if plain {
+            // The literal must survive the full path unchanged.
+            assert_eq!(
+                canonicalize(lit, false, strict, &mut s, &mut out),
+                Ok(Canonical::Literal),
+                "not plain after all: {lit}"
+            );
+        }
+        Ok(match canonicalize(lit, plain, strict, &mut s, &mut out)? {
+            Canonical::Literal => {
+                assert_eq!(out, "junk");
+                lit.to_owned()
+            }
+            Canonical::Appended => out.split_off(4),
+        })
+    }
+
+    #[test]
+    fn digits_end_finds_the_first_non_digit() {
+        let text = b"0123456789012345678/9:0a1\xff2 34567890123456789";
+        for i in 0..=text.len() {
+            let want = text
+                .iter()
+                .skip(i)
+                .position(|b| !b.is_ascii_digit())
+                .map_or(text.len(), |p| p + i);
+            assert_eq!(digits_end(text, i), want, "{i}");
+        }
+        let all: Vec<u8> = (0..=255).collect();
+        for i in 0..all.len() {
+            let want = if all[i].is_ascii_digit() {
+                usize::from(b'9') + 1
+            } else {
+                i
+            };
+            assert_eq!(digits_end(&all, i), want.max(i), "{i}");
+        }
+    }
+
+    #[test]
+    fn plain_canonical_literals() {
+        for lit in [
+            "0",
+            "1",
+            "-1",
+            "123.457",
+            "0.5",
+            "-0.000001",
+            "123456789012345",
+            "0.123456789012345",
+        ] {
+            assert!(is_canonical_plain(lit.as_bytes()), "{lit}");
+        }
+        for lit in [
+            "-0",
+            "1.0",
+            "0.0",
+            "-0.0",
+            "1e2",
+            "0.0000001",
+            "1234567890123456",
+            "0.1234567890123456",
+            "12345678.12345678",
+            "1.50",
+        ] {
+            assert!(!is_canonical_plain(lit.as_bytes()), "{lit}");
+        }
+    }
+
+    #[test]
+    fn shortcut_agrees_with_rounding_and_formatting() {
+        let fixed = [
+            "0",
+            "-0",
+            "0.0",
+            "-0.0e5",
+            "1",
+            "-1",
+            "10",
+            "1e2",
+            "1E+2",
+            "1.0",
+            "1.50",
+            "25e-1",
+            "0.000001",
+            "0.0000001",
+            "1e-7",
+            "1e20",
+            "1e21",
+            "1e22",
+            "123456789012345",
+            "1234567890123456",
+            "999999999999999e6",
+            "999999999999999e7",
+            "0.1",
+            "-0.5e-5",
+            "36028797018964100",
+            "36028797018964100.000",
+            "9007199254740993",
+            "1e-400",
+            "1e400",
+            "4.9e-324",
+            "5e-324",
+            "1.7976931348623157e308",
+            "100000000000000000000",
+            "0.10000000000000001",
+            "00",
+            "-01",
+        ];
+        for lit in fixed {
+            if scan(lit.as_bytes(), 0).map(|s| s.0) != Ok(lit.len()) {
+                continue;
+            }
+            for strict in [true, false] {
+                assert_eq!(
+                    fast(lit, strict),
+                    slow(lit, strict),
+                    "{lit} strict={strict}"
+                );
+            }
+        }
+        // mulberry32: literals of 1..=17 digits with a point and an exponent.
+        let mut state: u32 = 0x5eed;
+        let mut next = move || {
+            state = state.wrapping_add(0x6d2b_79f5);
+            let mut t = state;
+            t = (t ^ (t >> 15)).wrapping_mul(t | 1);
+            t ^= t.wrapping_add((t ^ (t >> 7)).wrapping_mul(t | 61));
+            t ^ (t >> 14)
+        };
+        for _ in 0..200_000 {
+            let mut lit = String::new();
+            if next() % 2 == 0 {
+                lit.push('-');
+            }
+            let len = 1 + next() % 17;
+            let point = next() % (len + 1);
+            for i in 0..len {
+                if i == point && i > 0 {
+                    lit.push('.');
+                }
+                let d = if i == 0 && len > 1 && point != 1 {
+                    1 + next() % 9
+                } else {
+                    next() % 10
+                };
+                lit.push(char::from(b'0' + d as u8));
+            }
+            if next() % 3 == 0 {
+                lit.push('e');
+                let e = next() % 30;
+                if next() % 2 == 0 {
+                    lit.push('-');
+                }
+                lit.push_str(&e.to_string());
+            }
+            if scan(lit.as_bytes(), 0).map(|s| s.0) != Ok(lit.len()) {
+                continue;
+            }
+            for strict in [true, false] {
+                assert_eq!(
+                    fast(&lit, strict),
+                    slow(&lit, strict),
+                    "{lit} strict={strict}"
+                );
+            }
+        }
     }
 
     #[test]

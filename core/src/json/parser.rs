@@ -28,7 +28,9 @@ pub(crate) enum Node {
     Null,
     True,
     False,
-    Number(f64),
+    /// The canonical text: a range of the input when the literal is already
+    /// canonical, else of the unescape buffer.
+    Number(Str),
     String(Str),
     /// `entries[start..start + len]`.
     Array {
@@ -88,6 +90,15 @@ pub(crate) fn utf16_cmp(a: &str, b: &str) -> Ordering {
     // to the first difference and only decode there.
     let (ab, bb) = (a.as_bytes(), b.as_bytes());
     let common = ab.iter().zip(bb).take_while(|(x, y)| x == y).count();
+    match (ab.get(common), bb.get(common)) {
+        // One is a prefix of the other (or they are equal).
+        (None, _) | (_, None) => return ab.len().cmp(&bb.len()),
+        // Byte order is UTF-16 order unless one side is a supplementary
+        // character (lead byte F0..F4) and the other U+E000..U+FFFF (lead byte
+        // EE or EF): only then can both differing bytes be 0xEE or above.
+        (Some(&x), Some(&y)) if x < 0xEE || y < 0xEE => return x.cmp(&y),
+        _ => {}
+    }
     // Back up to the start of the character that differs.
     let mut start = common;
     while start > 0 && !a.is_char_boundary(start) {
@@ -160,11 +171,12 @@ pub(crate) fn parse<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<
         truncated,
         opts,
         pos: 0,
-        // A guess that avoids most regrowth without reserving much for
-        // string-heavy bodies.
-        nodes: Vec::with_capacity((input.len() / 16).clamp(1, 1 << 16)),
-        entries: Vec::new(),
-        scratch: Vec::new(),
+        // A guess that avoids most regrowth (a value takes at least two
+        // bytes with its separator; number arrays average ~8): regrowing
+        // copies every node and entry, and pages never touched cost nothing.
+        nodes: Vec::with_capacity((input.len() / 4).clamp(1, 1 << 20)),
+        entries: Vec::with_capacity((input.len() / 6).clamp(1, 1 << 18)),
+        scratch: Vec::with_capacity((input.len() / 6).clamp(1, 1 << 18)),
         stack: Vec::new(),
         unescaped: String::new(),
         numbers: NumberScratch::default(),
@@ -398,8 +410,8 @@ impl Parser<'_, '_> {
 
     fn number(&mut self) -> PResult<Node> {
         let start = self.pos;
-        let end = match number::scan(self.bytes, start) {
-            Ok(end) => end,
+        let (end, plain) = match number::scan(self.bytes, start) {
+            Ok(scanned) => scanned,
             Err((kind, at)) => {
                 if at >= self.bytes.len() {
                     return Err(self.end_err(at));
@@ -417,10 +429,24 @@ impl Parser<'_, '_> {
         }
         let literal = self.text.get(start..end).unwrap_or_default();
         let strict = self.opts.profile == Profile::Strict;
-        match number::evaluate(literal, strict, &mut self.numbers) {
-            Ok(v) => {
+        let buf_start = self.unescaped.len();
+        match number::canonicalize(
+            literal,
+            plain,
+            strict,
+            &mut self.numbers,
+            &mut self.unescaped,
+        ) {
+            Ok(number::Canonical::Literal) => {
                 self.pos = end;
-                Ok(Node::Number(v))
+                Ok(Node::Number(Str::Raw { start, end }))
+            }
+            Ok(number::Canonical::Appended) => {
+                self.pos = end;
+                Ok(Node::Number(Str::Unescaped {
+                    start: buf_start,
+                    end: self.unescaped.len(),
+                }))
             }
             Err(kind) => Err(self.err(kind, start)),
         }
@@ -509,7 +535,7 @@ impl Parser<'_, '_> {
     fn string(&mut self) -> PResult<Str> {
         let open = self.pos;
         let start = open + 1;
-        let mut i = start;
+        let mut i = skip_plain(self.bytes, start);
         // Fast path: no escapes.
         loop {
             match self.bytes.get(i) {
@@ -522,7 +548,7 @@ impl Parser<'_, '_> {
                 Some(&b) if b < 0x20 => {
                     return Err(self.err(JsonErrorKind::ControlCharacter, i));
                 }
-                Some(_) => i += 1,
+                Some(_) => i = skip_plain(self.bytes, i + 1),
             }
         }
         let buf_start = self.unescaped.len();
@@ -550,7 +576,7 @@ impl Parser<'_, '_> {
                 Some(&b) if b < 0x20 => {
                     return Err(self.err(JsonErrorKind::ControlCharacter, i));
                 }
-                Some(_) => i += 1,
+                Some(_) => i = skip_plain(self.bytes, i + 1),
             }
         }
     }
@@ -618,6 +644,30 @@ impl Parser<'_, '_> {
     }
 }
 
+/// The offset of the first byte at or after `i` that is `"`, `\\` or a control
+/// byte (U+0000..U+001F), eight bytes at a time; may stop early (up to eight
+/// bytes before the end), so callers finish byte by byte.
+pub(crate) fn skip_plain(bytes: &[u8], mut i: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    // Non-zero iff some byte of `v` is below `n` (n <= 0x80).
+    let below = |v: u64, n: u64| v.wrapping_sub(LO * n) & !v & HI;
+    while let Some(chunk) = bytes.get(i..i.saturating_add(8)) {
+        let Ok(chunk) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let w = u64::from_le_bytes(chunk);
+        let special = below(w, 0x20)
+            | below(w ^ (LO * u64::from(b'"')), 1)
+            | below(w ^ (LO * u64::from(b'\\')), 1);
+        if special != 0 {
+            break;
+        }
+        i += 8;
+    }
+    i
+}
+
 /// Appends `token` escaped per RFC 6901 (`~` → `~0`, `/` → `~1`).
 pub(crate) fn push_pointer_token(out: &mut String, token: &str) {
     for c in token.chars() {
@@ -625,6 +675,65 @@ pub(crate) fn push_pointer_token(out: &mut String, token: &str) {
             '~' => out.push_str("~0"),
             '/' => out.push_str("~1"),
             c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf16_cmp_matches_code_unit_order() {
+        let words = [
+            "",
+            "a",
+            "ab",
+            "b",
+            "\u{7f}",
+            "\u{80}",
+            "é",
+            "\u{7ff}",
+            "\u{800}",
+            "中",
+            "\u{d7ff}",
+            "\u{e000}",
+            "\u{ffff}",
+            "\u{10000}",
+            "😀",
+            "\u{10ffff}",
+            "a\u{e000}",
+            "a😀",
+            "a\u{ffff}b",
+            "a\u{10000}",
+            "😀a",
+            "\u{e000}a",
+        ];
+        for a in words {
+            for b in words {
+                assert_eq!(
+                    utf16_cmp(a, b),
+                    a.encode_utf16().cmp(b.encode_utf16()),
+                    "{a:?} {b:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn skip_plain_stops_at_or_before_special_bytes() {
+        let text = b"abcdefghijklmnop\"qrstuvwxyz0123456789\\abcdefgh\x01ijklmnopqrstuvwx";
+        let mut i = 0;
+        while i < text.len() {
+            let j = skip_plain(text, i);
+            assert!(j >= i && j <= text.len());
+            let first = text
+                .iter()
+                .skip(i)
+                .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
+                .map_or(text.len(), |p| p + i);
+            assert!(j <= first, "{i} {j} {first}");
+            i += 1;
         }
     }
 }
