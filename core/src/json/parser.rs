@@ -173,10 +173,13 @@ pub(crate) fn parse<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<
         pos: 0,
         // A guess that avoids most regrowth (a value takes at least two
         // bytes with its separator; number arrays average ~8): regrowing
-        // copies every node and entry, and pages never touched cost nothing.
-        nodes: Vec::with_capacity((input.len() / 4).clamp(1, 1 << 20)),
-        entries: Vec::with_capacity((input.len() / 6).clamp(1, 1 << 18)),
-        scratch: Vec::with_capacity((input.len() / 6).clamp(1, 1 << 18)),
+        // copies every node and entry. Capped at a few MiB: in wasm, reserved
+        // memory is committed and linear memory never shrinks, so a 4 MB body
+        // must not reserve tens of MiB up front; past the caps, growth is
+        // amortized.
+        nodes: Vec::with_capacity((input.len() / 4).clamp(1, 1 << 17)),
+        entries: Vec::with_capacity((input.len() / 6).clamp(1, 1 << 16)),
+        scratch: Vec::with_capacity((input.len() / 6).clamp(1, 1 << 16)),
         stack: Vec::new(),
         unescaped: String::new(),
         numbers: NumberScratch::default(),
