@@ -5,12 +5,12 @@
 //! - `canonicalizer_sha256`: `serde_json_canonicalizer` (via `Value`) + SHA-256.
 //! - `jcs_sha256`: `serde_jcs` (via `Value`) + SHA-256.
 //! - `idemkit_canonicalize`: `idemkit_core::json::canonicalize` (strict, into a `Vec`).
-//! - `idemkit_fingerprint`: `FingerprintSpec::fingerprint` (canonicalize streamed into blake3).
+//! - `idemkit_fingerprint`: `FingerprintSpec::fingerprint` (canonical bytes built once, one blake3 update).
 //! - `blake3_only`: blake3 over the already-canonical bytes (the hashing share).
 //! - `idemkit_count`: `canonicalize_to` into a `CountingSink` (parse + one
 //!   serialization pass, nothing kept): the canonicalizer's own cost.
-//! - `idemkit_stream_blake3`: `canonicalize_to` straight into a `blake3::Hasher`
-//!   (parse + one serialization pass + hashing in small writes).
+//! - `idemkit_stream_blake3`: `canonicalize_to` into a `blake3::Hasher` (the
+//!   streaming API: parse + one serialization, handed over in 64 KiB chunks).
 //!
 //! The last three break the fingerprint down; see BENCHMARKS.md.
 
