@@ -203,7 +203,7 @@ pub fn response() -> StoredResponse {
 }
 
 /// Records per [`Store::import`] call while filling: one transaction each.
-const FILL_BATCH: u64 = 50_000;
+pub const FILL_BATCH: u64 = 50_000;
 
 /// Fills `path` (a new file) with `records` Completed records under `policy`,
 /// reading time from `clock`. Returns the time it took.
