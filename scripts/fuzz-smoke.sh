@@ -26,7 +26,7 @@ targets=$(cd fuzz && "${fuzz[@]}" list)
 [ -n "$targets" ] || { echo "fuzz-smoke: no fuzz targets found" >&2; exit 1; }
 "${fuzz[@]}" build
 
-jcs_inputs=../shared/testdata/jcs/input
+jcs_inputs=core/tests/data/jcs/input
 for target in $targets; do
   corpus="fuzz/corpus/$target"
   mkdir -p "$corpus" fuzz/artifacts

@@ -1,4 +1,4 @@
-//! All 72 cases of `shared/testdata/jcs/edge_cases.json`, in both profiles: exact
+//! All 72 cases of `core/tests/data/jcs/edge_cases.json`, in both profiles: exact
 //! output bytes or a rejection (`implementation-defined` accepts either).
 
 #![allow(

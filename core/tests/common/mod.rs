@@ -1,4 +1,4 @@
-//! Shared helpers: locating `../shared/testdata/jcs` and hex decoding.
+//! Shared helpers: locating the checked-in JCS test data (`core/tests/data/jcs`) and hex decoding.
 #![allow(
     dead_code,
     clippy::unwrap_used,
@@ -8,12 +8,13 @@
 
 use std::path::PathBuf;
 
-/// `<repo>/../shared/testdata/jcs`, or a loud failure naming the path.
+/// `core/tests/data/jcs` (checked in; its README says where each file came from),
+/// or a loud failure naming the path.
 pub(crate) fn jcs_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/jcs");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/jcs");
     assert!(
         dir.join("README.md").is_file(),
-        "JCS test data missing: expected it at {} (clone the shared/ folder beside the repository)",
+        "JCS test data missing: expected it at {} (it is part of the repository)",
         dir.display()
     );
     dir

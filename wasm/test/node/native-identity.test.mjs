@@ -1,7 +1,7 @@
 // Invariant 6: the wasm build gives byte-identical canonical JSON, fingerprints and
 // record encodings to the native build. Canonical JSON and fingerprints are
 // compared with the Rust CLI (`idemkit canonicalize`, `idemkit fingerprint`) on all
-// of shared/testdata/jcs and on 2,000 seeded random documents; records with the
+// of core/tests/data/jcs and on 2,000 seeded random documents; records with the
 // native state machine (wasm/examples/native_records.rs) over seeded scenarios.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -15,11 +15,11 @@ import independent from "canonicalize";
 import { randomDocuments, rng } from "../random-json.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const jcs = join(root, "..", "shared", "testdata", "jcs");
+const jcs = join(root, "core", "tests", "data", "jcs");
 const SEED = 0x1de4c17;
 const RANDOM_DOCS = 2000;
 
-assert.ok(existsSync(jcs), `the JCS test data must be at ${jcs} (shared/ beside the repository)`);
+assert.ok(existsSync(jcs), `the JCS test data must be at ${jcs} (checked into the repository)`);
 
 // The native binaries, built the way `cargo test` builds them.
 execFileSync("cargo", ["build", "--locked", "--quiet", "-p", "idemkit", "--bin", "idemkit", "-p", "idemkit-wasm", "--example", "native_records"], { cwd: root, stdio: "inherit" });
