@@ -9,7 +9,7 @@ mod form;
 mod spec;
 
 pub use form::{FormError, FormErrorKind, decode_form};
-pub use spec::{CONTEXT, ContentKind, FingerprintError, FingerprintSpec, SpecError};
+pub use spec::{CONTEXT, ContentKind, FingerprintError, FingerprintSpec, SCHEME, SpecError};
 
 use core::fmt;
 use core::str::FromStr;

@@ -13,6 +13,14 @@ use crate::json::{
 /// means a new context string: stored fingerprints must never change meaning.
 pub const CONTEXT: &str = "idemkit 2026-11 request fingerprint v1";
 
+/// The fingerprint scheme [`FingerprintSpec`] computes (the `v1` of [`CONTEXT`]).
+///
+/// Every record stores the scheme its fingerprint was computed under
+/// ([`Record::fingerprint_scheme`](crate::record::Record::fingerprint_scheme)),
+/// so a later scheme (one that frames more of the request) can still compare a
+/// retry of an older record under that record's own scheme.
+pub const SCHEME: u8 = 1;
+
 /// How a body is interpreted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

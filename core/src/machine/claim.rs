@@ -5,7 +5,8 @@ use core::time::Duration;
 use super::Policy;
 use crate::fingerprint::Fingerprint;
 use crate::record::{
-    EffectKind, FencingToken, Lease, Record, RecordState, Step, StoredResponse, UnknownReason,
+    EffectKind, FencingToken, Lease, Record, RecordState, RecordWindows, Step, StoredResponse,
+    UnknownReason,
 };
 use crate::time::UnixMillis;
 
@@ -87,13 +88,31 @@ pub fn claim(
     policy: &Policy,
     now: UnixMillis,
 ) -> ClaimDecision {
+    claim_above(existing, req, policy, now, 0)
+}
+
+/// [`claim`], where a fresh record's first fencing token is above `token_floor`.
+///
+/// A store passes the highest token (or version) of any record it ever deleted
+/// (its GC counter), so that a key whose record GC removed never sees a token
+/// again that a worker of the deleted record may still hold: tokens never repeat
+/// for a key, even across deletion (DESIGN.md, "Retention"). [`claim`] is
+/// `claim_above(.., 0)`. A floor of `u64::MAX` leaves no token: fail closed.
+pub fn claim_above(
+    existing: Option<&Record>,
+    req: &ClaimRequest,
+    policy: &Policy,
+    now: UnixMillis,
+    token_floor: u64,
+) -> ClaimDecision {
     let Some(record) = existing.filter(|r| !r.is_expired(now)) else {
         // Fresh record. Reusing an expired record's slot continues its token
         // counter, so a worker of the old lease can never present a current token.
-        let token = match existing {
-            None => Some(FencingToken::FIRST),
-            Some(old) => old.last_token.next(),
+        let floor = match existing {
+            None => token_floor,
+            Some(old) => old.last_token.get().max(token_floor),
         };
+        let token = floor.checked_add(1).and_then(FencingToken::new);
         return match token {
             Some(token) => fresh(req, policy, token, now),
             None => exhausted(existing, now),
@@ -189,6 +208,8 @@ fn fresh(
         updated_at: now,
         replay_until: None,
         keep_until: None,
+        windows: Some(RecordWindows::of(policy)),
+        fingerprint_scheme: crate::fingerprint::SCHEME,
     };
     ClaimDecision {
         outcome: execute(&record),
@@ -218,6 +239,9 @@ pub(super) fn leased(
     next.updated_at = now;
     next.replay_until = None;
     next.keep_until = None;
+    // A record keeps the windows of its first claim; a format-1 record gains
+    // the windows of the policy that leases it again.
+    next.windows = Some(record.windows_or(policy));
     next
 }
 

@@ -147,7 +147,7 @@ mod error;
 mod policy;
 mod transitions;
 
-pub use claim::{ClaimDecision, ClaimOutcome, ClaimRequest, claim};
+pub use claim::{ClaimDecision, ClaimOutcome, ClaimRequest, claim, claim_above};
 pub use error::TransitionError;
 pub use policy::{Disposition, MismatchStatus, Policy, StorePolicy, classify};
 pub use transitions::{

@@ -5,8 +5,8 @@ use core::time::Duration;
 use super::*;
 use crate::fingerprint::Fingerprint;
 use crate::record::{
-    EffectKind, FencingToken, Record, RecordState, StateName, StepState, StoredResponse,
-    UnknownReason,
+    EffectKind, FencingToken, Record, RecordState, RecordWindows, StateName, StepState,
+    StoredResponse, UnknownReason,
 };
 use crate::time::UnixMillis;
 
@@ -281,8 +281,11 @@ fn completed_replays_then_answers_response_expired_then_is_gone() {
 #[test]
 fn record_window_never_ends_before_the_replay_window() {
     let p = policy(EffectKind::Local).with_record_window(Duration::from_secs(1));
-    let (r, tok) = running(EffectKind::Local, 0);
-    let c = complete(&r, tok, ok_response(), &p, t(0)).unwrap();
+    let d = claim(None, &req(1, "w1"), &p, t(0));
+    let ClaimOutcome::Execute { token: tok, .. } = d.outcome else {
+        panic!("fresh claim must execute")
+    };
+    let c = complete(&d.write.unwrap(), tok, ok_response(), &p, t(0)).unwrap();
     assert_eq!(c.keep_until, c.replay_until);
     assert!(Record::decode(&c.encode()).is_ok());
 }
@@ -640,4 +643,78 @@ fn every_record_the_machine_writes_decodes_to_itself() {
     for record in written {
         assert_eq!(Record::decode(&record.encode()), Ok(record));
     }
+}
+
+#[test]
+fn resolve_keeps_the_windows_the_record_was_claimed_under() {
+    let month = Duration::from_secs(30 * 24 * 60 * 60);
+    let claimed_under = policy(EffectKind::External)
+        .with_replay_window(month)
+        .with_record_window(month);
+    let d = claim(None, &req(1, "w1"), &claimed_under, t(0));
+    let r = d.write.unwrap();
+    assert_eq!(r.windows, Some(RecordWindows::of(&claimed_under)));
+    let ClaimOutcome::Execute { token: tok, .. } = d.outcome else {
+        panic!("fresh claim must execute")
+    };
+    let u = mark_unknown(&r, tok, UnknownReason::GuardDropped, t(5)).unwrap();
+    // An operator resolves with the default policy (24 h replay, 7 days record).
+    let day = 24 * 60 * 60 * 1000;
+    let c = resolve(
+        &u,
+        Resolution::Applied(ok_response()),
+        &Policy::default(),
+        t(10),
+    )
+    .unwrap();
+    assert_eq!(c.replay_until, Some(t(10 + 30 * day)));
+    assert_eq!(c.keep_until, Some(t(10 + 30 * day)));
+    let rel = resolve(&u, Resolution::NotApplied, &Policy::default(), t(10)).unwrap();
+    assert_eq!(rel.keep_until, Some(t(10 + 30 * day)));
+    // A retry on day 8 replays.
+    let day_8 = claim(Some(&c), &req(1, "w2"), &Policy::default(), t(8 * day));
+    assert!(
+        matches!(day_8.outcome, ClaimOutcome::Replay { .. }),
+        "{day_8:?}"
+    );
+}
+
+#[test]
+fn a_format_1_record_without_windows_takes_the_policys() {
+    let (mut r, tok) = running(EffectKind::Local, 0);
+    r.windows = None;
+    let c = complete(&r, tok, ok_response(), &policy(EffectKind::Local), t(7)).unwrap();
+    assert_eq!(c.replay_until, Some(t(100_007)));
+    assert_eq!(c.keep_until, Some(t(1_000_007)));
+    // Leased again, it gains the windows of the policy that leases it.
+    let rel = release(&r, tok, &policy(EffectKind::Local), t(8)).unwrap();
+    let again = claim(Some(&rel), &req(1, "w2"), &policy(EffectKind::Local), t(9));
+    assert_eq!(
+        again.write.unwrap().windows,
+        Some(RecordWindows::of(&policy(EffectKind::Local)))
+    );
+}
+
+#[test]
+fn claim_above_starts_a_fresh_record_above_the_token_floor() {
+    let p = policy(EffectKind::Local);
+    let d = claim_above(None, &req(1, "w1"), &p, t(0), 41);
+    let ClaimOutcome::Execute { token: tok, .. } = d.outcome else {
+        panic!("{:?}", d.outcome)
+    };
+    assert_eq!(tok, token(42));
+    assert_eq!(d.write.unwrap().last_token, token(42));
+    // An expired record's slot continues from whichever is higher.
+    let c = completed(EffectKind::Local, 10);
+    let expired_at = c.keep_until.unwrap().as_millis();
+    let over_old = claim_above(Some(&c), &req(1, "w1"), &p, t(expired_at), 0);
+    assert!(matches!(over_old.outcome, ClaimOutcome::Execute { token: tk, .. } if tk == token(2)));
+    let over_floor = claim_above(Some(&c), &req(1, "w1"), &p, t(expired_at), 9);
+    assert!(
+        matches!(over_floor.outcome, ClaimOutcome::Execute { token: tk, .. } if tk == token(10))
+    );
+    // No token left above the floor: fail closed.
+    let none = claim_above(None, &req(1, "w1"), &p, t(0), u64::MAX);
+    assert!(matches!(none.outcome, ClaimOutcome::Uncertain { .. }));
+    assert_eq!(none.write, None);
 }

@@ -42,16 +42,18 @@ fn check_token(
     }
 }
 
-/// Sets the retention clocks of an outcome recorded at `now`; the record window
-/// never ends before the replay window.
+/// Sets the retention clocks of an outcome recorded at `now`, by the windows the
+/// record was claimed under (`policy`'s only for a format-1 record that has none);
+/// the record window never ends before the replay window.
 fn completed(
     record: &Record,
     response: StoredResponse,
     policy: &Policy,
     now: UnixMillis,
 ) -> Record {
-    let replay_until = now.saturating_add(policy.replay_window);
-    let keep_until = now.saturating_add(policy.record_window).max(replay_until);
+    let windows = record.windows_or(policy);
+    let replay_until = now.saturating_add(windows.replay());
+    let keep_until = now.saturating_add(windows.record()).max(replay_until);
     let mut next = record.clone();
     next.state = RecordState::Completed {
         response,
@@ -68,7 +70,7 @@ fn released(record: &Record, policy: &Policy, now: UnixMillis) -> Record {
     next.state = RecordState::Released { at: now };
     next.updated_at = now;
     next.replay_until = None;
-    next.keep_until = Some(now.saturating_add(policy.record_window));
+    next.keep_until = Some(now.saturating_add(record.windows_or(policy).record()));
     next
 }
 
@@ -261,6 +263,10 @@ fn check_unresolved(record: &Record, now: UnixMillis) -> Result<(), TransitionEr
 
 /// Settles an Unknown (or Running-past-lease) record: Applied → Completed with
 /// the retention clocks of [`complete`], NotApplied → Released.
+///
+/// The windows are the ones the record was claimed under, so an operator's
+/// resolve with a default `policy` never shortens a 30-day operation to the
+/// default's 7 days; `policy`'s windows apply only to format-1 records.
 pub fn resolve(
     record: &Record,
     resolution: Resolution,

@@ -1,12 +1,100 @@
-//! Format version 1: one format byte, then postcard.
+//! Record formats: one format byte, then postcard.
+//!
+//! | format | fields |
+//! |---|---|
+//! | 1 | fingerprint … keep_until (every field of [`Record`] but `windows`) |
+//! | 2 | format 1's fields, then `windows` (the windows the record was claimed under) and `fingerprint_scheme` |
+//!
+//! [`Record::encode`] writes format 2; [`Record::decode`] reads both.
 
 use core::fmt;
 use std::collections::BTreeSet;
 
-use super::{Record, RecordState, StepState};
+use serde::{Deserialize, Serialize};
+
+use super::{EffectKind, FencingToken, Record, RecordState, Step, StepState};
+use crate::fingerprint::Fingerprint;
+use crate::time::UnixMillis;
 
 /// The format byte written first by [`Record::encode`].
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
+
+/// The oldest format [`Record::decode`] still reads.
+pub const OLDEST_READABLE_FORMAT: u8 = 1;
+
+/// Format 1's record: [`Record`] without `windows`, field for field in the same
+/// order, so postcard reads format-1 bytes exactly as release 1 wrote them.
+#[derive(Serialize, Deserialize)]
+struct RecordV1 {
+    fingerprint: Fingerprint,
+    effect: EffectKind,
+    state: RecordState,
+    attempt: u32,
+    last_token: FencingToken,
+    steps: Vec<Step>,
+    created_at: UnixMillis,
+    updated_at: UnixMillis,
+    replay_until: Option<UnixMillis>,
+    keep_until: Option<UnixMillis>,
+}
+
+impl From<RecordV1> for Record {
+    fn from(v1: RecordV1) -> Record {
+        Record {
+            fingerprint: v1.fingerprint,
+            effect: v1.effect,
+            state: v1.state,
+            attempt: v1.attempt,
+            last_token: v1.last_token,
+            steps: v1.steps,
+            created_at: v1.created_at,
+            updated_at: v1.updated_at,
+            replay_until: v1.replay_until,
+            keep_until: v1.keep_until,
+            windows: None,
+            fingerprint_scheme: 1,
+        }
+    }
+}
+
+impl From<&Record> for RecordV1 {
+    fn from(record: &Record) -> RecordV1 {
+        let record = record.clone();
+        RecordV1 {
+            fingerprint: record.fingerprint,
+            effect: record.effect,
+            state: record.state,
+            attempt: record.attempt,
+            last_token: record.last_token,
+            steps: record.steps,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            replay_until: record.replay_until,
+            keep_until: record.keep_until,
+        }
+    }
+}
+
+/// `value` after a format byte; a format byte alone (which decodes to an error)
+/// when serde cannot express it, which no record type ever triggers.
+fn encode_as<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
+    match postcard::to_extend(value, vec![version]) {
+        Ok(bytes) => bytes,
+        Err(_) => vec![version],
+    }
+}
+
+fn take_all<'a, T: Deserialize<'a>>(rest: &'a [u8]) -> Result<T, DecodeError> {
+    let (value, trailing) =
+        postcard::take_from_bytes::<T>(rest).map_err(|e| corrupt(e.to_string()))?;
+    if !trailing.is_empty() {
+        return Err(corrupt(format!(
+            "{} trailing bytes after the record",
+            trailing.len()
+        )));
+    }
+    Ok(value)
+}
 
 /// Stored bytes that are not a valid record (DESIGN.md, invariant 7: a typed
 /// error, never a panic and never a misread).
@@ -35,7 +123,7 @@ impl fmt::Display for DecodeError {
             DecodeError::Empty => f.write_str("record bytes are empty"),
             DecodeError::UnknownVersion { version } => write!(
                 f,
-                "record format version {version} is unknown (this build reads version {FORMAT_VERSION})"
+                "record format version {version} is unknown (this build reads versions {OLDEST_READABLE_FORMAT} to {FORMAT_VERSION})"
             ),
             DecodeError::Corrupt { detail } => write!(f, "record bytes are corrupt: {detail}"),
         }
@@ -57,14 +145,7 @@ impl Record {
     /// postcard writes integers as fixed-order varints, never in native order.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        let out = vec![FORMAT_VERSION];
-        // Serializing into a Vec only fails for types serde cannot express
-        // (maps with unknown length and the like), which a Record never contains;
-        // the fallback keeps this total anyway: a format byte alone decodes to an error.
-        match postcard::to_extend(self, out) {
-            Ok(bytes) => bytes,
-            Err(_) => vec![FORMAT_VERSION],
-        }
+        encode_as(FORMAT_VERSION, self)
     }
 
     /// A record from stored bytes; never panics.
@@ -74,22 +155,24 @@ impl Record {
     /// and non-canonical encodings: `decode(b) == Ok(r)` implies `r.encode() == b`.
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
-        if version != FORMAT_VERSION {
-            return Err(DecodeError::UnknownVersion { version });
-        }
-        let (record, trailing) =
-            postcard::take_from_bytes::<Record>(rest).map_err(|e| corrupt(e.to_string()))?;
-        if !trailing.is_empty() {
-            return Err(corrupt(format!(
-                "{} trailing bytes after the record",
-                trailing.len()
-            )));
-        }
+        let (record, reencoded) = match version {
+            1 => {
+                let record = Record::from(take_all::<RecordV1>(rest)?);
+                let again = encode_as(1, &RecordV1::from(&record));
+                (record, again)
+            }
+            FORMAT_VERSION => {
+                let record = take_all::<Record>(rest)?;
+                let again = record.encode();
+                (record, again)
+            }
+            _ => return Err(DecodeError::UnknownVersion { version }),
+        };
         record.check_invariants()?;
-        // One record, one encoding: refusing non-canonical spellings (overlong
-        // varints and the like) makes "decodes" imply "re-encodes to these very
-        // bytes", so stored bytes compare equal exactly when records do.
-        if record.encode() != bytes {
+        // One record, one encoding per format: refusing non-canonical spellings
+        // (overlong varints and the like) makes "decodes" imply "re-encodes to
+        // these very bytes", so stored bytes compare equal exactly when records do.
+        if reencoded != bytes {
             return Err(corrupt("non-canonical encoding"));
         }
         Ok(record)
@@ -105,6 +188,10 @@ impl Record {
         if self.attempt == 0 {
             return Err(corrupt("attempt is 0"));
         }
+        if self.fingerprint_scheme == 0 {
+            return Err(corrupt("fingerprint scheme is 0"));
+        }
+
         match &self.state {
             RecordState::Running { lease } => {
                 if lease.token != self.last_token {
@@ -204,6 +291,11 @@ mod tests {
             updated_at: t(40),
             replay_until: None,
             keep_until: None,
+            windows: Some(crate::record::RecordWindows {
+                replay_ms: 86_400_000,
+                record_ms: 2_592_000_000,
+            }),
+            fingerprint_scheme: 1,
         }
     }
 
@@ -245,45 +337,85 @@ mod tests {
         }
     }
 
-    /// Pins format version 1: if this changes, old stores can no longer be read.
-    /// Bump FORMAT_VERSION and keep a decoder for version 1 instead of editing it.
+    /// The version-1 bytes of `samples()[0]` with one step, as release 1 wrote them.
+    const FORMAT_1_RUNNING: &str = concat!(
+        "01",
+        "abababababababababababababababababababababababababababababababab",
+        "01",                 // effect: External
+        "00",                 // state: Running
+        "08776f726b65722d37", // owner "worker-7"
+        "03",                 // lease token 3
+        "d8ea01",             // expires_at 30040
+        "02",
+        "03", // attempt 2, last_token 3
+        "01", // one step
+        "04626f6f6b",
+        "01",
+        "06626f6f6b2d31",
+        "0106617070745f31",
+        "0a",
+        "0114",
+        "01",
+        "28", // created_at 1, updated_at 40
+        "00",
+        "00" // no replay_until, no keep_until
+    );
+
+    fn unhex(text: &str) -> Vec<u8> {
+        (0..text.len() / 2)
+            .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Format 1 is read forever: its bytes decode to the same record, with no
+    /// windows (they come from the policy when such a record is completed).
     #[test]
-    fn format_version_1_is_stable() {
+    fn format_version_1_still_decodes() {
+        let mut record = samples().remove(0);
+        record.steps.truncate(1);
+        record.windows = None;
+        record.fingerprint_scheme = 1;
+        assert_eq!(Record::decode(&unhex(FORMAT_1_RUNNING)), Ok(record));
+    }
+
+    /// Pins format version 2: if this changes, stores written by this release can
+    /// no longer be read. Bump FORMAT_VERSION and keep a decoder for version 2.
+    #[test]
+    fn format_version_2_is_stable() {
         let mut record = samples().remove(0);
         record.steps.truncate(1);
         let hex: String = record.encode().iter().map(|b| format!("{b:02x}")).collect();
+        let format_1_fields = FORMAT_1_RUNNING.get(2..).unwrap();
         assert_eq!(
             hex,
-            concat!(
-                "01",
-                "abababababababababababababababababababababababababababababababab",
-                "01",                 // effect: External
-                "00",                 // state: Running
-                "08776f726b65722d37", // owner "worker-7"
-                "03",                 // lease token 3
-                "d8ea01",             // expires_at 30040
-                "02",
-                "03", // attempt 2, last_token 3
-                "01", // one step
-                "04626f6f6b",
-                "01",
-                "06626f6f6b2d31",
-                "0106617070745f31",
-                "0a",
-                "0114",
-                "01",
-                "28", // created_at 1, updated_at 40
-                "00",
-                "00" // no replay_until, no keep_until
+            format!(
+                "02{format_1_fields}{}",
+                concat!(
+                    "01",         // windows: Some
+                    "80b89929",   // replay 86,400,000 ms (24 h)
+                    "8090fbd309", // record 2,592,000,000 ms (30 days)
+                    "01"          // fingerprint scheme 1
+                )
             )
         );
+    }
+
+    /// A format-1 record with a non-canonical spelling is refused like a format-2 one.
+    #[test]
+    fn format_version_1_refuses_trailing_bytes() {
+        let mut bytes = unhex(FORMAT_1_RUNNING);
+        bytes.push(0);
+        assert!(matches!(
+            Record::decode(&bytes),
+            Err(DecodeError::Corrupt { .. })
+        ));
     }
 
     #[test]
     fn empty_and_unknown_versions_are_typed_errors() {
         assert_eq!(Record::decode(&[]), Err(DecodeError::Empty));
         let mut bytes = samples().remove(1).encode();
-        for version in [0u8, 2, 0x7f, 0xff] {
+        for version in [0u8, 3, 0x7f, 0xff] {
             bytes[0] = version;
             assert_eq!(
                 Record::decode(&bytes),
@@ -393,7 +525,7 @@ mod tests {
         assert_eq!(DecodeError::Empty.to_string(), "record bytes are empty");
         assert_eq!(
             DecodeError::UnknownVersion { version: 9 }.to_string(),
-            "record format version 9 is unknown (this build reads version 1)"
+            "record format version 9 is unknown (this build reads versions 1 to 2)"
         );
     }
 
@@ -528,6 +660,11 @@ mod tests {
                         updated_at,
                         replay_until,
                         keep_until,
+                        windows: (a % 2 == 1).then_some(crate::record::RecordWindows {
+                            replay_ms: a,
+                            record_ms: b,
+                        }),
+                        fingerprint_scheme: u8::try_from(b % 3 + 1).unwrap_or(1),
                     }
                 },
             )

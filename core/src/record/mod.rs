@@ -19,10 +19,13 @@
 //!
 //! ## Encoding
 //!
-//! [`Record::encode`] writes one format byte ([`FORMAT_VERSION`]) followed by the
-//! postcard encoding of the record's fields in declaration order. The field order
-//! of every type in this module is therefore part of format version 1: reordering
-//! or inserting a field is a new format version (a golden-bytes test pins it).
+//! [`Record::encode`] writes one format byte ([`FORMAT_VERSION`], now 2) followed by
+//! the postcard encoding of the record's fields in declaration order. The field
+//! order of every type in this module is therefore part of the format: reordering
+//! or inserting a field is a new format version (golden-bytes tests pin each).
+//! Format 1 (the same fields without [`Record::windows`] and
+//! [`Record::fingerprint_scheme`]) is still read, so stores written by earlier
+//! releases keep working; it decodes with `windows: None` and scheme 1.
 //! [`Record::decode`] never panics: empty, truncated, trailing, corrupt or
 //! unknown-version bytes are a [`DecodeError`], and so is a well-formed encoding of
 //! a record that breaks an invariant the machine relies on (a fencing token of 0, a
@@ -38,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::fingerprint::Fingerprint;
 use crate::time::UnixMillis;
 
-pub use codec::{DecodeError, FORMAT_VERSION};
+pub use codec::{DecodeError, FORMAT_VERSION, OLDEST_READABLE_FORMAT};
 
 /// Whether an operation's effect commits with its outcome or happens elsewhere.
 ///
@@ -346,9 +349,60 @@ pub struct Record {
     pub replay_until: Option<UnixMillis>,
     /// Until when the record is kept at all (Completed and Released only).
     pub keep_until: Option<UnixMillis>,
+    /// The retention windows the record was claimed under (format 2 on), so an
+    /// operator's `resolve` or a later completion keeps the operation's windows
+    /// instead of a default policy's. `None` for records written in format 1,
+    /// which take the windows of the policy they are completed under.
+    pub windows: Option<RecordWindows>,
+    /// The fingerprint scheme `fingerprint` was computed under
+    /// ([`crate::fingerprint::SCHEME`] when written; 1 for format-1 records).
+    pub fingerprint_scheme: u8,
+}
+
+/// The replay and record windows of one operation, as kept in its record.
+///
+/// Kept in whole milliseconds (DESIGN.md, "Retention": records carry the windows
+/// they were claimed under).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RecordWindows {
+    /// How long after completion the full response is replayed, in milliseconds.
+    pub replay_ms: u64,
+    /// How long after completion or release the compact record is kept, in
+    /// milliseconds.
+    pub record_ms: u64,
+}
+
+impl RecordWindows {
+    /// The windows of `policy`, saturated to whole milliseconds.
+    #[must_use]
+    pub fn of(policy: &crate::machine::Policy) -> Self {
+        RecordWindows {
+            replay_ms: u64::try_from(policy.replay_window.as_millis()).unwrap_or(u64::MAX),
+            record_ms: u64::try_from(policy.record_window.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The replay window.
+    #[must_use]
+    pub const fn replay(&self) -> core::time::Duration {
+        core::time::Duration::from_millis(self.replay_ms)
+    }
+
+    /// The record window.
+    #[must_use]
+    pub const fn record(&self) -> core::time::Duration {
+        core::time::Duration::from_millis(self.record_ms)
+    }
 }
 
 impl Record {
+    /// The windows this record applies: the ones it was claimed under, or, for a
+    /// format-1 record that has none, `policy`'s.
+    #[must_use]
+    pub fn windows_or(&self, policy: &crate::machine::Policy) -> RecordWindows {
+        self.windows.unwrap_or_else(|| RecordWindows::of(policy))
+    }
+
     /// When the lease expires, for a store's lease index; `None` unless Running.
     #[must_use]
     pub fn lease_expires_at(&self) -> Option<UnixMillis> {
