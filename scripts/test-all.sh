@@ -52,7 +52,8 @@ step "PostgreSQL backend (throwaway server)"
 scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
   --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
   --test postgres_latency --test postgres_appointments_two_instances \
-  --test postgres_cli_operator --test import_copies_records_without_overwriting -- --nocapture
+  --test postgres_cli_operator --test import_copies_records_without_overwriting \
+  --test postgres_operators_gc_resolve_tokens -- --nocapture
 # -----------------------------------------------------------------------------------
 
 step "doc tests and docs build without warnings"

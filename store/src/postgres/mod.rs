@@ -26,6 +26,7 @@ mod schema;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idemkit_core::machine::{
@@ -105,6 +106,10 @@ pub struct PgStore {
     pool: Pool,
     sql: Arc<Sql>,
     clock: Arc<dyn Clock>,
+    /// The token floor last read from the database. Only a hint: the claim's
+    /// `INSERT` checks the real floor in the same statement, and a refused insert
+    /// refreshes this.
+    token_floor: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for PgStore {
@@ -150,6 +155,7 @@ impl PgStore {
             pool,
             sql: Arc::new(sql),
             clock: Arc::new(SystemClock),
+            token_floor: Arc::new(AtomicU64::new(0)),
         };
         {
             let mut conn = store.conn()?;
@@ -409,10 +415,13 @@ impl PgStore {
         let log_ref = scope.record_id(key).log_ref();
         self.retrying(Some(log_ref), |conn| {
             // The common case first: no record yet. The INSERT is the claim; only
-            // one concurrent INSERT of a key can win.
-            let fresh = machine::claim(None, &request, policy, now);
+            // one concurrent INSERT of a key can win, and it is refused when its
+            // first token is not above the store's token floor.
+            let floor = self.token_floor.load(Ordering::Relaxed);
+            let fresh = machine::claim_above(None, &request, policy, now, floor);
             if let Some(write) = &fresh.write {
-                match self.insert(&mut **conn, scope, key, write) {
+                let version = i64::try_from(write.last_token.get()).unwrap_or(i64::MAX);
+                match self.insert(&mut **conn, scope, key, write, version) {
                     Ok(true) => return Ok(Step::Done((fresh.outcome, Some(write.effect)))),
                     Ok(false) => {}
                     Err(e) => return retry_or_fail(&e),
@@ -423,10 +432,13 @@ impl PgStore {
                 return Ok(Step::Again);
             };
             let Some((existing, version)) = found else {
-                // Deleted by GC between the INSERT and the read: claim afresh.
+                // No row, yet the INSERT was refused: the floor moved (GC deleted
+                // records), or GC deleted this key between the INSERT and the
+                // read. Learn the floor and claim afresh.
+                self.refresh_token_floor(conn)?;
                 return Ok(Step::Again);
             };
-            let decision = machine::claim(Some(&existing), &request, policy, now);
+            let decision = machine::claim_above(Some(&existing), &request, policy, now, floor);
             match &decision.write {
                 Some(next) if *next != existing => {
                     match self.write(conn, scope, key, next, version)? {
@@ -439,8 +451,45 @@ impl PgStore {
         })
     }
 
-    /// Inserts `record` unless the key is taken: `true` if it was inserted.
+    /// Reads the token floor into the cached hint.
+    fn refresh_token_floor(&self, conn: &mut Conn) -> Result<(), PgError> {
+        let value: i64 = conn
+            .query_one(&self.sql.read_floor, &[])
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| fail(&e))?;
+        self.token_floor
+            .fetch_max(u64::try_from(value).unwrap_or(0), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Inserts a claim's fresh `record` with row `version` unless the key is
+    /// taken or `version` is not above the token floor: `true` if it was inserted.
     fn insert(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        record: &Record,
+        version: i64,
+    ) -> Result<bool, postgres::Error> {
+        let cols = Columns::of(record);
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &scope.tenant(),
+            &scope.operation(),
+            &key.as_str(),
+            &cols.fingerprint,
+            &cols.state,
+            &cols.lease_expires_at,
+            &cols.gc_due_at,
+            &cols.record,
+            &version,
+        ];
+        Ok(client.query_opt(&self.sql.insert, &params)?.is_some())
+    }
+
+    /// Inserts an imported `record` unless the key is taken (its row version is
+    /// the token floor + 1): `true` if it was inserted.
+    fn insert_imported(
         &self,
         client: &mut impl postgres::GenericClient,
         scope: &Scope,
@@ -458,7 +507,7 @@ impl PgStore {
             &cols.gc_due_at,
             &cols.record,
         ];
-        Ok(client.query_opt(&self.sql.insert, &params)?.is_some())
+        Ok(client.query_opt(&self.sql.import, &params)?.is_some())
     }
 
     /// [`Store::import`](crate::redb_store::Store::import) on PostgreSQL: one
@@ -472,7 +521,7 @@ impl PgStore {
         let mut report = ImportReport::default();
         for (scope, key, record) in records {
             if self
-                .insert(&mut txn, scope, key, record)
+                .insert_imported(&mut txn, scope, key, record)
                 .map_err(|e| fail(&e))?
             {
                 report.imported += 1;
@@ -486,29 +535,66 @@ impl PgStore {
 
     pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, PgError> {
         let mut conn = self.conn()?;
-        let limit = i64::try_from(max_batch)
-            .unwrap_or(i64::MAX)
-            .saturating_add(1);
-        let rows = conn
-            .query(
-                &format!(
-                    "SELECT tenant, operation, key, record, version FROM {} \
-                     WHERE gc_due_at <= $1 ORDER BY gc_due_at LIMIT $2",
-                    self.sql.records
-                ),
-                &[&millis(now), &limit],
-            )
-            .map_err(|e| fail(&e))?;
-        let mut report = GcReport {
-            more: rows.len() > max_batch,
-            ..GcReport::default()
+        let mut report = GcReport::default();
+        // Due rows in due order. A row whose bytes do not decode is counted and
+        // left alone (never deleted: its state cannot be read), and does not take
+        // a place in the batch: the query widens by the rows it had to skip, so a
+        // damaged record can never stop GC.
+        let mut limit = max_batch.saturating_add(1);
+        let (due, undecodable) = loop {
+            let rows = conn
+                .query(
+                    &format!(
+                        "SELECT tenant, operation, key, record, version FROM {} \
+                         WHERE gc_due_at <= $1 ORDER BY gc_due_at LIMIT $2",
+                        self.sql.records
+                    ),
+                    &[&millis(now), &i64::try_from(limit).unwrap_or(i64::MAX)],
+                )
+                .map_err(|e| fail(&e))?;
+            let exhausted = rows.len() < limit;
+            let mut due = Vec::new();
+            let mut undecodable = 0_usize;
+            for row in &rows {
+                match listed(row) {
+                    Ok(item) => {
+                        let version: i64 = row.try_get(4).map_err(|e| PgError::CorruptRecord {
+                            log_ref: Some(item.log_ref()),
+                            detail: e.to_string(),
+                        })?;
+                        due.push((item, version));
+                    }
+                    Err(PgError::CorruptRecord { .. }) => undecodable += 1,
+                    Err(other) => return Err(other),
+                }
+            }
+            if exhausted || due.len() > max_batch {
+                break (due, undecodable);
+            }
+            limit = limit.saturating_add(undecodable);
         };
-        for row in rows.iter().take(max_batch) {
-            let item = listed(row)?;
-            let version: i64 = row.try_get(4).map_err(|e| PgError::CorruptRecord {
-                log_ref: Some(item.log_ref()),
-                detail: e.to_string(),
-            })?;
+        report.undecodable = u64::try_from(undecodable).unwrap_or(u64::MAX);
+        report.more = due.len() > max_batch;
+        let due = due.into_iter().take(max_batch).collect::<Vec<_>>();
+        // Raise the token floor above every token and version of the rows about
+        // to be deleted, committed before any of them is: an INSERT that can
+        // succeed on a deleted key starts after its delete, so it sees the floor.
+        let floor = due
+            .iter()
+            .filter(|(item, _)| machine::gc(&item.record, now) == GcAction::Delete)
+            .map(|(item, version)| {
+                item.record
+                    .last_token
+                    .get()
+                    .max(u64::try_from(*version).unwrap_or(0))
+            })
+            .max();
+        if let Some(floor) = floor {
+            let floor = i64::try_from(floor).unwrap_or(i64::MAX);
+            conn.execute(&self.sql.raise_floor, &[&floor])
+                .map_err(|e| fail(&e))?;
+        }
+        for (item, version) in due {
             // A record whose version moved since the SELECT was just written by
             // someone else: skip it, the next batch sees it again if still due.
             match machine::gc(&item.record, now) {

@@ -13,15 +13,21 @@
 //!
 //! The derived columns are written by the same statement as `record`, so they can
 //! never disagree with it.
+//!
+//! `idemkit_token_floor` (schema version 2) holds one number: the highest fencing
+//! token or row version of any record GC deleted. A new row's first token and
+//! version are above it (the `INSERT` checks that in the same statement), so
+//! neither ever repeats for a key, even after its record was deleted.
 
 use super::error::PgError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The migrations, in order: `MIGRATIONS[n - 1]` brings version `n - 1` to `n`.
-/// `{records}` is the (qualified) records table name.
-const MIGRATIONS: [&str; 1] = [r"
+/// `{records}` and `{floor}` are the (qualified) table names.
+const MIGRATIONS: [&str; 2] = [
+    r"
 CREATE TABLE {records} (
     tenant           text   NOT NULL,
     operation        text   NOT NULL,
@@ -37,7 +43,15 @@ CREATE TABLE {records} (
 CREATE INDEX idemkit_records_gc_due ON {records} (gc_due_at) WHERE gc_due_at IS NOT NULL;
 CREATE INDEX idemkit_records_lease_expiry ON {records} (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
 CREATE INDEX idemkit_records_unknown ON {records} (tenant, operation, key) WHERE state = 'unknown';
-"];
+",
+    r"
+CREATE TABLE {floor} (
+    id    boolean PRIMARY KEY DEFAULT true CHECK (id),
+    value bigint  NOT NULL CHECK (value >= 0)
+);
+INSERT INTO {floor} (value) SELECT coalesce(max(version), 0) FROM {records};
+",
+];
 
 /// Table names and statements for one PostgreSQL schema (or the search path).
 #[derive(Debug)]
@@ -45,7 +59,14 @@ pub(crate) struct Sql {
     pub(crate) schema: Option<String>,
     pub(crate) records: String,
     pub(crate) versions: String,
+    pub(crate) floor: String,
+    /// A claim's insert: `$9` is the new record's first token and row version,
+    /// refused (no row returned) unless it is above the token floor.
     pub(crate) insert: String,
+    /// An import's insert: the row version is the floor + 1.
+    pub(crate) import: String,
+    pub(crate) read_floor: String,
+    pub(crate) raise_floor: String,
     pub(crate) select: String,
     pub(crate) update: String,
     pub(crate) delete: String,
@@ -79,14 +100,23 @@ impl Sql {
         };
         let records = qualify("idemkit_records");
         let versions = qualify("idemkit_schema_version");
+        let floor = qualify("idemkit_token_floor");
         let cols = "fingerprint, state, lease_expires_at, gc_due_at, record";
         Ok(Sql {
             schema: schema.map(str::to_owned),
             insert: format!(
                 "INSERT INTO {records} (tenant, operation, key, {cols}, version) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 \
+                 WHERE $9 > (SELECT value FROM {floor}) \
                  ON CONFLICT DO NOTHING RETURNING version"
             ),
+            import: format!(
+                "INSERT INTO {records} (tenant, operation, key, {cols}, version) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, value + 1 FROM {floor} \
+                 ON CONFLICT DO NOTHING RETURNING version"
+            ),
+            read_floor: format!("SELECT value FROM {floor}"),
+            raise_floor: format!("UPDATE {floor} SET value = greatest(value, $1)"),
             select: format!(
                 "SELECT record, version FROM {records} \
                  WHERE tenant = $1 AND operation = $2 AND key = $3"
@@ -102,6 +132,7 @@ impl Sql {
             ),
             records,
             versions,
+            floor,
         })
     }
 
@@ -114,9 +145,10 @@ impl Sql {
 
     fn migration(&self, to: u32) -> Option<String> {
         let index = usize::try_from(to).ok()?.checked_sub(1)?;
-        MIGRATIONS
-            .get(index)
-            .map(|m| m.replace("{records}", &self.records))
+        MIGRATIONS.get(index).map(|m| {
+            m.replace("{records}", &self.records)
+                .replace("{floor}", &self.floor)
+        })
     }
 
     /// The whole script from an empty database to [`SCHEMA_VERSION`], in one
@@ -262,6 +294,8 @@ mod tests {
             "idemkit_records_lease_expiry",
             "idemkit_records_unknown",
             "INSERT INTO \"idem\".idemkit_schema_version (version) VALUES (1);",
+            "CREATE TABLE \"idem\".idemkit_token_floor",
+            "INSERT INTO \"idem\".idemkit_schema_version (version) VALUES (2);",
         ] {
             assert!(script.contains(needle), "missing {needle}:\n{script}");
         }

@@ -8,7 +8,7 @@ use idemkit_core::{Fingerprint, IdempotencyKey, LogRef, RecordId, Scope, UnixMil
 
 use super::Store;
 use super::error::{ClaimError, TxError, WorkerError};
-use super::records::Tables;
+use super::records::{Tables, token_floor};
 
 /// The answer to [`Store::claim`]. Only [`Claim::Execute`] lets the caller run
 /// the operation; every other answer is final for this request.
@@ -137,7 +137,13 @@ impl Store {
                 fingerprint,
                 owner: owner.clone(),
             };
-            let decision = machine::claim(existing.as_ref(), &request, &policy, now);
+            // Only a fresh record needs the floor (an expired one continues its
+            // own counter, which the floor may still exceed).
+            let floor = match &existing {
+                Some(record) if !record.is_expired(now) => 0,
+                _ => token_floor(txn)?,
+            };
+            let decision = machine::claim_above(existing.as_ref(), &request, &policy, now, floor);
             if let Some(write) = &decision.write {
                 tables.put(id.as_bytes(), existing.as_ref(), Some(write))?;
             }

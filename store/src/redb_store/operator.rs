@@ -10,7 +10,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::Store;
 use super::claim::ExecutionGuard;
 use super::error::{OperatorError, QueryError, StorageError, TxError};
-use super::records::{Tables, decode, load_from, log_ref_of};
+use super::records::{Tables, decode, load_from, log_ref_of, raise_token_floor};
 use super::tables::{GC_DUE, LEASE_EXPIRY, RECORDS, UNKNOWN};
 
 /// A record with the scope and key it belongs to.
@@ -41,6 +41,10 @@ pub struct GcReport {
     pub deleted: u64,
     /// Whether more records are due: call again.
     pub more: bool,
+    /// Due records whose stored bytes do not decode: left untouched (never
+    /// deleted: their state cannot be read) and skipped, so GC keeps going.
+    /// `verify` names them; an operator repairs or removes them.
+    pub undecodable: u64,
 }
 
 /// What one [`Store::import`] call did.
@@ -286,8 +290,10 @@ impl Store {
         }
         self.inner.handle.write_if_changed(move |txn| {
             let mut tables = Tables::open(txn)?;
-            let mut due: Vec<Vec<u8>> = Vec::new();
-            let mut more = false;
+            // First the due records (decoded), then the writes: the index cannot
+            // be walked while it is being changed.
+            let mut due: Vec<(Vec<u8>, Record)> = Vec::new();
+            let mut report = GcReport::default();
             for entry in tables.gc_due.iter().map_err(StorageError::from)? {
                 let (key, _) = entry.map_err(StorageError::from)?;
                 let (at, id) = key.value();
@@ -295,23 +301,27 @@ impl Store {
                     break;
                 }
                 if due.len() == max_batch {
-                    more = true;
+                    report.more = true;
                     break;
                 }
-                due.push(id.to_vec());
+                match load_from(&tables.records, id) {
+                    Ok(Some(record)) => due.push((id.to_vec(), record)),
+                    // An index entry without its record cannot be produced by
+                    // `put`; `verify` reports it.
+                    Ok(None) => {}
+                    // A record GC cannot read is never deleted (its state is
+                    // unknown: it may be Running or Unknown) and never stops GC:
+                    // it is counted, left as it is, and `verify` names it. It does
+                    // not take a place in the batch, so GC always progresses.
+                    Err(StorageError::CorruptRecord { .. }) => report.undecodable += 1,
+                    Err(other) => return Err(other.into()),
+                }
             }
-            let mut report = GcReport {
-                more,
-                ..GcReport::default()
-            };
-            for id in due {
-                let Some(record) = load_from(&tables.records, &id)? else {
-                    // An index entry without its record cannot be produced by `put`;
-                    // `verify` reports it. Skip rather than fail the whole batch.
-                    continue;
-                };
+            let mut floor = 0;
+            for (id, record) in due {
                 match machine::gc(&record, now) {
                     GcAction::Delete => {
+                        floor = floor.max(record.last_token.get());
                         tables.put(&id, Some(&record), None)?;
                         report.deleted += 1;
                     }
@@ -323,6 +333,10 @@ impl Store {
                     GcAction::Keep => {}
                 }
             }
+            drop(tables);
+            // Tokens never repeat for a key: a later fresh claim of a deleted key
+            // starts above every token the deleted records handed out.
+            raise_token_floor(txn, floor)?;
             let changed = report.pruned + report.deleted > 0;
             Ok((report, changed))
         })

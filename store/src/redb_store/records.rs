@@ -5,7 +5,7 @@ use idemkit_core::{LogRef, RecordId};
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::error::StorageError;
-use super::tables::{GC_DUE, LEASE_EXPIRY, RECORDS, UNKNOWN};
+use super::tables::{GC_DUE, LEASE_EXPIRY, META, META_TOKEN_FLOOR, RECORDS, UNKNOWN};
 
 /// The four data tables of one write transaction.
 pub(crate) struct Tables<'txn> {
@@ -80,6 +80,24 @@ impl<'txn> Tables<'txn> {
         }
         Ok(())
     }
+}
+
+/// The store's token floor (see [`META_TOKEN_FLOOR`]); 0 until GC deleted a record.
+pub(crate) fn token_floor(txn: &WriteTransaction) -> Result<u64, StorageError> {
+    let meta = txn.open_table(META)?;
+    let floor = meta.get(META_TOKEN_FLOOR)?;
+    Ok(floor
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes.value()).ok())
+        .map_or(0, u64::from_le_bytes))
+}
+
+/// Raises the store's token floor to at least `to`, in `txn`.
+pub(crate) fn raise_token_floor(txn: &WriteTransaction, to: u64) -> Result<(), StorageError> {
+    if to > token_floor(txn)? {
+        let mut meta = txn.open_table(META)?;
+        meta.insert(META_TOKEN_FLOOR, to.to_le_bytes().as_slice())?;
+    }
+    Ok(())
 }
 
 /// Decodes the record stored under `id` in `table`.

@@ -2,7 +2,7 @@
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `idemkit.meta` | `&str` | bytes | `magic` = [`MAGIC`], `format` = [`FORMAT_VERSION`] (u32 LE) |
+//! | `idemkit.meta` | `&str` | bytes | `magic` = [`MAGIC`], `format` = [`FORMAT_VERSION`] (u32 LE), `token_floor` (u64 LE, absent = 0) |
 //! | `idemkit.records` | record id bytes | `Record::encode()` | every record |
 //! | `idemkit.gc_due` | `(due_at ms, id)` | `()` | Completed/Released records by next GC step |
 //! | `idemkit.lease_expiry` | `(expires_at ms, id)` | `()` | Running records by lease expiry |
@@ -34,3 +34,8 @@ pub const FORMAT_VERSION: u32 = 1;
 pub(crate) const META_MAGIC: &str = "magic";
 /// Meta key of the format version.
 pub(crate) const META_FORMAT: &str = "format";
+/// Meta key of the token floor: the highest fencing token of any record GC
+/// deleted. A fresh record's first token is above it, so tokens never repeat for
+/// a key even after its record was deleted. Absent in stores that never deleted
+/// a record (it reads as 0, so the file format did not change).
+pub(crate) const META_TOKEN_FLOOR: &str = "token_floor";

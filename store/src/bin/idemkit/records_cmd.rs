@@ -342,21 +342,78 @@ pub(crate) fn resolve(args: ResolveArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return ExitCode::from(code),
     };
+    // For the report only: the resolve itself decides on the record it reads.
+    let before = store.get(&scope, &key).ok().flatten();
+    // The record keeps the windows it was claimed under; the default policy's
+    // windows apply only to records written before records carried theirs.
     match store.resolve(&scope, &key, resolution, &Policy::default()) {
         Ok(record) => {
+            let log_ref = scope.record_id(&key).log_ref().to_string();
+            let from = before.map(|r| r.state.name().to_string());
             let state = record.state.name();
+            let windows = record.windows_or(&Policy::default());
+            let at = |t: Option<idemkit_core::UnixMillis>| t.map(|t| t.as_millis());
             if args.json {
                 print_json(&json!({
-                    "log_ref": scope.record_id(&key).log_ref().to_string(),
+                    "log_ref": log_ref,
+                    "from": from,
                     "state": state.to_string(),
+                    "replay_until_ms": at(record.replay_until),
+                    "keep_until_ms": at(record.keep_until),
+                    "replay_window_ms": windows.replay_ms,
+                    "record_window_ms": windows.record_ms,
                 }));
             } else {
-                println!("record {} is now {state}", scope.record_id(&key).log_ref());
+                let from = from.unwrap_or_else(|| "?".to_owned());
+                println!("record {log_ref}: {from} -> {state}");
+                if let RecordState::Completed { response, .. } = &record.state {
+                    let body = response.body.as_ref().map_or(0, Vec::len);
+                    println!(
+                        "  replays status {} ({body} bytes of body)",
+                        response.status
+                    );
+                }
+                if let Some(until) = record.replay_until {
+                    println!(
+                        "  replayed until {} (replay window {})",
+                        http_time(until),
+                        human_duration(windows.replay_ms)
+                    );
+                }
+                if let Some(until) = record.keep_until {
+                    println!(
+                        "  kept until {} (record window {})",
+                        http_time(until),
+                        human_duration(windows.record_ms)
+                    );
+                }
             }
             ExitCode::from(exit::OK)
         }
         Err(f) => ExitCode::from(f.code),
     }
+}
+
+/// An instant as an HTTP date (`Tue, 01 Dec 2026 10:00:00 GMT`).
+fn http_time(t: idemkit_core::UnixMillis) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.as_millis());
+    httpdate::fmt_http_date(at)
+}
+
+/// A window in the largest whole unit that states it exactly (`30 days`, `36 h`).
+fn human_duration(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (86_400_000, "days"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1_000, "s"),
+    ];
+    for (size, name) in UNITS {
+        if ms >= size && ms % size == 0 {
+            return format!("{} {name}", ms / size);
+        }
+    }
+    format!("{ms} ms")
 }
 
 pub(crate) fn gc(args: GcArgs) -> ExitCode {
@@ -365,23 +422,36 @@ pub(crate) fn gc(args: GcArgs) -> ExitCode {
         Err(code) => return ExitCode::from(code),
     };
     let (mut pruned, mut deleted, mut batches) = (0u64, 0u64, 0u64);
-    loop {
+    let undecodable = loop {
         match store.gc(args.max_batch.max(1)) {
             Ok(report) => {
                 pruned += report.pruned;
                 deleted += report.deleted;
                 batches += 1;
                 if !report.more {
-                    break;
+                    // The last batch walked every due record, so its count of
+                    // records it could not decode is the total (earlier batches
+                    // saw a prefix of the same ones).
+                    break report.undecodable;
                 }
             }
             Err(f) => return ExitCode::from(f.code),
         }
-    }
+    };
     if args.json {
-        print_json(&json!({ "pruned": pruned, "deleted": deleted, "batches": batches }));
+        print_json(&json!({
+            "pruned": pruned,
+            "deleted": deleted,
+            "batches": batches,
+            "undecodable": undecodable,
+        }));
     } else {
         println!("pruned {pruned} response bodies, deleted {deleted} records ({batches} batches)");
+        if undecodable > 0 {
+            println!(
+                "skipped {undecodable} records whose bytes do not decode (left untouched; Store::verify names them)"
+            );
+        }
     }
     ExitCode::from(exit::OK)
 }
