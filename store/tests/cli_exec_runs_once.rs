@@ -1,6 +1,8 @@
 //! `idemkit exec`: first run, replay of the stored stdout and status, a changed
 //! body (65, not run), an Unknown record (69, log reference), a released failure
-//! that runs again, and the lease renewal of a long command.
+//! that runs again, the lease renewal of a long command (each attempt bounded
+//! while another process holds the file), `*.json` bodies compared by value, and
+//! the command never outliving exec (SIGKILL, SIGTERM).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -311,4 +313,312 @@ fn json_bodies_are_compared_by_value_not_by_spelling() {
         "{}",
         text(&invalid.stderr)
     );
+}
+
+#[test]
+fn a_respelled_json_body_file_replays_without_a_content_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("exec.redb");
+    let ran = dir.path().join("ran");
+    let first_body = dir.path().join("first.json");
+    let respelled = dir.path().join("respelled.json");
+    let changed = dir.path().join("changed.json");
+    std::fs::write(&first_body, br#"{"amount": 10, "currency": "EUR"}"#).unwrap();
+    std::fs::write(&respelled, b"{\"currency\":\"EUR\",\n  \"amount\":10}").unwrap();
+    std::fs::write(&changed, br#"{"amount": 11, "currency": "EUR"}"#).unwrap();
+    let script = format!("echo run >> {}; echo charged", ran.display());
+    // No --content-type: the file's name says JSON.
+    let with_body = |path: &Path| {
+        let path = path.to_str().unwrap().to_owned();
+        exec(&db, "charge-2", &["--body", &path], &script)
+    };
+    let first = with_body(&first_body);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let replay = with_body(&respelled);
+    assert_eq!(replay.status.code(), Some(0), "{}", text(&replay.stderr));
+    assert_eq!(text(&replay.stdout), "charged\n");
+    assert!(text(&replay.stderr).contains("replayed"));
+    assert_eq!(with_body(&changed).status.code(), Some(65));
+    assert_eq!(lines(&ran), 1, "the command ran once");
+
+    // Any other file is still compared byte for byte.
+    let first_txt = dir.path().join("first.txt");
+    let respelled_txt = dir.path().join("respelled.txt");
+    std::fs::copy(&first_body, &first_txt).unwrap();
+    std::fs::copy(&respelled, &respelled_txt).unwrap();
+    let txt = |path: &Path| {
+        let path = path.to_str().unwrap().to_owned();
+        exec(&db, "charge-3", &["--body", &path], &script)
+    };
+    assert_eq!(txt(&first_txt).status.code(), Some(0));
+    assert_eq!(txt(&respelled_txt).status.code(), Some(65));
+    assert_eq!(lines(&ran), 2);
+}
+
+/// Polls `done` every 20 ms for at most `secs` seconds.
+fn poll_until(secs: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    done()
+}
+
+/// The pid in `path`, once the script has written it.
+fn read_pid(path: &Path) -> u32 {
+    assert!(
+        poll_until(30, || path.exists()),
+        "{} was never written",
+        path.display()
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A running process: its state is not zombie, and it is the one first seen
+/// (same start time, so a reused pid does not count).
+#[cfg(target_os = "linux")]
+struct Watched {
+    pid: u32,
+    start: String,
+}
+
+#[cfg(target_os = "linux")]
+impl Watched {
+    fn stat(pid: u32) -> Option<(String, String)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let after_name = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        // Fields 3 (state) and 22 (start time) of proc_pid_stat(5).
+        Some((fields[0].to_owned(), fields[19].to_owned()))
+    }
+
+    fn new(pid: u32) -> Watched {
+        let (state, start) = Watched::stat(pid).expect("the process runs");
+        assert_ne!(state, "Z", "pid {pid} already exited");
+        Watched { pid, start }
+    }
+
+    fn alive(&self) -> bool {
+        matches!(Watched::stat(self.pid), Some((state, start)) if state != "Z" && start == self.start)
+    }
+}
+
+/// A command that starts a background process (in its process group) and
+/// writes both pids, then waits.
+#[cfg(target_os = "linux")]
+fn group_script(dir: &Path, ran: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "echo run >> {ran}; sleep 30 & echo $! > {d}/bg.tmp; mv {d}/bg.tmp {d}/bg.pid; \
+         echo $$ > {d}/sh.tmp; mv {d}/sh.tmp {d}/sh.pid; wait",
+        ran = ran.display()
+    )
+}
+
+#[cfg(target_os = "linux")]
+fn spawn_exec(db: &Path, key: &str, extra: &[&str], script: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_idemkit"))
+        .args(["exec", "--db"])
+        .arg(db)
+        .args([
+            "--tenant",
+            "acme",
+            "--operation",
+            "invoice.send",
+            "--key",
+            key,
+        ])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_sigkilled_exec_leaves_no_process_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("exec.redb");
+    let ran = dir.path().join("ran");
+    let mut runner = spawn_exec(
+        &db,
+        "killed",
+        &["--lease", "1"],
+        &group_script(dir.path(), &ran),
+    );
+    let shell = Watched::new(read_pid(&dir.path().join("sh.pid")));
+    let background = Watched::new(read_pid(&dir.path().join("bg.pid")));
+    runner.kill().unwrap(); // SIGKILL
+    runner.wait().unwrap();
+    let gone = poll_until(20, || !shell.alive() && !background.alive());
+    assert!(
+        gone,
+        "after exec was SIGKILLed: the command (pid {}) alive: {}, the process it started (pid {}) alive: {}",
+        shell.pid,
+        shell.alive(),
+        background.pid,
+        background.alive()
+    );
+    // Nobody recorded the outcome: once the 1 s lease expires the record of an
+    // external effect is unknown, and nothing runs it again.
+    let mut code = None;
+    assert!(poll_until(30, || {
+        code = exec(&db, "killed", &["--lease", "1"], "echo again")
+            .status
+            .code();
+        code != Some(75)
+    }));
+    assert_eq!(code, Some(69));
+    assert_eq!(lines(&ran), 1, "the command ran once");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_sigtermed_exec_stops_the_command_group_and_records_the_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("exec.redb");
+    let ran = dir.path().join("ran");
+    let runner = spawn_exec(
+        &db,
+        "stopped",
+        &["--effect", "local"],
+        &group_script(dir.path(), &ran),
+    );
+    let shell = Watched::new(read_pid(&dir.path().join("sh.pid")));
+    let background = Watched::new(read_pid(&dir.path().join("bg.pid")));
+    let killed = Command::new("kill")
+        .args(["-TERM", &runner.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = runner.wait_with_output().unwrap();
+    // The shell died of the forwarded SIGTERM: 128 + 15.
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("process group"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!shell.alive(), "the command outlived exec");
+    assert!(
+        poll_until(20, || !background.alive()),
+        "the process the command started (pid {}) outlived exec",
+        background.pid
+    );
+    // A local effect killed by a signal is released: a retry runs it.
+    let again = exec(
+        &db,
+        "stopped",
+        &["--effect", "local"],
+        &format!("echo run >> {}", ran.display()),
+    );
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(lines(&ran), 2);
+}
+
+#[test]
+fn a_renewal_attempt_gives_up_after_a_third_of_the_lease_while_another_process_holds_the_file() {
+    use std::io::BufRead;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("exec.redb");
+    let ran = dir.path().join("ran");
+    let started = dir.path().join("started");
+    let go = dir.path().join("go");
+    let script = format!(
+        "echo run >> {}; touch {}; while [ ! -e {} ]; do sleep 0.05; done; echo finished",
+        ran.display(),
+        started.display(),
+        go.display()
+    );
+    let mut runner = Command::new(env!("CARGO_BIN_EXE_idemkit"))
+        .args(["exec", "--db"])
+        .arg(&db)
+        .args([
+            "--tenant",
+            "acme",
+            "--operation",
+            "invoice.send",
+            "--key",
+            "held",
+        ])
+        .args(["--lease", "3", "--", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = runner.stderr.take().unwrap();
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            let _ = line_tx.send(line.clone());
+        }
+    });
+    assert!(
+        poll_until(30, || started.exists()),
+        "the command never started"
+    );
+
+    // This process holds the store file (exec's renewer may have it for a moment).
+    let mut holder = None;
+    assert!(poll_until(30, || {
+        holder = idemkit::redb_store::Store::open(&db).ok();
+        holder.is_some()
+    }));
+
+    // Each renewal attempt gives up at its bound (a third of the 3 s lease) and is
+    // tried again until the lease ends. Were an attempt to wait out the minute
+    // exec allows for recording, neither line would come.
+    let mut seen = Vec::new();
+    let ended = loop {
+        match line_rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(line) => {
+                let ended = line.contains("before a renewal got through");
+                seen.push(line);
+                if ended {
+                    break true;
+                }
+            }
+            Err(_) => break false,
+        }
+    };
+    assert!(ended, "the lease's end was never reported: {seen:#?}");
+    let gave_up: Vec<&String> = seen
+        .iter()
+        .filter(|l| {
+            l.contains("renewing the lease")
+                && l.contains("the bound of one attempt (a third of the 3000 ms lease)")
+        })
+        .collect();
+    assert!(!gave_up.is_empty(), "{seen:#?}");
+    assert!(
+        gave_up
+            .iter()
+            .all(|l| l.contains("locked by another process")),
+        "each attempt failed on the held file: {gave_up:#?}"
+    );
+
+    // Let go: the command ends and its outcome is recorded (nobody took over).
+    drop(holder);
+    std::fs::write(&go, b"").unwrap();
+    let status = runner.wait().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = line_rx.try_iter().collect();
+    assert_eq!(status.code(), Some(0), "{seen:#?} {rest:#?}");
+    let replay = exec(&db, "held", &["--lease", "3"], &script);
+    assert_eq!(replay.status.code(), Some(0), "{}", text(&replay.stderr));
+    assert_eq!(text(&replay.stdout), "finished\n");
+    assert_eq!(lines(&ran), 1, "the command ran once");
 }

@@ -531,4 +531,18 @@ impl Renewer {
             .store
             .renew_at(&self.id, self.token, &self.policy, now)?)
     }
+
+    /// Like [`renew`](Self::renew), but waits at most `lock_wait` for a shared
+    /// store's file ([`Store::open_shared`]) while another process holds it,
+    /// whatever [`LockRetry`](super::LockRetry) the store itself uses, and then
+    /// fails with [`OpenError::Busy`](super::OpenError::Busy) (inside
+    /// [`WorkerError::Storage`]). A worker that must renew before its lease ends
+    /// bounds each attempt this way (a third of the lease, say) and tries again,
+    /// instead of waiting out a long retry budget meant for recording the outcome.
+    /// No effect on a store that keeps its database open.
+    pub fn renew_within(&self, lock_wait: std::time::Duration) -> Result<UnixMillis, WorkerError> {
+        let store = self.store.with_lock_budget(lock_wait);
+        let now = store.now();
+        Ok(store.renew_at(&self.id, self.token, &self.policy, now)?)
+    }
 }

@@ -99,6 +99,13 @@ impl Handle {
         }
     }
 
+    /// Changes only the total wait of the lock retry (keeps the backoff).
+    pub(crate) fn set_lock_budget(&self, budget: Duration) {
+        if let Handle::PerTransaction { retry, .. } = self {
+            retry.lock().unwrap_or_else(|p| p.into_inner()).budget = budget;
+        }
+    }
+
     pub(crate) fn path(&self) -> Option<&Path> {
         match self {
             Handle::Open(_) => None,

@@ -212,6 +212,20 @@ impl Store {
         self.inner.handle.set_lock_retry(retry);
     }
 
+    /// Another handle on this store whose lock retry budget is `budget` (its
+    /// backoff as this one's), without changing this handle's or its clones'.
+    pub(crate) fn with_lock_budget(&self, budget: std::time::Duration) -> Store {
+        let handle = self.inner.handle.share();
+        handle.set_lock_budget(budget);
+        Store {
+            inner: Arc::new(Inner {
+                handle,
+                clock: Arc::clone(&self.inner.clock),
+                path: self.inner.path.clone(),
+            }),
+        }
+    }
+
     /// How this store's durable writes were grouped into transactions so far
     /// (group commit: concurrent claims and completions share one fsync). See
     /// [`CommitStats`].

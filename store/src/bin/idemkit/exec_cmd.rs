@@ -1,21 +1,22 @@
 //! `idemkit exec`: run a command at most once per (tenant, operation, key).
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use idemkit::LogRef;
 use idemkit::core::fingerprint::{ContentKind, FingerprintSpec};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::redb_store::{Claim, ExecutionGuard, LockRetry, WorkerError};
+use idemkit::{LogRef, UnixMillis};
+
+use idemkit::redb_store::{Claim, ExecutionGuard, LockRetry, Renewer, Store, WorkerError};
 use serde_json::json;
 
-use crate::exit;
 use crate::store_args::{DbArg, record_address, storage_exit};
+use crate::{exec_process, exit};
 
 /// Run CMD at most once per (tenant, operation, key).
 ///
@@ -29,7 +30,18 @@ use crate::store_args::{DbArg, record_address, storage_exit};
 /// A non-zero exit of CMD is handled per --on-failure: `release` (a retry runs
 /// it again), `unknown` (nobody runs it again until resolved), or `store`
 /// (replayed like a success). Default: release for --effect local, unknown for
-/// --effect external. While CMD runs its lease is renewed every third of --lease.
+/// --effect external. While CMD runs its lease is renewed every third of --lease;
+/// each renewal waits at most a third of the lease for a store file another
+/// process holds, and is tried again until the lease ends.
+///
+/// CMD runs in a process group of its own and never outlives exec: if exec is
+/// killed, even with SIGKILL, CMD's group is killed with SIGKILL (on Linux CMD
+/// also has a parent-death signal); the record then stays running until its
+/// lease expires (--effect external: it becomes unknown; local: a retry runs it).
+/// SIGTERM, SIGINT or SIGHUP sent to exec are sent on to CMD's group (a second
+/// one sends SIGKILL), and the outcome is recorded per --on-failure. Being
+/// outside the terminal's foreground group, CMD cannot read the terminal: when
+/// exec's stdin is one, CMD's stdin is /dev/null.
 ///
 /// Examples:
 ///   idemkit exec --tenant acme --operation invoice.send --key inv-42 -- ./send-invoice 42
@@ -55,8 +67,10 @@ pub(crate) struct ExecArgs {
     /// The body's media type: `application/json` (and `*+json`) bodies are
     /// fingerprinted by their canonical JSON, so whitespace and member order do not
     /// matter; form bodies by their sorted pairs; anything else as raw bytes.
-    #[arg(long, value_name = "MIME", default_value = "application/octet-stream")]
-    content_type: String,
+    /// Default: `application/json` for a --body file named `*.json`, else
+    /// `application/octet-stream`.
+    #[arg(long, value_name = "MIME")]
+    content_type: Option<String>,
     /// Whether CMD's effect is local (safe to retry after a crash) or external.
     #[arg(long, value_enum, default_value_t = Effect::External)]
     effect: Effect,
@@ -108,9 +122,10 @@ fn exec(args: ExecArgs) -> Result<u8, u8> {
         })?,
         None => Vec::new(),
     };
-    let spec = FingerprintSpec::new(ContentKind::from_mime(&args.content_type));
+    let content_type = body_content_type(args.content_type.as_deref(), args.body.as_deref());
+    let spec = FingerprintSpec::new(ContentKind::from_mime(content_type));
     let fingerprint = spec.fingerprint(scope.operation(), &body).map_err(|e| {
-        eprintln!("idemkit: --body is not a valid {}: {e}", args.content_type);
+        eprintln!("idemkit: --body is not a valid {content_type}: {e}");
         exit::DATA_ERR
     })?;
     let effect = match args.effect {
@@ -139,7 +154,7 @@ fn exec(args: ExecArgs) -> Result<u8, u8> {
                 budget: Duration::from_secs(60),
                 ..LockRetry::default()
             });
-            run_command(&args, guard, effect)
+            run_command(&args, &store, guard, effect)
         }
         Claim::Replay { response, log_ref } => {
             let status = exit_status_of(response.status);
@@ -224,6 +239,21 @@ fn exec(args: ExecArgs) -> Result<u8, u8> {
     }
 }
 
+/// --content-type, or what the --body file's name says: `*.json` is JSON (so a
+/// respelled body fingerprints the same), anything else raw bytes.
+fn body_content_type<'a>(given: Option<&'a str>, body: Option<&Path>) -> &'a str {
+    match given {
+        Some(mime) => mime,
+        None if body
+            .and_then(Path::extension)
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("json")) =>
+        {
+            "application/json"
+        }
+        None => "application/octet-stream",
+    }
+}
+
 fn report_refusal(args: &ExecArgs, outcome: &str, log_ref: LogRef, message: &str) {
     if args.json {
         crate::store_args::print_json(&json!({
@@ -241,19 +271,21 @@ fn exit_status_of(status: u16) -> u8 {
 }
 
 /// Runs CMD under the guard, renewing the lease, and records the outcome.
-fn run_command(args: &ExecArgs, guard: ExecutionGuard, effect: EffectKind) -> Result<u8, u8> {
+fn run_command(
+    args: &ExecArgs,
+    store: &Store,
+    guard: ExecutionGuard,
+    effect: EffectKind,
+) -> Result<u8, u8> {
     let log_ref = guard.log_ref();
     let Some((program, rest)) = args.command.split_first() else {
         eprintln!("idemkit: no command given");
         return Err(exit::USAGE);
     };
-    let mut child = match Command::new(program)
-        .args(rest)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-    {
-        Ok(child) => child,
+    let started = exec_process::resolve_program(program)
+        .and_then(|resolved| exec_process::spawn(program, &resolved, rest));
+    let mut running = match started {
+        Ok(running) => running,
         Err(e) => {
             eprintln!("idemkit: cannot run {program}: {e}");
             // Nothing ran, so nothing happened: a retry may run it.
@@ -263,26 +295,18 @@ fn run_command(args: &ExecArgs, guard: ExecutionGuard, effect: EffectKind) -> Re
             return Err(127);
         }
     };
+    let child = &mut running.child;
 
     // Keep the lease alive while CMD runs: a live runner is never taken over.
-    let renewer = guard.renewer();
-    let interval = Duration::from_millis((args.lease.max(1) * 1000 / 3).max(1));
+    let keeper = LeaseKeeper {
+        renewer: guard.renewer(),
+        store: store.clone(),
+        lease: Duration::from_secs(args.lease.max(1)),
+        expires: guard.lease_expires_at(),
+        log_ref,
+    };
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let renew_thread = std::thread::spawn(move || {
-        let mut lost = None;
-        while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(interval) {
-            match renewer.renew() {
-                Ok(_) => {}
-                Err(e @ WorkerError::Rejected { .. }) => {
-                    lost = Some(e.to_string());
-                    break;
-                }
-                // A busy or failing file: try again at the next tick.
-                Err(_) => {}
-            }
-        }
-        lost
-    });
+    let renew_thread = std::thread::spawn(move || keeper.run(&stop_rx));
 
     let mut stored = Vec::new();
     let mut truncated = false;
@@ -311,6 +335,12 @@ fn run_command(args: &ExecArgs, guard: ExecutionGuard, effect: EffectKind) -> Re
         }
     }
     let status = child.wait();
+    let signalled = running.finish();
+    if let Some(signal) = signalled {
+        eprintln!(
+            "idemkit: exec was stopped by signal {signal}; the command's process group was stopped with it"
+        );
+    }
     let _ = stop_tx.send(());
     let lost = renew_thread.join().ok().flatten();
     if let Some(why) = &lost {
@@ -374,6 +404,65 @@ fn run_command(args: &ExecArgs, guard: ExecutionGuard, effect: EffectKind) -> Re
                 WorkerError::Storage(s) => storage_exit(s),
                 _ => exit::UNAVAILABLE,
             })
+        }
+    }
+}
+
+/// Renews a lease every third of it while CMD runs.
+struct LeaseKeeper {
+    renewer: Renewer,
+    store: Store,
+    lease: Duration,
+    /// When the lease ends unless renewed, by the store's clock.
+    expires: UnixMillis,
+    log_ref: LogRef,
+}
+
+impl LeaseKeeper {
+    /// Until `stop` says CMD ended: renews every third of the lease. Each attempt
+    /// waits at most a third of the lease (and never past the lease's end) for a
+    /// store file another process holds, rather than the minute exec allows for
+    /// recording the outcome; a failed attempt is tried again shortly, until the
+    /// lease ends. Answers why the lease was lost, if it was.
+    fn run(mut self, stop: &mpsc::Receiver<()>) -> Option<String> {
+        let interval = (self.lease / 3).max(Duration::from_millis(1));
+        // After a failure: soon, but not in a tight loop on an instant error.
+        let pause = (interval / 4).max(Duration::from_millis(10));
+        let mut wait = interval;
+        loop {
+            match stop.recv_timeout(wait) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            }
+            let left = self.store.now().until(self.expires);
+            if left.is_zero() {
+                let why = format!(
+                    "the lease ended at {} ms (unix time) before a renewal got through",
+                    self.expires.as_millis()
+                );
+                eprintln!(
+                    "idemkit: {why} (record {}); the command keeps running, and its outcome is recorded if no other run took the key over",
+                    self.log_ref
+                );
+                return Some(why);
+            }
+            let bound = interval.min(left);
+            match self.renewer.renew_within(bound) {
+                Ok(expires) => {
+                    self.expires = expires;
+                    wait = interval;
+                }
+                Err(e @ WorkerError::Rejected { .. }) => return Some(e.to_string()),
+                Err(e) => {
+                    eprintln!(
+                        "idemkit: renewing the lease (record {}) gave up after waiting at most {} ms, the bound of one attempt (a third of the {} ms lease): {e}; trying again until the lease ends",
+                        self.log_ref,
+                        bound.as_millis(),
+                        self.lease.as_millis()
+                    );
+                    wait = pause;
+                }
+            }
         }
     }
 }

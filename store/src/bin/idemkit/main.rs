@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 mod call_cmd;
 mod canonicalize_cmd;
 mod exec_cmd;
+mod exec_process;
 mod exit;
 mod fingerprint_cmd;
 mod input;
@@ -44,7 +45,7 @@ enum Command {
     // The about text and examples come from the argument structs' doc comments.
     Canonicalize(canonicalize_cmd::CanonicalizeArgs),
     Fingerprint(fingerprint_cmd::FingerprintArgs),
-    /// Run a command at most once per (tenant, operation, key).
+    // The about text, the process-group rules and examples: ExecArgs' doc comment.
     Exec(exec_cmd::ExecArgs),
     /// List the records in a store.
     List(records_cmd::ListArgs),
@@ -58,6 +59,14 @@ enum Command {
     Stats(records_cmd::StatsArgs),
     /// Create or print the PostgreSQL schema.
     Migrate(migrate_cmd::MigrateArgs),
+    /// Internal to `exec`: becomes CMD, killed when exec dies (Linux).
+    #[cfg(unix)]
+    #[command(name = "__exec-child", hide = true)]
+    ExecChild(exec_process::ChildArgs),
+    /// Internal to `exec`: kills CMD's process group when exec dies.
+    #[cfg(unix)]
+    #[command(name = "__exec-reaper", hide = true)]
+    ExecReaper(exec_process::ReaperArgs),
 }
 
 fn main() -> ExitCode {
@@ -89,5 +98,9 @@ fn main() -> ExitCode {
         Command::Gc(args) => records_cmd::gc(args),
         Command::Stats(args) => records_cmd::stats(args),
         Command::Migrate(args) => migrate_cmd::run(&args),
+        #[cfg(unix)]
+        Command::ExecChild(args) => exec_process::run_child(args),
+        #[cfg(unix)]
+        Command::ExecReaper(args) => exec_process::run_reaper(&args),
     }
 }
