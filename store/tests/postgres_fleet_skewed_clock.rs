@@ -85,7 +85,9 @@ fn start(url: &str, schema: &str, provider_db: &Path, skew: Option<u64>) -> Serv
 /// The wall clock of an instance, from the `Date` header it answers with.
 fn clock_of(service: &Service) -> SystemTime {
     let reply = service.get("/health", None);
-    let date = reply.header("date").expect("the service sends a Date header");
+    let date = reply
+        .header("date")
+        .expect("the service sends a Date header");
     httpdate::parse_http_date(date).unwrap_or_else(|e| panic!("Date {date:?}: {e}"))
 }
 
@@ -141,7 +143,8 @@ fn retry_on_an_instance_two_minutes_ahead_waits_for_the_running_booking() {
         assert_eq!(
             (retry.status, retry.problem()),
             (409, "request-in-progress".to_owned()),
-            "a retry mid-booking on the skewed instance: {retry:?}"
+            "a retry mid-booking on the skewed instance: {}",
+            String::from_utf8_lossy(&retry.body)
         );
         let retry_after: u64 = retry
             .header("retry-after")
@@ -172,7 +175,10 @@ fn retry_on_an_instance_two_minutes_ahead_waits_for_the_running_booking() {
     let bookings = honest.bookings(TENANT).len() + ahead.bookings(TENANT).len();
     assert_eq!(bookings, 1, "the providers saw exactly one booking");
     let unresolved = observer.list(Some(StateName::Unknown)).unwrap();
-    assert!(unresolved.is_empty(), "no record left Unknown: {unresolved:?}");
+    assert!(
+        unresolved.is_empty(),
+        "no record left Unknown: {unresolved:?}"
+    );
     eprintln!(
         "skewed fleet: instance {skew:?} ahead answered 409 request-in-progress \
          (Retry-After {retry_after} s), first client 201, 1 booking"

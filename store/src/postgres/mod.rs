@@ -12,6 +12,10 @@
 //!   again and lets the core decide again, at most [`MAX_ATTEMPTS`] times.
 //! - **serialization failures and deadlocks** (SQLSTATE 40001, 40P01) retry the
 //!   whole read → decide → write, within the same bound.
+//! - **time** is the database's: each read → decide → write reads `now` from
+//!   PostgreSQL in the statement that reads the record (GC, the unresolved list
+//!   and `stats` in one statement per batch), never from the calling node, so a
+//!   fleet whose clocks disagree still agrees on every lease. See [`PgClock`].
 //! - **a lost connection** is [`PgError::Unavailable`]: nothing is acknowledged, and
 //!   the caller must not execute. Each statement runs in autocommit, so a statement
 //!   the server committed is durable (`synchronous_commit` as the server has it).
@@ -20,6 +24,7 @@
 //! [`IdempotencyBackend`] is synchronous; async services call it from
 //! `spawn_blocking`, as they do the redb store.
 
+mod clock;
 mod error;
 mod schema;
 
@@ -40,11 +45,11 @@ use postgres::NoTls;
 use postgres::types::ToSql;
 use r2d2_postgres::PostgresConnectionManager;
 
+pub use clock::PgClock;
 pub use error::PgError;
 pub use schema::SCHEMA_VERSION;
 
 use crate::backend::{BackendError, IdempotencyBackend};
-use crate::clock::{Clock, SystemClock};
 use crate::redb_store::{GcReport, ImportReport, ListedRecord, Stats};
 use error::{Failure, classify, fail};
 use schema::Sql;
@@ -104,7 +109,7 @@ impl Default for PgOptions {
 pub struct PgStore {
     pool: Pool,
     sql: Arc<Sql>,
-    clock: Arc<dyn Clock>,
+    clock: PgClock,
 }
 
 impl fmt::Debug for PgStore {
@@ -149,7 +154,7 @@ impl PgStore {
         let store = PgStore {
             pool,
             sql: Arc::new(sql),
-            clock: Arc::new(SystemClock),
+            clock: PgClock::database(),
         };
         {
             let mut conn = store.conn()?;
@@ -175,17 +180,38 @@ impl PgStore {
         self.sql.migrate(&mut conn)
     }
 
-    /// This store reading time from `clock` (a [`crate::clock::ManualClock`] in tests).
+    /// This store deciding by `clock`: the database's time plus a test offset
+    /// ([`PgClock::advance`]), or the callers' virtual time for the conformance
+    /// suite ([`PgClock::given_by_caller`]). The default is [`PgClock::database`].
     #[must_use]
-    pub fn with_clock(mut self, clock: impl Clock + 'static) -> PgStore {
-        self.clock = Arc::new(clock);
+    pub fn with_clock(mut self, clock: PgClock) -> PgStore {
+        self.clock = clock;
         self
     }
 
-    /// The current time by this store's clock.
-    #[must_use]
-    pub fn now(&self) -> UnixMillis {
-        self.clock.now()
+    /// The current time by this store's clock: the database server's, plus the
+    /// clock's offset (0 unless a test moved it).
+    pub fn now(&self) -> Result<UnixMillis, PgError> {
+        let mut conn = self.conn()?;
+        self.decision_time(&mut conn, None)
+    }
+
+    /// `now` for a decision that reads no single record (GC, the unresolved
+    /// list): one statement, answered by the database's clock.
+    fn decision_time(
+        &self,
+        conn: &mut Conn,
+        caller_now: Option<UnixMillis>,
+    ) -> Result<UnixMillis, PgError> {
+        let (given, offset) = self.clock.params(caller_now);
+        let row = conn
+            .query_one(
+                &format!("SELECT {}", clock::now_sql(1, 2)),
+                &[&given, &offset],
+            )
+            .map_err(|e| fail(&e))?;
+        let now: i64 = row.try_get(0).map_err(|e| clock_unreadable(&e))?;
+        Ok(clock::from_db(now))
     }
 
     fn conn(&self) -> Result<Conn, PgError> {
@@ -249,6 +275,44 @@ impl PgStore {
         Ok(Step::Done(Some((record, version))))
     }
 
+    /// Reads `now` by this store's clock and `(record, version)` of `(scope, key)`,
+    /// in one statement: the time every decision on the record takes.
+    fn read_at(
+        &self,
+        conn: &mut Conn,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        caller_now: Option<UnixMillis>,
+    ) -> Result<Step<(UnixMillis, Option<(Record, i64)>)>, PgError> {
+        let (given, offset) = self.clock.params(caller_now);
+        let row = match conn.query_one(
+            &self.sql.select_at,
+            &[
+                &scope.tenant(),
+                &scope.operation(),
+                &key.as_str(),
+                &given,
+                &offset,
+            ],
+        ) {
+            Ok(row) => row,
+            Err(e) => return retry_or_fail(&e),
+        };
+        let now: i64 = row.try_get(0).map_err(|e| clock_unreadable(&e))?;
+        let log_ref = Some(scope.record_id(key).log_ref());
+        let corrupt = |detail: String| PgError::CorruptRecord { log_ref, detail };
+        let bytes: Option<Vec<u8>> = row.try_get(1).map_err(|e| corrupt(e.to_string()))?;
+        let version: Option<i64> = row.try_get(2).map_err(|e| corrupt(e.to_string()))?;
+        let found = match (bytes, version) {
+            (Some(bytes), Some(version)) => Some((
+                Record::decode(&bytes).map_err(|e| corrupt(e.to_string()))?,
+                version,
+            )),
+            _ => None,
+        };
+        Ok(Step::Done((clock::from_db(now), found)))
+    }
+
     /// `UPDATE … WHERE version = $v`: `Done(true)` when this writer won.
     fn write(
         &self,
@@ -277,21 +341,24 @@ impl PgStore {
     }
 
     /// One read → decide → write on an existing record (`decide` may run again
-    /// after a lost race, on the newer record).
+    /// after a lost race, on the newer record). `decide` gets `now` by this
+    /// store's clock, read with the record; `caller_now` counts only for a
+    /// [`PgClock::given_by_caller`].
     pub(crate) fn transition<T>(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        decide: impl Fn(&Record) -> Result<(Option<Record>, T), TransitionError>,
+        caller_now: Option<UnixMillis>,
+        decide: impl Fn(&Record, UnixMillis) -> Result<(Option<Record>, T), TransitionError>,
     ) -> Result<T, PgError> {
         let log_ref = scope.record_id(key).log_ref();
         self.retrying(Some(log_ref), |conn| {
-            let Step::Done(found) = self.read(conn, scope, key)? else {
+            let Step::Done((now, found)) = self.read_at(conn, scope, key, caller_now)? else {
                 return Ok(Step::Again);
             };
             let (existing, version) = found.ok_or(PgError::NotFound { log_ref })?;
             let (write, answer) =
-                decide(&existing).map_err(|error| PgError::Rejected { log_ref, error })?;
+                decide(&existing, now).map_err(|error| PgError::Rejected { log_ref, error })?;
             match write {
                 Some(next) if next != existing => {
                     match self.write(conn, scope, key, &next, version)? {
@@ -324,16 +391,17 @@ impl PgStore {
 
     /// Counts per state, expired leases, and the table's size on disk (indexes included).
     pub fn stats(&self) -> Result<Stats, PgError> {
-        let now = millis(self.now());
+        let (given, offset) = self.clock.params(None);
         let mut conn = self.conn()?;
         let rows = conn
             .query(
                 &format!(
-                    "SELECT state, count(*), count(*) FILTER (WHERE lease_expires_at <= $1) \
-                     FROM {} GROUP BY state",
-                    self.sql.records
+                    "SELECT state, count(*), count(*) FILTER (WHERE lease_expires_at <= {now}) \
+                     FROM {records} GROUP BY state",
+                    now = clock::now_sql(1, 2),
+                    records = self.sql.records
                 ),
-                &[&now],
+                &[&given, &offset],
             )
             .map_err(|e| fail(&e))?;
         let mut stats = Stats::default();
@@ -374,7 +442,7 @@ impl PgStore {
         resolution: Resolution,
         policy: &Policy,
     ) -> Result<Record, PgError> {
-        self.resolve_at(scope, key, resolution, policy, self.now())
+        self.resolve_at(scope, key, resolution, policy, None)
     }
 
     fn resolve_at(
@@ -383,16 +451,17 @@ impl PgStore {
         key: &IdempotencyKey,
         resolution: Resolution,
         policy: &Policy,
-        now: UnixMillis,
+        caller_now: Option<UnixMillis>,
     ) -> Result<Record, PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, caller_now, |r, now| {
             let next = machine::resolve(r, resolution.clone(), policy, now)?;
             Ok((Some(next.clone()), next))
         })
     }
 
     /// Claims, and says which effect kind the written record has (`None`: nothing
-    /// written).
+    /// written). Decides at the database's time (`caller_now` counts only for a
+    /// [`PgClock::given_by_caller`]).
     pub(crate) fn claim_at(
         &self,
         scope: &Scope,
@@ -400,7 +469,7 @@ impl PgStore {
         fingerprint: Fingerprint,
         owner: &str,
         policy: &Policy,
-        now: UnixMillis,
+        caller_now: UnixMillis,
     ) -> Result<(ClaimOutcome, Option<EffectKind>), PgError> {
         let request = ClaimRequest {
             fingerprint,
@@ -408,23 +477,24 @@ impl PgStore {
         };
         let log_ref = scope.record_id(key).log_ref();
         self.retrying(Some(log_ref), |conn| {
-            // The common case first: no record yet. The INSERT is the claim; only
-            // one concurrent INSERT of a key can win.
-            let fresh = machine::claim(None, &request, policy, now);
-            if let Some(write) = &fresh.write {
-                match self.insert(&mut **conn, scope, key, write) {
-                    Ok(true) => return Ok(Step::Done((fresh.outcome, Some(write.effect)))),
-                    Ok(false) => {}
-                    Err(e) => return retry_or_fail(&e),
-                }
-            }
-            // Conflict: someone holds the key. Read it and let the core decide.
-            let Step::Done(found) = self.read(conn, scope, key)? else {
+            // `now` comes from the database, read with the record: every
+            // instance of a fleet decides on the same clock.
+            let Step::Done((now, found)) = self.read_at(conn, scope, key, Some(caller_now))? else {
                 return Ok(Step::Again);
             };
             let Some((existing, version)) = found else {
-                // Deleted by GC between the INSERT and the read: claim afresh.
-                return Ok(Step::Again);
+                // No record yet: the INSERT is the claim; only one concurrent
+                // INSERT of a key can win.
+                let fresh = machine::claim(None, &request, policy, now);
+                let Some(write) = &fresh.write else {
+                    return Ok(Step::Done((fresh.outcome, None)));
+                };
+                return match self.insert(&mut **conn, scope, key, write) {
+                    Ok(true) => Ok(Step::Done((fresh.outcome, Some(write.effect)))),
+                    // Someone inserted first: read their record and decide again.
+                    Ok(false) => Ok(Step::Again),
+                    Err(e) => retry_or_fail(&e),
+                };
             };
             let decision = machine::claim(Some(&existing), &request, policy, now);
             match &decision.write {
@@ -484,8 +554,18 @@ impl PgStore {
         Ok(report)
     }
 
-    pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, PgError> {
+    /// One bounded GC batch by this store's clock (the database's): see [`GcReport`].
+    pub fn gc_now(&self, max_batch: usize) -> Result<GcReport, PgError> {
+        self.gc_at(None, max_batch)
+    }
+
+    pub(crate) fn gc_at(
+        &self,
+        caller_now: Option<UnixMillis>,
+        max_batch: usize,
+    ) -> Result<GcReport, PgError> {
         let mut conn = self.conn()?;
+        let now = self.decision_time(&mut conn, caller_now)?;
         let limit = i64::try_from(max_batch)
             .unwrap_or(i64::MAX)
             .saturating_add(1);
@@ -540,8 +620,18 @@ impl PgStore {
         Ok(report)
     }
 
-    pub(crate) fn list_unresolved_at(&self, now: UnixMillis) -> Result<Vec<ListedRecord>, PgError> {
+    /// Unknown records and Running records past their lease by this store's
+    /// clock (the database's): what needs an operator or reconciler.
+    pub fn list_unresolved_now(&self) -> Result<Vec<ListedRecord>, PgError> {
+        self.list_unresolved_at(None)
+    }
+
+    pub(crate) fn list_unresolved_at(
+        &self,
+        caller_now: Option<UnixMillis>,
+    ) -> Result<Vec<ListedRecord>, PgError> {
         let mut conn = self.conn()?;
+        let now = self.decision_time(&mut conn, caller_now)?;
         let rows = conn
             .query(
                 &format!(
@@ -597,6 +687,14 @@ impl Columns {
     }
 }
 
+/// The database's clock could not be read from a row (a driver-level mismatch).
+fn clock_unreadable(e: &postgres::Error) -> PgError {
+    PgError::Database {
+        code: None,
+        detail: format!("reading the database's clock: {e}"),
+    }
+}
+
 /// Milliseconds as PostgreSQL's `bigint`; "never" (`UnixMillis::MAX`) sorts last.
 fn millis(t: UnixMillis) -> i64 {
     i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
@@ -638,6 +736,9 @@ impl BackendError for PgError {
     }
 }
 
+/// The conformance seam. Every method decides at the database's time by this
+/// store's [`PgClock`]: the `now` arguments are ignored unless the clock is
+/// [`PgClock::given_by_caller`] (virtual time for the conformance suite).
 impl IdempotencyBackend for PgStore {
     type Error = PgError;
 
@@ -663,7 +764,7 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let next = machine::complete(r, token, response.clone(), policy, now)?;
             Ok((Some(next), ()))
         })
@@ -677,7 +778,7 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             Ok((Some(machine::release(r, token, policy, now)?), ()))
         })
     }
@@ -690,7 +791,7 @@ impl IdempotencyBackend for PgStore {
         reason: UnknownReason,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             Ok((
                 Some(machine::mark_unknown(r, token, reason.clone(), now)?),
                 (),
@@ -706,7 +807,7 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<UnixMillis, PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let next = machine::renew(r, token, policy, now)?;
             let expires = next.lease_expires_at().unwrap_or(now);
             Ok((Some(next), expires))
@@ -722,7 +823,7 @@ impl IdempotencyBackend for PgStore {
         proposed_provider_key: &str,
         now: UnixMillis,
     ) -> Result<StepStart, PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let (next, start) = machine::begin_step(r, token, name, proposed_provider_key, now)?;
             Ok((Some(next), start))
         })
@@ -737,7 +838,7 @@ impl IdempotencyBackend for PgStore {
         provider_ref: Option<String>,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let next = machine::complete_step(r, token, name, provider_ref.clone(), now)?;
             Ok((Some(next), ()))
         })
@@ -751,7 +852,7 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.resolve_at(scope, key, resolution, policy, now)
+        self.resolve_at(scope, key, resolution, policy, Some(now))
             .map(|_| ())
     }
 
@@ -763,18 +864,18 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<RecoverGrant, PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let (next, grant) = machine::recover(r, owner, policy, now)?;
             Ok((Some(next), grant))
         })
     }
 
     fn list_unresolved(&self, now: UnixMillis) -> Result<Vec<ListedRecord>, PgError> {
-        self.list_unresolved_at(now)
+        self.list_unresolved_at(Some(now))
     }
 
     fn gc(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, PgError> {
-        self.gc_at(now, max_batch)
+        self.gc_at(Some(now), max_batch)
     }
 
     fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, PgError> {

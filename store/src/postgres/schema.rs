@@ -47,6 +47,9 @@ pub(crate) struct Sql {
     pub(crate) versions: String,
     pub(crate) insert: String,
     pub(crate) select: String,
+    /// `select` plus `now` by the store's clock, one row even when the record is
+    /// absent: `$4` the caller's time (or NULL), `$5` the clock's offset.
+    pub(crate) select_at: String,
     pub(crate) update: String,
     pub(crate) delete: String,
 }
@@ -90,6 +93,13 @@ impl Sql {
             select: format!(
                 "SELECT record, version FROM {records} \
                  WHERE tenant = $1 AND operation = $2 AND key = $3"
+            ),
+            select_at: format!(
+                "SELECT c.now, r.record, r.version \
+                 FROM (SELECT {now} AS now) AS c \
+                 LEFT JOIN {records} AS r \
+                 ON r.tenant = $1 AND r.operation = $2 AND r.key = $3",
+                now = super::clock::now_sql(4, 5)
             ),
             update: format!(
                 "UPDATE {records} SET fingerprint = $4, state = $5, lease_expires_at = $6, \
