@@ -121,6 +121,9 @@ impl fmt::Debug for PgStore {
     }
 }
 
+/// A record with the version it was read at.
+type Versioned = (Record, i64);
+
 /// One attempt of a read → decide → write.
 enum Step<T> {
     Done(T),
@@ -283,7 +286,7 @@ impl PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
         caller_now: Option<UnixMillis>,
-    ) -> Result<Step<(UnixMillis, Option<(Record, i64)>)>, PgError> {
+    ) -> Result<Step<(UnixMillis, Option<Versioned>)>, PgError> {
         let (given, offset) = self.clock.params(caller_now);
         let row = match conn.query_one(
             &self.sql.select_at,
