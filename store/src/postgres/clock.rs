@@ -28,9 +28,19 @@ use std::time::Duration;
 
 use idemkit_core::UnixMillis;
 
-/// Where a [`PgStore`](super::PgStore)'s decisions take `now` from (see the
-/// [module docs](self)). Clones share the offset, so a test keeps one handle and
-/// gives another to the store.
+/// Where a [`PgStore`](super::PgStore)'s decisions take `now` from.
+///
+/// Whatever the clock, `now` is computed by PostgreSQL in the statement that
+/// reads the record the decision is about (GC, the unresolved list and `stats`:
+/// one statement per batch), and the same code decides with it:
+///
+/// ```sql
+/// COALESCE($given, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + $offset)
+/// ```
+///
+/// `$offset` is 0 in production and moved by tests with [`PgClock::advance`];
+/// `$given` is `NULL` unless the clock is [`PgClock::given_by_caller`]. Clones
+/// share the offset, so a test keeps one handle and gives another to the store.
 #[derive(Clone, Debug, Default)]
 pub struct PgClock {
     offset_ms: Arc<AtomicI64>,
