@@ -49,11 +49,18 @@ cargo test --workspace --locked
 # The feature-gated postgres_* tests panic without IDEMKIT_TEST_POSTGRES_URL, so
 # they run only here, against a server of their own.
 step "PostgreSQL backend (throwaway server)"
+# postgres_fleet_skewed_clock runs one instance under libfaketime (package faketime).
+if [ -z "$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 /usr/lib/faketime/libfaketimeMT.so.1 2>/dev/null)" ]; then
+  echo "test-all: libfaketime not found; installing faketime with apt-get" >&2
+  [ "$(id -u)" = 0 ] || { echo "test-all: FAIL: installing faketime needs root" >&2; exit 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
+fi
 scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
   --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
   --test postgres_latency --test postgres_appointments_two_instances \
-  --test postgres_cli_operator --test import_copies_records_without_overwriting \
-  --test postgres_operators_gc_resolve_tokens -- --nocapture
+  --test postgres_fleet_skewed_clock --test postgres_operators_gc_resolve_tokens \
+  --test postgres_cli_operator --test import_copies_records_without_overwriting -- --nocapture
 # -----------------------------------------------------------------------------------
 
 step "doc tests and docs build without warnings"

@@ -93,7 +93,9 @@ fn a_token_after_gc_is_above_every_token_of_the_deleted_record() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ops.redb");
     let clock = ManualClock::new(SystemClock.now());
-    scenario::tokens_never_repeat_after_gc(&shared(&db).with_clock(clock.clone()), &clock, || {
-        shared(&db).with_clock(clock.clone())
-    });
+    scenario::tokens_never_repeat_after_gc(
+        &shared(&db).with_clock(clock.clone()),
+        |by| clock.advance(by),
+        || shared(&db).with_clock(clock.clone()),
+    );
 }

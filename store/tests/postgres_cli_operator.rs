@@ -71,7 +71,7 @@ fn operator_commands_work_on_postgres() {
         .with_record_window(Duration::from_millis(1));
     let done = IdempotencyKey::new("inv-1").unwrap();
     let ClaimOutcome::Execute { token, .. } = store
-        .claim(&scope, &done, fp, "w", &short, store.now())
+        .claim(&scope, &done, fp, "w", &short, store.now().unwrap())
         .unwrap()
     else {
         panic!("fresh key must execute")
@@ -83,19 +83,25 @@ fn operator_commands_work_on_postgres() {
             token,
             StoredResponse::new(200, "sent"),
             &short,
-            store.now(),
+            store.now().unwrap(),
         )
         .unwrap();
     let unsure = IdempotencyKey::new("inv-2").unwrap();
     let external = Policy::default().with_effect(EffectKind::External);
     let ClaimOutcome::Execute { token, .. } = store
-        .claim(&scope, &unsure, fp, "w", &external, store.now())
+        .claim(&scope, &unsure, fp, "w", &external, store.now().unwrap())
         .unwrap()
     else {
         panic!("fresh key must execute")
     };
     store
-        .mark_unknown(&scope, &unsure, token, UnknownReason::Crash, store.now())
+        .mark_unknown(
+            &scope,
+            &unsure,
+            token,
+            UnknownReason::Crash,
+            store.now().unwrap(),
+        )
         .unwrap();
 
     let stats = json(&idemkit(&[&["stats", "--json"][..], &pg].concat()));

@@ -4,6 +4,8 @@
 //!
 //! Four stores — four pools, as four service instances would have — share one
 //! database; 32 threads released by one barrier claim the same key, over 30 keys.
+//! They decide by the database's clock; the lease expires by moving their shared
+//! `PgClock` forward, not by waiting.
 
 #![cfg(feature = "postgres")]
 
@@ -15,15 +17,15 @@ use std::time::Duration;
 use idemkit::backend::IdempotencyBackend;
 use idemkit::core::machine::{ClaimOutcome, Policy};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::postgres::PgStore;
-use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+use idemkit::postgres::{PgClock, PgStore};
+use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const INSTANCES: usize = 4;
 const THREADS_PER_INSTANCE: usize = 8;
 const KEYS: usize = 30;
-const T0: UnixMillis = UnixMillis::from_millis(1_800_000_000_000);
-
-fn instances() -> Vec<PgStore> {
+/// Four instances on one schema, deciding by the database's clock plus the
+/// offset of `clock` (shared, as one database's clock is).
+fn instances(clock: &PgClock) -> Vec<PgStore> {
     let url = pg_support::url();
     let schema = pg_support::unique_schema("race");
     (0..INSTANCES)
@@ -33,17 +35,15 @@ fn instances() -> Vec<PgStore> {
                 pg_support::options(&schema, THREADS_PER_INSTANCE as u32),
             )
             .unwrap()
+            .with_clock(clock.clone())
         })
         .collect()
 }
 
-/// Every thread claims `key` at `now` at once; returns the answers' names.
-fn race(
-    stores: &[PgStore],
-    key: &IdempotencyKey,
-    policy: &Policy,
-    now: UnixMillis,
-) -> Vec<&'static str> {
+/// Every thread claims `key` at once; returns the answers' names. (The stores
+/// decide by the database's clock: the trait's `now` argument is not used.)
+fn race(stores: &[PgStore], key: &IdempotencyKey, policy: &Policy) -> Vec<&'static str> {
+    let now = stores[0].now().unwrap();
     let scope = Scope::new("acme", "charge").unwrap();
     let barrier = Arc::new(Barrier::new(INSTANCES * THREADS_PER_INSTANCE));
     std::thread::scope(|s| {
@@ -90,11 +90,11 @@ fn race(
 
 #[test]
 fn racing_inserts_yield_one_execute() {
-    let stores = instances();
+    let stores = instances(&PgClock::database());
     let policy = Policy::default().with_effect(EffectKind::Local);
     for k in 0..KEYS {
         let key = IdempotencyKey::new(&format!("key-{k}")).unwrap();
-        let outcomes = race(&stores, &key, &policy, T0);
+        let outcomes = race(&stores, &key, &policy);
         let executes = outcomes.iter().filter(|o| **o == "execute").count();
         assert_eq!(executes, 1, "key-{k}: {outcomes:?}");
     }
@@ -108,7 +108,8 @@ fn racing_inserts_yield_one_execute() {
 
 #[test]
 fn racing_takeovers_of_an_expired_lease_yield_one_execute() {
-    let stores = instances();
+    let clock = PgClock::database();
+    let stores = instances(&clock);
     let scope = Scope::new("acme", "charge").unwrap();
     let policy = Policy::default()
         .with_effect(EffectKind::Local)
@@ -123,15 +124,16 @@ fn racing_takeovers_of_an_expired_lease_yield_one_execute() {
                 Fingerprint::from_bytes([1; 32]),
                 "crashed",
                 &policy,
-                T0,
+                stores[0].now().unwrap(),
             )
             .unwrap()
         {
             ClaimOutcome::Execute { .. } => {}
             other => panic!("expected Execute, got {other:?}"),
         }
-        let after_lease = T0.saturating_add(Duration::from_secs(31));
-        let outcomes = race(&stores, &key, &policy, after_lease);
+        // 31 s later by every instance's clock (the database's, moved by the test).
+        clock.advance(Duration::from_secs(31));
+        let outcomes = race(&stores, &key, &policy);
         let executes = outcomes.iter().filter(|o| **o == "execute").count();
         assert_eq!(executes, 1, "stale-{k}: {outcomes:?}");
         let record = stores[1].get(&scope, &key).unwrap().unwrap();

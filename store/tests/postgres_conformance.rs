@@ -1,5 +1,8 @@
 //! The backend conformance suite (`idemkit::conformance`) against PostgreSQL: the
-//! same decision table as the redb store, each check in a fresh schema.
+//! same decision table as the redb store, each check in a fresh schema. The
+//! suite drives exact virtual time, so these stores take the callers' `now`
+//! (`PgClock::given_by_caller`), through the same statements and decisions as
+//! the database's clock.
 //!
 //! Needs a server: run through scripts/with-postgres.sh (feature `postgres`).
 
@@ -8,14 +11,14 @@
 mod pg_support;
 
 use idemkit::conformance;
-use idemkit::postgres::{Migrations, PgError, PgStore, SCHEMA_VERSION};
+use idemkit::postgres::{Migrations, PgClock, PgError, PgStore, SCHEMA_VERSION};
 
 #[test]
 fn postgres_conforms() {
     let made = std::cell::Cell::new(0);
     conformance::run_all(|| {
         made.set(made.get() + 1);
-        pg_support::fresh_store("conf")
+        pg_support::fresh_store("conf").with_clock(PgClock::given_by_caller())
     });
     assert_eq!(made.get(), conformance::checks::<PgStore>().len());
 }
@@ -58,7 +61,9 @@ fn the_printed_script_builds_the_same_schema() {
         migrations: Migrations::CheckOnly,
         ..pg_support::options(&schema, 2)
     };
-    let store = PgStore::connect_with(&url, opts).unwrap();
+    let store = PgStore::connect_with(&url, opts)
+        .unwrap()
+        .with_clock(PgClock::given_by_caller());
     conformance::checks::<PgStore>()
         .into_iter()
         .find(|(name, _)| *name == "completion_replays")

@@ -11,8 +11,7 @@ mod pg_support;
 
 use std::process::{Command, Output};
 
-use idemkit::clock::{Clock, ManualClock, SystemClock};
-use idemkit::postgres::PgStore;
+use idemkit::postgres::{PgClock, PgStore};
 use idemkit::redb_store::Store;
 use idemkit::{IdempotencyKey, Scope};
 use operators_support as scenario;
@@ -80,8 +79,10 @@ fn postgres_resolve_keeps_the_30_day_window_the_record_was_claimed_under() {
         &Store::postgres(pg.clone()),
         |args| idemkit("resolve", &schema, args),
         || {
-            let day_8 = SystemClock.now().saturating_add(8 * scenario::DAY);
-            Store::postgres(pg.clone().with_clock(ManualClock::new(day_8)))
+            // The database's own clock, read 8 days ahead.
+            let day_8 = PgClock::database();
+            day_8.advance(8 * scenario::DAY);
+            Store::postgres(pg.clone().with_clock(day_8))
         },
     );
 }
@@ -89,10 +90,10 @@ fn postgres_resolve_keeps_the_30_day_window_the_record_was_claimed_under() {
 #[test]
 fn postgres_a_token_after_gc_is_above_every_token_of_the_deleted_record() {
     let (pg, schema) = fresh("tokengc");
-    let clock = ManualClock::new(SystemClock.now());
+    let clock = PgClock::database();
     scenario::tokens_never_repeat_after_gc(
         &Store::postgres(pg.clone().with_clock(clock.clone())),
-        &clock,
+        |by| clock.advance(by),
         || {
             // A second store over the same schema: its cached floor starts at 0,
             // so only the database's floor keeps the token from repeating.

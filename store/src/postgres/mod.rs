@@ -12,6 +12,10 @@
 //!   again and lets the core decide again, at most [`MAX_ATTEMPTS`] times.
 //! - **serialization failures and deadlocks** (SQLSTATE 40001, 40P01) retry the
 //!   whole read → decide → write, within the same bound.
+//! - **time** is the database's: each read → decide → write reads `now` from
+//!   PostgreSQL in the statement that reads the record (GC, the unresolved list
+//!   and `stats` in one statement per batch), never from the calling node, so a
+//!   fleet whose clocks disagree still agrees on every lease. See [`PgClock`].
 //! - **a lost connection** is [`PgError::Unavailable`]: nothing is acknowledged, and
 //!   the caller must not execute. Each statement runs in autocommit, so a statement
 //!   the server committed is durable (`synchronous_commit` as the server has it).
@@ -20,13 +24,13 @@
 //! [`IdempotencyBackend`] is synchronous; async services call it from
 //! `spawn_blocking`, as they do the redb store.
 
+mod clock;
 mod error;
 mod schema;
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idemkit_core::machine::{
@@ -41,11 +45,11 @@ use postgres::NoTls;
 use postgres::types::ToSql;
 use r2d2_postgres::PostgresConnectionManager;
 
+pub use clock::PgClock;
 pub use error::PgError;
 pub use schema::SCHEMA_VERSION;
 
 use crate::backend::{BackendError, IdempotencyBackend};
-use crate::clock::{Clock, SystemClock};
 use crate::redb_store::{GcReport, ImportReport, ListedRecord, Stats};
 use error::{Failure, classify, fail};
 use schema::Sql;
@@ -105,11 +109,7 @@ impl Default for PgOptions {
 pub struct PgStore {
     pool: Pool,
     sql: Arc<Sql>,
-    clock: Arc<dyn Clock>,
-    /// The token floor last read from the database. Only a hint: the claim's
-    /// `INSERT` checks the real floor in the same statement, and a refused insert
-    /// refreshes this.
-    token_floor: Arc<AtomicU64>,
+    clock: PgClock,
 }
 
 impl fmt::Debug for PgStore {
@@ -119,6 +119,17 @@ impl fmt::Debug for PgStore {
             .field("pool_size", &self.pool.max_size())
             .finish_non_exhaustive()
     }
+}
+
+/// A record with the version it was read at.
+type Versioned = (Record, i64);
+
+/// What one read of a record gives a decision: the database's time, the store's
+/// token floor, and the record, if any.
+struct ReadAt {
+    now: UnixMillis,
+    floor: u64,
+    found: Option<Versioned>,
 }
 
 /// One attempt of a read → decide → write.
@@ -154,8 +165,7 @@ impl PgStore {
         let store = PgStore {
             pool,
             sql: Arc::new(sql),
-            clock: Arc::new(SystemClock),
-            token_floor: Arc::new(AtomicU64::new(0)),
+            clock: PgClock::database(),
         };
         {
             let mut conn = store.conn()?;
@@ -181,17 +191,38 @@ impl PgStore {
         self.sql.migrate(&mut conn)
     }
 
-    /// This store reading time from `clock` (a [`crate::clock::ManualClock`] in tests).
+    /// This store deciding by `clock`: the database's time plus a test offset
+    /// ([`PgClock::advance`]), or the callers' virtual time for the conformance
+    /// suite ([`PgClock::given_by_caller`]). The default is [`PgClock::database`].
     #[must_use]
-    pub fn with_clock(mut self, clock: impl Clock + 'static) -> PgStore {
-        self.clock = Arc::new(clock);
+    pub fn with_clock(mut self, clock: PgClock) -> PgStore {
+        self.clock = clock;
         self
     }
 
-    /// The current time by this store's clock.
-    #[must_use]
-    pub fn now(&self) -> UnixMillis {
-        self.clock.now()
+    /// The current time by this store's clock: the database server's, plus the
+    /// clock's offset (0 unless a test moved it).
+    pub fn now(&self) -> Result<UnixMillis, PgError> {
+        let mut conn = self.conn()?;
+        self.decision_time(&mut conn, None)
+    }
+
+    /// `now` for a decision that reads no single record (GC, the unresolved
+    /// list): one statement, answered by the database's clock.
+    fn decision_time(
+        &self,
+        conn: &mut Conn,
+        caller_now: Option<UnixMillis>,
+    ) -> Result<UnixMillis, PgError> {
+        let (given, offset) = self.clock.params(caller_now);
+        let row = conn
+            .query_one(
+                &format!("SELECT {}", clock::now_sql(1, 2)),
+                &[&given, &offset],
+            )
+            .map_err(|e| fail(&e))?;
+        let now: i64 = row.try_get(0).map_err(|e| clock_unreadable(&e))?;
+        Ok(clock::from_db(now))
     }
 
     fn conn(&self) -> Result<Conn, PgError> {
@@ -255,6 +286,49 @@ impl PgStore {
         Ok(Step::Done(Some((record, version))))
     }
 
+    /// Reads `now` by this store's clock and `(record, version)` of `(scope, key)`,
+    /// in one statement: the time every decision on the record takes.
+    fn read_at(
+        &self,
+        conn: &mut Conn,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        caller_now: Option<UnixMillis>,
+    ) -> Result<Step<ReadAt>, PgError> {
+        let (given, offset) = self.clock.params(caller_now);
+        let row = match conn.query_one(
+            &self.sql.select_at,
+            &[
+                &scope.tenant(),
+                &scope.operation(),
+                &key.as_str(),
+                &given,
+                &offset,
+            ],
+        ) {
+            Ok(row) => row,
+            Err(e) => return retry_or_fail(&e),
+        };
+        let now: i64 = row.try_get(0).map_err(|e| clock_unreadable(&e))?;
+        let log_ref = Some(scope.record_id(key).log_ref());
+        let corrupt = |detail: String| PgError::CorruptRecord { log_ref, detail };
+        let bytes: Option<Vec<u8>> = row.try_get(1).map_err(|e| corrupt(e.to_string()))?;
+        let version: Option<i64> = row.try_get(2).map_err(|e| corrupt(e.to_string()))?;
+        let floor: i64 = row.try_get(3).map_err(|e| fail_read_floor(&e))?;
+        let found = match (bytes, version) {
+            (Some(bytes), Some(version)) => Some((
+                Record::decode(&bytes).map_err(|e| corrupt(e.to_string()))?,
+                version,
+            )),
+            _ => None,
+        };
+        Ok(Step::Done(ReadAt {
+            now: clock::from_db(now),
+            floor: u64::try_from(floor).unwrap_or(0),
+            found,
+        }))
+    }
+
     /// `UPDATE … WHERE version = $v`: `Done(true)` when this writer won.
     fn write(
         &self,
@@ -283,21 +357,26 @@ impl PgStore {
     }
 
     /// One read → decide → write on an existing record (`decide` may run again
-    /// after a lost race, on the newer record).
+    /// after a lost race, on the newer record). `decide` gets `now` by this
+    /// store's clock, read with the record; `caller_now` counts only for a
+    /// [`PgClock::given_by_caller`].
     pub(crate) fn transition<T>(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        decide: impl Fn(&Record) -> Result<(Option<Record>, T), TransitionError>,
+        caller_now: Option<UnixMillis>,
+        decide: impl Fn(&Record, UnixMillis) -> Result<(Option<Record>, T), TransitionError>,
     ) -> Result<T, PgError> {
         let log_ref = scope.record_id(key).log_ref();
         self.retrying(Some(log_ref), |conn| {
-            let Step::Done(found) = self.read(conn, scope, key)? else {
+            let Step::Done(ReadAt { now, found, .. }) =
+                self.read_at(conn, scope, key, caller_now)?
+            else {
                 return Ok(Step::Again);
             };
             let (existing, version) = found.ok_or(PgError::NotFound { log_ref })?;
             let (write, answer) =
-                decide(&existing).map_err(|error| PgError::Rejected { log_ref, error })?;
+                decide(&existing, now).map_err(|error| PgError::Rejected { log_ref, error })?;
             match write {
                 Some(next) if next != existing => {
                     match self.write(conn, scope, key, &next, version)? {
@@ -330,16 +409,17 @@ impl PgStore {
 
     /// Counts per state, expired leases, and the table's size on disk (indexes included).
     pub fn stats(&self) -> Result<Stats, PgError> {
-        let now = millis(self.now());
+        let (given, offset) = self.clock.params(None);
         let mut conn = self.conn()?;
         let rows = conn
             .query(
                 &format!(
-                    "SELECT state, count(*), count(*) FILTER (WHERE lease_expires_at <= $1) \
-                     FROM {} GROUP BY state",
-                    self.sql.records
+                    "SELECT state, count(*), count(*) FILTER (WHERE lease_expires_at <= {now}) \
+                     FROM {records} GROUP BY state",
+                    now = clock::now_sql(1, 2),
+                    records = self.sql.records
                 ),
-                &[&now],
+                &[&given, &offset],
             )
             .map_err(|e| fail(&e))?;
         let mut stats = Stats::default();
@@ -380,7 +460,7 @@ impl PgStore {
         resolution: Resolution,
         policy: &Policy,
     ) -> Result<Record, PgError> {
-        self.resolve_at(scope, key, resolution, policy, self.now())
+        self.resolve_at(scope, key, resolution, policy, None)
     }
 
     fn resolve_at(
@@ -389,16 +469,17 @@ impl PgStore {
         key: &IdempotencyKey,
         resolution: Resolution,
         policy: &Policy,
-        now: UnixMillis,
+        caller_now: Option<UnixMillis>,
     ) -> Result<Record, PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, caller_now, |r, now| {
             let next = machine::resolve(r, resolution.clone(), policy, now)?;
             Ok((Some(next.clone()), next))
         })
     }
 
     /// Claims, and says which effect kind the written record has (`None`: nothing
-    /// written).
+    /// written). Decides at the database's time (`caller_now` counts only for a
+    /// [`PgClock::given_by_caller`]).
     pub(crate) fn claim_at(
         &self,
         scope: &Scope,
@@ -406,7 +487,7 @@ impl PgStore {
         fingerprint: Fingerprint,
         owner: &str,
         policy: &Policy,
-        now: UnixMillis,
+        caller_now: UnixMillis,
     ) -> Result<(ClaimOutcome, Option<EffectKind>), PgError> {
         let request = ClaimRequest {
             fingerprint,
@@ -414,29 +495,29 @@ impl PgStore {
         };
         let log_ref = scope.record_id(key).log_ref();
         self.retrying(Some(log_ref), |conn| {
-            // The common case first: no record yet. The INSERT is the claim; only
-            // one concurrent INSERT of a key can win, and it is refused when its
-            // first token is not above the store's token floor.
-            let floor = self.token_floor.load(Ordering::Relaxed);
-            let fresh = machine::claim_above(None, &request, policy, now, floor);
-            if let Some(write) = &fresh.write {
-                let version = i64::try_from(write.last_token.get()).unwrap_or(i64::MAX);
-                match self.insert(&mut **conn, scope, key, write, version) {
-                    Ok(true) => return Ok(Step::Done((fresh.outcome, Some(write.effect)))),
-                    Ok(false) => {}
-                    Err(e) => return retry_or_fail(&e),
-                }
-            }
-            // Conflict: someone holds the key. Read it and let the core decide.
-            let Step::Done(found) = self.read(conn, scope, key)? else {
+            // `now` and the token floor come from the database, read with the
+            // record: every instance of a fleet decides on the same clock.
+            let Step::Done(read) = self.read_at(conn, scope, key, Some(caller_now))? else {
                 return Ok(Step::Again);
             };
+            let ReadAt { now, floor, found } = read;
             let Some((existing, version)) = found else {
-                // No row, yet the INSERT was refused: the floor moved (GC deleted
-                // records), or GC deleted this key between the INSERT and the
-                // read. Learn the floor and claim afresh.
-                self.refresh_token_floor(conn)?;
-                return Ok(Step::Again);
+                // No record yet: the INSERT is the claim; only one concurrent
+                // INSERT of a key can win, and it is refused unless its first
+                // token is above the token floor (checked again in the INSERT:
+                // GC may have raised it since the read).
+                let fresh = machine::claim_above(None, &request, policy, now, floor);
+                let Some(write) = &fresh.write else {
+                    return Ok(Step::Done((fresh.outcome, None)));
+                };
+                let version = i64::try_from(write.last_token.get()).unwrap_or(i64::MAX);
+                return match self.insert(&mut **conn, scope, key, write, version) {
+                    Ok(true) => Ok(Step::Done((fresh.outcome, Some(write.effect)))),
+                    // Someone inserted first, or the floor moved: read again and
+                    // decide again.
+                    Ok(false) => Ok(Step::Again),
+                    Err(e) => retry_or_fail(&e),
+                };
             };
             let decision = machine::claim_above(Some(&existing), &request, policy, now, floor);
             match &decision.write {
@@ -449,17 +530,6 @@ impl PgStore {
                 _ => Ok(Step::Done((decision.outcome, None))),
             }
         })
-    }
-
-    /// Reads the token floor into the cached hint.
-    fn refresh_token_floor(&self, conn: &mut Conn) -> Result<(), PgError> {
-        let value: i64 = conn
-            .query_one(&self.sql.read_floor, &[])
-            .and_then(|row| row.try_get(0))
-            .map_err(|e| fail(&e))?;
-        self.token_floor
-            .fetch_max(u64::try_from(value).unwrap_or(0), Ordering::Relaxed);
-        Ok(())
     }
 
     /// Inserts a claim's fresh `record` with row `version` unless the key is
@@ -533,8 +603,18 @@ impl PgStore {
         Ok(report)
     }
 
-    pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, PgError> {
+    /// One bounded GC batch by this store's clock (the database's): see [`GcReport`].
+    pub fn gc_now(&self, max_batch: usize) -> Result<GcReport, PgError> {
+        self.gc_at(None, max_batch)
+    }
+
+    pub(crate) fn gc_at(
+        &self,
+        caller_now: Option<UnixMillis>,
+        max_batch: usize,
+    ) -> Result<GcReport, PgError> {
         let mut conn = self.conn()?;
+        let now = self.decision_time(&mut conn, caller_now)?;
         let mut report = GcReport::default();
         // Due rows in due order. A row whose bytes do not decode is counted and
         // left alone (never deleted: its state cannot be read), and does not take
@@ -626,8 +706,18 @@ impl PgStore {
         Ok(report)
     }
 
-    pub(crate) fn list_unresolved_at(&self, now: UnixMillis) -> Result<Vec<ListedRecord>, PgError> {
+    /// Unknown records and Running records past their lease by this store's
+    /// clock (the database's): what needs an operator or reconciler.
+    pub fn list_unresolved_now(&self) -> Result<Vec<ListedRecord>, PgError> {
+        self.list_unresolved_at(None)
+    }
+
+    pub(crate) fn list_unresolved_at(
+        &self,
+        caller_now: Option<UnixMillis>,
+    ) -> Result<Vec<ListedRecord>, PgError> {
         let mut conn = self.conn()?;
+        let now = self.decision_time(&mut conn, caller_now)?;
         let rows = conn
             .query(
                 &format!(
@@ -683,6 +773,21 @@ impl Columns {
     }
 }
 
+/// The database's clock could not be read from a row (a driver-level mismatch).
+fn fail_read_floor(e: &postgres::Error) -> PgError {
+    PgError::Database {
+        code: None,
+        detail: format!("reading the token floor (run `idemkit migrate`?): {e}"),
+    }
+}
+
+fn clock_unreadable(e: &postgres::Error) -> PgError {
+    PgError::Database {
+        code: None,
+        detail: format!("reading the database's clock: {e}"),
+    }
+}
+
 /// Milliseconds as PostgreSQL's `bigint`; "never" (`UnixMillis::MAX`) sorts last.
 fn millis(t: UnixMillis) -> i64 {
     i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
@@ -724,6 +829,9 @@ impl BackendError for PgError {
     }
 }
 
+/// The conformance seam. Every method decides at the database's time by this
+/// store's [`PgClock`]: the `now` arguments are ignored unless the clock is
+/// [`PgClock::given_by_caller`] (virtual time for the conformance suite).
 impl IdempotencyBackend for PgStore {
     type Error = PgError;
 
@@ -749,7 +857,7 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let next = machine::complete(r, token, response.clone(), policy, now)?;
             Ok((Some(next), ()))
         })
@@ -763,7 +871,7 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             Ok((Some(machine::release(r, token, policy, now)?), ()))
         })
     }
@@ -776,7 +884,7 @@ impl IdempotencyBackend for PgStore {
         reason: UnknownReason,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             Ok((
                 Some(machine::mark_unknown(r, token, reason.clone(), now)?),
                 (),
@@ -792,7 +900,7 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<UnixMillis, PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let next = machine::renew(r, token, policy, now)?;
             let expires = next.lease_expires_at().unwrap_or(now);
             Ok((Some(next), expires))
@@ -808,7 +916,7 @@ impl IdempotencyBackend for PgStore {
         proposed_provider_key: &str,
         now: UnixMillis,
     ) -> Result<StepStart, PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let (next, start) = machine::begin_step(r, token, name, proposed_provider_key, now)?;
             Ok((Some(next), start))
         })
@@ -823,7 +931,7 @@ impl IdempotencyBackend for PgStore {
         provider_ref: Option<String>,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let next = machine::complete_step(r, token, name, provider_ref.clone(), now)?;
             Ok((Some(next), ()))
         })
@@ -837,7 +945,7 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), PgError> {
-        self.resolve_at(scope, key, resolution, policy, now)
+        self.resolve_at(scope, key, resolution, policy, Some(now))
             .map(|_| ())
     }
 
@@ -849,18 +957,18 @@ impl IdempotencyBackend for PgStore {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<RecoverGrant, PgError> {
-        self.transition(scope, key, |r| {
+        self.transition(scope, key, Some(now), |r, now| {
             let (next, grant) = machine::recover(r, owner, policy, now)?;
             Ok((Some(next), grant))
         })
     }
 
     fn list_unresolved(&self, now: UnixMillis) -> Result<Vec<ListedRecord>, PgError> {
-        self.list_unresolved_at(now)
+        self.list_unresolved_at(Some(now))
     }
 
     fn gc(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, PgError> {
-        self.gc_at(now, max_batch)
+        self.gc_at(Some(now), max_batch)
     }
 
     fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, PgError> {

@@ -65,9 +65,12 @@ pub(crate) struct Sql {
     pub(crate) insert: String,
     /// An import's insert: the row version is the floor + 1.
     pub(crate) import: String,
-    pub(crate) read_floor: String,
     pub(crate) raise_floor: String,
     pub(crate) select: String,
+    /// `select` plus `now` by the store's clock and the token floor, one row even
+    /// when the record is absent: `$4` the caller's time (or NULL), `$5` the
+    /// clock's offset.
+    pub(crate) select_at: String,
     pub(crate) update: String,
     pub(crate) delete: String,
 }
@@ -115,11 +118,17 @@ impl Sql {
                  SELECT $1, $2, $3, $4, $5, $6, $7, $8, value + 1 FROM {floor} \
                  ON CONFLICT DO NOTHING RETURNING version"
             ),
-            read_floor: format!("SELECT value FROM {floor}"),
             raise_floor: format!("UPDATE {floor} SET value = greatest(value, $1)"),
             select: format!(
                 "SELECT record, version FROM {records} \
                  WHERE tenant = $1 AND operation = $2 AND key = $3"
+            ),
+            select_at: format!(
+                "SELECT c.now, r.record, r.version, c.floor \
+                 FROM (SELECT {now} AS now, (SELECT value FROM {floor}) AS floor) AS c \
+                 LEFT JOIN {records} AS r \
+                 ON r.tenant = $1 AND r.operation = $2 AND r.key = $3",
+                now = super::clock::now_sql(4, 5)
             ),
             update: format!(
                 "UPDATE {records} SET fingerprint = $4, state = $5, lease_expires_at = $6, \

@@ -154,19 +154,24 @@ impl Store {
     }
 
     /// One read → decide → write on an existing record. `decide` returns the
-    /// record to write (or `None` to leave it) and the caller's answer. (A
+    /// record to write (or `None` to leave it) and the caller's answer, deciding
+    /// at the `now` it is given: `now` (this store's clock) on redb, the
+    /// database's clock on PostgreSQL (see `PgClock`). (A
     /// PostgreSQL store may call `decide` again after losing a version race, and
     /// group commit may call it again after another write of its group failed;
     /// it may run on another caller's thread, hence `Send + 'static`.)
     pub(crate) fn transition<T: Send + 'static>(
         &self,
         id: &RecordId,
-        decide: impl Fn(&Record) -> Result<(Option<Record>, T), TransitionError> + Send + 'static,
+        now: UnixMillis,
+        decide: impl Fn(&Record, UnixMillis) -> Result<(Option<Record>, T), TransitionError>
+        + Send
+        + 'static,
     ) -> Result<T, TxError> {
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.as_postgres() {
             let (scope, key) = pg_address(id)?;
-            return Ok(pg.transition(&scope, &key, decide)?);
+            return Ok(pg.transition(&scope, &key, Some(now), decide)?);
         }
         let id = id.clone();
         self.inner.handle.write_if_changed(move |txn| {
@@ -174,7 +179,7 @@ impl Store {
             let log_ref = id.log_ref();
             let existing = tables.load(&id)?.ok_or(TxError::NotFound { log_ref })?;
             let (write, answer) =
-                decide(&existing).map_err(|error| TxError::Rejected { log_ref, error })?;
+                decide(&existing, now).map_err(|error| TxError::Rejected { log_ref, error })?;
             let changed = match write {
                 Some(write) if write != existing => {
                     tables.put(id.as_bytes(), Some(&existing), Some(&write))?;
@@ -195,7 +200,7 @@ impl Store {
         now: UnixMillis,
     ) -> Result<(), TxError> {
         let policy = *policy;
-        self.transition(id, move |r| {
+        self.transition(id, now, move |r, now| {
             Ok((
                 Some(machine::complete(r, token, response.clone(), &policy, now)?),
                 (),
@@ -211,7 +216,7 @@ impl Store {
         now: UnixMillis,
     ) -> Result<(), TxError> {
         let policy = *policy;
-        self.transition(id, move |r| {
+        self.transition(id, now, move |r, now| {
             Ok((Some(machine::release(r, token, &policy, now)?), ()))
         })
     }
@@ -223,7 +228,7 @@ impl Store {
         reason: UnknownReason,
         now: UnixMillis,
     ) -> Result<(), TxError> {
-        self.transition(id, move |r| {
+        self.transition(id, now, move |r, now| {
             Ok((
                 Some(machine::mark_unknown(r, token, reason.clone(), now)?),
                 (),
@@ -239,7 +244,7 @@ impl Store {
         now: UnixMillis,
     ) -> Result<UnixMillis, TxError> {
         let policy = *policy;
-        self.transition(id, move |r| {
+        self.transition(id, now, move |r, now| {
             let next = machine::renew(r, token, &policy, now)?;
             let expires = next.lease_expires_at().unwrap_or(now);
             Ok((Some(next), expires))
@@ -255,7 +260,7 @@ impl Store {
         now: UnixMillis,
     ) -> Result<StepStart, TxError> {
         let (name, proposed_provider_key) = (name.to_owned(), proposed_provider_key.to_owned());
-        self.transition(id, move |r| {
+        self.transition(id, now, move |r, now| {
             let (next, start) = machine::begin_step(r, token, &name, &proposed_provider_key, now)?;
             Ok((Some(next), start))
         })
@@ -270,7 +275,7 @@ impl Store {
         now: UnixMillis,
     ) -> Result<(), TxError> {
         let name = name.to_owned();
-        self.transition(id, move |r| {
+        self.transition(id, now, move |r, now| {
             Ok((
                 Some(machine::complete_step(
                     r,

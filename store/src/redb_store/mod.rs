@@ -182,6 +182,10 @@ impl Store {
     }
 
     /// This store reading time from `clock` (a [`crate::clock::ManualClock`] in tests).
+    ///
+    /// A PostgreSQL store (`Store::postgres`, feature `postgres`) decides by the
+    /// database's clock instead, unless its `PgClock` is `given_by_caller`; tests
+    /// move its time with `PgClock::advance`.
     #[must_use]
     pub fn with_clock(self, clock: impl Clock + 'static) -> Store {
         let inner = match Arc::try_unwrap(self.inner) {
@@ -234,7 +238,8 @@ impl Store {
         self.inner.handle.commit_stats()
     }
 
-    /// The current time by this store's clock.
+    /// The current time by this store's clock (a PostgreSQL store's decisions use
+    /// the database's clock instead: `PgStore::now`).
     #[must_use]
     pub fn now(&self) -> idemkit_core::UnixMillis {
         self.inner.clock.now()

@@ -127,7 +127,7 @@ impl Store {
     ) -> Result<Vec<ListedRecord>, QueryError> {
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.as_postgres() {
-            return pg.list_unresolved_at(now).map_err(pg_query);
+            return pg.list_unresolved_at(Some(now)).map_err(pg_query);
         }
         self.inner.handle.read(|txn| {
             let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
@@ -178,7 +178,7 @@ impl Store {
         now: UnixMillis,
     ) -> Result<Record, TxError> {
         let policy = *policy;
-        self.transition(id, move |r| {
+        self.transition(id, now, move |r, now| {
             let next = machine::resolve(r, resolution.clone(), &policy, now)?;
             Ok((Some(next.clone()), next))
         })
@@ -214,7 +214,7 @@ impl Store {
         now: UnixMillis,
     ) -> Result<(idemkit_core::record::FencingToken, Record), TxError> {
         let (owner, policy) = (owner.to_owned(), *policy);
-        self.transition(id, move |r| {
+        self.transition(id, now, move |r, now| {
             let (next, grant) = machine::recover(r, &owner, &policy, now)?;
             Ok((Some(next.clone()), (grant.token, next)))
         })
@@ -286,7 +286,7 @@ impl Store {
     pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, QueryError> {
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.as_postgres() {
-            return pg.gc_at(now, max_batch).map_err(pg_query);
+            return pg.gc_at(Some(now), max_batch).map_err(pg_query);
         }
         self.inner.handle.write_if_changed(move |txn| {
             let mut tables = Tables::open(txn)?;

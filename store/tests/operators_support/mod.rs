@@ -10,7 +10,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use idemkit::clock::{Clock, ManualClock, SystemClock};
+use idemkit::clock::{Clock, SystemClock};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
 use idemkit::redb_store::{Claim, ExecutionGuard, Store};
@@ -193,10 +193,11 @@ pub(crate) fn resolve_prints_what_it_changed(store: &Store, resolve: impl Fn(&[&
 /// A key's record reaches token 3, completes and is deleted by GC; a new claim
 /// of the same key gets a token above 3, never 1 again (and so does a claim of
 /// a key never seen before: the floor is per store). `reopen` gives the same
-/// store anew (a restart), to show the floor is durable.
+/// store anew (a restart), to show the floor is durable. `advance` moves the
+/// clock of both.
 pub(crate) fn tokens_never_repeat_after_gc(
     store: &Store,
-    clock: &ManualClock,
+    advance: impl Fn(Duration),
     reopen: impl Fn() -> Store,
 ) {
     let policy = Policy::default()
@@ -211,7 +212,7 @@ pub(crate) fn tokens_never_repeat_after_gc(
     third
         .complete(StoredResponse::new(201, b"sent".to_vec()))
         .unwrap();
-    clock.advance(2 * DAY);
+    advance(2 * DAY);
     let report = store.gc(100).unwrap();
     assert_eq!(report.deleted, 1, "{report:?}");
     assert!(store.get(&scope(), &k).unwrap().is_none());

@@ -77,8 +77,15 @@ impl Service {
     /// Starts `binary` with `args` (plus `--listen 127.0.0.1:0`) and waits until
     /// it prints its address and answers `/health`.
     pub(crate) fn spawn(binary: &Path, args: &[std::ffi::OsString]) -> Service {
-        let mut child = Command::new(binary)
-            .args(args)
+        let mut command = Command::new(binary);
+        command.args(args);
+        Service::spawn_command(command)
+    }
+
+    /// Like [`Service::spawn`], for a command the caller prepared (environment
+    /// variables, for example).
+    pub(crate) fn spawn_command(mut command: Command) -> Service {
+        let mut child = command
             .args(["--listen", "127.0.0.1:0"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -104,10 +104,7 @@ impl Operated {
         match self {
             Operated::Redb(s) => s.list_unresolved().map_err(|e| query_failed(&e)),
             #[cfg(feature = "postgres")]
-            Operated::Pg(s) => {
-                use idemkit::backend::IdempotencyBackend;
-                s.list_unresolved(s.now()).map_err(|e| pg_failed(&e))
-            }
+            Operated::Pg(s) => s.list_unresolved_now().map_err(|e| pg_failed(&e)),
         }
     }
 
@@ -153,10 +150,7 @@ impl Operated {
         match self {
             Operated::Redb(s) => s.gc(max_batch).map_err(|e| query_failed(&e)),
             #[cfg(feature = "postgres")]
-            Operated::Pg(s) => {
-                use idemkit::backend::IdempotencyBackend;
-                s.gc(s.now(), max_batch).map_err(|e| pg_failed(&e))
-            }
+            Operated::Pg(s) => s.gc_now(max_batch).map_err(|e| pg_failed(&e)),
         }
     }
 
