@@ -143,6 +143,26 @@ impl CircuitBreaker {
         }
     }
 
+    /// Like [`CircuitBreaker::allow`], for a breaker shared by callers that may
+    /// vanish (processes sharing a journal, actions sharing a runtime): a probe let
+    /// through leaves the breaker `Open` for `probe_lease` (give at least the
+    /// call's timeout) instead of `HalfOpen`. Others are refused until the probe
+    /// is reported; if it never is (its caller died), the next call after the lease
+    /// is the next probe, so a lost probe never keeps the breaker shut for good.
+    pub fn allow_leasing_probe(
+        &mut self,
+        now: UnixMillis,
+        probe_lease: Duration,
+    ) -> Result<(), BreakerOpen> {
+        self.allow(now)?;
+        if self.state == (BreakerState::HalfOpen { probing: true }) {
+            self.state = BreakerState::Open {
+                until: now.saturating_add(probe_lease),
+            };
+        }
+        Ok(())
+    }
+
     /// The call that was allowed succeeded.
     pub fn on_success(&mut self, _now: UnixMillis) {
         self.state = BreakerState::Closed { failures: 0 };
@@ -258,6 +278,33 @@ mod tests {
         assert!(second.allow(UnixMillis::from_millis(1_100)).is_ok());
         second.record(&response(422), UnixMillis::from_millis(1_100));
         assert_eq!(second.state(), BreakerState::Closed { failures: 0 });
+    }
+
+    #[test]
+    fn a_leased_probe_keeps_others_out_until_it_reports_or_its_lease_ends() {
+        let config = BreakerConfig {
+            failure_threshold: 1,
+            open_for: Duration::from_millis(100),
+        };
+        let lease = Duration::from_millis(1_000);
+        let mut breaker = CircuitBreaker::new(config);
+        breaker.record(&AttemptResult::ConnectError, UnixMillis::from_millis(0));
+        let at = UnixMillis::from_millis;
+        assert!(breaker.allow_leasing_probe(at(99), lease).is_err());
+        assert_eq!(breaker.allow_leasing_probe(at(100), lease), Ok(()));
+        assert_eq!(breaker.state(), BreakerState::Open { until: at(1_100) });
+        assert_eq!(
+            breaker.allow_leasing_probe(at(600), lease),
+            Err(BreakerOpen {
+                retry_after: Duration::from_millis(500)
+            })
+        );
+        // The probe's caller vanished: after the lease, another probe goes out.
+        assert_eq!(breaker.allow_leasing_probe(at(1_100), lease), Ok(()));
+        breaker.record(&response(201), at(1_200));
+        assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
+        assert_eq!(breaker.allow_leasing_probe(at(1_200), lease), Ok(()));
+        assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
     }
 
     proptest! {
