@@ -1,5 +1,6 @@
 // The client side (DESIGN.md, "The client side"): an action journal over any
-// adapter, and `callWithRetry`, the JavaScript twin of `idemkit call`.
+// adapter, `callWithRetry`, the JavaScript twin of `idemkit call`, and the circuit
+// breakers it shares across actions (one per origin by default).
 //
 // One logical action gets one idempotency key, created and stored with the
 // approved payload before anything is sent; every attempt, every restart and
@@ -334,6 +335,85 @@ export function beginAction(journal, actionId, payload, options) {
   return journal.begin(actionId, payload, options);
 }
 
+// ---- Circuit breakers --------------------------------------------------------------
+
+/** The default breaker of each origin (`scheme://host:port`), shared by every action in this runtime. */
+const originBreakers = new Map();
+
+/** `scheme://host:port` of an absolute URL, the scheme's default port filled in (as `idemkit call`). */
+function originOf(url) {
+  const u = new URL(url);
+  const port = u.port || (u.protocol === "https:" ? "443" : u.protocol === "http:" ? "80" : "");
+  return `${u.protocol}//${u.hostname}:${port}`;
+}
+
+function isBreaker(value) {
+  return typeof value?.allow === "function" && typeof value?.record === "function";
+}
+
+/**
+ * A circuit breaker to share across actions (`callWithRetry({ breaker })`). Every
+ * transition is core's `CircuitBreaker` in wasm; this object only keeps its state.
+ * After `failureThreshold` consecutive failed attempts (connect error, timeout, 408,
+ * 429, 5xx) it opens and refuses for `coolDownMs`; then one probe goes through, and
+ * its success closes it (its failure reopens it).
+ * @param {import("./index.d.ts").BreakerOptions} [options]
+ * @returns {import("./index.d.ts").Breaker}
+ */
+export function createBreaker(options = {}) {
+  const { failureThreshold, coolDownMs, clock = Date.now } = options ?? {};
+  if (typeof clock !== "function") throw argument("clock must be a function returning milliseconds");
+  const config = Object.freeze(wasmCall(() => wasm.breakerConfig({ failureThreshold, coolDownMs })));
+  let state = { state: "closed", failures: 0 };
+  return Object.freeze({
+    config,
+    get state() {
+      return { ...state };
+    },
+    allow(probeLeaseMs = config.coolDownMs) {
+      if (!Number.isSafeInteger(probeLeaseMs) || probeLeaseMs < 0) throw argument("probeLeaseMs must be a non-negative integer");
+      const now = clock();
+      const verdict = wasmCall(() => wasm.breakerAllow(state, config, now, probeLeaseMs));
+      state = verdict.state;
+      return verdict.allowed ? { allowed: true, retryAt: null } : { allowed: false, retryAt: now + verdict.retryAfterMs };
+    },
+    record(result) {
+      state = wasmCall(() => wasm.breakerRecord(state, config, result, clock()));
+      return { ...state };
+    },
+  });
+}
+
+/**
+ * The default breaker of `url`'s origin (`scheme://host:port`) in this runtime, with
+ * core's default thresholds (5 failures, 30 s): the one `callWithRetry` uses unless
+ * given `breaker`.
+ * @param {string} url
+ * @returns {import("./index.d.ts").Breaker}
+ */
+export function originBreaker(url) {
+  checkString(url, "url");
+  let origin;
+  try {
+    origin = originOf(url);
+  } catch {
+    throw argument(`url ${JSON.stringify(url)} is not an absolute URL`);
+  }
+  let breaker = originBreakers.get(origin);
+  if (breaker === undefined) {
+    breaker = createBreaker();
+    originBreakers.set(origin, breaker);
+  }
+  return breaker;
+}
+
+/** The report's view of a breaker: its state name and, when open, from when to try again. */
+function breakerView(breaker) {
+  if (breaker === null) return { breaker: null, retryAt: null };
+  const state = breaker.state;
+  return { breaker: state.state, retryAt: state.state === "open" ? state.until : null };
+}
+
 // ---- callWithRetry ----------------------------------------------------------------
 
 /** Header pairs from a Headers, an array of pairs or a record; names lowercased. */
@@ -488,6 +568,9 @@ export async function callWithRetry(options) {
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw argument("timeoutMs must be a positive integer");
   const policy = retryPolicyOf(options);
+  if (options.breaker !== undefined && options.breaker !== false && !isBreaker(options.breaker)) {
+    throw argument("breaker must be a breaker from createBreaker, or false for none");
+  }
   const headers = headerPairs(options.headers, "headers");
   const volatileHeaders = headerPairs(options.volatileHeaders, "volatileHeaders");
 
@@ -512,11 +595,22 @@ export async function callWithRetry(options) {
   const journalled = action.payload;
   const sentBody = journalled.body === null ? undefined : typeof journalled.body === "string" ? journalled.body : canonicalize(JSON.stringify(journalled.body));
 
+  // One breaker per origin unless the caller shares its own (or turns it off).
+  const breaker = options.breaker === false ? null : (options.breaker ?? originBreaker(journalled.url));
+  // A probe keeps other actions out for as long as it may take, and no longer.
+  const probeLeaseMs = breaker === null ? 0 : Math.max(timeoutMs, breaker.config.coolDownMs);
+
   const attempts = [];
   let httpStatus = null;
   let lastBody = null;
+  let refused = false;
   for (;;) {
     signal?.throwIfAborted();
+    if (breaker !== null && !breaker.allow(probeLeaseMs).allowed) {
+      // Open: nothing is sent and the action stays as it is (pending), to resume later.
+      refused = true;
+      break;
+    }
     const start = await journal.startAttempt(actionId);
     const outcome = { result: null, body: null };
     const request = {
@@ -534,6 +628,7 @@ export async function callWithRetry(options) {
       if (outcome.result === null) throw reason;
       aborted = { reason };
     }
+    breaker?.record(outcome.result);
     const finished = await journal.finishAttempt(actionId, start.number, outcome.result);
     const status = outcome.result.kind === "response" ? outcome.result.status : null;
     if (status !== null) {
@@ -555,13 +650,16 @@ export async function callWithRetry(options) {
     if (!decision.retry) break;
     await sleep(decision.delayMs, signal);
   }
+  const status = (await journal.status(actionId)) ?? "pending";
   return {
     actionId,
     idempotencyKey: action.key,
     resumed: action.resumed,
-    status: (await journal.status(actionId)) ?? "pending",
+    status,
     httpStatus,
     attempts,
     body: lastBody,
+    ...breakerView(breaker),
+    stoppedByBreaker: refused && status === "pending",
   };
 }

@@ -328,6 +328,42 @@ export function decideRetry(
   random?: bigint,
 ): { retry: true; delayMs: number } | { retry: false; status: ActionStatus };
 
+/** A breaker's state, as core's `BreakerState`. */
+export type BreakerState =
+  | { state: "closed"; failures: number }
+  | { state: "open"; until: number }
+  | { state: "half-open"; probing: boolean };
+
+export interface BreakerOptions {
+  /** Consecutive failed attempts (connect error, timeout, 408, 429, 5xx) that open it (default 5, at least 1). */
+  failureThreshold?: number;
+  /** How long it refuses once open before letting one probe through (default 30 000 ms). */
+  coolDownMs?: number;
+  /** Milliseconds since the epoch (default `Date.now`). */
+  clock?: () => number;
+}
+
+/** A circuit breaker shared across actions; every transition is core's `CircuitBreaker`. */
+export interface Breaker {
+  readonly config: { failureThreshold: number; coolDownMs: number };
+  /** A copy of the current state. */
+  readonly state: BreakerState;
+  /**
+   * May an attempt be sent now? A probe let through keeps the breaker open for
+   * `probeLeaseMs` (default its cool-down) or until it is recorded. When refused,
+   * `retryAt` (ms since the epoch) is when to try again.
+   */
+  allow(probeLeaseMs?: number): { allowed: true; retryAt: null } | { allowed: false; retryAt: number };
+  /** Reports how an allowed attempt ended; returns the new state. */
+  record(result: AttemptResult): BreakerState;
+}
+
+/** A breaker to share across actions (`callWithRetry({ breaker })`). */
+export function createBreaker(options?: BreakerOptions): Breaker;
+
+/** The default breaker of `url`'s origin (`scheme://host:port`) in this runtime (core's defaults). */
+export function originBreaker(url: string): Breaker;
+
 export type HeadersInput = Headers | [string, string][] | Record<string, string>;
 
 export interface CallOptions extends RetryOptions {
@@ -351,6 +387,12 @@ export interface CallOptions extends RetryOptions {
   fetch?: (input: string, init: RequestInit) => Promise<Response>;
   /** Aborts the current attempt (journalled as `timeout`) and the waits; the call then rejects with its reason. */
   signal?: AbortSignal;
+  /**
+   * The circuit breaker asked before every attempt and told every result; share one
+   * across actions. Default: `originBreaker(url)`, one per origin in this runtime.
+   * `false`: none. While it is open nothing is sent and the action stays pending.
+   */
+  breaker?: Breaker | false;
 }
 
 /** The same fields as `idemkit call`'s JSON output, in camelCase. */
@@ -366,6 +408,12 @@ export interface CallReport {
   attempts: { number: number; attemptId: string; startedAt: number; endedAt: number; outcome: string; httpStatus: number | null }[];
   /** The last response body of this run (UTF-8, lossy), or null. */
   body: string | null;
+  /** The breaker's state after the run (null with `breaker: false`). */
+  breaker: "closed" | "open" | "half-open" | null;
+  /** When `breaker` is "open": from when (ms since the epoch) an attempt may be tried again. */
+  retryAt: number | null;
+  /** True when the open breaker refused an attempt and the action is pending: nothing (more) was sent. */
+  stoppedByBreaker: boolean;
 }
 
 /** Sends a state-changing request as one logical action, retrying safely with one key. */

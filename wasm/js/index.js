@@ -8,4 +8,14 @@ export { sqliteAdapter } from "./adapters/sqlite.js";
 export { d1Adapter, d1Schema } from "./adapters/d1.js";
 export { durableObjectAdapter } from "./adapters/durable-object.js";
 export { denoKvAdapter } from "./adapters/deno-kv.js";
-export { beginAction, callWithRetry, classifyAttempt, createJournal, decideRetry, deriveKey, randomKey } from "./client.js";
+export {
+  beginAction,
+  callWithRetry,
+  classifyAttempt,
+  createBreaker,
+  createJournal,
+  decideRetry,
+  deriveKey,
+  originBreaker,
+  randomKey,
+} from "./client.js";

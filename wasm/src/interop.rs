@@ -20,12 +20,19 @@
 //!   `{ kind: "response", status, problemType?, retryAfterMs?, originalStatus? }`
 //!   (absent, `null` and `undefined` are the same);
 //! - retry policy: `{ maxAttempts?, baseDelayMs?, maxDelayMs?, maxRetryAfterMs? }`, each
-//!   field defaulting to core's `RetryPolicy::default()`.
+//!   field defaulting to core's `RetryPolicy::default()`;
+//! - breaker config: `{ failureThreshold?, coolDownMs? }`, each defaulting to core's
+//!   `BreakerConfig::default()` (5 failures, 30 000 ms);
+//! - breaker state: `{ state: "closed", failures }`, `{ state: "open", until }` or
+//!   `{ state: "half-open", probing }`.
 
 use core::fmt::Display;
 use core::time::Duration;
 
-use idemkit_core::client::{ActionStatus, AttemptClass, AttemptResult, RetryDecision, RetryPolicy};
+use idemkit_core::client::{
+    ActionStatus, AttemptClass, AttemptResult, BreakerConfig, BreakerState, RetryDecision,
+    RetryPolicy,
+};
 use idemkit_core::fingerprint::{FingerprintError, FormError, SpecError};
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
@@ -492,6 +499,105 @@ pub fn attempt_class(class: AttemptClass) -> &'static str {
         AttemptClass::Rejected => "rejected",
         AttemptClass::Uncertain => "uncertain",
     }
+}
+
+/// The breaker configuration (see the module documentation).
+pub fn breaker_config(value: &JsValue) -> JsResult<BreakerConfig> {
+    let mut config = BreakerConfig::default();
+    if value.is_null() || value.is_undefined() {
+        return Ok(config);
+    }
+    if !value.is_object() {
+        return Err(argument("breaker options must be an object"));
+    }
+    const MAX_MILLIS: f64 = 9_007_199_254_740_991.0;
+    if let Some(n) = get_opt_integer(value, "failureThreshold", "breaker", f64::from(u32::MAX))? {
+        config.failure_threshold = u32::try_from(n).unwrap_or(u32::MAX);
+        if config.failure_threshold == 0 {
+            return Err(argument("breaker.failureThreshold must be at least 1"));
+        }
+    }
+    if let Some(ms) = get_opt_integer(value, "coolDownMs", "breaker", MAX_MILLIS)? {
+        config.open_for = Duration::from_millis(ms);
+    }
+    Ok(config)
+}
+
+/// `{ failureThreshold, coolDownMs }` of a breaker configuration.
+#[must_use]
+pub fn breaker_config_view(config: &BreakerConfig) -> JsValue {
+    ObjectBuilder::new()
+        .set("failureThreshold", config.failure_threshold)
+        .set("coolDownMs", duration_millis(config.open_for))
+        .build()
+}
+
+/// A breaker state (see the module documentation); `undefined` or `null` is a
+/// fresh closed breaker.
+pub fn breaker_state(value: &JsValue) -> JsResult<BreakerState> {
+    if value.is_null() || value.is_undefined() {
+        return Ok(BreakerState::Closed { failures: 0 });
+    }
+    if !value.is_object() {
+        return Err(argument("a breaker state must be an object with a state"));
+    }
+    match get(value, "state")?.as_string().as_deref() {
+        Some("closed") => {
+            let failures =
+                get_opt_integer(value, "failures", "breaker", f64::from(u32::MAX))?.unwrap_or(0);
+            Ok(BreakerState::Closed {
+                failures: u32::try_from(failures).unwrap_or(u32::MAX),
+            })
+        }
+        Some("open") => {
+            let until = get(value, "until")?
+                .as_f64()
+                .ok_or_else(|| argument("breaker.until must be milliseconds since the epoch"))?;
+            Ok(BreakerState::Open { until: now(until)? })
+        }
+        Some("half-open") => {
+            let probing = get(value, "probing")?
+                .as_bool()
+                .ok_or_else(|| argument("breaker.probing must be a boolean"))?;
+            Ok(BreakerState::HalfOpen { probing })
+        }
+        _ => Err(argument(
+            "breaker.state must be \"closed\", \"open\" or \"half-open\"",
+        )),
+    }
+}
+
+/// The JavaScript form of a breaker state.
+#[must_use]
+pub fn breaker_state_view(state: BreakerState) -> JsValue {
+    match state {
+        BreakerState::Closed { failures } => ObjectBuilder::new()
+            .set("state", "closed")
+            .set("failures", failures)
+            .build(),
+        BreakerState::Open { until } => ObjectBuilder::new()
+            .set("state", "open")
+            .set("until", millis(until))
+            .build(),
+        BreakerState::HalfOpen { probing } => ObjectBuilder::new()
+            .set("state", "half-open")
+            .set("probing", probing)
+            .build(),
+    }
+}
+
+/// `{ allowed, state, retryAfterMs }`: what `allow` said and the state after it.
+#[must_use]
+pub fn breaker_verdict(allowed: Result<(), Duration>, state: BreakerState) -> JsValue {
+    let retry_after = match allowed {
+        Ok(()) => None,
+        Err(delay) => Some(duration_millis(delay)),
+    };
+    ObjectBuilder::new()
+        .set("allowed", allowed.is_ok())
+        .set("state", breaker_state_view(state))
+        .set_opt("retryAfterMs", retry_after)
+        .build()
 }
 
 /// `{ retry: true, delayMs }` or `{ retry: false, status }`.

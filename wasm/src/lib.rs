@@ -29,7 +29,9 @@
 //!
 //! The client side (`createJournal`, `callWithRetry` in `wasm/js/client.js`) asks
 //! core's [`client`](idemkit_core::client) module through [`decide_retry`],
-//! [`attempt_class`] and [`action_status`], and makes keys with [`key_from_random`]
+//! [`attempt_class`] and [`action_status`], keeps a circuit breaker per origin
+//! whose every transition is core's [`CircuitBreaker`](idemkit_core::client::CircuitBreaker)
+//! ([`breaker_allow`], [`breaker_record`]), and makes keys with [`key_from_random`]
 //! and [`derive_key`], so JavaScript retries by exactly the rules `idemkit call` uses.
 //!
 //! The TypeScript types are written by hand (`wasm/js/index.d.ts`); the JavaScript
@@ -43,7 +45,7 @@ pub mod interop;
 
 use core::time::Duration;
 
-use idemkit_core::client::ActionStatus;
+use idemkit_core::client::{ActionStatus, CircuitBreaker};
 use idemkit_core::fingerprint::{ContentKind, FingerprintSpec};
 use idemkit_core::http::Refusal;
 use idemkit_core::json::CanonicalizeOptions;
@@ -506,6 +508,67 @@ pub fn decide_retry(
     Ok(interop::retry_decision(
         policy.decide(attempt, &result, random),
     ))
+}
+
+/// The breaker configuration with every field filled in: the given
+/// `{ failureThreshold, coolDownMs }` over core's defaults. Throws on a field of
+/// the wrong type or range.
+#[wasm_bindgen(js_name = breakerConfig)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn breaker_config(options: &JsValue) -> JsResult<JsValue> {
+    Ok(interop::breaker_config_view(&interop::breaker_config(
+        options,
+    )?))
+}
+
+/// May a call be made at `now` through the breaker in `state` (`undefined` for a
+/// fresh one) under `config`? Returns `{ allowed, state, retryAfterMs }`: the state
+/// to keep and, when refused, how long until a call may be tried again. With
+/// `probeLeaseMs` it is core's `CircuitBreaker::allow_leasing_probe` (a probe let
+/// through keeps the breaker open that long, or until it is recorded), without it
+/// `CircuitBreaker::allow` (half-open, `retryAfterMs` 0 while the probe is out).
+#[wasm_bindgen(js_name = breakerAllow)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn breaker_allow(
+    state: &JsValue,
+    config: &JsValue,
+    now: f64,
+    probe_lease_ms: Option<f64>,
+) -> JsResult<JsValue> {
+    let now = interop::now(now)?;
+    let mut breaker = CircuitBreaker::from_state(
+        interop::breaker_config(config)?,
+        interop::breaker_state(state)?,
+    );
+    let allowed = match probe_lease_ms {
+        Some(ms) => {
+            let lease = Duration::from_millis(interop::count(ms, "probeLeaseMs")?);
+            breaker.allow_leasing_probe(now, lease)
+        }
+        None => breaker.allow(now),
+    }
+    .map_err(|open| open.retry_after);
+    Ok(interop::breaker_verdict(allowed, breaker.state()))
+}
+
+/// The state after an allowed call produced `result` at `now` (core's
+/// `CircuitBreaker::record`: a connect error, a timeout, 408, 429 and 5xx are
+/// failures of the dependency, any other answer a success).
+#[wasm_bindgen(js_name = breakerRecord)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn breaker_record(
+    state: &JsValue,
+    config: &JsValue,
+    result: &JsValue,
+    now: f64,
+) -> JsResult<JsValue> {
+    let now = interop::now(now)?;
+    let mut breaker = CircuitBreaker::from_state(
+        interop::breaker_config(config)?,
+        interop::breaker_state(state)?,
+    );
+    breaker.record(&interop::attempt_result(result)?, now);
+    Ok(interop::breaker_state_view(breaker.state()))
 }
 
 fn decode(bytes: &[u8]) -> JsResult<Record> {

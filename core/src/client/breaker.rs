@@ -8,6 +8,7 @@
 use core::fmt;
 use core::time::Duration;
 
+use crate::client::AttemptResult;
 use crate::time::UnixMillis;
 
 /// When the breaker opens and for how long.
@@ -104,6 +105,19 @@ impl CircuitBreaker {
         }
     }
 
+    /// A breaker in `state`: one restored from where a caller kept it between
+    /// processes (a journal), under `config`.
+    #[must_use]
+    pub fn from_state(config: BreakerConfig, state: BreakerState) -> Self {
+        CircuitBreaker { config, state }
+    }
+
+    /// The breaker's configuration.
+    #[must_use]
+    pub fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
     /// The current state (an open breaker whose cool-down has ended still reads
     /// `Open` until the next [`CircuitBreaker::allow`]).
     #[must_use]
@@ -127,6 +141,26 @@ impl CircuitBreaker {
                 retry_after: Duration::ZERO,
             }),
         }
+    }
+
+    /// Like [`CircuitBreaker::allow`], for a breaker shared by callers that may
+    /// vanish (processes sharing a journal, actions sharing a runtime): a probe let
+    /// through leaves the breaker `Open` for `probe_lease` (give at least the
+    /// call's timeout) instead of `HalfOpen`. Others are refused until the probe
+    /// is reported; if it never is (its caller died), the next call after the lease
+    /// is the next probe, so a lost probe never keeps the breaker shut for good.
+    pub fn allow_leasing_probe(
+        &mut self,
+        now: UnixMillis,
+        probe_lease: Duration,
+    ) -> Result<(), BreakerOpen> {
+        self.allow(now)?;
+        if self.state == (BreakerState::HalfOpen { probing: true }) {
+            self.state = BreakerState::Open {
+                until: now.saturating_add(probe_lease),
+            };
+        }
+        Ok(())
     }
 
     /// The call that was allowed succeeded.
@@ -153,6 +187,29 @@ impl CircuitBreaker {
             },
         };
     }
+
+    /// Reports the allowed call's `result`: [`CircuitBreaker::on_failure`] when
+    /// [`is_dependency_failure`] says the dependency failed, otherwise
+    /// [`CircuitBreaker::on_success`] (any other answer shows it is up).
+    pub fn record(&mut self, result: &AttemptResult, now: UnixMillis) {
+        if is_dependency_failure(result) {
+            self.on_failure(now);
+        } else {
+            self.on_success(now);
+        }
+    }
+}
+
+/// Does this attempt count against the dependency's breaker? A connect error, a
+/// timeout, a 5xx, 408 and 429 (overloaded) do; any other answer — a 2xx, a
+/// definitive 4xx, `409 request-in-progress`, `409 outcome-uncertain` — came from
+/// a dependency that is up, and closes the breaker's failure count.
+#[must_use]
+pub fn is_dependency_failure(result: &AttemptResult) -> bool {
+    match result {
+        AttemptResult::ConnectError | AttemptResult::Timeout => true,
+        AttemptResult::Response { status, .. } => matches!(status, 408 | 429 | 500..=599),
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +228,83 @@ mod tests {
             (0u64..20_000).prop_map(Event::Tick),
             any::<bool>().prop_map(|succeeds| Event::Call { succeeds }),
         ]
+    }
+
+    fn response(status: u16) -> AttemptResult {
+        AttemptResult::Response {
+            status,
+            problem_type: None,
+            retry_after: None,
+            original_status: None,
+        }
+    }
+
+    #[test]
+    fn only_failures_of_the_dependency_count_against_it() {
+        for failing in [
+            AttemptResult::ConnectError,
+            AttemptResult::Timeout,
+            response(408),
+            response(429),
+            response(500),
+            response(503),
+            response(599),
+        ] {
+            assert!(is_dependency_failure(&failing), "{failing:?}");
+        }
+        for healthy in [200, 201, 302, 400, 404, 409, 410, 422, 425] {
+            assert!(!is_dependency_failure(&response(healthy)), "{healthy}");
+        }
+    }
+
+    #[test]
+    fn a_restored_breaker_continues_where_it_was_kept() {
+        let config = BreakerConfig {
+            failure_threshold: 2,
+            open_for: Duration::from_millis(100),
+        };
+        let t0 = UnixMillis::from_millis(1_000);
+        let mut first = CircuitBreaker::new(config.clone());
+        first.record(&AttemptResult::Timeout, t0);
+        let mut second = CircuitBreaker::from_state(config, first.state());
+        second.record(&response(503), t0);
+        assert_eq!(
+            second.state(),
+            BreakerState::Open {
+                until: UnixMillis::from_millis(1_100)
+            }
+        );
+        assert!(second.allow(UnixMillis::from_millis(1_099)).is_err());
+        assert!(second.allow(UnixMillis::from_millis(1_100)).is_ok());
+        second.record(&response(422), UnixMillis::from_millis(1_100));
+        assert_eq!(second.state(), BreakerState::Closed { failures: 0 });
+    }
+
+    #[test]
+    fn a_leased_probe_keeps_others_out_until_it_reports_or_its_lease_ends() {
+        let config = BreakerConfig {
+            failure_threshold: 1,
+            open_for: Duration::from_millis(100),
+        };
+        let lease = Duration::from_millis(1_000);
+        let mut breaker = CircuitBreaker::new(config);
+        breaker.record(&AttemptResult::ConnectError, UnixMillis::from_millis(0));
+        let at = UnixMillis::from_millis;
+        assert!(breaker.allow_leasing_probe(at(99), lease).is_err());
+        assert_eq!(breaker.allow_leasing_probe(at(100), lease), Ok(()));
+        assert_eq!(breaker.state(), BreakerState::Open { until: at(1_100) });
+        assert_eq!(
+            breaker.allow_leasing_probe(at(600), lease),
+            Err(BreakerOpen {
+                retry_after: Duration::from_millis(500)
+            })
+        );
+        // The probe's caller vanished: after the lease, another probe goes out.
+        assert_eq!(breaker.allow_leasing_probe(at(1_100), lease), Ok(()));
+        breaker.record(&response(201), at(1_200));
+        assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
+        assert_eq!(breaker.allow_leasing_probe(at(1_200), lease), Ok(()));
+        assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
     }
 
     proptest! {

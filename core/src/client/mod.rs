@@ -36,7 +36,9 @@
 mod breaker;
 mod retry;
 
-pub use breaker::{BreakerConfig, BreakerOpen, BreakerState, CircuitBreaker};
+pub use breaker::{
+    BreakerConfig, BreakerOpen, BreakerState, CircuitBreaker, is_dependency_failure,
+};
 pub use retry::{
     ActionStatus, AttemptClass, AttemptResult, PROBLEM_KEY_REUSED, PROBLEM_OUTCOME_UNCERTAIN,
     PROBLEM_REQUEST_IN_PROGRESS, PROBLEM_RESPONSE_EXPIRED, RetryDecision, RetryPolicy,

@@ -32,6 +32,12 @@
 //! # Ok::<(), idemkit::journal::JournalError>(())
 //! ```
 //!
+//! The journal also keeps a circuit breaker per origin (`scheme://host:port`),
+//! so that successive actions from separate processes stop sending to a
+//! dependency that keeps failing: [`Journal::breaker_allow`] before each attempt,
+//! [`Journal::breaker_record`] after it. The rules are core's
+//! [`CircuitBreaker`]; the journal only keeps its state between processes.
+//!
 //! The journal lives in its own redb file, opened in redb's multi-writer mode so
 //! that several processes (workers, a re-run after a kill) share it safely.
 
@@ -39,19 +45,24 @@ mod record;
 
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 use idemkit_core::IdempotencyKey;
 use idemkit_core::UnixMillis;
-use idemkit_core::client::{ActionStatus, AttemptResult};
+use idemkit_core::client::{
+    ActionStatus, AttemptResult, BreakerConfig, BreakerOpen, BreakerState, CircuitBreaker,
+};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
-pub use record::{ActionRecord, AttemptRecord};
+pub use record::{ActionRecord, AttemptRecord, BreakerRecord};
 
 /// action id → encoded [`ActionRecord`].
 const ACTIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("idemkit.journal.actions.v1");
 /// (action id, attempt number) → encoded [`AttemptRecord`].
 const ATTEMPTS: TableDefinition<(&str, u32), &[u8]> =
     TableDefinition::new("idemkit.journal.attempts.v1");
+/// origin (`scheme://host:port`) → encoded [`BreakerRecord`].
+const BREAKERS: TableDefinition<&str, &[u8]> = TableDefinition::new("idemkit.journal.breakers.v1");
 
 /// The longest action id accepted, in bytes.
 pub const MAX_ACTION_ID_LEN: usize = 1024;
@@ -115,6 +126,7 @@ impl Journal {
         let txn = db.begin_write().map_err(storage)?;
         txn.open_table(ACTIONS).map_err(storage)?;
         txn.open_table(ATTEMPTS).map_err(storage)?;
+        txn.open_table(BREAKERS).map_err(storage)?;
         txn.commit().map_err(storage)?;
         Ok(Journal { db })
     }
@@ -319,6 +331,96 @@ impl Journal {
             .collect();
         Ok(Some(ActionStatus::from_attempts(&results)))
     }
+
+    /// May an attempt be sent to `origin` at `now`? Core's
+    /// [`CircuitBreaker::allow_leasing_probe`] over the origin's kept state (closed when none is
+    /// kept), in one write transaction, so concurrent processes see each other's
+    /// decisions.
+    ///
+    /// When the breaker lets a probe through it stays open for `probe_lease` more
+    /// (give at least the attempt's timeout): other processes are refused until the
+    /// probe is reported with [`Journal::breaker_record`], and if the prober dies
+    /// without reporting, another probe is allowed once the lease ends.
+    pub fn breaker_allow(
+        &self,
+        origin: &str,
+        config: &BreakerConfig,
+        probe_lease: Duration,
+        now: UnixMillis,
+    ) -> Result<Result<(), BreakerOpen>, JournalError> {
+        self.with_breaker(origin, config, |breaker| {
+            let verdict = breaker.allow_leasing_probe(now, probe_lease);
+            (verdict, breaker.state())
+        })
+    }
+
+    /// Reports to `origin`'s breaker how an allowed attempt ended (core's
+    /// [`CircuitBreaker::record`]); returns the breaker's new state.
+    pub fn breaker_record(
+        &self,
+        origin: &str,
+        config: &BreakerConfig,
+        result: &AttemptResult,
+        now: UnixMillis,
+    ) -> Result<BreakerState, JournalError> {
+        self.with_breaker(origin, config, |breaker| {
+            breaker.record(result, now);
+            (breaker.state(), breaker.state())
+        })
+    }
+
+    /// The kept state of `origin`'s breaker, or `None` if nothing was ever sent there.
+    pub fn breaker_state(&self, origin: &str) -> Result<Option<BreakerState>, JournalError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let breakers = txn.open_table(BREAKERS).map_err(storage)?;
+        let Some(bytes) = breakers.get(origin).map_err(storage)? else {
+            return Ok(None);
+        };
+        let record = BreakerRecord::decode(bytes.value()).map_err(|detail| {
+            JournalError::CorruptBreaker {
+                origin: origin.into(),
+                detail,
+            }
+        })?;
+        Ok(Some(record.into()))
+    }
+
+    /// Loads `origin`'s breaker, lets `change` act on it and returns the state to
+    /// keep, and writes that state back, all in one transaction.
+    fn with_breaker<T>(
+        &self,
+        origin: &str,
+        config: &BreakerConfig,
+        change: impl FnOnce(&mut CircuitBreaker) -> (T, BreakerState),
+    ) -> Result<T, JournalError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let answer = {
+            let mut breakers = txn.open_table(BREAKERS).map_err(storage)?;
+            let kept = breakers
+                .get(origin)
+                .map_err(storage)?
+                .map(|v| v.value().to_vec());
+            let state = match kept {
+                Some(bytes) => BreakerRecord::decode(&bytes)
+                    .map_err(|detail| JournalError::CorruptBreaker {
+                        origin: origin.into(),
+                        detail,
+                    })?
+                    .into(),
+                None => BreakerState::Closed { failures: 0 },
+            };
+            let mut breaker = CircuitBreaker::from_state(config.clone(), state);
+            let (answer, keep) = change(&mut breaker);
+            if keep != state {
+                breakers
+                    .insert(origin, BreakerRecord::from(keep).encode().as_slice())
+                    .map_err(storage)?;
+            }
+            answer
+        };
+        txn.commit().map_err(storage)?;
+        Ok(answer)
+    }
 }
 
 fn random_key() -> Result<IdempotencyKey, JournalError> {
@@ -384,6 +486,13 @@ pub enum JournalError {
         /// What was wrong.
         detail: String,
     },
+    /// An origin's kept breaker state could not be decoded.
+    CorruptBreaker {
+        /// The origin.
+        origin: String,
+        /// What was wrong.
+        detail: String,
+    },
     /// The storage engine failed; nothing was acknowledged.
     Storage(redb::Error),
     /// The operating system's random number generator failed.
@@ -416,6 +525,10 @@ impl fmt::Display for JournalError {
                     "journal entry for action {action_id:?} is corrupt: {detail}"
                 )
             }
+            JournalError::CorruptBreaker { origin, detail } => write!(
+                f,
+                "journal's circuit breaker entry for {origin} is corrupt: {detail}"
+            ),
             JournalError::Storage(e) => write!(f, "journal storage failed: {e}"),
             JournalError::Random(e) => write!(f, "the system random number generator failed: {e}"),
         }

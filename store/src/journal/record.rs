@@ -2,7 +2,7 @@
 
 use idemkit_core::IdempotencyKey;
 use idemkit_core::UnixMillis;
-use idemkit_core::client::AttemptResult;
+use idemkit_core::client::{AttemptResult, BreakerState};
 use serde::{Deserialize, Serialize};
 
 use super::{Action, JournalError};
@@ -94,6 +94,60 @@ impl From<StoredResult> for AttemptResult {
     }
 }
 
+/// The stored form of an origin's circuit breaker state ([`BreakerState`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BreakerRecord {
+    /// Closed, with this many consecutive failures.
+    Closed {
+        /// Consecutive failures since the last success.
+        failures: u32,
+    },
+    /// Open until this instant, in Unix milliseconds.
+    Open {
+        /// When a probe may be tried.
+        until: u64,
+    },
+    /// Half-open; `probing` while a probe is out.
+    HalfOpen {
+        /// A probe has been let through and not reported yet.
+        probing: bool,
+    },
+}
+
+impl From<BreakerState> for BreakerRecord {
+    fn from(state: BreakerState) -> Self {
+        match state {
+            BreakerState::Closed { failures } => BreakerRecord::Closed { failures },
+            BreakerState::Open { until } => BreakerRecord::Open {
+                until: until.as_millis(),
+            },
+            BreakerState::HalfOpen { probing } => BreakerRecord::HalfOpen { probing },
+        }
+    }
+}
+
+impl From<BreakerRecord> for BreakerState {
+    fn from(record: BreakerRecord) -> Self {
+        match record {
+            BreakerRecord::Closed { failures } => BreakerState::Closed { failures },
+            BreakerRecord::Open { until } => BreakerState::Open {
+                until: UnixMillis::from_millis(until),
+            },
+            BreakerRecord::HalfOpen { probing } => BreakerState::HalfOpen { probing },
+        }
+    }
+}
+
+impl BreakerRecord {
+    pub(super) fn encode(&self) -> Vec<u8> {
+        encode(self)
+    }
+
+    pub(super) fn decode(bytes: &[u8]) -> Result<Self, String> {
+        decode(bytes)
+    }
+}
+
 fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     let mut out = vec![FORMAT_V1];
     // postcard only fails on a full fixed buffer or an unsupported type; neither
@@ -177,11 +231,27 @@ mod tests {
         assert!(ActionRecord::decode(&trailing).is_err());
     }
 
+    #[test]
+    fn breaker_states_round_trip() {
+        for state in [
+            BreakerState::Closed { failures: 3 },
+            BreakerState::Open {
+                until: UnixMillis::from_millis(1_700_000_000_000),
+            },
+            BreakerState::HalfOpen { probing: true },
+        ] {
+            let record = BreakerRecord::from(state);
+            assert_eq!(BreakerRecord::decode(&record.encode()), Ok(record));
+            assert_eq!(BreakerState::from(record), state);
+        }
+    }
+
     proptest! {
         #[test]
         fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = ActionRecord::decode(&bytes);
             let _ = AttemptRecord::decode(&bytes);
+            let _ = BreakerRecord::decode(&bytes);
         }
     }
 }

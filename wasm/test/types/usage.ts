@@ -6,6 +6,7 @@ import {
   canonicalize,
   classifyAttempt,
   createJournal,
+  createBreaker,
   decideRetry,
   deriveKey,
   randomKey,
@@ -108,8 +109,12 @@ async function agent(db: { prepare(sql: string): unknown; exec(sql: string): unk
     maxAttempts: 8,
     baseDelayMs: 100,
     signal: AbortSignal.timeout(30_000),
+    breaker: createBreaker({ failureThreshold: 3, coolDownMs: 300 }),
   });
   if (report.status === "confirmed") void report.httpStatus;
+  if (report.breaker === "open" && report.stoppedByBreaker) void (report.retryAt ?? 0);
+  // @ts-expect-error a breaker is a Breaker or false
+  void callWithRetry({ journal, actionId: "a", url: "https://api.example/", breaker: true });
   // @ts-expect-error "maybe" is not an action status
   const wrong: CallReport["status"] = "maybe";
   const decision = decideRetry(1, { kind: "timeout" }, { maxAttempts: 3 }, 7n);

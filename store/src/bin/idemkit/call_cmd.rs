@@ -7,7 +7,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use idemkit::UnixMillis;
-use idemkit::core::client::{ActionStatus, AttemptResult, RetryDecision, RetryPolicy};
+use idemkit::core::client::{
+    ActionStatus, AttemptResult, BreakerConfig, BreakerOpen, BreakerState, RetryDecision,
+    RetryPolicy,
+};
 use idemkit::journal::{Journal, JournalError};
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +24,20 @@ use crate::exit;
 /// with full jitter, and honour Retry-After; 4xx answers other than 408/409/425/429
 /// and `409 outcome-uncertain` stop them.
 ///
+/// A circuit breaker per origin (scheme://host:port), kept in the journal, stops
+/// successive actions (separate runs included) from hammering a failing endpoint:
+/// after --breaker-failures consecutive failed attempts (connect error, timeout,
+/// 408, 429, 5xx) it opens, and every attempt is refused without sending for
+/// --breaker-cool-down-ms; then one probe is let through, and its success closes
+/// the breaker again (its failure reopens it). A refused action stays pending.
+///
 /// Prints one JSON object: {"action_id", "idempotency_key", "status", "http_status",
-/// "attempts", "body"}. Exit status: 0 confirmed, 2 rejected, 75 pending (safe to
-/// run again later), 69 unknown (a person or reconciler must decide), 65 the action
-/// id was used for another request, 74 the journal failed.
+/// "attempts", "body", "breaker": {"origin", "state", "failures", "retry_at"}}.
+/// Exit status: 0 confirmed, 2 rejected, 3 pending because the origin's circuit
+/// breaker is open (nothing more was sent; run again after "retry_at", Unix ms),
+/// 75 pending (safe to run again later), 69 unknown (a person or reconciler must
+/// decide), 65 the action id was used for another request, 64 a bad command line
+/// (a URL that is not absolute http or https), 74 the journal failed.
 ///
 /// Examples:
 ///   idemkit call --journal agent.journal --action-id run-42/book \
@@ -66,6 +79,15 @@ pub(crate) struct CallArgs {
     /// The largest backoff ceiling, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     max_delay_ms: u64,
+    /// Consecutive failed attempts to the URL's origin, across runs, that open
+    /// its circuit breaker.
+    #[arg(long, default_value_t = 5, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    breaker_failures: u32,
+    /// How long an open breaker refuses attempts before it lets one probe
+    /// through, in milliseconds.
+    #[arg(long, default_value_t = 30_000, value_name = "N")]
+    breaker_cool_down_ms: u64,
     /// The URL.
     url: String,
 }
@@ -98,6 +120,36 @@ struct CallReport {
     http_status: Option<u16>,
     attempts: Vec<AttemptReport>,
     body: Option<String>,
+    breaker: BreakerReport,
+}
+
+/// The origin's circuit breaker after the run.
+#[derive(Serialize)]
+struct BreakerReport {
+    origin: String,
+    /// `closed` or `open` (a probe that is out reads as open).
+    state: &'static str,
+    /// Consecutive failures counted while closed.
+    failures: Option<u32>,
+    /// When open: the Unix millisecond from which an attempt may be tried again.
+    retry_at: Option<u64>,
+}
+
+impl BreakerReport {
+    fn new(origin: &str, state: BreakerState, now: UnixMillis) -> Self {
+        let (state, failures, retry_at) = match state {
+            BreakerState::Closed { failures } => ("closed", Some(failures), None),
+            BreakerState::Open { until } => ("open", None, Some(until.max(now).as_millis())),
+            BreakerState::HalfOpen { probing: true } => ("open", None, Some(now.as_millis())),
+            BreakerState::HalfOpen { probing: false } => ("half-open", None, None),
+        };
+        BreakerReport {
+            origin: origin.to_owned(),
+            state,
+            failures,
+            retry_at,
+        }
+    }
 }
 
 fn now() -> UnixMillis {
@@ -138,6 +190,10 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
             }
         }
     }
+    let origin = match origin_of(&args.url) {
+        Ok(origin) => origin,
+        Err(e) => return fail(exit::USAGE, e),
+    };
     let request = JournalledRequest {
         method: args.method.to_uppercase(),
         url: args.url.clone(),
@@ -180,11 +236,26 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
         max_delay: Duration::from_millis(args.max_delay_ms),
         ..RetryPolicy::default()
     };
+    let breaker = BreakerConfig {
+        failure_threshold: args.breaker_failures,
+        open_for: Duration::from_millis(args.breaker_cool_down_ms),
+    };
+    // A probe keeps others out for as long as it may take, and no longer.
+    let probe_lease = breaker.open_for.max(Duration::from_millis(args.timeout_ms));
 
     let mut attempts = Vec::new();
     let mut last_status = None;
     let mut last_body = None;
+    let mut refused: Option<BreakerOpen> = None;
     let final_status = loop {
+        match journal.breaker_allow(&origin, &breaker, probe_lease, now()) {
+            Ok(Ok(())) => {}
+            Ok(Err(open)) => {
+                refused = Some(open);
+                break journal.status(&action.action_id);
+            }
+            Err(e) => return fail(exit::IO_ERR, e),
+        }
         let start = match journal.start_attempt(&action.action_id, now()) {
             Ok(s) => s,
             Err(e) => return fail(exit::IO_ERR, e),
@@ -193,6 +264,9 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
         let (result, body) = send(&agent, &request, action.key.as_str(), &start.attempt_id);
         let ended_at = now();
         if let Err(e) = journal.finish_attempt(&action.action_id, start.number, &result, ended_at) {
+            return fail(exit::IO_ERR, e);
+        }
+        if let Err(e) = journal.breaker_record(&origin, &breaker, &result, ended_at) {
             return fail(exit::IO_ERR, e);
         }
         let http_status = match &result {
@@ -222,6 +296,19 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
         Ok(None) => ActionStatus::Pending,
         Err(e) => return fail(exit::IO_ERR, e),
     };
+    let breaker_state = match journal.breaker_state(&origin) {
+        Ok(state) => state.unwrap_or(BreakerState::Closed { failures: 0 }),
+        Err(e) => return fail(exit::IO_ERR, e),
+    };
+    let stopped_by_breaker = refused.is_some() && status == ActionStatus::Pending;
+    if let (Some(open), true) = (refused, stopped_by_breaker) {
+        eprintln!(
+            "idemkit call: the circuit breaker for {origin} is open: nothing {}sent; \
+             the action stays pending; run again in {} ms",
+            if attempts.is_empty() { "" } else { "more " },
+            open.retry_after.as_millis()
+        );
+    }
     let report = CallReport {
         action_id: action.action_id.clone(),
         idempotency_key: action.key.as_str().to_owned(),
@@ -230,17 +317,43 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
         http_status: last_status,
         attempts,
         body: last_body.map(|b| String::from_utf8_lossy(&b).into_owned()),
+        breaker: BreakerReport::new(&origin, breaker_state, now()),
     };
     match serde_json::to_string(&report) {
         Ok(json) => println!("{json}"),
         Err(e) => return fail(exit::SOFTWARE, e),
     }
     ExitCode::from(match status {
+        ActionStatus::Pending if stopped_by_breaker => exit::BREAKER_OPEN,
         ActionStatus::Confirmed => exit::OK,
         ActionStatus::Rejected => exit::REJECTED,
         ActionStatus::Pending => exit::TEMP_FAIL,
         ActionStatus::Unknown => exit::UNAVAILABLE,
     })
+}
+
+/// The origin a URL's breaker is kept under: `scheme://host:port`, lowercase,
+/// with the scheme's default port filled in.
+fn origin_of(url: &str) -> Result<String, String> {
+    let uri: ureq::http::Uri = url
+        .parse()
+        .map_err(|e| format!("URL {url:?} is not a URL: {e}"))?;
+    let scheme = uri.scheme_str().map(str::to_ascii_lowercase);
+    let default_port = match scheme.as_deref() {
+        Some("http") => 80,
+        Some("https") => 443,
+        _ => return Err(format!("URL {url:?} is not an absolute http or https URL")),
+    };
+    let host = uri
+        .host()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| format!("URL {url:?} has no host"))?
+        .to_ascii_lowercase();
+    let port = uri.port_u16().unwrap_or(default_port);
+    Ok(format!(
+        "{}://{host}:{port}",
+        scheme.as_deref().unwrap_or_default()
+    ))
 }
 
 fn read_data(data: Option<&str>) -> Result<Vec<u8>, String> {
@@ -372,6 +485,24 @@ fn random_u64() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origins_fill_in_the_default_port_and_lowercase() {
+        assert_eq!(
+            origin_of("HTTP://Example.COM/a?b").as_deref(),
+            Ok("http://example.com:80")
+        );
+        assert_eq!(
+            origin_of("https://api.example.com:8443/x").as_deref(),
+            Ok("https://api.example.com:8443")
+        );
+        assert_eq!(
+            origin_of("http://127.0.0.1:9/appointments").as_deref(),
+            Ok("http://127.0.0.1:9")
+        );
+        assert!(origin_of("/relative").is_err());
+        assert!(origin_of("ftp://example.com/").is_err());
+    }
 
     #[test]
     fn retry_after_in_both_forms() {

@@ -4,6 +4,9 @@
 pub(crate) const OK: u8 = 0;
 /// `idemkit call`: the server refused the action definitively.
 pub(crate) const REJECTED: u8 = 2;
+/// `idemkit call`: the action is pending and the origin's circuit breaker is open,
+/// so nothing (more) was sent.
+pub(crate) const BREAKER_OPEN: u8 = 3;
 /// The command line was wrong.
 pub(crate) const USAGE: u8 = 64;
 /// The input was rejected (bad JSON, bad key, changed payload).
