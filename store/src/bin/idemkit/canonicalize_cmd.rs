@@ -1,4 +1,4 @@
-//! `idemkit canonicalize [--profile strict|rfc8785] [FILE|-]`.
+//! `idemkit canonicalize [--profile strict|rfc8785] [--max-bytes N] [FILE|-]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,18 +31,24 @@ impl From<ProfileArg> for Profile {
 ///
 /// Prints exactly the canonical bytes (no trailing newline) and exits 0. A
 /// rejected document prints one line on stderr with the kind, byte offset and
-/// JSON Pointer and exits 65; an unreadable file exits 66.
+/// JSON Pointer and exits 65; an unreadable file exits 66. There is no size
+/// limit unless `--max-bytes` sets one (a larger input is rejected with
+/// `json-input-too-large`, exit 65).
 ///
 /// Examples:
 ///   echo '{"b": 1.0, "a": [1e0, "\u0061"]}' | idemkit canonicalize
 ///   idemkit canonicalize --profile rfc8785 request.json
 ///   idemkit canonicalize - < request.json | sha256sum
+///   idemkit canonicalize --max-bytes 1048576 upload.json
 #[derive(Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct CanonicalizeArgs {
     /// Which rules apply.
     #[arg(long, value_enum, default_value = "strict")]
     profile: ProfileArg,
+    /// Reject inputs longer than N bytes (default: no limit).
+    #[arg(long, value_name = "N")]
+    max_bytes: Option<usize>,
     /// The JSON file; `-` or nothing reads standard input.
     file: Option<PathBuf>,
 }
@@ -52,7 +58,11 @@ pub(crate) fn run(args: &CanonicalizeArgs) -> ExitCode {
         Ok(i) => i,
         Err(code) => return code,
     };
-    let opts = CanonicalizeOptions::default().profile(args.profile.into());
+    // A file or pipe on the command line is the operator's own: no limit unless
+    // asked for (the network-facing limits live in the middleware).
+    let opts = CanonicalizeOptions::default()
+        .profile(args.profile.into())
+        .max_input_len(args.max_bytes.unwrap_or(usize::MAX));
     match canonicalize_with(&input, &opts) {
         Ok(out) => write_stdout(&out),
         Err(e) => {
