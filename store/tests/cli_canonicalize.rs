@@ -138,8 +138,16 @@ fn file_over_eight_mib_is_canonicalized_without_a_cap() {
     let (input, canonical) = big_document(9 << 20);
     std::fs::write(&path, &input).unwrap();
     let out = run(&["canonicalize", path.to_str().unwrap()], b"");
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.stdout == canonical, "output differs from the expected canonical form");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout == canonical,
+        "output differs from the expected canonical form"
+    );
 }
 
 #[test]

@@ -1,13 +1,14 @@
 //! `idemkit canonicalize [--profile strict|rfc8785] [--max-bytes N] [FILE|-]`.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use idemkit::core::json::{CanonicalizeOptions, Profile, canonicalize_with};
+use idemkit::core::json::{CanonicalizeOptions, Profile, Sink, canonicalize_to};
 
 use crate::exit;
-use crate::input::{error_line, read_input, write_stdout};
+use crate::input::{error_line, read_input};
 
 /// The canonicalization profile on the command line.
 #[derive(Clone, Copy, ValueEnum)]
@@ -63,11 +64,43 @@ pub(crate) fn run(args: &CanonicalizeArgs) -> ExitCode {
     let opts = CanonicalizeOptions::default()
         .profile(args.profile.into())
         .max_input_len(args.max_bytes.unwrap_or(usize::MAX));
-    match canonicalize_with(&input, &opts) {
-        Ok(out) => write_stdout(&out),
+    // Streamed: the canonical bytes are written as they are made, so the
+    // output is never held in memory next to the input. The whole input is
+    // validated first, so a rejected one prints nothing on stdout.
+    let mut sink = StdoutSink {
+        out: std::io::stdout().lock(),
+        error: None,
+    };
+    if let Err(e) = canonicalize_to(&input, &opts, &mut sink) {
+        error_line(&format!("rejected JSON: {e} [{}]", e.code()));
+        return ExitCode::from(exit::DATA_ERR);
+    }
+    let flushed = match sink.error.take() {
+        Some(e) => Err(e),
+        None => sink.out.flush(),
+    };
+    match flushed {
+        Ok(()) => ExitCode::from(exit::OK),
         Err(e) => {
-            error_line(&format!("rejected JSON: {e} [{}]", e.code()));
-            ExitCode::from(exit::DATA_ERR)
+            error_line(&format!("cannot write standard output: {e}"));
+            ExitCode::from(exit::IO_ERR)
+        }
+    }
+}
+
+/// Standard output as a [`Sink`]: keeps the first write error and drops what
+/// comes after it.
+struct StdoutSink<'a> {
+    out: std::io::StdoutLock<'a>,
+    error: Option<std::io::Error>,
+}
+
+impl Sink for StdoutSink<'_> {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.error.is_none()
+            && let Err(e) = self.out.write_all(bytes)
+        {
+            self.error = Some(e);
         }
     }
 }
