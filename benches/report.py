@@ -324,10 +324,10 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
         w("### Where the fingerprint's time goes")
         w("")
         w("Same bodies, parts of the pipeline measured alone (MiB/s). `FingerprintSpec::fingerprint` "
-          "parses once (numbers get their canonical text at parse time), serializes the canonical "
-          "form once into a `Vec` and hashes it with one blake3 update (the length frame is the "
+          "validates the body in one pass and writes the canonical form straight from it in a "
+          "second (no tree is built) into a `Vec` and hashes it with one blake3 update (the length frame is the "
           "`Vec`'s length). The split attributes the fingerprint's time per byte: canonicalizer = "
-          "parse + one serialization (`CountingSink`); hashing = blake3 over the canonical bytes; "
+          "both passes (`CountingSink`); hashing = blake3 over the canonical bytes; "
           "rest = the `Vec` and framing.")
         w("")
         w("| body | fingerprint | " + " | ".join(label for _, label in BREAKDOWN)

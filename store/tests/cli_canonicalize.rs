@@ -110,3 +110,63 @@ fn help_shows_examples() {
         "{text}"
     );
 }
+
+/// A generated file over the library's 8 MiB default: members out of order, so
+/// the canonical form differs from the input.
+fn big_document(min_len: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut input = String::from("[");
+    let mut canonical = String::from("[");
+    let mut i = 0u64;
+    while input.len() < min_len {
+        if i > 0 {
+            input.push(',');
+            canonical.push(',');
+        }
+        input.push_str(&format!("{{\"z\":{i}.0,\"a\":\"x{i}\"}}"));
+        canonical.push_str(&format!("{{\"a\":\"x{i}\",\"z\":{i}}}"));
+        i += 1;
+    }
+    input.push(']');
+    canonical.push(']');
+    (input.into_bytes(), canonical.into_bytes())
+}
+
+#[test]
+fn file_over_eight_mib_is_canonicalized_without_a_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.json");
+    let (input, canonical) = big_document(9 << 20);
+    std::fs::write(&path, &input).unwrap();
+    let out = run(&["canonicalize", path.to_str().unwrap()], b"");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout == canonical,
+        "output differs from the expected canonical form"
+    );
+}
+
+#[test]
+fn max_bytes_flag_rejects_a_larger_file_and_accepts_one_at_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("body.json");
+    std::fs::write(&path, b"[1.0, 2]").unwrap();
+    let file = path.to_str().unwrap();
+    let over = run(&["canonicalize", "--max-bytes", "7", file], b"");
+    assert_eq!(over.status.code(), Some(65));
+    assert!(over.stdout.is_empty());
+    let line = stderr_line(&over);
+    assert!(
+        line.contains("input larger than 7 bytes") && line.contains("[json-input-too-large]"),
+        "{line}"
+    );
+    let at = run(&["canonicalize", "--max-bytes", "8", file], b"");
+    assert_eq!(at.status.code(), Some(0));
+    assert_eq!(at.stdout, b"[1,2]");
+    let stdin = run(&["canonicalize", "--max-bytes", "3"], b"[1.0]");
+    assert_eq!(stdin.status.code(), Some(65));
+}

@@ -5,8 +5,7 @@ use core::fmt;
 use super::Fingerprint;
 use super::form::{FormError, decode_form};
 use crate::json::{
-    CanonicalizeOptions, JsonError, JsonPointer, PointerError, Target, parse, resolve,
-    write_node_into,
+    CanonicalizeOptions, JsonError, JsonPointer, PointerError, Target, emit_into, plan, resolve,
 };
 
 /// The blake3 `derive_key` context. Changing anything about the encoding below
@@ -294,7 +293,7 @@ impl FingerprintSpec {
     }
 
     fn json_body(&self, h: &mut blake3::Hasher, body: &[u8]) -> Result<(), JsonError> {
-        let doc = parse(body, &self.json)?;
+        let doc = plan(body, &self.json)?;
         let mut excluded: Vec<usize> = Vec::new();
         for p in &self.exclude {
             // Nested exclusions need no ordering: leaving out an entry inside
@@ -311,7 +310,7 @@ impl FingerprintSpec {
         let mut canonical = Vec::with_capacity(body.len());
         let mut write_value = |h: &mut blake3::Hasher, node: usize| {
             canonical.clear();
-            write_node_into(&doc, node, &excluded, &mut canonical);
+            emit_into(&doc, node, &excluded, &mut canonical);
             frame(h, &canonical);
         };
         if self.include.is_empty() {

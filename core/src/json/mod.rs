@@ -44,19 +44,32 @@
 //! [`canonicalize_to`] writes into any [`Sink`] (a `Vec<u8>`, a
 //! [`blake3::Hasher`]) without building the output. The input is fully parsed and
 //! validated first, so a sink never sees a byte of a rejected input.
+//!
+//! ## Memory
+//!
+//! Canonicalization takes two passes over the input and builds no tree. The
+//! first validates and records, for each object whose members are not already
+//! in canonical order, the sorted offsets of its member names (4 bytes a
+//! member below 4 GiB of input); the second reads the input again and writes
+//! each value straight into the output, jumping between an object's members in
+//! sorted order. Besides the input and the output, the working memory is that
+//! record plus a few bytes per open container: [`canonicalize_to`] into a
+//! hasher or a file needs about the input once more at most, and far less for
+//! typical documents.
 
+mod emit;
 mod error;
 mod number;
-mod parser;
+mod plan;
 mod pointer;
-mod serializer;
+mod strings;
 
 pub use error::{JsonError, JsonErrorKind};
 pub use pointer::{JsonPointer, PointerError};
 
-pub(crate) use parser::parse;
+pub(crate) use emit::emit_into;
+pub(crate) use plan::plan;
 pub(crate) use pointer::{Target, resolve};
-pub(crate) use serializer::{write_node, write_node_into};
 
 /// Which canonicalization rules apply (see the module documentation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -188,9 +201,11 @@ pub fn canonicalize(input: &[u8]) -> Result<Vec<u8>, JsonError> {
 ///
 /// A [`JsonError`] for any input that is not accepted.
 pub fn canonicalize_with(input: &[u8], opts: &CanonicalizeOptions) -> Result<Vec<u8>, JsonError> {
-    let doc = parse(input, opts)?;
+    let plan = plan(input, opts)?;
+    // Canonical text is rarely longer than its input (only numbers such as
+    // `1e20` grow), so this is usually the only allocation of the output.
     let mut out = Vec::with_capacity(input.len());
-    write_node_into(&doc, doc.root, &[], &mut out);
+    emit_into(&plan, plan.root, &[], &mut out);
     Ok(out)
 }
 
@@ -215,8 +230,8 @@ pub fn canonicalize_to<S: Sink + ?Sized>(
     opts: &CanonicalizeOptions,
     sink: &mut S,
 ) -> Result<(), JsonError> {
-    let doc = parse(input, opts)?;
-    write_node(&doc, doc.root, &[], sink);
+    let plan = plan(input, opts)?;
+    emit::emit_to(&plan, plan.root, &[], sink);
     Ok(())
 }
 
@@ -238,5 +253,7 @@ pub fn format_number(value: f64) -> Option<String> {
 
 /// Writes `s` as an RFC 8785 string literal (with quotes) into `sink`.
 pub fn write_string<S: Sink + ?Sized>(s: &str, sink: &mut S) {
-    serializer::write_escaped(s, sink);
+    let mut out = Vec::with_capacity(s.len() + 2);
+    strings::escape_into(s, &mut out);
+    sink.write(&out);
 }

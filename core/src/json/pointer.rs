@@ -2,7 +2,9 @@
 
 use core::fmt;
 
-use super::parser::{Document, Node, push_pointer_token};
+use super::emit::skip_value;
+use super::plan::Plan;
+use super::strings::{name_is, push_pointer_token, skip_string};
 
 /// A parsed RFC 6901 JSON Pointer such as `/customer/email` or `/a~1b/0`.
 ///
@@ -126,10 +128,10 @@ impl fmt::Display for JsonPointer {
 /// Where a pointer leads in a document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Target {
-    /// The whole document.
+    /// The whole document: the offset of its value.
     Root(usize),
-    /// A member or element: the entry index (in `Document::entries`) and its
-    /// value node.
+    /// A member or element: the entry (the offset of a member's name or of an
+    /// element's value, as exclusions name it) and the offset of its value.
     Entry { entry: usize, value: usize },
 }
 
@@ -141,34 +143,65 @@ impl Target {
     }
 }
 
-/// RFC 6901 §4 evaluation. Array indices are `0` or digits without a leading
-/// zero; `-` and anything else select nothing. A path through an entry listed
-/// in `skip` (sorted entry indices) selects nothing either.
-pub(crate) fn resolve(doc: &Document<'_>, pointer: &JsonPointer, skip: &[usize]) -> Option<Target> {
-    let mut target = Target::Root(doc.root);
+fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
+    while matches!(bytes.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// RFC 6901 §4 evaluation over a validated document. Array indices are `0` or
+/// digits without a leading zero; `-` and anything else select nothing. A
+/// path through an entry listed in `skip` (sorted entries) selects nothing
+/// either.
+pub(crate) fn resolve(plan: &Plan<'_>, pointer: &JsonPointer, skip: &[usize]) -> Option<Target> {
+    let bytes = plan.text.as_bytes();
+    let mut target = Target::Root(plan.root);
     for token in &pointer.tokens {
-        let (start, len, object) = match doc.node(target.value()) {
-            Node::Object { start, len } => (start, len, true),
-            Node::Array { start, len } => (start, len, false),
+        let at = target.value();
+        let object = match bytes.get(at) {
+            Some(b'{') => true,
+            Some(b'[') => false,
             _ => return None,
         };
-        let entries = doc.entries(start, len);
-        let found = if object {
-            // Names are unique, so a linear scan finds at most one.
-            entries
-                .iter()
-                .position(|e| e.name.is_some_and(|n| doc.str(n) == token.as_str()))
+        let index = if object {
+            None
         } else {
-            parse_index(token).filter(|&i| i < len)
-        }?;
-        let entry = entries.get(found)?;
-        if skip.binary_search(&(start + found)).is_ok() {
+            Some(parse_index(token)?)
+        };
+        let mut i = skip_ws(bytes, at + 1);
+        if matches!(bytes.get(i), Some(b'}' | b']')) {
             return None;
         }
-        target = Target::Entry {
-            entry: start + found,
-            value: entry.value,
+        // Children in input order; names are unique, so the first match is
+        // the only one.
+        let mut n = 0usize;
+        let (entry, value) = loop {
+            let entry = i;
+            let (value, found) = if object {
+                let found = name_is(bytes, i, token);
+                // Past the name, the `:` and the space around it.
+                (
+                    skip_ws(bytes, skip_ws(bytes, skip_string(bytes, i)) + 1),
+                    found,
+                )
+            } else {
+                (i, index == Some(n))
+            };
+            if found {
+                break (entry, value);
+            }
+            i = skip_ws(bytes, skip_value(bytes, value));
+            if bytes.get(i) != Some(&b',') {
+                return None;
+            }
+            i = skip_ws(bytes, i + 1);
+            n += 1;
         };
+        if skip.binary_search(&entry).is_ok() {
+            return None;
+        }
+        target = Target::Entry { entry, value };
     }
     Some(target)
 }
