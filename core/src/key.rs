@@ -136,6 +136,24 @@ impl IdempotencyKey {
         &self.0
     }
 
+    /// The header value a client sends: the key bare (as Stripe clients send it)
+    /// when the bare spelling parses back to this key, else the Structured-Field
+    /// string. A key holding `,` or starting with `"` is therefore sent quoted.
+    ///
+    /// ```
+    /// use idemkit_core::IdempotencyKey;
+    /// assert_eq!(IdempotencyKey::new("order-42").unwrap().to_client_header_value(), "order-42");
+    /// assert_eq!(IdempotencyKey::new("a,b").unwrap().to_client_header_value(), "\"a,b\"");
+    /// ```
+    #[must_use]
+    pub fn to_client_header_value(&self) -> String {
+        if self.0.contains(',') || self.0.starts_with('"') {
+            self.to_header_value()
+        } else {
+            self.0.clone()
+        }
+    }
+
     /// The key as a Structured-Field string, as the IETF draft writes the header.
     #[must_use]
     pub fn to_header_value(&self) -> String {
@@ -479,7 +497,9 @@ mod tests {
         fn every_valid_key_round_trips_in_both_forms(key in "[!-~]{1,255}") {
             let parsed = IdempotencyKey::new(&key).unwrap();
             prop_assert_eq!(IdempotencyKey::parse_header(parsed.to_header_value().as_bytes()).unwrap(), parsed.clone());
+            prop_assert_eq!(IdempotencyKey::parse_header(parsed.to_client_header_value().as_bytes()).unwrap(), parsed.clone());
             if !key.starts_with('"') && !key.contains(',') {
+                prop_assert_eq!(parsed.to_client_header_value(), key.clone());
                 prop_assert_eq!(IdempotencyKey::parse_header(key.as_bytes()).unwrap(), parsed);
             }
         }
