@@ -5,6 +5,11 @@
 //! (draft-ietf-httpapi-idempotency-key-header) writes (`"abc"`, RFC 8941 §3.3.3)
 //! and the bare token that Stripe clients send (`abc`). Keys are case-sensitive and
 //! never normalised: `Abc` and `abc` are different operations.
+//!
+//! A bare key may not contain `,`: HTTP combines two `Idempotency-Key` field
+//! lines into one value joined by `,` (RFC 9110 §5.3), so `a,b` cannot be told
+//! apart from two keys sent at once and is refused ([`KeyError::BareComma`]). A
+//! quoted key may hold `,` (`"a,b"` is the one key `a,b`).
 
 use core::fmt;
 
@@ -31,13 +36,16 @@ impl IdempotencyKey {
 
     /// Parses an `Idempotency-Key` header value: a Structured-Field string
     /// (`"abc"`, with `\"` and `\\` escapes) or a bare key (`abc`). Surrounding
-    /// spaces and tabs (HTTP optional whitespace) are ignored.
+    /// spaces and tabs (HTTP optional whitespace) are ignored. A bare key holding
+    /// `,` is refused: it is what HTTP makes of two field lines.
     ///
     /// ```
-    /// use idemkit_core::IdempotencyKey;
+    /// use idemkit_core::{IdempotencyKey, KeyError};
     /// let quoted = IdempotencyKey::parse_header(b"\"8e03978e-40d5-43e8\"").unwrap();
     /// let bare = IdempotencyKey::parse_header(b"8e03978e-40d5-43e8").unwrap();
     /// assert_eq!(quoted, bare);
+    /// assert_eq!(IdempotencyKey::parse_header(b"a,b"), Err(KeyError::BareComma { offset: 1 }));
+    /// assert_eq!(IdempotencyKey::parse_header(b"\"a,b\"").unwrap().as_str(), "a,b");
     /// ```
     pub fn parse_header(value: &[u8]) -> Result<Self, KeyError> {
         let start = value
@@ -51,6 +59,15 @@ impl IdempotencyKey {
         let trimmed = value.get(start..end).unwrap_or_default();
         if trimmed.first() == Some(&b'"') {
             return parse_sf_string(trimmed, start);
+        }
+        // The first offending byte is named: in `a, b` (two folded field lines)
+        // that is the comma, not the space after it.
+        if let Some(i) = trimmed
+            .iter()
+            .position(|b| *b == b',' || !(0x21..=0x7E).contains(b))
+            .filter(|i| trimmed.get(*i) == Some(&b','))
+        {
+            return Err(KeyError::BareComma { offset: start + i });
         }
         validate(trimmed, start)?;
         // validate() accepted only ASCII, so this conversion cannot fail.
@@ -117,6 +134,24 @@ impl IdempotencyKey {
     #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The header value a client sends: the key bare (as Stripe clients send it)
+    /// when the bare spelling parses back to this key, else the Structured-Field
+    /// string. A key holding `,` or starting with `"` is therefore sent quoted.
+    ///
+    /// ```
+    /// use idemkit_core::IdempotencyKey;
+    /// assert_eq!(IdempotencyKey::new("order-42").unwrap().to_client_header_value(), "order-42");
+    /// assert_eq!(IdempotencyKey::new("a,b").unwrap().to_client_header_value(), "\"a,b\"");
+    /// ```
+    #[must_use]
+    pub fn to_client_header_value(&self) -> String {
+        if self.0.contains(',') || self.0.starts_with('"') {
+            self.to_header_value()
+        } else {
+            self.0.clone()
+        }
     }
 
     /// The key as a Structured-Field string, as the IETF draft writes the header.
@@ -270,6 +305,13 @@ pub enum KeyError {
         /// Byte offset of the first extra byte.
         offset: usize,
     },
+    /// A bare (unquoted) key holds `,`, which is how HTTP joins two
+    /// `Idempotency-Key` field lines (RFC 9110 §5.3); a key holding `,` must be
+    /// sent quoted (`"a,b"`).
+    BareComma {
+        /// Byte offset of the first `,` in the header value.
+        offset: usize,
+    },
 }
 
 impl KeyError {
@@ -283,6 +325,7 @@ impl KeyError {
             KeyError::UnterminatedString { .. } => "key-unterminated-string",
             KeyError::InvalidEscape { .. } => "key-invalid-escape",
             KeyError::TrailingData { .. } => "key-trailing-data",
+            KeyError::BareComma { .. } => "key-bare-comma",
         }
     }
 }
@@ -316,6 +359,10 @@ impl fmt::Display for KeyError {
                     "unexpected data after the quoted idempotency key at offset {offset}"
                 )
             }
+            KeyError::BareComma { offset } => write!(
+                f,
+                "bare idempotency key has ',' at offset {offset}, which is how HTTP joins two Idempotency-Key field lines; send one key, quoted (\"a,b\") if it holds ','"
+            ),
         }
     }
 }
@@ -382,6 +429,12 @@ mod tests {
             (b"\"abc", KeyError::UnterminatedString { offset: 4 }),
             (b"\"a\\n\"", KeyError::InvalidEscape { offset: 2 }),
             (b"\"abc\";p=1", KeyError::TrailingData { offset: 5 }),
+            // Two field lines folded by HTTP, with and without the space.
+            (b"a,b", KeyError::BareComma { offset: 1 }),
+            (b" a, b", KeyError::BareComma { offset: 2 }),
+            (b"abc,", KeyError::BareComma { offset: 3 }),
+            (b",abc", KeyError::BareComma { offset: 0 }),
+            (b"\"a\", \"b\"", KeyError::TrailingData { offset: 3 }),
         ];
         for (header, expected) in cases {
             assert_eq!(
@@ -396,6 +449,15 @@ mod tests {
             Err(KeyError::TooLong { len: 256 })
         );
         assert!(IdempotencyKey::parse_header(&long[..255]).is_ok());
+    }
+
+    #[test]
+    fn a_quoted_key_may_hold_a_comma() {
+        let key = IdempotencyKey::parse_header(b"\"a,b\"").unwrap();
+        assert_eq!(key.as_str(), "a,b");
+        assert_eq!(key.to_header_value(), "\"a,b\"");
+        // The key itself (already out of its header syntax) is valid.
+        assert_eq!(IdempotencyKey::new("a,b"), Ok(key));
     }
 
     #[test]
@@ -435,7 +497,9 @@ mod tests {
         fn every_valid_key_round_trips_in_both_forms(key in "[!-~]{1,255}") {
             let parsed = IdempotencyKey::new(&key).unwrap();
             prop_assert_eq!(IdempotencyKey::parse_header(parsed.to_header_value().as_bytes()).unwrap(), parsed.clone());
-            if !key.starts_with('"') {
+            prop_assert_eq!(IdempotencyKey::parse_header(parsed.to_client_header_value().as_bytes()).unwrap(), parsed.clone());
+            if !key.starts_with('"') && !key.contains(',') {
+                prop_assert_eq!(parsed.to_client_header_value(), key.clone());
                 prop_assert_eq!(IdempotencyKey::parse_header(key.as_bytes()).unwrap(), parsed);
             }
         }

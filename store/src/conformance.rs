@@ -71,6 +71,10 @@ pub fn checks<B: IdempotencyBackend>() -> Vec<Check<B>> {
             "recovery_reuses_persisted_provider_keys",
             recovery_reuses_persisted_provider_keys::<B>,
         ),
+        (
+            "completed_without_body_is_response_expired",
+            completed_without_body_is_response_expired::<B>,
+        ),
         ("gc_prunes_then_deletes", gc_prunes_then_deletes::<B>),
         (
             "gc_never_touches_running_or_unknown",
@@ -630,6 +634,51 @@ fn recovery_reuses_persisted_provider_keys<B: IdempotencyBackend>(b: &B) {
         at(secs(104)),
     )
     .unwrap();
+}
+
+/// A response over the stored-response limit is recorded as completed without
+/// its body: from the first retry on (inside the replay window too) it is 410
+/// material with the resource reference, never a replay and never a new execution.
+fn completed_without_body_is_response_expired<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &external(), T0);
+    let mut large = response("large");
+    large.body = None;
+    b.complete(&scope(), &key("k"), token, large, &external(), at(secs(1)))
+        .unwrap();
+    let record = b.get(&scope(), &key("k")).unwrap().unwrap();
+    match &record.state {
+        RecordState::Completed { response, .. } => {
+            assert!(response.body.is_none());
+            assert_eq!(response.resource_ref.as_deref(), Some("res-large"));
+        }
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    for later in [2, 60, 3_601] {
+        let outcome = b
+            .claim(
+                &scope(),
+                &key("k"),
+                fp(1),
+                "w",
+                &external(),
+                at(secs(later)),
+            )
+            .unwrap();
+        assert_eq!(
+            outcome,
+            ClaimOutcome::ResponseExpired {
+                status: 201,
+                resource_ref: Some("res-large".into())
+            },
+            "at +{later}s"
+        );
+    }
+    // GC keeps it like any completed record until its record window ends.
+    let report = b.gc(at(secs(3_601)), 100).unwrap();
+    assert_eq!(report.deleted, 0);
+    let report = b.gc(at(secs(7_201)), 100).unwrap();
+    assert_eq!(report.deleted, 1);
+    assert!(b.get(&scope(), &key("k")).unwrap().is_none());
 }
 
 fn gc_prunes_then_deletes<B: IdempotencyBackend>(b: &B) {

@@ -616,7 +616,7 @@ export async function callWithRetry(options) {
     const request = {
       url: journalled.url,
       method: journalled.method,
-      headers: [...journalled.headers, ...volatileHeaders, ["idempotency-key", action.key], ["idemkit-attempt-id", start.attemptId]],
+      headers: [...journalled.headers, ...volatileHeaders, ["idempotency-key", wasmCall(() => wasm.keyHeaderValue(action.key))], ["idemkit-attempt-id", start.attemptId]],
       body: sentBody,
     };
     let aborted;

@@ -13,6 +13,9 @@ import { IdemkitError, wasmCall } from "./errors.js";
 /** How often one call re-reads after losing a compare-and-set race before giving up (503). */
 const MAX_RACES = 64;
 
+/** Response bodies up to this many bytes are kept for replay unless configured otherwise. */
+const DEFAULT_MAX_STORED_RESPONSE_BYTES = 1024 * 1024;
+
 const DEFAULT_POLICY = Object.freeze({
   leaseMs: 30_000,
   replayWindowMs: 24 * 60 * 60 * 1000,
@@ -106,10 +109,22 @@ export function createIdempotency(options) {
   const keyRequired = options.required ?? true;
   const autoRenew = options.autoRenew ?? true;
   // The body is read whole to fingerprint it, so its size is bounded (core's
-  // canonicalizer also refuses JSON above 8 MiB).
+  // canonicalizer also refuses JSON above 8 MiB). It is read through a counting
+  // reader that stops at the limit: nothing past it is buffered.
   const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 0) {
     throw new IdemkitError("invalid-argument", "maxBodyBytes must be a non-negative integer");
+  }
+  // Response bodies kept for replay are bounded too. An adapter whose platform
+  // caps a stored value (Deno KV, Durable Objects) says so in `maxRecordBytes`,
+  // and a body that would make the record larger is not kept either.
+  const maxStoredResponseBytes = options.maxStoredResponseBytes ?? DEFAULT_MAX_STORED_RESPONSE_BYTES;
+  if (!Number.isSafeInteger(maxStoredResponseBytes) || maxStoredResponseBytes < 0) {
+    throw new IdemkitError("invalid-argument", "maxStoredResponseBytes must be a non-negative integer");
+  }
+  const maxRecordBytes = adapter.maxRecordBytes ?? Infinity;
+  if (maxRecordBytes !== Infinity && (!Number.isSafeInteger(maxRecordBytes) || maxRecordBytes <= 0)) {
+    throw new IdemkitError("invalid-argument", "adapter.maxRecordBytes must be a positive integer");
   }
 
   function fingerprintOf(body, contentType) {
@@ -175,8 +190,21 @@ export function createIdempotency(options) {
     throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races on record ${held.logRef}`);
   }
 
-  const complete = (held, response) =>
-    transition(held, (r) => wasm.complete(r, held.token, toStored(response), policy, clock()));
+  /**
+   * A body over `maxStoredResponseBytes`, or one that would make the record larger
+   * than the adapter's `maxRecordBytes`, is not kept: the record is completed
+   * without it (status, headers and resource reference stay), so a retry gets 410
+   * response-expired with the reference, never a second execution.
+   */
+  const complete = (held, response) => {
+    const stored = toStored(response);
+    const bodiless = { ...stored, body: null };
+    const kept = stored.body !== null && stored.body.length > maxStoredResponseBytes ? bodiless : stored;
+    return transition(held, (r) => {
+      const next = wasm.complete(r, held.token, kept, policy, clock());
+      return next.length > maxRecordBytes && kept.body !== null ? wasm.complete(r, held.token, bodiless, policy, clock()) : next;
+    });
+  };
   const release = (held) => transition(held, (r) => wasm.release(r, held.token, policy, clock()));
   const markUnknown = (held, reason) =>
     transition(held, (r) => wasm.markUnknown(r, held.token, String(reason ?? "marked by worker"), clock()));
@@ -240,11 +268,15 @@ export function createIdempotency(options) {
     }
     const declared = Number(request.headers.get("content-length") ?? 0);
     if (declared > maxBodyBytes) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
-    const body = new Uint8Array(await request.clone().arrayBuffer());
-    if (body.length > maxBodyBytes) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
+    const hasBody = request.body !== null;
+    const body = await readBounded(request, maxBodyBytes);
+    if (body === null) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
+    // The body was read once, here; the handler gets a request carrying those bytes.
+    const forwarded = hasBody ? new Request(request, { body }) : request;
     let fp;
     try {
-      fp = fingerprintOf(body, request.headers.get("content-type") ?? "");
+      // A request without a Content-Type is fingerprinted as the configured kind.
+      fp = fingerprintOf(body, request.headers.get("content-type") ?? fingerprintOptions.contentType ?? "");
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
       return fromAnswer(wasm.refuseInvalidBody(err.code, err.message));
@@ -260,7 +292,7 @@ export function createIdempotency(options) {
     }
     switch (held.outcome) {
       case "execute":
-        return execute(held, request, handler);
+        return execute(held, forwarded, handler);
       case "replay":
         return replay(held.response);
       case "inFlight":
@@ -359,6 +391,39 @@ export function createIdempotency(options) {
     inspect,
     policy: Object.freeze({ ...policy }),
   };
+}
+
+/**
+ * The request body, read through a counting reader that stops as soon as more
+ * than `limit` bytes arrived (the stream is cancelled, nothing past the limit is
+ * buffered): the bytes, or null when the body is larger than `limit`.
+ * @param {Request} request
+ * @param {number} limit
+ * @returns {Promise<Uint8Array | null>}
+ */
+async function readBounded(request, limit) {
+  if (request.body === null) return new Uint8Array();
+  const reader = request.body.getReader();
+  const chunks = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > limit) {
+      await reader.cancel("request body over maxBodyBytes").catch(() => {});
+      return null;
+    }
+    chunks.push(value);
+  }
+  if (chunks.length === 1) return chunks[0];
+  const body = new Uint8Array(total);
+  let at = 0;
+  for (const chunk of chunks) {
+    body.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return body;
 }
 
 async function settleQuietly(fn) {

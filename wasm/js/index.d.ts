@@ -34,7 +34,11 @@ export interface FingerprintOptions {
 /** 64 lowercase hex characters, equal to `idemkit fingerprint` with the same options. */
 export function fingerprint(body: string | Uint8Array, options?: FingerprintOptions): string;
 
-/** The key of an `Idempotency-Key` header value, quoted (`"abc"`) or bare (`abc`). */
+/**
+ * The key of an `Idempotency-Key` header value, quoted (`"abc"`) or bare (`abc`).
+ * A bare value holding `,` is refused (`key-bare-comma`): HTTP joins two field lines
+ * with `,`. A quoted key may hold it (`"a,b"`).
+ */
 export function parseKey(headerValue: string): string;
 
 /** The storage id (hex) of `(tenant, operation, key)`. */
@@ -98,15 +102,28 @@ export interface Adapter<V = unknown> {
   insert(id: string, record: Uint8Array): Promise<{ version: V } | null>;
   /** Compare-and-set: write only if the version is still `version`; null otherwise. */
   update(id: string, record: Uint8Array, version: V): Promise<{ version: V } | null>;
+  /**
+   * The largest record (in bytes) the store can hold, when its platform caps a value
+   * (Deno KV, Durable Objects, D1 set it). A response body that would make a record
+   * larger is not kept: the response is answered once and a retry gets 410
+   * `response-expired`.
+   */
+  readonly maxRecordBytes?: number;
 }
 
 /** In-process records (tests, single-process servers). */
 export function memoryAdapter(): Adapter<number> & { size(): number };
 
-/** A SQLite database: better-sqlite3 (Node) or bun:sqlite (Bun). */
+/**
+ * A SQLite database: better-sqlite3 (Node) or bun:sqlite (Bun). Sets
+ * `synchronous=FULL` when it is lower (WAL with NORMAL can lose acknowledged
+ * records on power loss), refuses a file database with `journal_mode` OFF or MEMORY
+ * (TypeError), and sets a busy timeout (`busyTimeoutMs`, default 5000) when the
+ * connection has none (bun:sqlite's default) or when one is given.
+ */
 export function sqliteAdapter(
   db: { prepare(sql: string): unknown; exec(sql: string): unknown },
-  options?: { table?: string },
+  options?: { table?: string; busyTimeoutMs?: number },
 ): Adapter<number>;
 
 /** Cloudflare D1 (`env.DB`); creates its table on first use unless `createTable: false`. */
@@ -114,10 +131,17 @@ export function d1Adapter(d1: unknown, options?: { table?: string; createTable?:
 /** The `CREATE TABLE` statement of the D1 adapter, for a migration. */
 export function d1Schema(table?: string): string;
 
-/** A Durable Object's `ctx.storage`. */
-export function durableObjectAdapter(storage: unknown, options?: { prefix?: string }): Adapter<number>;
+/**
+ * A Durable Object's `ctx.storage`. `maxRecordBytes` defaults to the key-value
+ * backend's 128 KiB value cap (less serialization headroom); a SQLite-backed class
+ * may pass up to its 2 MB.
+ */
+export function durableObjectAdapter(storage: unknown, options?: { prefix?: string; maxRecordBytes?: number }): Adapter<number>;
 
-/** Deno KV (`await Deno.openKv()`); records must fit in a 64 KiB KV value. */
+/**
+ * Deno KV (`await Deno.openKv()`); records must fit in a 64 KiB KV value, so its
+ * `maxRecordBytes` keeps larger response bodies out of the record.
+ */
 export function denoKvAdapter(kv: unknown, options?: { prefix?: unknown[] }): Adapter<string>;
 
 export interface PolicyOptions {
@@ -144,14 +168,28 @@ export interface IdempotencyOptions {
   /** The authenticated caller; never taken from the body or the key. `null` answers 401. */
   tenant: (request: Request) => string | null | Promise<string | null>;
   policy?: PolicyOptions;
-  /** Which parts of the body count (the operation and content type come from the request). */
+  /**
+   * Which parts of the body count. The operation and content type come from the
+   * request; `contentType` applies to a request that sends no Content-Type.
+   */
   fingerprint?: Omit<FingerprintOptions, "operation">;
   /** Whether requests without a key are refused (default true) or passed through unprotected. */
   required?: boolean;
   /** What a completed response created (default: its `Location` header). */
   resourceRef?: (response: Response) => string | null;
-  /** Larger request bodies get 413 body-too-large, unexecuted (default 1 MiB). */
+  /**
+   * Larger request bodies get 413 body-too-large, unexecuted (default 1 MiB). The
+   * body is read through a counting reader that stops at the limit, so a chunked
+   * upload is not buffered past it.
+   */
   maxBodyBytes?: number;
+  /**
+   * Response bodies up to this many bytes are kept for replay (default 1 MiB; the
+   * adapter's `maxRecordBytes` may lower it). A larger response is answered in full
+   * once and recorded as completed without its body: a retry gets 410
+   * `response-expired` with the resource reference, and nothing runs twice.
+   */
+  maxStoredResponseBytes?: number;
   /** Renew the lease every third of `leaseMs` while the handler runs (default true). */
   autoRenew?: boolean;
   /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */

@@ -67,6 +67,16 @@ pub fn parse_key(header_value: &str) -> JsResult<String> {
         .map_err(interop::error)
 }
 
+/// The `Idempotency-Key` value a client sends for `key`: bare when that parses
+/// back to the key, else quoted (a key holding `,` or starting with `"`).
+#[wasm_bindgen(js_name = keyHeaderValue)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn key_header_value(key: &str) -> JsResult<String> {
+    IdempotencyKey::new(key)
+        .map(|k| k.to_client_header_value())
+        .map_err(interop::error)
+}
+
 /// The storage id of `(tenant, operation, key)` as lowercase hex: the injective
 /// length-prefixed encoding from core, so two different triples never share an id.
 #[wasm_bindgen(js_name = recordId)]

@@ -24,6 +24,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       tenant: (request) => request.headers.get("x-tenant"),
       policy: options.policy,
       fingerprint: options.fingerprint,
+      maxStoredResponseBytes: options.maxStoredResponseBytes,
       clock: () => clock.now,
     });
     const counter = { runs: 0 };
@@ -71,11 +72,19 @@ export function conformanceCases(idemkit, makeAdapter) {
 
     ["malformed key: 400 invalid-idempotency-key with the core's code", async () => {
       const { idem, counter, handler } = await setup();
-      for (const [key, code] of [["has space", "key-invalid-character"], ["x".repeat(256), "key-too-long"], ['""', "key-empty"], ['"abc', "key-unterminated-string"]]) {
+      for (const [key, code] of [["has space", "key-invalid-character"], ["x".repeat(256), "key-too-long"], ['""', "key-empty"], ['"abc', "key-unterminated-string"], ["a,b", "key-bare-comma"], ["a, b", "key-bare-comma"]]) {
         const body = await problemOf(await idem.handle(request(key), handler), 400, "invalid-idempotency-key");
         assert.equal(body.code, code, `code for ${key.slice(0, 10)}`);
       }
       assert.equal(counter.runs, 0);
+    }],
+
+    ["a quoted key may hold a comma: it executes once and replays", async () => {
+      const { idem, counter, handler } = await setup();
+      assert.equal((await idem.handle(request('"a,b"'), handler)).status, 201);
+      const again = await idem.handle(request('"a,b"'), handler);
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      assert.equal(counter.runs, 1);
     }],
 
     ["no tenant: 401 unauthenticated, nothing executed", async () => {
@@ -488,6 +497,54 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.ok(adapter !== undefined);
     }],
 
+    ["a response over maxStoredResponseBytes is answered in full once, then 410 response-expired with the resource", async () => {
+      const respond = (body, n) => new Response("r".repeat(body.size), { status: 201, headers: { location: `/reports/${n}` } });
+      const { idem, counter, handler, clock } = await setup({ maxStoredResponseBytes: 1024, respond });
+      const atLimit = await idem.handle(request("k-at", { size: 1024 }), handler);
+      assert.equal((await atLimit.text()).length, 1024);
+      const replayed = await idem.handle(request("k-at", { size: 1024 }), handler);
+      assert.equal(replayed.headers.get("idempotent-replayed"), "true");
+      assert.equal((await replayed.text()).length, 1024);
+
+      const big = await idem.handle(request("k-big", { size: 1025 }), handler);
+      assert.equal(big.status, 201);
+      assert.equal(big.headers.get("location"), "/reports/2");
+      assert.equal((await big.text()).length, 1025, "the caller gets the whole response once");
+      const record = await idem.inspect({ tenant: "acme", key: "k-big" });
+      assert.equal(record.state, "completed");
+      assert.equal(record.response.body, null, "recorded without its body");
+      assert.equal(record.response.resourceRef, "/reports/2");
+      for (const later of [1, 60]) {
+        clock.now += later * SECOND;
+        const retry = await problemOf(await idem.handle(request("k-big", { size: 1025 }), handler), 410, "response-expired");
+        assert.equal(retry.original_status, 201);
+        assert.equal(retry.resource_ref, "/reports/2");
+      }
+      assert.equal(counter.runs, 2, "each key ran once");
+    }],
+
+    ["a response too large for the adapter's stored value is answered once, then 410; never a second run", async () => {
+      const adapter = await makeAdapter();
+      // Adapters over a store that caps a value (Deno KV, Durable Objects, D1) say
+      // so in maxRecordBytes; the others hold any body up to maxStoredResponseBytes.
+      const capped = adapter.maxRecordBytes !== undefined;
+      const size = capped ? adapter.maxRecordBytes + 1 : 100 * 1024;
+      const respond = (_, n) => new Response("r".repeat(size), { status: 201, headers: { location: `/reports/${n}` } });
+      const { idem, counter, handler } = await setup({ adapter, respond });
+      const first = await idem.handle(request("k-huge"), handler);
+      assert.equal(first.status, 201);
+      assert.equal((await first.text()).length, size);
+      const retry = await idem.handle(request("k-huge"), handler);
+      if (capped) {
+        const problem = await problemOf(retry, 410, "response-expired");
+        assert.equal(problem.resource_ref, "/reports/1");
+      } else {
+        assert.equal(retry.headers.get("idempotent-replayed"), "true");
+        assert.equal((await retry.text()).length, size);
+      }
+      assert.equal(counter.runs, 1);
+    }],
+
     ["corrupt stored bytes are a typed error, answered 503 and never executed", async () => {
       const adapter = {
         get: async () => ({ record: new Uint8Array([1, 255, 255, 255]), version: 1 }),
@@ -508,6 +565,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.throws(() => createIdempotency({ ...base, policy: { mismatchStatus: 400 } }), "invalid-argument");
       assert.throws(() => createIdempotency({ ...base, policy: { leaseMs: -1 } }), "invalid-argument");
       assert.throws(() => createIdempotency({ ...base, adapter: {} }), "invalid-argument");
+      assert.throws(() => createIdempotency({ ...base, maxStoredResponseBytes: -1 }), "invalid-argument");
       assert.ok(new IdemkitError("c", "m") instanceof Error);
     }],
   ];

@@ -272,6 +272,18 @@ export function journalCases(idemkit, makeAdapter) {
       assert.equal(rotated.seen[0].headers.get("idempotency-key"), rotated.seen[1].headers.get("idempotency-key"));
     }],
 
+    ["callWithRetry: a chosen key holding ',' is sent quoted, so the server reads one key, not two folded lines", async () => {
+      const { journal } = await setup();
+      const { fetch, seen } = scriptedFetch([json(201, {})]);
+      const report = await call(journal, fetch, { key: "a,b", actionId: "comma" });
+      assert.equal(report.idempotencyKey, "a,b");
+      assert.equal(seen[0].headers.get("idempotency-key"), '"a,b"');
+      assert.equal(idemkit.parseKey(seen[0].headers.get("idempotency-key")), "a,b");
+      const plain = scriptedFetch([json(201, {})]);
+      await call(journal, plain.fetch, { key: "order-9", actionId: "plain" });
+      assert.equal(plain.seen[0].headers.get("idempotency-key"), "order-9", "bare when bare is unambiguous");
+    }],
+
     ["callWithRetry: refuses an Idempotency-Key header, a relative URL, a bad policy and a fetch that returns no Response", async () => {
       const { journal } = await setup();
       const { fetch, seen } = scriptedFetch([json(201, {})]);

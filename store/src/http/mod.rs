@@ -18,7 +18,9 @@
 //! 5. a replay answers the stored status, replayable headers and body with
 //!    `Idempotent-Replayed: true`; in-flight → 409 + `Retry-After`; a changed
 //!    payload → 422 (or 409 per policy); Unknown → 409 `outcome-uncertain`;
-//!    completed past the replay window → 410;
+//!    completed past the replay window, or completed with a response body larger
+//!    than [`RouteConfig::max_stored_response_bytes`] → 410 `response-expired`
+//!    with the resource reference (never a new execution);
 //! 6. otherwise the inner service runs with an [`Execution`] extension, its
 //!    lease renewed in the background, and its response is recorded per the
 //!    policy's [`classify`] before it is returned (durable before acknowledged).
@@ -109,6 +111,7 @@ pub struct RouteConfig {
     principal: Arc<PrincipalFn>,
     policy: Policy,
     body_limit: usize,
+    max_stored_response_bytes: usize,
     owner: String,
     store_retry_after: Duration,
     on_disconnect: OnDisconnect,
@@ -140,6 +143,7 @@ impl std::fmt::Debug for RouteConfig {
             .field("key", &self.key)
             .field("policy", &self.policy)
             .field("body_limit", &self.body_limit)
+            .field("max_stored_response_bytes", &self.max_stored_response_bytes)
             .field("owner", &self.owner)
             .finish_non_exhaustive()
     }
@@ -148,6 +152,9 @@ impl std::fmt::Debug for RouteConfig {
 impl RouteConfig {
     /// The default body limit: 1 MiB.
     pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+    /// The default bound on a stored response body: 1 MiB.
+    pub const DEFAULT_MAX_STORED_RESPONSE_BYTES: usize = 1 << 20;
 
     /// A route for `operation` (for example `appointments.create`) whose effect
     /// is `effect`: JSON fingerprint of the whole body, key required, the
@@ -165,6 +172,7 @@ impl RouteConfig {
             principal: Arc::new(|_: &Parts| None),
             policy: Policy::default().with_effect(effect),
             body_limit: Self::DEFAULT_BODY_LIMIT,
+            max_stored_response_bytes: Self::DEFAULT_MAX_STORED_RESPONSE_BYTES,
             owner: format!("http:{}", std::process::id()),
             store_retry_after: Duration::from_secs(1),
             on_disconnect: OnDisconnect::Finish,
@@ -207,6 +215,18 @@ impl RouteConfig {
     #[must_use]
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = bytes;
+        self
+    }
+
+    /// The largest response body kept for replay, in bytes (default
+    /// [`DEFAULT_MAX_STORED_RESPONSE_BYTES`](Self::DEFAULT_MAX_STORED_RESPONSE_BYTES),
+    /// 1 MiB). A larger response is answered in full once and recorded as
+    /// completed without its body (status, replayable headers and resource
+    /// reference are kept), so a retry gets 410 `response-expired` with the
+    /// resource reference instead of a replay, and nothing runs twice.
+    #[must_use]
+    pub fn max_stored_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_stored_response_bytes = bytes;
         self
     }
 
@@ -429,9 +449,8 @@ where
         // refused where the comma falls, as the combined value would be.
         (Some(first), Some(_)) => {
             return Ok(refusal_response(&Refusal::InvalidKey(
-                KeyError::InvalidCharacter {
+                KeyError::BareComma {
                     offset: first.as_bytes().len(),
-                    byte: b',',
                 },
             )));
         }
@@ -618,7 +637,9 @@ where
             .filter(|(name, _)| idemkit_core::http::is_replayable_header(name.as_str()))
             .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
             .collect(),
-        body: Some(body.to_vec()),
+        // Over the bound: completed without its body, so a retry gets 410 with
+        // the resource reference; the caller still gets the whole response below.
+        body: (body.len() <= config.max_stored_response_bytes).then(|| body.to_vec()),
         resource_ref: execution.resource_ref(),
     };
     let Some(guard) = execution.take_guard() else {

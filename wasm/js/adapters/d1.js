@@ -4,6 +4,12 @@
 
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+// D1 refuses a row (and a BLOB) above 2 000 000 bytes. The id and version take the
+// rest of the row; createIdempotency keeps no response body that would make a
+// record larger (the response is answered once and a retry gets 410).
+const D1_MAX_ROW_BYTES = 2_000_000;
+const ROW_HEADROOM = 1024;
+
 /** The schema, for a migration file (`wrangler d1 migrations`) instead of lazy creation. */
 export function d1Schema(table = "idemkit_records") {
   if (!TABLE.test(table)) throw new TypeError(`invalid table name ${JSON.stringify(table)}`);
@@ -32,6 +38,7 @@ export function d1Adapter(d1, options = {}) {
     throw err;
   }));
   return {
+    maxRecordBytes: D1_MAX_ROW_BYTES - ROW_HEADROOM,
     async get(id) {
       await ensure();
       const row = await d1.prepare(`SELECT record, version FROM ${table} WHERE id = ?`).bind(id).first();

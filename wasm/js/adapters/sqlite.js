@@ -2,12 +2,66 @@
 // `prepare(sql).run/get` API. Claims are one statement each: INSERT … ON CONFLICT DO
 // NOTHING (insert-if-absent) and UPDATE … WHERE version = ? (compare-and-set), so
 // they stay atomic even when several processes share the database file.
+//
+// Durability: a claim or completion is acknowledged once its statement returns, so
+// the commit must survive a power loss. With WAL and `synchronous=NORMAL` (a common
+// tuning) the last commits can roll back; the adapter therefore sets
+// `synchronous=FULL` on its connection when it is lower, and refuses a file database
+// without a rollback journal (`journal_mode=OFF` or `MEMORY`), which a crash can
+// corrupt. An in-memory database is a test setup and is accepted as it is.
+//
+// Contention: bun:sqlite waits for no lock by default (busy timeout 0), so a second
+// process writing the file would make a claim fail with SQLITE_BUSY at once. The
+// adapter sets a busy timeout (default 5 s) when none is set; better-sqlite3's own
+// `timeout` option (default 5 s) is kept.
 
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const DEFAULT_BUSY_TIMEOUT_MS = 5000;
+// PRAGMA synchronous: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA.
+const SYNCHRONOUS_FULL = 2;
+const SYNCHRONOUS_EXTRA = 3;
+
+/** The single value a `PRAGMA name` query returns (better-sqlite3 and bun:sqlite both give a row object). */
+function pragma(db, name) {
+  const row = db.prepare(`PRAGMA ${name}`).get();
+  return row === undefined || row === null ? undefined : Object.values(row)[0];
+}
+
+/** An in-memory (or temporary) main database has no file name. */
+function inMemory(db) {
+  const main = db.prepare("PRAGMA database_list").all().find((row) => row.name === "main");
+  return main === undefined || main.file === "" || main.file === null;
+}
+
+function makeDurable(db, options) {
+  const journal = String(pragma(db, "journal_mode")).toLowerCase();
+  if ((journal === "off" || journal === "memory") && !inMemory(db)) {
+    throw new TypeError(
+      `sqliteAdapter: the database runs with journal_mode=${journal}, so a crash can lose or corrupt acknowledged records; use journal_mode=WAL (or DELETE)`,
+    );
+  }
+  // Set explicitly even when FULL is reported: until a connection sets it, SQLite
+  // applies its compiled WAL default (NORMAL in better-sqlite3's build) at the first
+  // transaction in WAL mode, whatever the pragma said before. EXTRA is kept.
+  if (Number(pragma(db, "synchronous")) < SYNCHRONOUS_EXTRA) db.exec("PRAGMA synchronous = FULL");
+  const synchronous = Number(pragma(db, "synchronous"));
+  if (synchronous < SYNCHRONOUS_FULL && !inMemory(db)) {
+    throw new TypeError(
+      `sqliteAdapter: synchronous=${synchronous} could not be raised to FULL, so a power loss can roll back acknowledged records`,
+    );
+  }
+  const busyTimeoutMs = options.busyTimeoutMs;
+  if (busyTimeoutMs !== undefined && (!Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0)) {
+    throw new TypeError("sqliteAdapter: busyTimeoutMs must be a non-negative integer");
+  }
+  if (busyTimeoutMs !== undefined || Number(pragma(db, "busy_timeout")) === 0) {
+    db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS}`);
+  }
+}
 
 /**
  * @param {{ prepare(sql: string): any, exec(sql: string): any }} db a better-sqlite3 or bun:sqlite Database
- * @param {{ table?: string }} [options]
+ * @param {{ table?: string, busyTimeoutMs?: number }} [options]
  * @returns {import("../index.d.ts").Adapter}
  */
 export function sqliteAdapter(db, options = {}) {
@@ -16,6 +70,7 @@ export function sqliteAdapter(db, options = {}) {
   if (typeof db?.prepare !== "function" || typeof db?.exec !== "function") {
     throw new TypeError("sqliteAdapter expects a better-sqlite3 or bun:sqlite Database");
   }
+  makeDurable(db, options);
   db.exec(
     `CREATE TABLE IF NOT EXISTS ${table} (id TEXT PRIMARY KEY NOT NULL, record BLOB NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID`,
   );

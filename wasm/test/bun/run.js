@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as idemkit from "idemkit";
-import { run } from "../harness.js";
+import { assert, run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
 import { checkConcurrency, concurrentHandles } from "../concurrency.js";
@@ -19,6 +19,30 @@ const cases = [
   ...conformanceCases(idemkit, () => idemkit.sqliteAdapter(new Database(":memory:"))).map(([n, f]) => [`bun:sqlite: ${n}`, f]),
   ...conformanceCases(idemkit, () => idemkit.sqliteAdapter(new Database(join(dir, `c${files++}.db`)))).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
   ...journalCases(idemkit, () => idemkit.sqliteAdapter(new Database(join(dir, `j${files++}.db`)), { table: "idemkit_journal" })).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
+  ["bun:sqlite: the adapter sets a busy timeout (bun's default is none) and runs WAL with synchronous=FULL", async () => {
+    const db = new Database(join(dir, "durable.db"));
+    const value = (name) => Object.values(db.prepare(`PRAGMA ${name}`).get())[0];
+    assert.equal(value("busy_timeout"), 0, "bun:sqlite's default");
+    db.exec("PRAGMA journal_mode = WAL");
+    db.exec("PRAGMA synchronous = NORMAL");
+    idemkit.sqliteAdapter(db);
+    assert.equal(value("busy_timeout"), 5000);
+    assert.equal(value("journal_mode"), "wal");
+    assert.equal(value("synchronous"), 2, "FULL");
+    db.close();
+    // bun:sqlite's defensive mode already refuses journal_mode=OFF; MEMORY it takes.
+    const off = new Database(join(dir, "nojournal.db"));
+    off.exec("PRAGMA journal_mode = MEMORY");
+    assert.equal(Object.values(off.prepare("PRAGMA journal_mode").get())[0], "memory");
+    let refused = null;
+    try {
+      idemkit.sqliteAdapter(off);
+    } catch (err) {
+      refused = err;
+    }
+    assert.ok(refused instanceof TypeError && /journal_mode=memory/.test(refused.message), `refused: ${refused}`);
+    off.close();
+  }],
   ["bun:sqlite: 50 concurrent handle calls with one key execute once", async () => {
     const result = await concurrentHandles(idemkit, idemkit.sqliteAdapter(new Database(join(dir, "race.db"))));
     console.log(`bun:sqlite: ${JSON.stringify(result)}`);

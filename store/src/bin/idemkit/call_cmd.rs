@@ -261,7 +261,9 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
             Err(e) => return fail(exit::IO_ERR, e),
         };
         let started_at = now();
-        let (result, body) = send(&agent, &request, action.key.as_str(), &start.attempt_id);
+        // Bare unless the key must be quoted (it holds ',' or starts with '"').
+        let key_header = action.key.to_client_header_value();
+        let (result, body) = send(&agent, &request, &key_header, &start.attempt_id);
         let ended_at = now();
         if let Err(e) = journal.finish_attempt(&action.action_id, start.number, &result, ended_at) {
             return fail(exit::IO_ERR, e);

@@ -12,6 +12,8 @@ pub(crate) enum KeyCommand {
     /// Validate an `Idempotency-Key` header value (quoted `"abc"` or bare `abc`).
     ///
     /// Prints the key and exits 0, or prints the reason on stderr and exits 65.
+    /// A bare value may not hold `,` (HTTP joins two field lines with it); quote a
+    /// key that does: '"a,b"'.
     ///
     /// Examples:
     ///   idemkit key check 'order-42'
