@@ -63,6 +63,11 @@ pub(crate) struct ExecArgs {
     /// The lease in seconds; renewed every third of it while CMD runs.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     lease: u64,
+    /// The longest CMD's lease is renewed, in seconds (default 15 minutes). After
+    /// it renewal stops: a hung CMD's lease expires, and an external record is
+    /// then listed as unresolved and answered as uncertain.
+    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    max_execution: u64,
     /// What a non-zero exit of CMD records.
     #[arg(long, value_enum)]
     on_failure: Option<OnFailure>,
@@ -268,9 +273,16 @@ fn run_command(args: &ExecArgs, guard: ExecutionGuard, effect: EffectKind) -> Re
     let renewer = guard.renewer();
     let interval = Duration::from_millis((args.lease.max(1) * 1000 / 3).max(1));
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let renew_until = std::time::Instant::now() + Duration::from_secs(args.max_execution);
     let renew_thread = std::thread::spawn(move || {
         let mut lost = None;
         while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(interval) {
+            if std::time::Instant::now() >= renew_until {
+                eprintln!(
+                    "idemkit: maximum execution time reached; the lease is no longer renewed"
+                );
+                break;
+            }
             match renewer.renew() {
                 Ok(_) => {}
                 Err(e @ WorkerError::Rejected { .. }) => {
