@@ -20,7 +20,10 @@
 
 use std::time::Duration;
 
-use idemkit_core::machine::{ClaimOutcome, Policy, Resolution, StepStart, TransitionError};
+use idemkit_core::machine::{
+    ClaimOutcome, Dispatch, Disposition, Policy, Resolution, StepStart, TransitionError,
+    classify_attempt,
+};
 use idemkit_core::record::{
     EffectKind, FencingToken, RecordState, StateName, StoredResponse, UnknownReason,
 };
@@ -91,6 +94,18 @@ pub fn checks<B: IdempotencyBackend>() -> Vec<Check<B>> {
         (
             "missing_record_is_not_found",
             missing_record_is_not_found::<B>,
+        ),
+        (
+            "retry_later_statuses_follow_the_effect_kind",
+            retry_later_statuses_follow_the_effect_kind::<B>,
+        ),
+        (
+            "redirects_are_stored_and_replayed",
+            redirects_are_stored_and_replayed::<B>,
+        ),
+        (
+            "an_unrecorded_outcome_is_marked_unknown_never_released",
+            an_unrecorded_outcome_is_marked_unknown_never_released::<B>,
         ),
     ]
 }
@@ -799,4 +814,169 @@ fn missing_record_is_not_found<B: IdempotencyBackend>(b: &B) {
         Ok(()) => panic!("completing a missing record must fail"),
     }
     assert!(b.get(&scope(), &key("never-claimed")).unwrap().is_none());
+}
+
+/// Records `status` for lease `token` as core's `classify_attempt` says.
+fn record_status<B: IdempotencyBackend>(
+    b: &B,
+    k: &IdempotencyKey,
+    token: FencingToken,
+    status: u16,
+    policy: &Policy,
+    dispatch: Dispatch,
+    now: UnixMillis,
+) -> Disposition {
+    let disposition = classify_attempt(status, policy, dispatch);
+    match disposition {
+        Disposition::Store => {
+            let r = StoredResponse::new(status, b"answer".to_vec());
+            b.complete(&scope(), k, token, r, policy, now).unwrap();
+        }
+        Disposition::Release => b.release(&scope(), k, token, policy, now).unwrap(),
+        Disposition::Unknown => b
+            .mark_unknown(
+                &scope(),
+                k,
+                token,
+                UnknownReason::MarkedByWorker(format!("status {status}")),
+                now,
+            )
+            .unwrap(),
+    }
+    disposition
+}
+
+fn retry_later_statuses_follow_the_effect_kind<B: IdempotencyBackend>(b: &B) {
+    for status in [408_u16, 409, 425, 429, 500, 503] {
+        // External, no evidence: Unknown, and the retry is uncertain (never a
+        // second dispatch).
+        let k = key(&format!("ext-{status}"));
+        let token = execute(b, &scope(), &k, &external(), T0);
+        let d = record_status(
+            b,
+            &k,
+            token,
+            status,
+            &external(),
+            Dispatch::Unknown,
+            at(secs(1)),
+        );
+        assert_eq!(d, Disposition::Unknown, "{status}");
+        let retry = b
+            .claim(&scope(), &k, fp(1), "w", &external(), at(secs(2)))
+            .unwrap();
+        assert!(
+            matches!(retry, ClaimOutcome::Uncertain { .. }),
+            "{status}: {retry:?}"
+        );
+        // External, the record's steps show nothing begun on a route that
+        // dispatches only through steps: released, the retry executes.
+        let k = key(&format!("ext-nothing-{status}"));
+        let token = execute(b, &scope(), &k, &external(), T0);
+        let steps = b.get(&scope(), &k).unwrap().unwrap().steps;
+        let evidence = Dispatch::from_steps(true, &steps);
+        let d = record_status(b, &k, token, status, &external(), evidence, at(secs(1)));
+        assert_eq!(d, Disposition::Release, "{status}");
+        let retry = b
+            .claim(&scope(), &k, fp(1), "w", &external(), at(secs(2)))
+            .unwrap();
+        assert!(
+            matches!(retry, ClaimOutcome::Execute { attempt: 2, .. }),
+            "{status}: {retry:?}"
+        );
+        // A begun step is evidence of a possible dispatch.
+        let k = key(&format!("ext-step-{status}"));
+        let token = execute(b, &scope(), &k, &external(), T0);
+        let start = b
+            .begin_step(&scope(), &k, token, "charge", "pk-1", at(secs(1)))
+            .unwrap();
+        assert!(matches!(start, StepStart::Dispatch { .. }), "{start:?}");
+        let steps = b.get(&scope(), &k).unwrap().unwrap().steps;
+        let evidence = Dispatch::from_steps(true, &steps);
+        let d = record_status(b, &k, token, status, &external(), evidence, at(secs(1)));
+        assert_eq!(d, Disposition::Unknown, "{status}");
+        // Local: released, the retry executes.
+        let k = key(&format!("local-{status}"));
+        let token = execute(b, &scope(), &k, &local(), T0);
+        let d = record_status(
+            b,
+            &k,
+            token,
+            status,
+            &local(),
+            Dispatch::Unknown,
+            at(secs(1)),
+        );
+        assert_eq!(d, Disposition::Release, "{status}");
+        let retry = b
+            .claim(&scope(), &k, fp(1), "w", &local(), at(secs(2)))
+            .unwrap();
+        assert!(
+            matches!(retry, ClaimOutcome::Execute { attempt: 2, .. }),
+            "{status}: {retry:?}"
+        );
+    }
+}
+
+fn redirects_are_stored_and_replayed<B: IdempotencyBackend>(b: &B) {
+    for (status, policy) in [(303_u16, local()), (303, external()), (101, local())] {
+        let k = key(&format!("redirect-{status}-{}", policy.effect));
+        let token = execute(b, &scope(), &k, &policy, T0);
+        let d = record_status(
+            b,
+            &k,
+            token,
+            status,
+            &policy,
+            Dispatch::Unknown,
+            at(secs(1)),
+        );
+        assert_eq!(d, Disposition::Store, "{status}");
+        match b
+            .claim(&scope(), &k, fp(1), "w", &policy, at(secs(2)))
+            .unwrap()
+        {
+            ClaimOutcome::Replay { response } => assert_eq!(response.status, status),
+            other => panic!("{status}: expected the replay, got {other:?}"),
+        }
+    }
+}
+
+/// What the middleware and the JS handler do when the completion of a response
+/// keeps failing: mark the record Unknown instead (for a Local record too), so a
+/// retry is uncertain, never executed again.
+fn an_unrecorded_outcome_is_marked_unknown_never_released<B: IdempotencyBackend>(b: &B) {
+    for policy in [local(), external()] {
+        let k = key(&format!("unrecorded-{}", policy.effect));
+        let token = execute(b, &scope(), &k, &policy, T0);
+        b.mark_unknown(
+            &scope(),
+            &k,
+            token,
+            UnknownReason::MarkedByWorker("status 201 not recorded".into()),
+            at(secs(1)),
+        )
+        .unwrap();
+        let retry = b
+            .claim(&scope(), &k, fp(1), "w", &policy, at(secs(2)))
+            .unwrap();
+        assert!(
+            matches!(retry, ClaimOutcome::Uncertain { .. }),
+            "{}: {retry:?}",
+            policy.effect
+        );
+        assert!(
+            b.list_unresolved(at(secs(3)))
+                .unwrap()
+                .iter()
+                .any(|l| l.key == k),
+            "{}: listed for an operator",
+            policy.effect
+        );
+        // Still uncertain long after the lease (a Local record is not taken over).
+        let later = b
+            .claim(&scope(), &k, fp(1), "w", &policy, at(secs(10_000)))
+            .unwrap();
+        assert!(matches!(later, ClaimOutcome::Uncertain { .. }), "{later:?}");
+    }
 }

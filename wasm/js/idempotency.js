@@ -7,7 +7,7 @@
 // version it read for an existing one. A lost race is never overwritten: the
 // loser reads again and asks the machine again.
 import * as wasm from "./idemkit_wasm.js";
-import { canonicalize, fingerprint, logRef, parseKey, recordId, toBytes } from "./api.js";
+import { fingerprint, logRef, parseKey, recordId, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 
 /** How often one call re-reads after losing a compare-and-set race before giving up (503). */
@@ -15,6 +15,36 @@ const MAX_RACES = 64;
 
 /** Response bodies up to this many bytes are kept for replay unless configured otherwise. */
 const DEFAULT_MAX_STORED_RESPONSE_BYTES = 1024 * 1024;
+
+/**
+ * How many times the handler writes an attempt's outcome while the store fails
+ * (25 ms before the first retry, doubled before each later one), as the Rust
+ * middleware's `RECORD_ATTEMPTS`.
+ */
+const RECORD_ATTEMPTS = 4;
+const RECORD_BACKOFF_MS = 25;
+
+/** The default longest execution whose lease is renewed: 15 minutes. */
+const DEFAULT_MAX_EXECUTION_MS = 15 * 60 * 1000;
+
+/** Whether a store failure may pass (the adapter threw), as opposed to a refusal. */
+function transientStoreError(err) {
+  return err instanceof IdemkitError && err.code === "store-unavailable";
+}
+
+/** Runs `write` up to RECORD_ATTEMPTS times while the store fails; a refusal is final at once. */
+async function withRetries(write) {
+  let pause = RECORD_BACKOFF_MS;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (err) {
+      if (!transientStoreError(err) || attempt >= RECORD_ATTEMPTS) throw err;
+      await new Promise((resolve) => setTimeout(resolve, pause));
+      pause *= 2;
+    }
+  }
+}
 
 const DEFAULT_POLICY = Object.freeze({
   leaseMs: 30_000,
@@ -27,13 +57,7 @@ const DEFAULT_POLICY = Object.freeze({
 
 // Every row of DESIGN.md's HTTP contract is rendered by core's `http` module (the
 // refuse* exports), so statuses, problem bodies and headers are the Rust
-// middleware's, byte for byte. One answer exists only here, because only a
-// JavaScript handler writes its outcome after the response is built; it follows
-// the same problem format (canonical body, https://idemkit.dev/problems/).
-const PROBLEM_TYPE_BASE = "https://idemkit.dev/problems/";
-const JS_ONLY_TITLES = {
-  "outcome-not-recorded": "The outcome could not be recorded",
-};
+// middleware's, byte for byte.
 
 const utf8 = new TextEncoder();
 const fromUtf8 = new TextDecoder();
@@ -41,19 +65,6 @@ const fromUtf8 = new TextDecoder();
 /** A `{ status, headers, body }` answer from core → a Response. */
 function fromAnswer(answer) {
   return new Response(answer.body, { status: answer.status, headers: answer.headers });
-}
-
-/**
- * An `application/problem+json` (RFC 9457) response for the JavaScript-only rows.
- * @param {number} status
- * @param {"outcome-not-recorded"} name
- * @param {string} detail
- * @param {Record<string, string | number>} [members]
- * @param {Record<string, string>} [headers]
- */
-function problem(status, name, detail, members = {}, headers = {}) {
-  const body = canonicalize(JSON.stringify({ type: PROBLEM_TYPE_BASE + name, title: JS_ONLY_TITLES[name], status, detail, ...members }));
-  return new Response(body, { status, headers: { "content-type": "application/problem+json", ...headers } });
 }
 
 function checkAdapter(adapter) {
@@ -108,6 +119,11 @@ export function createIdempotency(options) {
   const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
   const keyRequired = options.required ?? true;
   const autoRenew = options.autoRenew ?? true;
+  const maxExecutionMs = options.maxExecutionMs ?? DEFAULT_MAX_EXECUTION_MS;
+  if (!Number.isSafeInteger(maxExecutionMs) || maxExecutionMs < 0) {
+    throw new IdemkitError("invalid-argument", "maxExecutionMs must be a non-negative integer");
+  }
+  const dispatchesOnlyThroughSteps = options.dispatchesOnlyThroughSteps ?? false;
   // The body is read whole to fingerprint it, so its size is bounded (core's
   // canonicalizer also refuses JSON above 8 MiB). It is read through a counting
   // reader that stops at the limit: nothing past it is buffered.
@@ -292,7 +308,7 @@ export function createIdempotency(options) {
     }
     switch (held.outcome) {
       case "execute":
-        return execute(held, forwarded, handler);
+        return execute(held, forwarded, handler, tenantId, key);
       case "replay":
         return replay(held.response);
       case "inFlight":
@@ -315,29 +331,72 @@ export function createIdempotency(options) {
   /**
    * Renews the lease every third of its length while the handler runs, so a slow
    * handler is not taken for a dead one (a Local record would be executed again,
-   * an External one become unknown). Returns a function that stops renewing and
-   * waits for a renewal in progress, so the final transition never races one.
+   * an External one become unknown). A store failure is retried (sooner) until a
+   * renewal succeeds or is refused (stale token, record no longer running: the
+   * lease really ended). After `maxExecutionMs` no renewal starts, so a hung
+   * handler's lease expires: an External record is then unresolved and retries
+   * get 409 outcome-uncertain. Returns a function that stops renewing and waits
+   * for a renewal in progress, so the final transition never races one.
    */
   function keepLeased(held) {
     if (!autoRenew) return async () => {};
+    const every = Math.max(policy.leaseMs / 3, 10);
+    const afterError = Math.max(every / 4, 10);
+    const deadline = clock() + maxExecutionMs;
+    let stopped = false;
+    let timer = null;
     let pending = Promise.resolve();
-    const timer = setInterval(() => {
-      // A failed renewal is not fatal here: the final transition still presents
-      // the token, and the machine refuses it if the lease was in fact taken over.
-      pending = pending.then(() => renew(held)).catch(() => {});
-    }, Math.max(policy.leaseMs / 3, 10));
+    const schedule = (wait) => {
+      if (stopped || clock() + wait > deadline) return;
+      timer = setTimeout(() => {
+        if (stopped || clock() > deadline) return;
+        pending = renew(held).then(
+          () => schedule(every),
+          (err) => {
+            if (transientStoreError(err)) schedule(afterError);
+          },
+        );
+      }, wait);
+    };
+    schedule(every);
     return async () => {
-      clearInterval(timer);
+      stopped = true;
+      clearTimeout(timer);
       await pending;
     };
   }
 
-  async function execute(held, request, handler) {
+  /** The handler's view of its execution (the second argument of its call). */
+  function executionOf(held) {
+    const seen = { nothingDispatched: false, beganStep: false };
+    const execution = Object.freeze({
+      logRef: held.logRef,
+      attempt: held.attempt,
+      steps: held.steps ?? [],
+      /**
+       * Declares that this attempt dispatched nothing downstream: on an External
+       * route a 408/409/425/429 or a 5xx then releases the record (a retry runs
+       * again) instead of making it Unknown.
+       */
+      nothingDispatched() {
+        seen.nothingDispatched = true;
+      },
+      beginStep(name, proposedProviderKey) {
+        seen.beganStep = true;
+        return beginStep(held, name, proposedProviderKey);
+      },
+      completeStep: (name, providerRef) => completeStep(held, name, providerRef),
+    });
+    return { execution, seen };
+  }
+
+  async function execute(held, request, handler, tenantId, key) {
     const stopRenewing = keepLeased(held);
+    const { execution, seen } = executionOf(held);
     let response;
     let body;
     try {
-      response = await handler(request);
+      response = await handler(request, execution);
       if (response instanceof Response) body = new Uint8Array(await response.arrayBuffer());
     } catch (err) {
       await stopRenewing();
@@ -351,25 +410,37 @@ export function createIdempotency(options) {
       await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, "handler returned no Response")));
       throw new IdemkitError("invalid-argument", "the handler must return a Response");
     }
-    const disposition = wasmCall(() => wasm.classify(response.status, policy));
-    try {
-      if (disposition === "store") {
-        await complete(held, {
-          status: response.status,
-          headers: replayableHeaders(response.headers),
-          body,
-          resourceRef: resourceRefOf(response) ?? null,
-        });
-      } else if (disposition === "release") {
-        await release(held);
-      } else {
-        await markUnknown(held, `status ${response.status}`);
+    // The evidence that nothing was dispatched: the handler's word, or (on a route
+    // that dispatches only through steps) a record without steps, when this attempt
+    // began none (a begun step whose write answer was lost still counts).
+    const disposition = wasmCall(() =>
+      wasm.classify(response.status, policy, seen.nothingDispatched, dispatchesOnlyThroughSteps && !seen.beganStep, held.record),
+    );
+    if (disposition === "release") {
+      // Asked for: the attempt had no effect. If the store fails, the lease expires
+      // and the machine treats the record by its effect kind.
+      await settleQuietly(() => release(held));
+    } else {
+      try {
+        if (disposition === "store") {
+          const stored = { status: response.status, headers: replayableHeaders(response.headers), body, resourceRef: resourceRefOf(response) ?? null };
+          try {
+            await withRetries(() => complete(held, stored));
+          } catch (err) {
+            // The store failed, not refused: leave an honest Unknown behind if it can.
+            if (transientStoreError(err)) await settleQuietly(() => withRetries(() => markUnknown(held, `status ${response.status} not recorded`)));
+            throw err;
+          }
+        } else {
+          await withRetries(() => markUnknown(held, `status ${response.status}`));
+        }
+      } catch (err) {
+        if (!(err instanceof IdemkitError)) throw err;
+        // Completion is durable before the caller is told (invariant 2), so this
+        // response is not sent; and no failure after the handler answered releases
+        // its record. One core answer for every binding.
+        return fromAnswer(wasmCall(() => wasm.refuseOutcomeNotRecorded(tenantId, operation, key, response.status)));
       }
-    } catch (err) {
-      if (!(err instanceof IdemkitError)) throw err;
-      // Completion is durable before the caller is told (invariant 2): if it could
-      // not be recorded, the caller must not take this response as the outcome.
-      return problem(503, "outcome-not-recorded", `The request was executed but its outcome could not be recorded (${err.code}); retry with the same key.`, { log_ref: held.logRef }, { "retry-after": String(settings.storeRetryAfterSeconds) });
     }
     return new Response(nullBodyStatus(response.status) ? null : body, {
       status: response.status,

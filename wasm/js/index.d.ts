@@ -153,7 +153,11 @@ export interface PolicyOptions {
   recordWindowMs?: number;
   /** The status for a reused key with another payload (default 422). */
   mismatchStatus?: 422 | 409;
-  /** `definitive` (default): 2xx and most 4xx are stored; `everything`: any response. */
+  /**
+   * `definitive` (default): 1xx, 2xx, 3xx and 4xx other than 408/409/425/429 are
+   * stored; those four and 5xx release a local record and make an external one
+   * unknown (unless the execution shows nothing was dispatched). `everything`: any response.
+   */
   store?: "definitive" | "everything";
   /** `Retry-After` seconds when the store fails (default 1). */
   storeRetryAfterSeconds?: number;
@@ -192,6 +196,19 @@ export interface IdempotencyOptions {
   maxStoredResponseBytes?: number;
   /** Renew the lease every third of `leaseMs` while the handler runs (default true). */
   autoRenew?: boolean;
+  /**
+   * The longest time the lease is renewed while the handler runs (default 15
+   * minutes). After it the lease expires: an external record becomes unresolved
+   * and retries get 409 outcome-uncertain.
+   */
+  maxExecutionMs?: number;
+  /**
+   * Declares that the handler dispatches every downstream call through
+   * `execution.beginStep` (which persists the step first): then an attempt whose
+   * record holds no step dispatched nothing, and a 408/409/425/429 or 5xx on an
+   * external route releases it (default false: an empty step list proves nothing).
+   */
+  dispatchesOnlyThroughSteps?: boolean;
   /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */
   clock?: () => number;
 }
@@ -213,9 +230,27 @@ export type Claim =
 
 export type ExecuteClaim = Extract<Claim, { outcome: "execute" }>;
 
+/** The handler's view of its claimed execution (the second argument `handle` passes it). */
+export interface Execution {
+  readonly logRef: string;
+  readonly attempt: number;
+  /** Steps persisted by earlier attempts, as they were when this lease began. */
+  readonly steps: StepView[];
+  /**
+   * Declares that this attempt dispatched nothing downstream: on an external route a
+   * 408/409/425/429 or 5xx answer then releases the record (a retry runs again)
+   * instead of making it unknown. Call it only when that is certain.
+   */
+  nothingDispatched(): void;
+  /** Persist a step before dispatching it (as `Idempotency.beginStep` on this claim). */
+  beginStep(name: string, proposedProviderKey?: string): Promise<{ dispatch: true; providerKey: string } | { dispatch: false; providerRef: string | null }>;
+  /** Record that a step finished (as `Idempotency.completeStep` on this claim). */
+  completeStep(name: string, providerRef?: string | null): Promise<RecordView>;
+}
+
 export interface Idempotency {
   /** DESIGN.md's HTTP contract around a fetch-style handler. */
-  handle(request: Request, handler: (request: Request) => Promise<Response> | Response): Promise<Response>;
+  handle(request: Request, handler: (request: Request, execution: Execution) => Promise<Response> | Response): Promise<Response>;
   /** Ask the state machine for a claim and write its decision atomically. */
   claim(input: { tenant: string; key: string; body?: string | Uint8Array; contentType?: string; owner?: string }): Promise<Claim>;
   /** Record the outcome under the claim's fencing token. */

@@ -306,11 +306,33 @@ pub fn resolve(
 }
 
 /// How a finished attempt with `status` is recorded under `policy`:
-/// `"store"`, `"release"` or `"unknown"`.
+/// `"store"`, `"release"` or `"unknown"` (core's `classify_attempt`).
+///
+/// The evidence that nothing was dispatched, which lets an External attempt
+/// answering 408/409/425/429 or a 5xx release instead of becoming Unknown:
+/// `nothingDispatched` (the handler said so), or `dispatchesOnlyThroughSteps`
+/// with `record` (the record's current bytes) holding no step. Both absent:
+/// no evidence.
 #[wasm_bindgen]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn classify(status: u16, policy: &JsValue) -> JsResult<String> {
-    let disposition = machine::classify(status, &interop::policy(policy)?);
+pub fn classify(
+    status: u16,
+    policy: &JsValue,
+    nothing_dispatched: Option<bool>,
+    dispatches_only_through_steps: Option<bool>,
+    record: Option<Vec<u8>>,
+) -> JsResult<String> {
+    let explicit = if nothing_dispatched == Some(true) {
+        machine::Dispatch::Nothing
+    } else {
+        machine::Dispatch::Unknown
+    };
+    let steps = match (dispatches_only_through_steps, record.as_deref()) {
+        (Some(true), Some(bytes)) => machine::Dispatch::from_steps(true, &decode(bytes)?.steps),
+        _ => machine::Dispatch::Unknown,
+    };
+    let disposition =
+        machine::classify_attempt(status, &interop::policy(policy)?, explicit.or(steps));
     Ok(interop::disposition(disposition).to_owned())
 }
 
@@ -384,6 +406,28 @@ pub fn refuse_outcome_uncertain(tenant: &str, operation: &str, key: &str) -> JsR
     let log_ref = scope.record_id(&key).log_ref();
     Ok(interop::answer(
         &Refusal::OutcomeUncertain { log_ref }.to_answer(),
+    ))
+}
+
+/// 409 `outcome-uncertain` with `code: outcome-not-recorded`: the handler
+/// answered `original_status`, but its outcome could not be recorded.
+#[wasm_bindgen(js_name = refuseOutcomeNotRecorded)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn refuse_outcome_not_recorded(
+    tenant: &str,
+    operation: &str,
+    key: &str,
+    original_status: u16,
+) -> JsResult<JsValue> {
+    let scope = Scope::new(tenant, operation).map_err(interop::error)?;
+    let key = IdempotencyKey::new(key).map_err(interop::error)?;
+    let log_ref = scope.record_id(&key).log_ref();
+    Ok(interop::answer(
+        &Refusal::OutcomeNotRecorded {
+            log_ref,
+            original_status,
+        }
+        .to_answer(),
     ))
 }
 

@@ -25,13 +25,14 @@ export function conformanceCases(idemkit, makeAdapter) {
       policy: options.policy,
       fingerprint: options.fingerprint,
       maxStoredResponseBytes: options.maxStoredResponseBytes,
+      dispatchesOnlyThroughSteps: options.dispatchesOnlyThroughSteps,
       clock: () => clock.now,
     });
     const counter = { runs: 0 };
-    const handler = async (request) => {
+    const handler = async (request, execution) => {
       counter.runs++;
       const body = await request.json();
-      if (options.respond) return options.respond(body, counter.runs);
+      if (options.respond) return options.respond(body, counter.runs, execution);
       return Response.json(
         { id: `pay_${counter.runs}`, amount: body.amount },
         { status: 201, headers: { location: `/payments/pay_${counter.runs}`, "set-cookie": "session=secret" } },
@@ -356,8 +357,71 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(counter.runs, 1);
     }],
 
-    ["408/409/425/429 are released, other 4xx are stored (Definitive)", async () => {
+    ["408/409/425/429 on an external route run once and the retry is uncertain", async () => {
+      for (const status of [408, 409, 425, 429]) {
+        const { idem, counter, handler } = await setup({ respond: () => new Response(`later ${status}`, { status }) });
+        assert.equal((await idem.handle(request("k-1"), handler)).status, status);
+        const retry = await problemOf(await idem.handle(request("k-1"), handler), 409, "outcome-uncertain");
+        assert.ok(typeof retry.log_ref === "string");
+        assert.equal(counter.runs, 1, `${status}: never a second charge`);
+      }
+    }],
+
+    ["408/409/425/429 on an external route run again when the handler said nothing was dispatched", async () => {
+      for (const status of [408, 409, 425, 429, 503]) {
+        const { idem, counter, handler } = await setup({
+          respond: (_, runs, execution) => {
+            execution.nothingDispatched();
+            return new Response(`later ${runs}`, { status });
+          },
+        });
+        assert.equal((await idem.handle(request("k-1"), handler)).status, status);
+        const retry = await idem.handle(request("k-1"), handler);
+        assert.equal(retry.status, status);
+        assert.equal(await retry.text(), "later 2", "executed again");
+        assert.equal(counter.runs, 2, String(status));
+      }
+    }],
+
+    ["a route dispatching only through steps runs again when no step was begun, not after a begun one", async () => {
+      const noStep = await setup({ dispatchesOnlyThroughSteps: true, respond: () => new Response(null, { status: 429 }) });
+      await noStep.idem.handle(request("k-1"), noStep.handler);
+      assert.equal((await noStep.idem.handle(request("k-1"), noStep.handler)).status, 429);
+      assert.equal(noStep.counter.runs, 2, "no step begun: nothing dispatched");
+
+      const begun = await setup({
+        dispatchesOnlyThroughSteps: true,
+        respond: async (_, runs, execution) => {
+          await execution.beginStep("charge", `pk-${runs}`);
+          return new Response(null, { status: 429 });
+        },
+      });
+      await begun.idem.handle(request("k-1"), begun.handler);
+      await problemOf(await begun.idem.handle(request("k-1"), begun.handler), 409, "outcome-uncertain");
+      assert.equal(begun.counter.runs, 1, "a begun step may have been dispatched");
+
+      const undeclared = await setup({ respond: () => new Response(null, { status: 429 }) });
+      await undeclared.idem.handle(request("k-1"), undeclared.handler);
+      await problemOf(await undeclared.idem.handle(request("k-1"), undeclared.handler), 409, "outcome-uncertain");
+      assert.equal(undeclared.counter.runs, 1, "without the declaration an empty step list proves nothing");
+    }],
+
+    ["a 303 on a local route is stored and replayed", async () => {
       const { idem, counter, handler } = await setup({
+        effect: "local",
+        respond: () => new Response(null, { status: 303, headers: { location: "/payments/pay_1" } }),
+      });
+      assert.equal((await idem.handle(request("k-1"), handler)).status, 303);
+      const replay = await idem.handle(request("k-1"), handler);
+      assert.equal(replay.status, 303);
+      assert.equal(replay.headers.get("location"), "/payments/pay_1");
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["408/409/425/429 on a local route are released, other 4xx are stored (Definitive)", async () => {
+      const { idem, counter, handler } = await setup({
+        effect: "local",
         respond: (body, runs) => new Response(null, { status: body.amount === 1 ? (runs === 1 ? 429 : 200) : 404 }),
       });
       assert.equal((await idem.handle(request("k-1", { amount: 1 }), handler)).status, 429);
@@ -444,19 +508,67 @@ export function conformanceCases(idemkit, makeAdapter) {
       }
     }],
 
-    ["a completion that cannot be stored is not acknowledged", async () => {
-      const healthy = await makeAdapter();
-      const adapter = {
-        get: (id) => healthy.get(id),
-        insert: (id, r) => healthy.insert(id, r),
-        update: () => Promise.reject(new Error("write timeout")),
-      };
-      const { idem, counter, handler } = await setup({ adapter });
-      const response = await idem.handle(request("k-1"), handler);
-      await problemOf(response, 503, "outcome-not-recorded");
-      assert.equal(counter.runs, 1);
-      const record = await healthy.get(idemkit.recordId("acme", "payments.capture", "k-1"));
-      assert.equal(idemkit.decodeRecord(record.record).state, "running");
+    ["a completion that cannot be stored is not acknowledged and never released", async () => {
+      for (const effect of ["local", "external"]) {
+        const healthy = await makeAdapter();
+        const adapter = {
+          get: (id) => healthy.get(id),
+          insert: (id, r) => healthy.insert(id, r),
+          update: () => Promise.reject(new Error("write timeout")),
+        };
+        const { idem, counter, handler } = await setup({ adapter, effect });
+        const response = await idem.handle(request("k-1"), handler);
+        // Core's one answer for every binding: uncertain, with the reason.
+        const body = await problemOf(response, 409, "outcome-uncertain");
+        assert.equal(body.code, "outcome-not-recorded");
+        assert.equal(body.original_status, 201);
+        assert.equal(body.log_ref, idemkit.logRef("acme", "payments.capture", "k-1"));
+        assert.equal(response.headers.get("retry-after"), null, "not an invitation to retry");
+        assert.equal(counter.runs, 1);
+        // Neither recorded nor released: the lease holds the key, the retry is not run.
+        const record = await healthy.get(idemkit.recordId("acme", "payments.capture", "k-1"));
+        assert.equal(idemkit.decodeRecord(record.record).state, "running", effect);
+        const retry = await (await setup({ adapter: healthy, effect })).idem.handle(request("k-1"), handler);
+        await problemOf(retry, 409, "request-in-progress");
+        assert.equal(counter.runs, 1, effect);
+      }
+    }],
+
+    ["a completion write that fails once is retried: answered, then replayed", async () => {
+      for (const effect of ["local", "external"]) {
+        const healthy = await makeAdapter();
+        let failures = 1;
+        const adapter = {
+          get: (id) => healthy.get(id),
+          insert: (id, r) => healthy.insert(id, r),
+          update: (id, r, v) => (failures-- > 0 ? Promise.reject(new Error("write timeout")) : healthy.update(id, r, v)),
+        };
+        const { idem, counter, handler } = await setup({ adapter, effect });
+        assert.equal((await idem.handle(request("k-1"), handler)).status, 201, effect);
+        const replay = await idem.handle(request("k-1"), handler);
+        assert.equal(replay.status, 201);
+        assert.equal(replay.headers.get("idempotent-replayed"), "true");
+        assert.equal(counter.runs, 1, effect);
+      }
+    }],
+
+    ["a completion that keeps failing leaves the record unknown, never released: the retry is uncertain", async () => {
+      for (const effect of ["local", "external"]) {
+        const healthy = await makeAdapter();
+        let failures = 4; // every try of the completion; the Unknown fallback gets through
+        const adapter = {
+          get: (id) => healthy.get(id),
+          insert: (id, r) => healthy.insert(id, r),
+          update: (id, r, v) => (failures-- > 0 ? Promise.reject(new Error("write timeout")) : healthy.update(id, r, v)),
+        };
+        const { idem, counter, handler } = await setup({ adapter, effect });
+        const body = await problemOf(await idem.handle(request("k-1"), handler), 409, "outcome-uncertain");
+        assert.equal(body.code, "outcome-not-recorded");
+        const record = await healthy.get(idemkit.recordId("acme", "payments.capture", "k-1"));
+        assert.equal(idemkit.decodeRecord(record.record).state, "unknown", effect);
+        await problemOf(await idem.handle(request("k-1"), handler), 409, "outcome-uncertain");
+        assert.equal(counter.runs, 1, `${effect}: never run again`);
+      }
     }],
 
     ["a claim that loses the insert race decides again on the winner's record", async () => {

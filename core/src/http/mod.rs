@@ -11,6 +11,7 @@
 //! | same key, different fingerprint | 422 `idempotency-key-reused` (409 configurable) |
 //! | same key, still running | 409 `request-in-progress` + `Retry-After` |
 //! | same key, outcome unknown | 409 `outcome-uncertain` + the log reference |
+//! | the handler answered, but its outcome could not be recorded | 409 `outcome-uncertain`, `code: outcome-not-recorded`, the log reference and the handler's status |
 //! | same key, completed | the stored response + `Idempotent-Replayed: true` |
 //! | completed, response no longer kept | 410 `response-expired` + the resource reference |
 //! | store unavailable | 503 `store-unavailable` + `Retry-After` |
@@ -59,6 +60,23 @@ pub enum Refusal {
     OutcomeUncertain {
         /// The record's log reference, to quote to an operator.
         log_ref: LogRef,
+    },
+    /// The handler ran and answered `original_status`, but its outcome could not
+    /// be recorded (the store failed on every bounded retry of the completion).
+    ///
+    /// The handler's own response is **not** sent: nothing is acknowledged before
+    /// it is durable, and a client shown a success it cannot replay would be told
+    /// something a retry may contradict. The answer is the `outcome-uncertain`
+    /// problem (409, so every idemkit client stops retrying and routes the action
+    /// to a person, as for an Unknown record) with `code: outcome-not-recorded`,
+    /// the log reference and `original_status`. The record is never released by
+    /// this failure: it is marked Unknown when the store allows, else it stays
+    /// Running and its lease's expiry decides, exactly as after a crash.
+    OutcomeNotRecorded {
+        /// The record's log reference, to quote to an operator.
+        log_ref: LogRef,
+        /// The status the handler answered.
+        original_status: u16,
     },
     /// The request completed, but its stored response is past the replay window.
     ResponseExpired {
@@ -109,7 +127,9 @@ impl Refusal {
             Refusal::InvalidKey(_) => "invalid-idempotency-key",
             Refusal::KeyReused { .. } => "idempotency-key-reused",
             Refusal::InProgress { .. } => "request-in-progress",
-            Refusal::OutcomeUncertain { .. } => "outcome-uncertain",
+            Refusal::OutcomeUncertain { .. } | Refusal::OutcomeNotRecorded { .. } => {
+                "outcome-uncertain"
+            }
             Refusal::ResponseExpired { .. } => "response-expired",
             Refusal::StoreUnavailable { .. } => "store-unavailable",
             Refusal::BodyTooLarge { .. } => "body-too-large",
@@ -124,7 +144,9 @@ impl Refusal {
         match self {
             Refusal::MissingKey | Refusal::InvalidKey(_) | Refusal::InvalidBody { .. } => 400,
             Refusal::KeyReused { status } => *status,
-            Refusal::InProgress { .. } | Refusal::OutcomeUncertain { .. } => 409,
+            Refusal::InProgress { .. }
+            | Refusal::OutcomeUncertain { .. }
+            | Refusal::OutcomeNotRecorded { .. } => 409,
             Refusal::ResponseExpired { .. } => 410,
             Refusal::StoreUnavailable { .. } => 503,
             Refusal::BodyTooLarge { .. } => 413,
@@ -142,6 +164,9 @@ impl Refusal {
             Refusal::InProgress { .. } => "A request with this idempotency key is in progress",
             Refusal::OutcomeUncertain { .. } => {
                 "The outcome of the request with this idempotency key is unknown"
+            }
+            Refusal::OutcomeNotRecorded { .. } => {
+                "The request was executed, but its outcome could not be recorded"
             }
             Refusal::ResponseExpired { .. } => {
                 "The request completed; its response is no longer available"
@@ -169,6 +194,13 @@ impl Refusal {
             ),
             Refusal::OutcomeUncertain { log_ref } => format!(
                 "Do not retry automatically; an operator must resolve record {log_ref}."
+            ),
+            Refusal::OutcomeNotRecorded {
+                log_ref,
+                original_status,
+            } => format!(
+                "The handler answered {original_status}, but the outcome was not recorded. \
+                 Do not retry automatically; an operator must resolve record {log_ref}."
             ),
             Refusal::ResponseExpired { original_status, .. } => format!(
                 "The request completed with status {original_status}. It was not executed again."
@@ -212,6 +244,17 @@ impl Refusal {
             }
             Refusal::OutcomeUncertain { log_ref } => {
                 members.push(("log_ref", JsonText::Str(log_ref.to_string())));
+            }
+            Refusal::OutcomeNotRecorded {
+                log_ref,
+                original_status,
+            } => {
+                members.push(("code", JsonText::Str("outcome-not-recorded".to_owned())));
+                members.push(("log_ref", JsonText::Str(log_ref.to_string())));
+                members.push((
+                    "original_status",
+                    JsonText::Int(u64::from(*original_status)),
+                ));
             }
             Refusal::ResponseExpired {
                 original_status,
@@ -377,6 +420,15 @@ mod tests {
                 None,
             ),
             (
+                Refusal::OutcomeNotRecorded {
+                    log_ref,
+                    original_status: 201,
+                },
+                409,
+                "outcome-uncertain",
+                None,
+            ),
+            (
                 Refusal::ResponseExpired {
                     original_status: 201,
                     resource_ref: Some("apt_1".into()),
@@ -432,6 +484,29 @@ mod tests {
         let json = body_json(&answer);
         assert_eq!(json["log_ref"], log_ref.to_string());
         assert!(!String::from_utf8(answer.body).unwrap().contains("secret"));
+    }
+
+    #[test]
+    fn an_unrecorded_outcome_is_uncertain_with_its_code_and_the_handler_status() {
+        let log_ref = Scope::new("t", "op")
+            .unwrap()
+            .record_id(&IdempotencyKey::new("k").unwrap())
+            .log_ref();
+        let answer = Refusal::OutcomeNotRecorded {
+            log_ref,
+            original_status: 201,
+        }
+        .to_answer();
+        let json = body_json(&answer);
+        assert_eq!(answer.status, 409);
+        assert_eq!(json["code"], "outcome-not-recorded");
+        assert_eq!(json["log_ref"], log_ref.to_string());
+        assert_eq!(json["original_status"], 201);
+        assert_eq!(
+            header(&answer, "retry-after"),
+            None,
+            "not an invitation to retry"
+        );
     }
 
     #[test]

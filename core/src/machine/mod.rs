@@ -29,7 +29,8 @@
 //!   [`TransitionError::StaleToken`]): [`renew`] while working; for each
 //!   external effect [`begin_step`] *then* dispatch with the returned provider key
 //!   *then* [`complete_step`]; finally one of [`complete`], [`release`] or
-//!   [`mark_unknown`] — pick it with [`classify`] from the response status.
+//!   [`mark_unknown`] — pick it with [`classify_attempt`] from the response status
+//!   and what the attempt knows about its dispatch ([`Dispatch`]).
 //! - **Operator or reconciler** (no token): [`resolve`] settles an Unknown
 //!   record; [`recover`] grants a new lease to re-drive its persisted steps.
 //! - **Maintenance**: [`gc`] per record (a store walks its index ordered by
@@ -149,7 +150,9 @@ mod transitions;
 
 pub use claim::{ClaimDecision, ClaimOutcome, ClaimRequest, claim, claim_above};
 pub use error::TransitionError;
-pub use policy::{Disposition, MismatchStatus, Policy, StorePolicy, classify};
+pub use policy::{
+    Dispatch, Disposition, MismatchStatus, Policy, StorePolicy, classify, classify_attempt,
+};
 pub use transitions::{
     GcAction, RecoverGrant, Resolution, StepStart, begin_step, complete, complete_step, gc,
     mark_unknown, prune_body, recover, release, renew, resolve,

@@ -3,7 +3,7 @@
 
 use core::time::Duration;
 
-use crate::record::EffectKind;
+use crate::record::{EffectKind, Step};
 
 /// The status answered when a key is reused with a different fingerprint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,9 +28,10 @@ impl MismatchStatus {
 /// Which responses become a stored (replayed) outcome; see [`classify`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StorePolicy {
-    /// Store 2xx and 4xx other than 408/409/425/429; those four release; 5xx
-    /// (and any other status) follows the effect kind: Local releases, External
-    /// becomes Unknown.
+    /// Store 1xx, 2xx, 3xx and 4xx other than 408/409/425/429. Those four
+    /// ("retry later") and 5xx (and any status outside 100–599) follow the effect
+    /// kind: Local releases; External becomes Unknown unless the attempt shows that
+    /// nothing was dispatched ([`Dispatch::Nothing`]), then it releases.
     Definitive,
     /// Store any response once execution began (Stripe v1 style).
     StoreEverything,
@@ -124,7 +125,60 @@ impl Policy {
     }
 }
 
-/// How a finished attempt with HTTP `status` is recorded under `policy`.
+/// What a finished attempt knows about its downstream (External) dispatch; the
+/// evidence [`classify_attempt`] weighs for a retry-later status or a 5xx.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Dispatch {
+    /// Nothing is known: an External effect may have been sent (the default, and
+    /// the only safe assumption without evidence).
+    #[default]
+    Unknown,
+    /// Nothing was dispatched, so a retry may execute again. Only two things are
+    /// evidence of it: the handler said so explicitly (`nothing_dispatched()` on
+    /// the Rust `Execution`, `nothingDispatched()` in JavaScript), or the route
+    /// declared that it dispatches only through steps and the record holds no
+    /// step ([`Dispatch::from_steps`]).
+    Nothing,
+}
+
+impl Dispatch {
+    /// The evidence of a record's steps.
+    ///
+    /// `dispatches_only_through_steps` is the route's declaration that every
+    /// downstream call is preceded by `begin_step` (which persists the step before
+    /// the call). Only under that declaration does an empty step list prove that
+    /// nothing was dispatched; a route that does not use steps at all has an empty
+    /// list too, and proves nothing. Any step, started or done, by this attempt or
+    /// an earlier one, means something may have been dispatched.
+    ///
+    /// ```
+    /// use idemkit_core::machine::Dispatch;
+    ///
+    /// assert_eq!(Dispatch::from_steps(true, &[]), Dispatch::Nothing);
+    /// assert_eq!(Dispatch::from_steps(false, &[]), Dispatch::Unknown);
+    /// ```
+    #[must_use]
+    pub fn from_steps(dispatches_only_through_steps: bool, steps: &[Step]) -> Dispatch {
+        if dispatches_only_through_steps && steps.is_empty() {
+            Dispatch::Nothing
+        } else {
+            Dispatch::Unknown
+        }
+    }
+
+    /// `Nothing` when either piece of evidence says so.
+    #[must_use]
+    pub fn or(self, other: Dispatch) -> Dispatch {
+        if self == Dispatch::Nothing || other == Dispatch::Nothing {
+            Dispatch::Nothing
+        } else {
+            Dispatch::Unknown
+        }
+    }
+}
+
+/// How a finished attempt with HTTP `status` is recorded under `policy`, with no
+/// evidence about its dispatch ([`Dispatch::Unknown`]); see [`classify_attempt`].
 ///
 /// ```
 /// use idemkit_core::machine::{classify, Disposition, Policy, StorePolicy};
@@ -132,26 +186,56 @@ impl Policy {
 ///
 /// let external = Policy::default();
 /// assert_eq!(classify(201, &external), Disposition::Store);
+/// assert_eq!(classify(303, &external), Disposition::Store);
 /// assert_eq!(classify(404, &external), Disposition::Store);
-/// assert_eq!(classify(429, &external), Disposition::Release);
+/// assert_eq!(classify(429, &external), Disposition::Unknown);
 /// assert_eq!(classify(502, &external), Disposition::Unknown);
 /// let local = external.with_effect(EffectKind::Local);
+/// assert_eq!(classify(429, &local), Disposition::Release);
 /// assert_eq!(classify(502, &local), Disposition::Release);
 /// let stripe = external.with_store(StorePolicy::StoreEverything);
 /// assert_eq!(classify(502, &stripe), Disposition::Store);
 /// ```
 pub fn classify(status: u16, policy: &Policy) -> Disposition {
+    classify_attempt(status, policy, Dispatch::Unknown)
+}
+
+/// How a finished attempt with HTTP `status` is recorded under `policy`, given
+/// what it knows about its dispatch.
+///
+/// Under [`StorePolicy::Definitive`]: 1xx, 2xx, 3xx (post/redirect/get) and 4xx
+/// other than 408/409/425/429 are definitive answers, stored and replayed. The
+/// four "retry later" statuses and 5xx (and any status outside 100–599) are not:
+/// on a Local operation they release (the effect commits with the outcome, so it
+/// did not happen); on an External one they become Unknown, because a timeout
+/// layer's 408 or a 429 from a downstream can be answered after the downstream
+/// call was sent. Only [`Dispatch::Nothing`] lets an External attempt release.
+/// Under [`StorePolicy::StoreEverything`] every status is stored.
+///
+/// ```
+/// use idemkit_core::machine::{classify_attempt, Dispatch, Disposition, Policy};
+///
+/// let external = Policy::default();
+/// assert_eq!(classify_attempt(408, &external, Dispatch::Unknown), Disposition::Unknown);
+/// assert_eq!(classify_attempt(408, &external, Dispatch::Nothing), Disposition::Release);
+/// assert_eq!(classify_attempt(201, &external, Dispatch::Nothing), Disposition::Store);
+/// ```
+pub fn classify_attempt(status: u16, policy: &Policy, dispatch: Dispatch) -> Disposition {
     match policy.store {
         StorePolicy::StoreEverything => Disposition::Store,
         StorePolicy::Definitive => match status {
-            // Retryable client errors: the server refused before doing anything.
-            408 | 409 | 425 | 429 => Disposition::Release,
-            200..=299 | 400..=499 => Disposition::Store,
-            _ => match policy.effect {
-                EffectKind::Local => Disposition::Release,
-                EffectKind::External => Disposition::Unknown,
-            },
+            // Retry later: the attempt may still have had its effect.
+            408 | 409 | 425 | 429 => by_effect(policy.effect, dispatch),
+            100..=499 => Disposition::Store,
+            _ => by_effect(policy.effect, dispatch),
         },
+    }
+}
+
+fn by_effect(effect: EffectKind, dispatch: Dispatch) -> Disposition {
+    match (effect, dispatch) {
+        (EffectKind::Local, _) | (EffectKind::External, Dispatch::Nothing) => Disposition::Release,
+        (EffectKind::External, Dispatch::Unknown) => Disposition::Unknown,
     }
 }
 
@@ -178,23 +262,76 @@ mod tests {
         let local = external.with_effect(EffectKind::Local);
         let everything = external.with_store(StorePolicy::StoreEverything);
         for status in 0..=u16::MAX {
+            // 1xx, 2xx, 3xx and 4xx other than the four "retry later" ones.
             let definitive =
-                matches!(status, 200..=299 | 400..=499) && !matches!(status, 408 | 409 | 425 | 429);
-            let retryable = matches!(status, 408 | 409 | 425 | 429);
-            let (want_local, want_external) = if definitive {
-                (Disposition::Store, Disposition::Store)
-            } else if retryable {
-                (Disposition::Release, Disposition::Release)
+                matches!(status, 100..=499) && !matches!(status, 408 | 409 | 425 | 429);
+            let (want_local, want_external, want_external_nothing) = if definitive {
+                (Disposition::Store, Disposition::Store, Disposition::Store)
             } else {
-                (Disposition::Release, Disposition::Unknown)
+                // Retry later and 5xx (and nonsense statuses) follow the effect
+                // kind; only evidence of no dispatch releases an External attempt.
+                (
+                    Disposition::Release,
+                    Disposition::Unknown,
+                    Disposition::Release,
+                )
             };
             assert_eq!(classify(status, &local), want_local, "{status} local");
+            for dispatch in [Dispatch::Unknown, Dispatch::Nothing] {
+                assert_eq!(
+                    classify_attempt(status, &local, dispatch),
+                    want_local,
+                    "{status} local {dispatch:?}"
+                );
+                assert_eq!(
+                    classify_attempt(status, &everything, dispatch),
+                    Disposition::Store
+                );
+            }
             assert_eq!(
                 classify(status, &external),
                 want_external,
                 "{status} external"
             );
+            assert_eq!(
+                classify_attempt(status, &external, Dispatch::Unknown),
+                want_external,
+                "{status} external, dispatch unknown"
+            );
+            assert_eq!(
+                classify_attempt(status, &external, Dispatch::Nothing),
+                want_external_nothing,
+                "{status} external, nothing dispatched"
+            );
             assert_eq!(classify(status, &everything), Disposition::Store);
         }
+    }
+
+    #[test]
+    fn steps_are_evidence_only_on_a_route_that_dispatches_through_them() {
+        use crate::UnixMillis;
+        use crate::record::StepState;
+        let step = Step {
+            name: "charge".into(),
+            state: StepState::Started,
+            provider_key: "pk".into(),
+            provider_ref: None,
+            started_at: UnixMillis::ZERO,
+            done_at: None,
+        };
+        assert_eq!(Dispatch::from_steps(true, &[]), Dispatch::Nothing);
+        assert_eq!(Dispatch::from_steps(false, &[]), Dispatch::Unknown);
+        assert_eq!(
+            Dispatch::from_steps(true, core::slice::from_ref(&step)),
+            Dispatch::Unknown
+        );
+        let done = Step {
+            state: StepState::Done,
+            done_at: Some(UnixMillis::ZERO),
+            ..step
+        };
+        assert_eq!(Dispatch::from_steps(true, &[done]), Dispatch::Unknown);
+        assert_eq!(Dispatch::Unknown.or(Dispatch::Nothing), Dispatch::Nothing);
+        assert_eq!(Dispatch::Unknown.or(Dispatch::Unknown), Dispatch::Unknown);
     }
 }

@@ -333,10 +333,9 @@ fn model_classify(key: u8, status: u16) -> u8 {
     if key_stores_everything(key) {
         return 0;
     }
-    if [408, 409, 425, 429].contains(&status) {
-        return 1;
-    }
-    if (200..300).contains(&status) || (400..500).contains(&status) {
+    // 1xx-4xx are definitive, except the four "retry later" statuses, which follow
+    // the effect kind like 5xx.
+    if (100..500).contains(&status) && ![408, 409, 425, 429].contains(&status) {
         return 0;
     }
     if key_is_external(key) { 2 } else { 1 }

@@ -2,9 +2,10 @@
 //! the attempt is recorded.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idemkit_core::machine::{Disposition, StepStart};
+use idemkit_core::machine::{Dispatch, Disposition, StepStart};
 use idemkit_core::record::{FencingToken, Step};
 use idemkit_core::{LogRef, Scope};
 
@@ -34,6 +35,11 @@ struct Shared {
     steps: Vec<Step>,
     disposition: Mutex<Option<Disposition>>,
     resource_ref: Mutex<Option<String>>,
+    /// The handler said nothing was dispatched ([`Execution::nothing_dispatched`]).
+    nothing_dispatched: AtomicBool,
+    /// `begin_step` was called by this attempt (set before the store call, so a
+    /// step persisted whose answer was lost still counts as begun).
+    began_step: AtomicBool,
     span: tracing::Span,
 }
 
@@ -86,6 +92,8 @@ impl Execution {
                 guard: Mutex::new(Some(guard)),
                 disposition: Mutex::new(None),
                 resource_ref: Mutex::new(None),
+                nothing_dispatched: AtomicBool::new(false),
+                began_step: AtomicBool::new(false),
                 span,
             }),
         }
@@ -142,6 +150,7 @@ impl Execution {
         name: &str,
         proposed_provider_key: &str,
     ) -> Result<StepStart, ExecutionError> {
+        self.shared.began_step.store(true, Ordering::SeqCst);
         let (name, proposed) = (name.to_owned(), proposed_provider_key.to_owned());
         let start = self
             .with_guard(move |g| g.begin_step(&name, &proposed))
@@ -173,6 +182,43 @@ impl Execution {
     /// unfinished one and never repeats a finished effect.
     pub fn record_as(&self, disposition: Disposition) {
         *lock(&self.shared.disposition) = Some(disposition);
+    }
+
+    /// Declares that this attempt dispatched nothing downstream: no call to a
+    /// provider was sent (or could have arrived). Call it only when that is
+    /// certain, for example when the handler refused before any downstream call.
+    ///
+    /// On an External route a "retry later" answer (408, 409, 425, 429) or a 5xx
+    /// then **releases** the record, so a retry with the same key executes again;
+    /// without this call such an answer makes the record Unknown (a timeout or a
+    /// rate limit can strike after the provider was called, and a second call
+    /// could charge twice). Stored answers (1xx–4xx other than those four) are
+    /// stored either way. On a Local route it changes nothing.
+    ///
+    /// A route declared with
+    /// [`RouteConfig::dispatches_only_through_steps`](super::RouteConfig::dispatches_only_through_steps)
+    /// gets the same evidence without this call when the attempt began no step and
+    /// its record holds none.
+    pub fn nothing_dispatched(&self) {
+        self.shared.nothing_dispatched.store(true, Ordering::SeqCst);
+    }
+
+    /// What this attempt shows about its dispatch, under the route's declaration
+    /// that it dispatches only through steps (core's [`Dispatch::from_steps`] over
+    /// the steps of earlier attempts and this one's).
+    pub(crate) fn dispatch(&self, dispatches_only_through_steps: bool) -> Dispatch {
+        let explicit = if self.shared.nothing_dispatched.load(Ordering::SeqCst) {
+            Dispatch::Nothing
+        } else {
+            Dispatch::Unknown
+        };
+        let steps = if self.shared.began_step.load(Ordering::SeqCst) {
+            // This attempt began a step: something may have been sent.
+            Dispatch::Unknown
+        } else {
+            Dispatch::from_steps(dispatches_only_through_steps, &self.shared.steps)
+        };
+        explicit.or(steps)
     }
 
     /// The created resource (or provider reference), kept after the response

@@ -22,8 +22,39 @@
 //!    than [`RouteConfig::max_stored_response_bytes`] → 410 `response-expired`
 //!    with the resource reference (never a new execution);
 //! 6. otherwise the inner service runs with an [`Execution`] extension, its
-//!    lease renewed in the background, and its response is recorded per the
-//!    policy's [`classify`] before it is returned (durable before acknowledged).
+//!    lease renewed in the background (store errors retried; no renewal after
+//!    [`RouteConfig::max_execution`]), and its response is recorded per core's
+//!    [`classify_attempt`] before it is returned (durable before acknowledged).
+//!
+//! Which responses are stored (the default [`StorePolicy::Definitive`](idemkit_core::machine::StorePolicy)):
+//! 1xx, 2xx, 3xx (a 303 of post/redirect/get is replayed) and 4xx other than
+//! 408/409/425/429. Those four "retry later" statuses and 5xx follow the effect
+//! kind: a Local route releases (a retry executes); an **External route marks the
+//! record Unknown** (a retry gets 409 `outcome-uncertain`), because the status may
+//! come after the downstream call was sent. Only evidence that nothing was
+//! dispatched releases an External attempt: [`Execution::nothing_dispatched`], or
+//! a route declared [`RouteConfig::dispatches_only_through_steps`] whose record
+//! holds no step.
+//!
+//! **Timeout layers belong outside this layer.** A tower `TimeoutLayer` (or any
+//! layer that answers for the handler: load shedding, rate limiting) placed
+//! *inside* the idempotency layer answers 408/503 as if the handler had, while
+//! the handler's downstream call may already be on its way; the middleware can
+//! only take that answer for the handler's, so on an External route the record
+//! becomes Unknown and the key is stuck until an operator resolves it (never a
+//! second charge, but never a replay either). Placed *outside*, a timeout drops
+//! the request future: with [`OnDisconnect::Finish`] the handler still runs to
+//! its end and is recorded, and the client's retry gets 409
+//! `request-in-progress`, then the replay. Bound a slow handler with
+//! [`RouteConfig::max_execution`] instead.
+//!
+//! **Recording failures.** The completion write is retried [`RECORD_ATTEMPTS`]
+//! times while the store fails. When it still fails, the handler's response is
+//! not sent (it is not durable); the answer is core's
+//! [`Refusal::OutcomeNotRecorded`] (409 `outcome-uncertain`, `code:
+//! outcome-not-recorded`, with the handler's status and the log reference), and
+//! the record is marked Unknown if the store allows, else left Running for its
+//! lease to expire. No failure after the handler answered releases its record.
 //!
 //! A client that disconnects does not stop the execution: by default
 //! ([`OnDisconnect::Finish`]) the handler runs on its own task to the end and its
@@ -78,14 +109,14 @@ use axum::body::Body;
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemkit_core::http::{Answer, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Refusal};
-use idemkit_core::machine::{Disposition, Policy, classify};
+use idemkit_core::machine::{Disposition, Policy, classify_attempt};
 use idemkit_core::record::{EffectKind, StoredResponse};
 use idemkit_core::{ContentKind, FingerprintSpec, IdempotencyKey, KeyError, Scope};
 use tracing::Instrument;
 
 pub use execution::{Execution, ExecutionError};
 
-use crate::redb_store::{Claim, ExecutionGuard, Store};
+use crate::redb_store::{Claim, ExecutionGuard, Store, WorkerError};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -115,6 +146,8 @@ pub struct RouteConfig {
     owner: String,
     store_retry_after: Duration,
     on_disconnect: OnDisconnect,
+    max_execution: Duration,
+    dispatches_only_through_steps: bool,
 }
 
 /// What happens to an execution when the request's future is dropped before the
@@ -145,6 +178,11 @@ impl std::fmt::Debug for RouteConfig {
             .field("body_limit", &self.body_limit)
             .field("max_stored_response_bytes", &self.max_stored_response_bytes)
             .field("owner", &self.owner)
+            .field("max_execution", &self.max_execution)
+            .field(
+                "dispatches_only_through_steps",
+                &self.dispatches_only_through_steps,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -155,6 +193,9 @@ impl RouteConfig {
 
     /// The default bound on a stored response body: 1 MiB.
     pub const DEFAULT_MAX_STORED_RESPONSE_BYTES: usize = 1 << 20;
+
+    /// The default maximum execution time: 15 minutes.
+    pub const DEFAULT_MAX_EXECUTION: Duration = Duration::from_secs(15 * 60);
 
     /// A route for `operation` (for example `appointments.create`) whose effect
     /// is `effect`: JSON fingerprint of the whole body, key required, the
@@ -176,6 +217,8 @@ impl RouteConfig {
             owner: format!("http:{}", std::process::id()),
             store_retry_after: Duration::from_secs(1),
             on_disconnect: OnDisconnect::Finish,
+            max_execution: Self::DEFAULT_MAX_EXECUTION,
+            dispatches_only_through_steps: false,
         }
     }
 
@@ -249,6 +292,36 @@ impl RouteConfig {
     #[must_use]
     pub fn on_disconnect(mut self, behaviour: OnDisconnect) -> Self {
         self.on_disconnect = behaviour;
+        self
+    }
+
+    /// How long an execution may hold its lease (default
+    /// [`DEFAULT_MAX_EXECUTION`](Self::DEFAULT_MAX_EXECUTION), 15 minutes).
+    ///
+    /// The lease is renewed every third of its length while the handler runs;
+    /// after this time renewal stops, so a hung handler's lease expires: an
+    /// External record is then listed as unresolved (`list_unresolved`) and a
+    /// retry gets 409 `outcome-uncertain` (a Local one is taken over by the next
+    /// claim). A handler that finishes later finds its lease gone and its
+    /// response is not recorded.
+    #[must_use]
+    pub fn max_execution(mut self, limit: Duration) -> Self {
+        self.max_execution = limit;
+        self
+    }
+
+    /// Declares that this route's handler dispatches every downstream call
+    /// through [`Execution::begin_step`] (which persists the step *before* the
+    /// call), so a record without steps proves that nothing was dispatched
+    /// (core's [`Dispatch::from_steps`](idemkit_core::machine::Dispatch::from_steps)).
+    ///
+    /// With it, an External attempt that began no step, on a record that holds no
+    /// step from an earlier attempt, is released (not made Unknown) when it
+    /// answers 408/409/425/429 or a 5xx. Without it (the default) an empty step
+    /// list proves nothing: a handler that does not use steps has one too.
+    #[must_use]
+    pub fn dispatches_only_through_steps(mut self, declared: bool) -> Self {
+        self.dispatches_only_through_steps = declared;
         self
     }
 
@@ -560,21 +633,131 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn spawn_renewal(guard: &ExecutionGuard, lease: Duration) -> AbortOnDrop {
+/// Renews the lease every third of its length while the handler runs.
+///
+/// A store error does not end the renewal: it is retried (sooner than the next
+/// regular renewal) until it succeeds or the store **refuses** it — a stale token
+/// or a record no longer Running, which is what a lease that really ended looks
+/// like. The machine renews an expired lease nobody took over, so an outage
+/// longer than the lease costs nothing unless another claim came in meanwhile.
+/// After `max_execution` no renewal is started: a hung handler's lease expires.
+fn spawn_renewal(guard: &ExecutionGuard, lease: Duration, max_execution: Duration) -> AbortOnDrop {
     let renewer = guard.renewer();
     let every = (lease / 3).max(Duration::from_millis(10));
+    let after_error = (every / 4).max(Duration::from_millis(10));
+    let deadline = tokio::time::Instant::now() + max_execution;
     AbortOnDrop(tokio::spawn(async move {
+        let mut wait = every;
         loop {
-            tokio::time::sleep(every).await;
+            let next = tokio::time::Instant::now() + wait;
+            if next > deadline {
+                tracing::warn!(
+                    max_execution_ms = u64::try_from(max_execution.as_millis()).unwrap_or(u64::MAX),
+                    "maximum execution time reached; the lease is no longer renewed"
+                );
+                return;
+            }
+            tokio::time::sleep_until(next).await;
             let renewer = renewer.clone();
             match blocking(move || renewer.renew()).await {
-                Some(Ok(_)) => {}
-                // Lost (taken over, recorded) or the store failed: the fence
-                // protects the record either way; stop renewing.
-                _ => return,
+                Some(Ok(_)) => wait = every,
+                Some(Err(WorkerError::Storage(e))) => {
+                    tracing::warn!(error = %e, "renewing the lease failed; retrying");
+                    wait = after_error;
+                }
+                None => {
+                    tracing::warn!("the lease renewal task did not finish; retrying");
+                    wait = after_error;
+                }
+                // Refused: taken over, recorded, or gone. The fence protects the
+                // record; nothing more to renew.
+                Some(Err(refused)) => {
+                    tracing::debug!(error = %refused, "lease renewal refused; stopping");
+                    return;
+                }
             }
         }
     }))
+}
+
+/// How many times the middleware writes an attempt's outcome (completion or
+/// Unknown) when the store fails, before it answers
+/// [`Refusal::OutcomeNotRecorded`]. The pause before the first retry is 25 ms,
+/// doubled before each later one.
+pub const RECORD_ATTEMPTS: u32 = 4;
+
+const RECORD_BACKOFF: Duration = Duration::from_millis(25);
+
+/// Runs `write` up to [`RECORD_ATTEMPTS`] times while the store fails; a refusal
+/// (stale token, wrong state) is final at once.
+fn with_retries(mut write: impl FnMut() -> Result<(), WorkerError>) -> Result<(), WorkerError> {
+    let mut pause = RECORD_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match write() {
+            Ok(()) => return Ok(()),
+            Err(WorkerError::Storage(e)) if attempt < RECORD_ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "recording the outcome failed; retrying");
+                std::thread::sleep(pause);
+                pause = pause.saturating_mul(2);
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether the outcome the handler produced was recorded.
+enum Recorded {
+    /// Durable as the disposition says.
+    Yes,
+    /// Not recorded after the bounded retries; the record was marked Unknown if
+    /// the store allowed, else left Running (never released).
+    No,
+}
+
+/// Records a response the handler produced (on the blocking pool: retries sleep).
+///
+/// Once the handler has answered, no failure here releases the record: a
+/// completion that keeps failing falls back to marking the record Unknown, and
+/// when that fails too the guard is abandoned (the record stays Running and its
+/// lease expiry decides, as after a crash), never dropped into a release.
+fn record_outcome(
+    mut guard: ExecutionGuard,
+    disposition: Disposition,
+    stored: StoredResponse,
+    status: u16,
+) -> Recorded {
+    let first = match disposition {
+        // Asked for: the attempt had no effect. A failed release is settled by
+        // the guard's drop (a Local record released, an External one Unknown).
+        Disposition::Release => {
+            if let Err(e) = guard.release() {
+                tracing::error!(error = %e, status, "releasing the attempt failed");
+            }
+            return Recorded::Yes;
+        }
+        Disposition::Store => with_retries(|| guard.try_complete(&stored)),
+        Disposition::Unknown => {
+            with_retries(|| guard.try_mark_unknown(&format!("status {status}")))
+        }
+    };
+    let Err(error) = first else {
+        return Recorded::Yes;
+    };
+    tracing::error!(%error, status, ?disposition, "the outcome could not be recorded");
+    // The store failed, not refused: try to leave an honest Unknown behind.
+    let fallback = if matches!(error, WorkerError::Storage(_)) && disposition == Disposition::Store
+    {
+        with_retries(|| guard.try_mark_unknown(&format!("status {status} not recorded")))
+    } else {
+        Err(error)
+    };
+    if let Err(e) = fallback {
+        tracing::error!(error = %e, "marking the unrecorded outcome Unknown failed; leaving the lease to expire");
+        guard.abandon();
+    }
+    Recorded::No
 }
 
 async fn execute<S, RB>(
@@ -595,7 +778,7 @@ where
 {
     use tower::ServiceExt;
 
-    let _renewal = spawn_renewal(&guard, config.policy.lease);
+    let _renewal = spawn_renewal(&guard, config.policy.lease, config.max_execution);
     let log_ref = guard.log_ref();
     let execution = Execution::new(scope, guard, span);
     parts.extensions.insert(execution.clone());
@@ -626,11 +809,13 @@ where
         }
     };
 
+    let status = head.status.as_u16();
+    let dispatch = execution.dispatch(config.dispatches_only_through_steps);
     let disposition = execution
         .disposition_override()
-        .unwrap_or_else(|| classify(head.status.as_u16(), &config.policy));
+        .unwrap_or_else(|| classify_attempt(status, &config.policy, dispatch));
     let stored = StoredResponse {
-        status: head.status.as_u16(),
+        status,
         headers: head
             .headers
             .iter()
@@ -646,26 +831,17 @@ where
         // Only the middleware takes the guard; it is still here.
         return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
     };
-    let status = head.status.as_u16();
-    let recorded = blocking(move || match disposition {
-        Disposition::Store => guard.complete(stored),
-        Disposition::Release => guard.release(),
-        Disposition::Unknown => guard.mark_unknown(format!("status {status}")),
-    })
-    .await;
-    match (disposition, recorded) {
-        (_, Some(Ok(()))) => {
+    match blocking(move || record_outcome(guard, disposition, stored, status)).await {
+        Some(Recorded::Yes) => {
             tracing::info!(status, ?disposition, "attempt recorded");
+            Ok(Response::from_parts(head, Body::from(body)))
         }
-        // Not durable, so not acknowledged: the guard's drop (already run) did its
-        // best to mark the record Unknown; the caller learns the outcome is unknown.
-        (Disposition::Store, _) => {
-            tracing::error!(status, "storing the outcome failed");
-            return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
-        }
-        (_, _) => tracing::error!(status, ?disposition, "recording the attempt failed"),
+        // Not durable, so not acknowledged: one core answer for every binding.
+        Some(Recorded::No) | None => Ok(refusal_response(&Refusal::OutcomeNotRecorded {
+            log_ref,
+            original_status: status,
+        })),
     }
-    Ok(Response::from_parts(head, Body::from(body)))
 }
 
 /// The attempt ended without a response to record (panic, inner error, body

@@ -127,6 +127,7 @@ impl Store {
                 .claim_at(&scope, &key, fingerprint, owner, policy, now)
                 .map_err(|e| ClaimError::Storage(super::StorageError::Postgres(e)));
         }
+        self.injected_failure()?;
         // The closure may run on another caller's thread (group commit), so it
         // owns what it reads.
         let (id, owner, policy) = (id.clone(), owner.to_owned(), *policy);
@@ -173,6 +174,7 @@ impl Store {
             let (scope, key) = pg_address(id)?;
             return Ok(pg.transition(&scope, &key, Some(now), decide)?);
         }
+        self.injected_failure()?;
         let id = id.clone();
         self.inner.handle.write_if_changed(move |txn| {
             let mut tables = Tables::open(txn)?;
@@ -397,6 +399,32 @@ impl ExecutionGuard {
         let now = self.store.now();
         self.store
             .complete_at(&self.id, self.token, response, &self.policy, now)?;
+        self.finished = true;
+        Ok(())
+    }
+
+    /// Like [`complete`](Self::complete), but a failed write leaves the guard in
+    /// the caller's hands (nothing settled by its drop), so the caller can try
+    /// again or record the outcome another way. After `Ok` the guard is finished
+    /// and dropping it does nothing.
+    pub fn try_complete(&mut self, response: &StoredResponse) -> Result<(), WorkerError> {
+        let now = self.store.now();
+        self.store
+            .complete_at(&self.id, self.token, response.clone(), &self.policy, now)?;
+        self.finished = true;
+        Ok(())
+    }
+
+    /// Like [`mark_unknown`](Self::mark_unknown), but a failed write leaves the
+    /// guard in the caller's hands (see [`try_complete`](Self::try_complete)).
+    pub fn try_mark_unknown(&mut self, reason: &str) -> Result<(), WorkerError> {
+        let now = self.store.now();
+        self.store.mark_unknown_at(
+            &self.id,
+            self.token,
+            UnknownReason::MarkedByWorker(reason.to_owned()),
+            now,
+        )?;
         self.finished = true;
         Ok(())
     }

@@ -30,6 +30,7 @@ struct Counters {
     sticky: std::sync::atomic::AtomicBool,
     failed: std::sync::atomic::AtomicBool,
     injected: AtomicU64,
+    transient_transactions: AtomicU64,
 }
 
 /// The test's handle on a [`FaultyBackend`]: arms failures by count. Clones share
@@ -45,6 +46,7 @@ impl Default for FaultSwitch {
             sticky: std::sync::atomic::AtomicBool::new(false),
             failed: std::sync::atomic::AtomicBool::new(false),
             injected: AtomicU64::new(0),
+            transient_transactions: AtomicU64::new(0),
         }))
     }
 }
@@ -66,8 +68,36 @@ impl FaultSwitch {
         self.0.sticky.store(sticky, Ordering::SeqCst);
     }
 
+    /// Fails the next `n` write transactions of a store opened with
+    /// [`Store::with_faulty_backend`](super::Store::with_faulty_backend) before
+    /// they touch the database, then lets them through again: a transient store
+    /// error (a dropped connection, a lock held too long), after which the store
+    /// works as before. (A failed write or sync of the backend itself leaves redb
+    /// failing every later operation until it is reopened, so it cannot model a
+    /// transient error.)
+    pub fn fail_next_transactions(&self, n: u64) {
+        self.0.transient_transactions.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether the transaction starting now must fail (see
+    /// [`fail_next_transactions`](Self::fail_next_transactions)); counts it as injected.
+    pub(crate) fn take_transient_failure(&self) -> bool {
+        let fire = self
+            .0
+            .transient_transactions
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .is_ok();
+        if fire {
+            self.0.injected.fetch_add(1, Ordering::SeqCst);
+        }
+        fire
+    }
+
     /// Disarms both counters and clears a sticky failure.
     pub fn disarm(&self) {
+        self.0.transient_transactions.store(0, Ordering::SeqCst);
         self.0
             .writes_until_failure
             .store(DISARMED, Ordering::SeqCst);
@@ -113,6 +143,12 @@ impl<B: StorageBackend> FaultyBackend<B> {
     /// Wraps `inner`; failures are armed through `switch`.
     pub fn new(inner: B, switch: FaultSwitch) -> Self {
         FaultyBackend { inner, switch }
+    }
+
+    /// The switch that arms this backend's failures.
+    #[must_use]
+    pub fn switch(&self) -> &FaultSwitch {
+        &self.switch
     }
 }
 

@@ -106,6 +106,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// The file, when there is one (for `stats`).
     path: Option<std::path::PathBuf>,
+    /// Transient failures armed by a test ([`Store::with_faulty_backend`]).
+    faults: Option<FaultSwitch>,
 }
 
 impl Store {
@@ -151,12 +153,41 @@ impl Store {
         Ok(Store::from_handle(Handle::owned(db), None))
     }
 
+    /// Like [`Store::with_backend`] over a [`FaultyBackend`], and the store also
+    /// honours [`FaultSwitch::fail_next_transactions`]: transient failures of
+    /// whole write transactions, for tests of what survives a store that fails
+    /// for a while and then works again.
+    pub fn with_faulty_backend<B: redb::StorageBackend>(
+        backend: FaultyBackend<B>,
+    ) -> Result<Store, OpenError> {
+        let switch = backend.switch().clone();
+        let db = db::open_backend(backend)?;
+        let mut store = Store::from_handle(Handle::owned(db), None);
+        if let Some(inner) = Arc::get_mut(&mut store.inner) {
+            inner.faults = Some(switch);
+        }
+        Ok(store)
+    }
+
+    /// A transient failure armed by a test, if the transaction starting now must fail.
+    pub(crate) fn injected_failure(&self) -> Result<(), StorageError> {
+        match &self.inner.faults {
+            Some(switch) if switch.take_transient_failure() => {
+                Err(StorageError::Redb(redb::Error::from(
+                    std::io::Error::other("idemkit fault injection: transient transaction failure"),
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn from_handle(handle: Handle, path: Option<std::path::PathBuf>) -> Store {
         Store {
             inner: Arc::new(Inner {
                 handle,
                 clock: Arc::new(SystemClock),
                 path,
+                faults: None,
             }),
         }
     }
@@ -197,6 +228,7 @@ impl Store {
                         handle: shared.handle.share(),
                         clock: Arc::new(clock),
                         path: shared.path.clone(),
+                        faults: shared.faults.clone(),
                     }),
                 };
             }

@@ -47,12 +47,20 @@ const idem = createIdempotency({
   tenant: (request) => request.headers.get("x-tenant"),
   policy: { leaseMs: 10_000, mismatchStatus: 409, store: "everything" },
   fingerprint: { exclude: ["/request_id"] },
+  maxExecutionMs: 60_000,
+  dispatchesOnlyThroughSteps: true,
 });
 // @ts-expect-error effect is "local" or "external"
 createIdempotency({ adapter: custom, operation: "x", effect: "maybe", tenant: () => null });
 
 async function flow(): Promise<void> {
   const response: Response = await idem.handle(new Request("https://x.test"), async () => new Response("ok"));
+  await idem.handle(new Request("https://x.test"), async (_request, execution) => {
+    const logRef: string = execution.logRef;
+    void logRef;
+    execution.nothingDispatched();
+    return new Response(null, { status: 429 });
+  });
   const claim: Claim = await idem.claim({ tenant: "acme", key, body: "{}" });
   if (claim.outcome === "execute") {
     const token: bigint = claim.token;

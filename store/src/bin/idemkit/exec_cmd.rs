@@ -77,6 +77,11 @@ pub(crate) struct ExecArgs {
     /// The lease in seconds; renewed every third of it while CMD runs.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     lease: u64,
+    /// The longest CMD's lease is renewed, in seconds (default 15 minutes). After
+    /// it renewal stops: a hung CMD's lease expires, and an external record is
+    /// then listed as unresolved and answered as uncertain.
+    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    max_execution: u64,
     /// What a non-zero exit of CMD records.
     #[arg(long, value_enum)]
     on_failure: Option<OnFailure>,
@@ -303,6 +308,7 @@ fn run_command(
         store: store.clone(),
         lease: Duration::from_secs(args.lease.max(1)),
         expires: guard.lease_expires_at(),
+        renew_until: std::time::Instant::now() + Duration::from_secs(args.max_execution),
         log_ref,
     };
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
@@ -415,6 +421,9 @@ struct LeaseKeeper {
     lease: Duration,
     /// When the lease ends unless renewed, by the store's clock.
     expires: UnixMillis,
+    /// No renewal after this (`--max-execution`): a hung command's lease then
+    /// expires, and an External record becomes unresolved.
+    renew_until: std::time::Instant,
     log_ref: LogRef,
 }
 
@@ -433,6 +442,12 @@ impl LeaseKeeper {
             match stop.recv_timeout(wait) {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            }
+            if std::time::Instant::now() >= self.renew_until {
+                eprintln!(
+                    "idemkit: maximum execution time reached; the lease is no longer renewed"
+                );
+                return None;
             }
             let left = self.store.now().until(self.expires);
             if left.is_zero() {
