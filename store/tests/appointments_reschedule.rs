@@ -218,3 +218,71 @@ fn reschedule_to_an_empty_slot_is_refused() {
     }
     assert_eq!(booking(&service, "clinic-a", &id)["reschedules"], 0);
 }
+
+#[test]
+fn reschedule_timed_out_at_the_calendar_is_reconciled_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // The calendar answers after 600 ms; the service waits 200 ms.
+    let service = Service::start(
+        dir.path(),
+        &[
+            "--provider-latency-ms",
+            "600",
+            "--provider-timeout-ms",
+            "200",
+            "--reconcile-every-ms",
+            "100",
+            "--lease-ms",
+            "300",
+        ],
+    );
+    // Booking under the same timeout: wait for it to be reconciled too.
+    let booked = service.post(
+        Some(b"book-r6"),
+        Some("clinic-a"),
+        br#"{"customer_id":"c-1","slot_id":"s-1"}"#,
+    );
+    assert_eq!(booked.status, 504, "{booked:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let id = loop {
+        let retry = service.post(
+            Some(b"book-r6"),
+            Some("clinic-a"),
+            br#"{"customer_id":"c-1","slot_id":"s-1"}"#,
+        );
+        if retry.status == 201 {
+            break retry.json()["id"].as_str().unwrap().to_owned();
+        }
+        // 409 while the outcome is unknown; 504 when the reconciler found no
+        // booking yet and released the record, so the retry dispatched again
+        // under the same persisted provider key.
+        assert!(matches!(retry.status, 409 | 504), "{retry:?}");
+        assert!(std::time::Instant::now() < deadline, "no 201 in time");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+
+    let path = reschedule_path(&id);
+    let body = br#"{"slot_id":"s-7"}"#;
+    let first = service.post_to(&path, Some(b"move-r6"), Some("clinic-a"), body);
+    assert_eq!(first.status, 504, "{first:?}");
+    assert_eq!(first.problem(), "provider-timeout");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Until the reconciler has asked the calendar, retries are refused; the
+    // calendar moves the appointment once whatever happens.
+    let answer = loop {
+        let retry = service.post_to(&path, Some(b"move-r6"), Some("clinic-a"), body);
+        if retry.status == 200 {
+            break retry;
+        }
+        // Refused while unknown, or (released by the reconciler before the
+        // calendar acted) dispatched again under the same provider key.
+        assert!(matches!(retry.status, 409 | 504), "{retry:?}");
+        assert!(std::time::Instant::now() < deadline, "no 200 in time");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(answer.json()["slot_id"], "s-7");
+    assert_eq!(answer.json()["previous_slot_id"], "s-1");
+    let at_calendar = booking(&service, "clinic-a", &id);
+    assert_eq!(at_calendar["slot_id"], "s-7");
+    assert_eq!(at_calendar["reschedules"], 1, "moved once: {at_calendar}");
+}
