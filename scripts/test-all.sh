@@ -3,7 +3,7 @@
 # corpus, differential, concurrency, crash, fault) and a short fuzz smoke run.
 #
 # It installs what a fresh machine lacks (npm packages for the differential tests,
-# cargo-fuzz, and for the npm package in wasm/: the wasm32 target, wasm-bindgen-cli,
+# cargo-fuzz, schemathesis, and for the npm package in wasm/: the wasm32 target, wasm-bindgen-cli,
 # binaryen, better-sqlite3, Miniflare/workerd, Deno and Bun), so a newcomer and CI
 # run exactly this:
 #
@@ -35,6 +35,16 @@ for project in store/tests/npm; do
     npm ci --prefix "$project" --no-audit --no-fund --loglevel=error
   fi
 done
+
+# schemathesis (PyPI) for store/tests/appointments_openapi_schemathesis.rs, pinned
+# there too; installed into a venv only when that version is missing.
+SCHEMATHESIS_VERSION=4.32.5
+step "schemathesis $SCHEMATHESIS_VERSION (tools/schemathesis)"
+if ! tools/schemathesis/bin/schemathesis --version 2>/dev/null | grep -qF "$SCHEMATHESIS_VERSION"; then
+  command -v python3 >/dev/null || { echo "test-all: 'python3' is required but not on PATH" >&2; exit 1; }
+  python3 -m venv tools/schemathesis
+  tools/schemathesis/bin/pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+fi
 
 step "cargo fmt --check"
 cargo fmt --all --check

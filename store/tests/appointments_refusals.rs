@@ -1,6 +1,7 @@
 //! What the service refuses, and that a refusal never books: a changed body
 //! under a used key (422), missing / empty / 256-character / control-character
-//! keys (400), and no `Authorization` (401).
+//! keys (400), no `Authorization` (401), and an empty `customer_id` or
+//! `slot_id` (422 `invalid-appointment`).
 #![cfg(feature = "axum")]
 
 mod support;
@@ -64,4 +65,25 @@ fn refusals_never_book() {
         "only the first request booked: {bookings:?}"
     );
     assert_eq!(bookings[0]["slot_id"], "s-1");
+}
+
+#[test]
+fn empty_customer_or_slot_is_refused_not_booked() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), &[]);
+    for (n, body) in [
+        &br#"{"customer_id":"","slot_id":"s-1"}"#[..],
+        br#"{"customer_id":"c-1","slot_id":""}"#,
+        br#"{"customer_id":"","slot_id":""}"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("empty-field-{n}");
+        let reply = service.post(Some(key.as_bytes()), Some("clinic-e"), body);
+        assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(body));
+        assert_eq!(reply.problem(), "invalid-appointment");
+    }
+    let bookings = service.bookings("clinic-e");
+    assert!(bookings.is_empty(), "nothing booked: {bookings:?}");
 }

@@ -1,8 +1,8 @@
 //! The OpenAPI document of the appointments example describes the service that
 //! runs: every documented path and method is routed, every other method on a
 //! documented path is 405, an undocumented path is 404, and the idempotent POST
-//! documents the `Idempotency-Key` header, `Idempotent-Replayed` and the
-//! problem responses of the HTTP contract.
+//! operations document the `Idempotency-Key` header and its grammar,
+//! `Idempotent-Replayed` and the problem responses of the HTTP contract.
 #![cfg(feature = "axum")]
 
 mod support;
@@ -38,6 +38,10 @@ fn openapi_paths_and_methods_are_the_routes() {
         BTreeSet::from([
             ("/appointments".to_owned(), "get".to_owned()),
             ("/appointments".to_owned(), "post".to_owned()),
+            (
+                "/appointments/{id}/reschedule".to_owned(),
+                "post".to_owned()
+            ),
             ("/health".to_owned(), "get".to_owned()),
         ])
     );
@@ -68,23 +72,46 @@ fn openapi_paths_and_methods_are_the_routes() {
     let unknown = request(service.addr, "GET", "/undocumented", &[], b"").unwrap();
     assert_eq!(unknown.status, 404);
 
-    // The idempotent operation documents the contract.
-    let post = &doc["paths"]["/appointments"]["post"];
-    let param = &post["parameters"][0]["$ref"];
-    let name = param.as_str().unwrap().rsplit('/').next().unwrap();
-    let key = &doc["components"]["parameters"][name];
-    assert_eq!(key["name"], "Idempotency-Key");
-    assert_eq!(key["in"], "header");
-    assert_eq!(key["required"], true);
-    assert!(post["responses"]["201"]["headers"]["Idempotent-Replayed"].is_object());
-    for status in ["400", "401", "409", "410", "413", "422", "503"] {
-        let reference = post["responses"][status]["$ref"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{status}"));
-        let response = &doc["components"]["responses"][reference.rsplit('/').next().unwrap()];
+    // Both idempotent operations document the contract: the key, the replay
+    // header, and every answer of DESIGN.md's table a route can give, as
+    // problem+json.
+    for (path, success, statuses) in [
+        (
+            "/appointments",
+            "201",
+            &[
+                "400", "401", "409", "410", "413", "422", "502", "503", "504",
+            ][..],
+        ),
+        (
+            "/appointments/{id}/reschedule",
+            "200",
+            &[
+                "400", "401", "404", "409", "410", "413", "422", "502", "503", "504",
+            ][..],
+        ),
+    ] {
+        let post = &doc["paths"][path]["post"];
+        let param = &post["parameters"][0]["$ref"];
+        let name = param.as_str().unwrap().rsplit('/').next().unwrap();
+        let key = &doc["components"]["parameters"][name];
+        assert_eq!(key["name"], "Idempotency-Key");
+        assert_eq!(key["in"], "header");
+        assert_eq!(key["required"], true);
         assert!(
-            response["content"]["application/problem+json"].is_object(),
-            "{status} is a problem+json response"
+            key["schema"]["pattern"].is_string(),
+            "the key's grammar is stated"
         );
+        assert!(post["responses"][success]["headers"]["Idempotent-Replayed"].is_object());
+        for status in statuses {
+            let reference = post["responses"][status]["$ref"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{path} {status}"));
+            let response = &doc["components"]["responses"][reference.rsplit('/').next().unwrap()];
+            assert!(
+                response["content"]["application/problem+json"].is_object(),
+                "{path} {status} is a problem+json response"
+            );
+        }
     }
 }

@@ -17,8 +17,10 @@
 //! verbatim. A real service verifies a token and takes the tenant from it.
 //!
 //! Routes: `POST /appointments` (Idempotency-Key required, effect External),
-//! `GET /appointments` (the calendar provider's bookings for the tenant),
-//! `GET /health`. The OpenAPI document is `openapi.json` beside this file.
+//! `POST /appointments/{id}/reschedule` (Idempotency-Key required, effect
+//! External: moves the tenant's booking to another slot at the calendar
+//! provider under a persisted provider key), `GET /appointments` (the calendar
+//! provider's bookings for the tenant), `GET /health`. The OpenAPI document is `openapi.json` beside this file.
 
 mod providers;
 
@@ -29,7 +31,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Extension, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, Response, StatusCode, header};
 use axum::routing::{get, post};
 use clap::Parser;
@@ -39,10 +42,12 @@ use idemkit::core::machine::{Disposition, Policy, StepStart};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
 use idemkit::redb_store::{ListedRecord, Store};
-use providers::{Booking, Message, ProviderError, Providers};
+use providers::{Booking, Message, ProviderError, Providers, Reschedule};
 
 /// The operation name of `POST /appointments` (part of every record's scope).
 const CREATE: &str = "appointments.create";
+/// The operation name of `POST /appointments/{id}/reschedule`.
+const RESCHEDULE: &str = "appointments.reschedule";
 
 #[derive(Parser, Debug)]
 #[command(about = "idemkit appointments reference service")]
@@ -96,10 +101,41 @@ struct App {
     crash_after_provider: bool,
 }
 
+/// The body of `POST /appointments`. Unknown members are refused (422), as the
+/// OpenAPI document says: the body is exactly what is booked.
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CreateAppointment {
     customer_id: String,
     slot_id: String,
+}
+
+/// The body of `POST /appointments/{id}/reschedule` (unknown members refused).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RescheduleAppointment {
+    slot_id: String,
+}
+
+/// 422 `invalid-appointment`: the body is not what the route books.
+fn invalid_appointment(detail: &str) -> Response<Body> {
+    problem(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-appointment",
+        "The appointment request is invalid",
+        detail,
+    )
+}
+
+/// 404 `appointment-not-found`, the same whether the id does not exist or
+/// belongs to another tenant (which must learn nothing about it).
+fn appointment_not_found() -> Response<Body> {
+    problem(
+        StatusCode::NOT_FOUND,
+        "appointment-not-found",
+        "No such appointment",
+        "This tenant has no appointment with that id.",
+    )
 }
 
 /// `Authorization: Bearer <tenant>` (demo authentication: the token *is* the tenant).
@@ -188,13 +224,14 @@ async fn create_appointment(
     body: axum::body::Bytes,
 ) -> Response<Body> {
     let Ok(request) = serde_json::from_slice::<CreateAppointment>(&body) else {
-        return problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-appointment",
-            "The appointment request is invalid",
-            "Send a JSON object with string members customer_id and slot_id.",
+        return invalid_appointment(
+            "Send a JSON object with exactly the non-empty string members customer_id and slot_id.",
         );
     };
+    if request.customer_id.is_empty() || request.slot_id.is_empty() {
+        // Refused before any step: nothing reaches the calendar.
+        return invalid_appointment("customer_id and slot_id must not be empty.");
+    }
     let tenant = exec.tenant().to_owned();
 
     // Step `book`: the provider key is durable before the provider sees it.
@@ -312,6 +349,121 @@ async fn create_appointment(
     )
 }
 
+/// The 200 for one reschedule, built from what the calendar recorded for it, so
+/// the handler and the reconciler answer the same bytes.
+fn rescheduled(booking: &Booking, done: &Reschedule) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let body = serde_json::json!({
+        "id": booking.id,
+        "customer_id": booking.customer_id,
+        "slot_id": done.to_slot_id,
+        "previous_slot_id": done.from_slot_id,
+        "status": "confirmed",
+        "reschedule_id": done.id,
+    });
+    (
+        200,
+        vec![("content-type".to_owned(), "application/json".to_owned())],
+        body.to_string().into_bytes(),
+    )
+}
+
+async fn reschedule_appointment(
+    State(app): State<Arc<App>>,
+    Extension(exec): Extension<Execution>,
+    id: Result<Path<String>, PathRejection>,
+    body: axum::body::Bytes,
+) -> Response<Body> {
+    let Ok(Path(id)) = id else {
+        return appointment_not_found();
+    };
+    let Ok(request) = serde_json::from_slice::<RescheduleAppointment>(&body) else {
+        return invalid_appointment(
+            "Send a JSON object with exactly the non-empty string member slot_id.",
+        );
+    };
+    if request.slot_id.is_empty() {
+        return invalid_appointment("slot_id must not be empty.");
+    }
+    let tenant = exec.tenant().to_owned();
+
+    // Only the tenant's own booking: another tenant's id is answered exactly
+    // like an unknown one, before any step is begun.
+    let booking = {
+        let (a, id) = (Arc::clone(&app), id.clone());
+        match blocking(move || a.providers.booking(&id)).await {
+            Ok(Some(b)) if b.tenant == tenant => b,
+            Ok(_) => return appointment_not_found(),
+            Err(e) => return bad_gateway("calendar", &e),
+        }
+    };
+
+    // Step `reschedule`: the provider key is durable before the calendar sees it.
+    let done = match exec
+        .begin_step("reschedule", &proposed_key("reschedule"))
+        .await
+    {
+        Ok(StepStart::Dispatch { provider_key }) => {
+            let a = Arc::clone(&app);
+            let (t, b, slot) = (tenant.clone(), booking.id.clone(), request.slot_id);
+            let call = tokio::spawn(async move {
+                tokio::time::sleep(a.latency).await;
+                blocking(move || a.providers.reschedule(&provider_key, &t, &b, &slot)).await
+            });
+            let answered = match app.provider_timeout {
+                Some(limit) => tokio::time::timeout(limit, call).await,
+                None => Ok(call.await),
+            };
+            let done = match answered {
+                Ok(Ok(Ok(done))) => done,
+                // Gone between the check and the call: the calendar did nothing.
+                Ok(Ok(Err(ProviderError::NotFound))) => return appointment_not_found(),
+                Ok(Ok(Err(e))) => return bad_gateway("calendar", &e),
+                Ok(Err(e)) => return bad_gateway("calendar", &e),
+                Err(_) => {
+                    exec.record_as(Disposition::Unknown);
+                    return problem(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "provider-timeout",
+                        "The calendar provider did not answer in time",
+                        "The appointment may or may not have been moved. Retrying with \
+                         the same Idempotency-Key reports the outcome once it is known; \
+                         it never reschedules a second time.",
+                    );
+                }
+            };
+            if let Err(e) = exec
+                .complete_step("reschedule", Some(done.id.clone()))
+                .await
+            {
+                return bad_gateway("recording step reschedule", &e);
+            }
+            done
+        }
+        Ok(StepStart::AlreadyDone { provider_ref }) => {
+            let a = Arc::clone(&app);
+            let rid = provider_ref.unwrap_or_default();
+            match blocking(move || a.providers.reschedule_by_id(&rid)).await {
+                Ok(Some(done)) => done,
+                Ok(None) => return bad_gateway("calendar", &"reschedule missing"),
+                Err(e) => return bad_gateway("calendar", &e),
+            }
+        }
+        Err(e) => return bad_gateway("recording step reschedule", &e),
+    };
+    exec.set_resource_ref(booking.id.clone());
+    tracing::info!(parent: exec.span(), booking = %booking.id, reschedule = %done.id, "appointment rescheduled");
+    let (status, headers, body) = rescheduled(&booking, &done);
+    let headers: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .collect();
+    json_response(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        &headers,
+        body,
+    )
+}
+
 async fn list_appointments(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Body> {
     let Some(tenant) = bearer_tenant(&headers) else {
         return refusal_response(&Refusal::Unauthenticated);
@@ -321,7 +473,7 @@ async fn list_appointments(State(app): State<Arc<App>>, headers: HeaderMap) -> R
         Ok(bookings) => {
             let body = serde_json::json!({ "appointments": bookings
                 .iter()
-                .map(|b| serde_json::json!({"id": b.id, "customer_id": b.customer_id, "slot_id": b.slot_id}))
+                .map(|b| serde_json::json!({"id": b.id, "customer_id": b.customer_id, "slot_id": b.slot_id, "reschedules": b.reschedules}))
                 .collect::<Vec<_>>() });
             json_response(
                 StatusCode::OK,
@@ -331,6 +483,16 @@ async fn list_appointments(State(app): State<Arc<App>>, headers: HeaderMap) -> R
         }
         Err(e) => bad_gateway("calendar", &e),
     }
+}
+
+/// Any path that is not routed: a problem like every other error.
+async fn not_found() -> Response<Body> {
+    problem(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "No such resource",
+        "See openapi.json for the routes of this service.",
+    )
 }
 
 async fn health() -> &'static str {
@@ -352,6 +514,9 @@ enum Reconciled {
 /// never saw the request and the record is released, so the client's retry
 /// dispatches with the same persisted key.
 fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String> {
+    if listed.scope.operation() == RESCHEDULE {
+        return reconcile_reschedule(app, listed);
+    }
     if listed.scope.operation() != CREATE {
         return Ok(Reconciled::Skipped);
     }
@@ -406,6 +571,60 @@ fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String>
             .ok_or("confirmation missing at the messaging provider")?,
     };
     let (status, headers, body) = appointment(&booking, &message);
+    guard
+        .complete(StoredResponse {
+            status,
+            headers: headers
+                .into_iter()
+                .map(|(n, v)| (n, v.into_bytes()))
+                .collect(),
+            body: Some(body),
+            resource_ref: Some(booking.id.clone()),
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(Reconciled::Completed)
+}
+
+/// Re-drives one unresolved `appointments.reschedule` record: the calendar is
+/// asked for the reschedule under step `reschedule`'s persisted key. Found: the
+/// record is completed with the 200 the handler would have answered. Not found
+/// (or no step begun): the calendar never moved anything, so the record is
+/// released and the client's retry dispatches with the same persisted key.
+fn reconcile_reschedule(app: &App, listed: &ListedRecord) -> Result<Reconciled, String> {
+    let mut guard = app
+        .store
+        .recover(&listed.scope, &listed.key, "reconciler", &app.policy)
+        .map_err(|e| e.to_string())?;
+    let steps = guard.steps().to_vec();
+    let step = steps.iter().find(|s| s.name == "reschedule");
+    let done = match step {
+        None => None,
+        Some(step) => match &step.provider_ref {
+            Some(id) => app
+                .providers
+                .reschedule_by_id(id)
+                .map_err(|e| e.to_string())?,
+            None => app
+                .providers
+                .reschedule_by_key(&step.provider_key)
+                .map_err(|e| e.to_string())?,
+        },
+    };
+    let Some(done) = done else {
+        guard.release().map_err(|e| e.to_string())?;
+        return Ok(Reconciled::Released);
+    };
+    if step.is_some_and(|s| s.provider_ref.is_none()) {
+        guard
+            .complete_step("reschedule", Some(done.id.clone()))
+            .map_err(|e| e.to_string())?;
+    }
+    let booking = app
+        .providers
+        .booking(&done.booking_id)
+        .map_err(|e| e.to_string())?
+        .ok_or("rescheduled booking missing at the calendar provider")?;
+    let (status, headers, body) = rescheduled(&booking, &done);
     guard
         .complete(StoredResponse {
             status,
@@ -533,7 +752,16 @@ async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
         .policy(app.policy)
         .principal(|parts| bearer_tenant(&parts.headers))
         .body_limit(16 * 1024);
+    let reschedule = RouteConfig::new(RESCHEDULE, EffectKind::External)
+        .policy(app.policy)
+        .principal(|parts| bearer_tenant(&parts.headers))
+        .body_limit(16 * 1024);
     let router = Router::new()
+        .route(
+            "/appointments/{id}/reschedule",
+            post(reschedule_appointment)
+                .route_layer(IdempotencyLayer::new(app.store.clone(), reschedule)),
+        )
         .route(
             "/appointments",
             post(create_appointment)
@@ -541,6 +769,7 @@ async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
                 .get(list_appointments),
         )
         .route("/health", get(health))
+        .fallback(not_found)
         .with_state(Arc::clone(&app));
 
     let every = Duration::from_millis(args.reconcile_every_ms.max(50));

@@ -17,6 +17,10 @@ const BOOKING_IDS: TableDefinition<&str, &str> = TableDefinition::new("calendar_
 const MESSAGES: TableDefinition<&str, &[u8]> = TableDefinition::new("messaging_messages");
 /// Message id → provider idempotency key.
 const MESSAGE_IDS: TableDefinition<&str, &str> = TableDefinition::new("messaging_message_ids");
+/// Provider idempotency key → reschedule (JSON).
+const RESCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("calendar_reschedules");
+/// Reschedule id → provider idempotency key.
+const RESCHEDULE_IDS: TableDefinition<&str, &str> = TableDefinition::new("calendar_reschedule_ids");
 /// Counters and the crash switch's "already crashed" mark.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
@@ -29,6 +33,20 @@ pub(crate) struct Booking {
     pub(crate) tenant: String,
     pub(crate) customer_id: String,
     pub(crate) slot_id: String,
+    /// How many reschedules the calendar performed on this booking (one per
+    /// distinct provider key; a repeated key performs nothing).
+    #[serde(default)]
+    pub(crate) reschedules: u64,
+}
+
+/// One reschedule the calendar performed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Reschedule {
+    pub(crate) id: String,
+    pub(crate) tenant: String,
+    pub(crate) booking_id: String,
+    pub(crate) from_slot_id: String,
+    pub(crate) to_slot_id: String,
 }
 
 /// One confirmation sent.
@@ -43,6 +61,8 @@ pub(crate) struct Message {
 pub(crate) enum ProviderError {
     /// The provider's key was used before with a different request.
     KeyReused,
+    /// No booking with that id for that tenant; nothing was done.
+    NotFound,
     /// The provider is (simulated) down; nothing was done.
     Unavailable,
     /// The provider's own storage failed.
@@ -53,6 +73,7 @@ impl std::fmt::Display for ProviderError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ProviderError::KeyReused => f.write_str("provider key reused with another request"),
+            ProviderError::NotFound => f.write_str("no such booking for this tenant"),
             ProviderError::Unavailable => f.write_str("provider unavailable"),
             ProviderError::Storage(e) => write!(f, "provider storage: {e}"),
         }
@@ -81,6 +102,8 @@ impl Providers {
             txn.open_table(BOOKING_IDS).map_err(storage)?;
             txn.open_table(MESSAGES).map_err(storage)?;
             txn.open_table(MESSAGE_IDS).map_err(storage)?;
+            txn.open_table(RESCHEDULES).map_err(storage)?;
+            txn.open_table(RESCHEDULE_IDS).map_err(storage)?;
             txn.open_table(META).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
@@ -118,6 +141,7 @@ impl Providers {
                 tenant: tenant.to_owned(),
                 customer_id: customer_id.to_owned(),
                 slot_id: slot_id.to_owned(),
+                reschedules: 0,
             };
             let bytes = serde_json::to_vec(&booking).map_err(storage)?;
             bookings.insert(key, bytes.as_slice()).map_err(storage)?;
@@ -166,6 +190,90 @@ impl Providers {
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
+    }
+
+    /// Calendar: moves booking `booking_id` of `tenant` to `slot_id` under the
+    /// provider key `key`. The same key again returns the same reschedule and
+    /// moves nothing; the same key with another request is refused.
+    pub(crate) fn reschedule(
+        &self,
+        key: &str,
+        tenant: &str,
+        booking_id: &str,
+        slot_id: &str,
+    ) -> Result<Reschedule, ProviderError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let reschedule = {
+            let mut reschedules = txn.open_table(RESCHEDULES).map_err(storage)?;
+            if let Some(existing) = reschedules.get(key).map_err(storage)? {
+                let done: Reschedule = serde_json::from_slice(existing.value()).map_err(storage)?;
+                if done.tenant != tenant
+                    || done.booking_id != booking_id
+                    || done.to_slot_id != slot_id
+                {
+                    return Err(ProviderError::KeyReused);
+                }
+                return Ok(done);
+            }
+            let booking_key = {
+                let ids = txn.open_table(BOOKING_IDS).map_err(storage)?;
+                match ids.get(booking_id).map_err(storage)? {
+                    Some(k) => k.value().to_owned(),
+                    None => return Err(ProviderError::NotFound),
+                }
+            };
+            let mut bookings = txn.open_table(BOOKINGS).map_err(storage)?;
+            let mut booking: Booking = match bookings.get(booking_key.as_str()).map_err(storage)? {
+                Some(v) => serde_json::from_slice(v.value()).map_err(storage)?,
+                None => return Err(ProviderError::NotFound),
+            };
+            if booking.tenant != tenant {
+                return Err(ProviderError::NotFound);
+            }
+            let seq = next(&txn, "reschedule_seq")?;
+            let reschedule = Reschedule {
+                id: format!("rs_{seq:06}"),
+                tenant: tenant.to_owned(),
+                booking_id: booking_id.to_owned(),
+                from_slot_id: std::mem::replace(&mut booking.slot_id, slot_id.to_owned()),
+                to_slot_id: slot_id.to_owned(),
+            };
+            booking.reschedules += 1;
+            let bytes = serde_json::to_vec(&booking).map_err(storage)?;
+            bookings
+                .insert(booking_key.as_str(), bytes.as_slice())
+                .map_err(storage)?;
+            let bytes = serde_json::to_vec(&reschedule).map_err(storage)?;
+            reschedules.insert(key, bytes.as_slice()).map_err(storage)?;
+            let mut ids = txn.open_table(RESCHEDULE_IDS).map_err(storage)?;
+            ids.insert(reschedule.id.as_str(), key).map_err(storage)?;
+            reschedule
+        };
+        txn.commit().map_err(storage)?;
+        Ok(reschedule)
+    }
+
+    /// Calendar: the reschedule performed under provider key `key`, if any.
+    pub(crate) fn reschedule_by_key(&self, key: &str) -> Result<Option<Reschedule>, ProviderError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let reschedules = txn.open_table(RESCHEDULES).map_err(storage)?;
+        match reschedules.get(key).map_err(storage)? {
+            Some(v) => Ok(Some(serde_json::from_slice(v.value()).map_err(storage)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Calendar: the reschedule with id `id`, if any.
+    pub(crate) fn reschedule_by_id(&self, id: &str) -> Result<Option<Reschedule>, ProviderError> {
+        let key = {
+            let txn = self.db.begin_read().map_err(storage)?;
+            let ids = txn.open_table(RESCHEDULE_IDS).map_err(storage)?;
+            match ids.get(id).map_err(storage)? {
+                Some(k) => k.value().to_owned(),
+                None => return Ok(None),
+            }
+        };
+        self.reschedule_by_key(&key)
     }
 
     /// Messaging: sends the confirmation of `booking` under provider key `key`.

@@ -123,6 +123,17 @@ impl Service {
     }
 
     pub(crate) fn post(&self, key: Option<&[u8]>, tenant: Option<&str>, body: &[u8]) -> Reply {
+        self.post_to("/appointments", key, tenant, body)
+    }
+
+    /// `POST path` with a JSON body, an optional key and an optional tenant.
+    pub(crate) fn post_to(
+        &self,
+        path: &str,
+        key: Option<&[u8]>,
+        tenant: Option<&str>,
+        body: &[u8],
+    ) -> Reply {
         let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
         if let Some(key) = key {
             headers.push(("Idempotency-Key", key));
@@ -132,8 +143,8 @@ impl Service {
             auth = format!("Bearer {tenant}");
             headers.push(("Authorization", auth.as_bytes()));
         }
-        request(self.addr, "POST", "/appointments", &headers, body)
-            .expect("POST /appointments got a response")
+        request(self.addr, "POST", path, &headers, body)
+            .unwrap_or_else(|e| panic!("POST {path} got no response: {e}"))
     }
 
     pub(crate) fn get(&self, path: &str, tenant: Option<&str>) -> Reply {
