@@ -152,7 +152,9 @@ impl Record {
     ///
     /// Besides malformed bytes, this refuses records that break an invariant the
     /// machine relies on, so a hostile or damaged record cannot steer a decision,
-    /// and non-canonical encodings: `decode(b) == Ok(r)` implies `r.encode() == b`.
+    /// and non-canonical encodings: for bytes in the current format,
+    /// `decode(b) == Ok(r)` implies `r.encode() == b`; bytes in an older format
+    /// decode to the record that `encode` then writes in the current one.
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
         let (record, reencoded) = match version {
@@ -398,6 +400,19 @@ mod tests {
                 )
             )
         );
+    }
+
+    /// Found by the `record_decode` fuzz target (its format-1 seed) when format 2
+    /// arrived: format-1 bytes decode to a record whose encoding is format 2, and
+    /// that encoding decodes to the same record.
+    #[test]
+    fn format_1_bytes_reencode_in_format_2_to_the_same_record() {
+        let bytes = unhex(FORMAT_1_RUNNING);
+        let record = Record::decode(&bytes).unwrap();
+        let again = record.encode();
+        assert_eq!(again.first(), Some(&FORMAT_VERSION));
+        assert_ne!(again, bytes);
+        assert_eq!(Record::decode(&again), Ok(record));
     }
 
     /// A format-1 record with a non-canonical spelling is refused like a format-2 one.

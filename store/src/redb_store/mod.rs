@@ -258,6 +258,7 @@ impl Store {
                 handle,
                 clock: Arc::clone(&self.inner.clock),
                 path: self.inner.path.clone(),
+                faults: self.inner.faults.clone(),
             }),
         }
     }
