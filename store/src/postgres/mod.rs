@@ -511,7 +511,7 @@ impl PgStore {
                     return Ok(Step::Done((fresh.outcome, None)));
                 };
                 let version = i64::try_from(write.last_token.get()).unwrap_or(i64::MAX);
-                return match self.insert(&mut **conn, scope, key, write, version) {
+                return match self.insert(&mut **conn, scope, key, write, Some(version)) {
                     Ok(true) => Ok(Step::Done((fresh.outcome, Some(write.effect)))),
                     // Someone inserted first, or the floor moved: read again and
                     // decide again.
@@ -532,15 +532,16 @@ impl PgStore {
         })
     }
 
-    /// Inserts a claim's fresh `record` with row `version` unless the key is
-    /// taken or `version` is not above the token floor: `true` if it was inserted.
+    /// Inserts `record` unless the key is taken: `true` if it was inserted. A
+    /// claim's fresh record gives its row `version` (its first token), refused
+    /// unless above the token floor; an import gives `None` (the floor + 1).
     fn insert(
         &self,
         client: &mut impl postgres::GenericClient,
         scope: &Scope,
         key: &IdempotencyKey,
         record: &Record,
-        version: i64,
+        version: Option<i64>,
     ) -> Result<bool, postgres::Error> {
         let cols = Columns::of(record);
         let params: [&(dyn ToSql + Sync); 9] = [
@@ -557,29 +558,6 @@ impl PgStore {
         Ok(client.query_opt(&self.sql.insert, &params)?.is_some())
     }
 
-    /// Inserts an imported `record` unless the key is taken (its row version is
-    /// the token floor + 1): `true` if it was inserted.
-    fn insert_imported(
-        &self,
-        client: &mut impl postgres::GenericClient,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        record: &Record,
-    ) -> Result<bool, postgres::Error> {
-        let cols = Columns::of(record);
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &scope.tenant(),
-            &scope.operation(),
-            &key.as_str(),
-            &cols.fingerprint,
-            &cols.state,
-            &cols.lease_expires_at,
-            &cols.gc_due_at,
-            &cols.record,
-        ];
-        Ok(client.query_opt(&self.sql.import, &params)?.is_some())
-    }
-
     /// [`Store::import`](crate::redb_store::Store::import) on PostgreSQL: one
     /// transaction of `INSERT … ON CONFLICT DO NOTHING`, so present records are kept.
     pub fn import<'a>(
@@ -591,7 +569,7 @@ impl PgStore {
         let mut report = ImportReport::default();
         for (scope, key, record) in records {
             if self
-                .insert_imported(&mut txn, scope, key, record)
+                .insert(&mut txn, scope, key, record, None)
                 .map_err(|e| fail(&e))?
             {
                 report.imported += 1;
@@ -773,7 +751,7 @@ impl Columns {
     }
 }
 
-/// The database's clock could not be read from a row (a driver-level mismatch).
+/// The token floor could not be read from a row (a schema older than version 2).
 fn fail_read_floor(e: &postgres::Error) -> PgError {
     PgError::Database {
         code: None,
@@ -781,6 +759,7 @@ fn fail_read_floor(e: &postgres::Error) -> PgError {
     }
 }
 
+/// The database's clock could not be read from a row (a driver-level mismatch).
 fn clock_unreadable(e: &postgres::Error) -> PgError {
     PgError::Database {
         code: None,

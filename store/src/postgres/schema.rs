@@ -60,11 +60,10 @@ pub(crate) struct Sql {
     pub(crate) records: String,
     pub(crate) versions: String,
     pub(crate) floor: String,
-    /// A claim's insert: `$9` is the new record's first token and row version,
-    /// refused (no row returned) unless it is above the token floor.
+    /// The insert of a new record: `$9` is a claim's first token and row
+    /// version, refused (no row returned) unless above the token floor; NULL (an
+    /// import) makes the row version the floor + 1.
     pub(crate) insert: String,
-    /// An import's insert: the row version is the floor + 1.
-    pub(crate) import: String,
     pub(crate) raise_floor: String,
     pub(crate) select: String,
     /// `select` plus `now` by the store's clock and the token floor, one row even
@@ -109,13 +108,8 @@ impl Sql {
             schema: schema.map(str::to_owned),
             insert: format!(
                 "INSERT INTO {records} (tenant, operation, key, {cols}, version) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 \
-                 WHERE $9 > (SELECT value FROM {floor}) \
-                 ON CONFLICT DO NOTHING RETURNING version"
-            ),
-            import: format!(
-                "INSERT INTO {records} (tenant, operation, key, {cols}, version) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, value + 1 FROM {floor} \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::bigint, value + 1) \
+                 FROM {floor} WHERE $9::bigint IS NULL OR $9::bigint > value \
                  ON CONFLICT DO NOTHING RETURNING version"
             ),
             raise_floor: format!("UPDATE {floor} SET value = greatest(value, $1)"),
