@@ -41,7 +41,7 @@ use idemkit::core::http::Refusal;
 use idemkit::core::machine::{Disposition, Policy, StepStart};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
-use idemkit::redb_store::{ListedRecord, Store};
+use idemkit::redb_store::{ExecutionGuard, ListedRecord, Store};
 use providers::{Booking, Message, ProviderError, Providers, Reschedule};
 
 /// The operation name of `POST /appointments` (part of every record's scope).
@@ -589,6 +589,66 @@ enum Reconciled {
     Skipped,
 }
 
+/// Recovers the unresolved record `listed` and asks the provider what its step
+/// `name` did: by the provider ref the handler recorded, else by the step's
+/// persisted provider key (then recorded as the step's ref). `None`: the step
+/// was never begun or the provider never saw it, so the record is released and
+/// the client's retry dispatches with the same persisted key.
+fn recover_step<T>(
+    app: &App,
+    listed: &ListedRecord,
+    name: &str,
+    by_id: fn(&Providers, &str) -> Result<Option<T>, ProviderError>,
+    by_key: fn(&Providers, &str) -> Result<Option<T>, ProviderError>,
+) -> Result<Option<(ExecutionGuard, T)>, String>
+where
+    T: Effect,
+{
+    let mut guard = app
+        .store
+        .recover(&listed.scope, &listed.key, "reconciler", &app.policy)
+        .map_err(|e| e.to_string())?;
+    let step = guard.steps().iter().find(|s| s.name == name).cloned();
+    let effect = match &step {
+        None => None,
+        Some(step) => match &step.provider_ref {
+            Some(id) => by_id(&app.providers, id).map_err(|e| e.to_string())?,
+            None => by_key(&app.providers, &step.provider_key).map_err(|e| e.to_string())?,
+        },
+    };
+    let Some(effect) = effect else {
+        guard.release().map_err(|e| e.to_string())?;
+        return Ok(None);
+    };
+    if step.is_some_and(|s| s.provider_ref.is_none()) {
+        guard
+            .complete_step(name, Some(effect.id().to_owned()))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Some((guard, effect)))
+}
+
+/// Completes a reconciled record with `(status, headers, body)`, the response
+/// the handler builds for the same effects, so a replay is the same bytes.
+fn finish(
+    guard: ExecutionGuard,
+    (status, headers, body): (u16, Vec<(String, String)>, Vec<u8>),
+    booking_id: &str,
+) -> Result<Reconciled, String> {
+    guard
+        .complete(StoredResponse {
+            status,
+            headers: headers
+                .into_iter()
+                .map(|(n, v)| (n, v.into_bytes()))
+                .collect(),
+            body: Some(body),
+            resource_ref: Some(booking_id.to_owned()),
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(Reconciled::Completed)
+}
+
 /// Re-drives one unresolved `appointments.create` record with its persisted
 /// provider keys. The calendar is asked for the booking under step `book`'s key:
 /// if it has one, the booking happened and the record is finished (sending the
@@ -602,31 +662,16 @@ fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String>
     if listed.scope.operation() != CREATE {
         return Ok(Reconciled::Skipped);
     }
-    let mut guard = app
-        .store
-        .recover(&listed.scope, &listed.key, "reconciler", &app.policy)
-        .map_err(|e| e.to_string())?;
-    let steps = guard.steps().to_vec();
-    let book = steps.iter().find(|s| s.name == "book");
-    let booking = match book {
-        None => None,
-        Some(step) => match &step.provider_ref {
-            Some(id) => app.providers.booking(id).map_err(|e| e.to_string())?,
-            None => app
-                .providers
-                .booking_by_key(&step.provider_key)
-                .map_err(|e| e.to_string())?,
-        },
-    };
-    let Some(booking) = booking else {
-        guard.release().map_err(|e| e.to_string())?;
+    let Some((mut guard, booking)) = recover_step(
+        app,
+        listed,
+        "book",
+        Providers::booking,
+        Providers::booking_by_key,
+    )?
+    else {
         return Ok(Reconciled::Released);
     };
-    if book.is_some_and(|s| s.provider_ref.is_none()) {
-        guard
-            .complete_step("book", Some(booking.id.clone()))
-            .map_err(|e| e.to_string())?;
-    }
     let message = match guard
         .begin_step("notify", &proposed_key("notify"))
         .map_err(|e| e.to_string())?
@@ -652,19 +697,7 @@ fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String>
             .map_err(|e| e.to_string())?
             .ok_or("confirmation missing at the messaging provider")?,
     };
-    let (status, headers, body) = appointment(&booking, &message);
-    guard
-        .complete(StoredResponse {
-            status,
-            headers: headers
-                .into_iter()
-                .map(|(n, v)| (n, v.into_bytes()))
-                .collect(),
-            body: Some(body),
-            resource_ref: Some(booking.id.clone()),
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(Reconciled::Completed)
+    finish(guard, appointment(&booking, &message), &booking.id)
 }
 
 /// Re-drives one unresolved `appointments.reschedule` record: the calendar is
@@ -673,52 +706,22 @@ fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String>
 /// (or no step begun): the calendar never moved anything, so the record is
 /// released and the client's retry dispatches with the same persisted key.
 fn reconcile_reschedule(app: &App, listed: &ListedRecord) -> Result<Reconciled, String> {
-    let mut guard = app
-        .store
-        .recover(&listed.scope, &listed.key, "reconciler", &app.policy)
-        .map_err(|e| e.to_string())?;
-    let steps = guard.steps().to_vec();
-    let step = steps.iter().find(|s| s.name == "reschedule");
-    let done = match step {
-        None => None,
-        Some(step) => match &step.provider_ref {
-            Some(id) => app
-                .providers
-                .reschedule_by_id(id)
-                .map_err(|e| e.to_string())?,
-            None => app
-                .providers
-                .reschedule_by_key(&step.provider_key)
-                .map_err(|e| e.to_string())?,
-        },
-    };
-    let Some(done) = done else {
-        guard.release().map_err(|e| e.to_string())?;
+    let Some((guard, done)) = recover_step(
+        app,
+        listed,
+        "reschedule",
+        Providers::reschedule_by_id,
+        Providers::reschedule_by_key,
+    )?
+    else {
         return Ok(Reconciled::Released);
     };
-    if step.is_some_and(|s| s.provider_ref.is_none()) {
-        guard
-            .complete_step("reschedule", Some(done.id.clone()))
-            .map_err(|e| e.to_string())?;
-    }
     let booking = app
         .providers
         .booking(&done.booking_id)
         .map_err(|e| e.to_string())?
         .ok_or("rescheduled booking missing at the calendar provider")?;
-    let (status, headers, body) = rescheduled(&booking, &done);
-    guard
-        .complete(StoredResponse {
-            status,
-            headers: headers
-                .into_iter()
-                .map(|(n, v)| (n, v.into_bytes()))
-                .collect(),
-            body: Some(body),
-            resource_ref: Some(booking.id.clone()),
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(Reconciled::Completed)
+    finish(guard, rescheduled(&booking, &done), &booking.id)
 }
 
 fn reconcile_all(app: &App) {

@@ -131,14 +131,9 @@ impl Providers {
         let txn = self.db.begin_write().map_err(storage)?;
         let booking = {
             let mut bookings = txn.open_table(BOOKINGS).map_err(storage)?;
-            if let Some(existing) = bookings.get(key).map_err(storage)? {
-                let booking: Booking = serde_json::from_slice(existing.value()).map_err(storage)?;
-                if booking.tenant != tenant
-                    || booking.customer_id != customer_id
-                    || booking.slot_id != slot_id
-                {
-                    return Err(ProviderError::KeyReused);
-                }
+            if let Some(booking) = replayed(&bookings, key, |b: &Booking| {
+                b.tenant == tenant && b.customer_id == customer_id && b.slot_id == slot_id
+            })? {
                 return Ok(booking);
             }
             let seq = next(&txn, "booking_seq")?;
@@ -195,14 +190,9 @@ impl Providers {
         let txn = self.db.begin_write().map_err(storage)?;
         let reschedule = {
             let mut reschedules = txn.open_table(RESCHEDULES).map_err(storage)?;
-            if let Some(existing) = reschedules.get(key).map_err(storage)? {
-                let done: Reschedule = serde_json::from_slice(existing.value()).map_err(storage)?;
-                if done.tenant != tenant
-                    || done.booking_id != booking_id
-                    || done.to_slot_id != slot_id
-                {
-                    return Err(ProviderError::KeyReused);
-                }
+            if let Some(done) = replayed(&reschedules, key, |r: &Reschedule| {
+                r.tenant == tenant && r.booking_id == booking_id && r.to_slot_id == slot_id
+            })? {
                 return Ok(done);
             }
             let booking_key = {
@@ -349,6 +339,25 @@ impl Providers {
         };
         txn.commit().map_err(storage)?;
         Ok(first)
+    }
+}
+
+/// The effect already made under provider key `key` in `effects`, if any: the
+/// same request again (`same` holds) gets it back, another request under that
+/// key is refused (`KeyReused`) and does nothing.
+fn replayed<T: DeserializeOwned>(
+    effects: &redb::Table<'_, &'static str, &'static [u8]>,
+    key: &str,
+    same: impl FnOnce(&T) -> bool,
+) -> Result<Option<T>, ProviderError> {
+    let Some(existing) = effects.get(key).map_err(storage)? else {
+        return Ok(None);
+    };
+    let effect: T = serde_json::from_slice(existing.value()).map_err(storage)?;
+    if same(&effect) {
+        Ok(Some(effect))
+    } else {
+        Err(ProviderError::KeyReused)
     }
 }
 
