@@ -41,7 +41,7 @@ use idemkit::core::http::Refusal;
 use idemkit::core::machine::{Disposition, Policy, StepStart};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
-use idemkit::redb_store::{ListedRecord, Store};
+use idemkit::redb_store::{ExecutionGuard, ListedRecord, Store};
 use providers::{Booking, Message, ProviderError, Providers, Reschedule};
 
 /// The operation name of `POST /appointments` (part of every record's scope).
@@ -218,6 +218,166 @@ fn bad_gateway(what: &str, e: &dyn std::fmt::Display) -> Response<Body> {
     )
 }
 
+/// How a step's provider call is awaited.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// To its end, in the request's own task (the messaging provider).
+    Done,
+    /// The calendar provider: after `--provider-latency-ms`, in a task of its
+    /// own, for at most `--provider-timeout-ms`; past that the route answers 504
+    /// with `timeout_detail`.
+    Calendar { timeout_detail: &'static str },
+}
+
+/// One step of a route, as [`run_step`] drives it.
+struct StepSpec {
+    /// The step's name in the record (and the prefix of its proposed provider key).
+    name: &'static str,
+    /// The provider, as the 502s name it.
+    provider: &'static str,
+    /// The provider's effect, as the 502 for a missing one and the crash log name it.
+    effect: &'static str,
+    wait: Wait,
+    /// Whether `--crash-after-provider` aborts after this step's provider call.
+    crash_switch: bool,
+    /// The answer to a provider error other than 502 `provider-error`, if any.
+    refusal: fn(&Execution, &ProviderError) -> Option<Response<Body>>,
+}
+
+/// What a provider's step did, named by the id that is the step's provider ref.
+trait Effect: Send + 'static {
+    fn id(&self) -> &str;
+}
+
+impl Effect for Booking {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Effect for Message {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Effect for Reschedule {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Runs one step: persists its provider key (`begin_step`), calls the provider
+/// with the persisted key (`call`) and records the effect's id (`complete_step`);
+/// a step an earlier attempt finished is not called again, its effect is looked
+/// up by its provider ref (`lookup`). `Err` is the route's answer.
+async fn run_step<T, C, L>(
+    app: &Arc<App>,
+    exec: &Execution,
+    step: &StepSpec,
+    call: C,
+    lookup: L,
+) -> Result<T, Response<Body>>
+where
+    T: Effect,
+    C: FnOnce(&Providers, &str) -> Result<T, ProviderError> + Send + 'static,
+    L: FnOnce(&Providers, &str) -> Result<Option<T>, ProviderError> + Send + 'static,
+{
+    let recording =
+        |e: &dyn std::fmt::Display| bad_gateway(&format!("recording step {}", step.name), e);
+    let provider_key = match exec.begin_step(step.name, &proposed_key(step.name)).await {
+        Ok(StepStart::Dispatch { provider_key }) => provider_key,
+        Ok(StepStart::AlreadyDone { provider_ref }) => {
+            let a = Arc::clone(app);
+            let id = provider_ref.unwrap_or_default();
+            return match blocking(move || lookup(&a.providers, &id)).await {
+                Ok(Some(effect)) => Ok(effect),
+                Ok(None) => Err(bad_gateway(
+                    step.provider,
+                    &format!("{} missing", step.effect),
+                )),
+                Err(e) => Err(bad_gateway(step.provider, &e)),
+            };
+        }
+        Err(e) => return Err(recording(&e)),
+    };
+    let a = Arc::clone(app);
+    let answered = match step.wait {
+        Wait::Done => blocking(move || call(&a.providers, &provider_key)).await,
+        Wait::Calendar { timeout_detail } => {
+            // A task of its own, like a request already on the wire: giving up
+            // waiting for it does not withdraw it.
+            let task = tokio::spawn(async move {
+                tokio::time::sleep(a.latency).await;
+                blocking(move || call(&a.providers, &provider_key)).await
+            });
+            let waited = match app.provider_timeout {
+                Some(limit) => tokio::time::timeout(limit, task).await,
+                None => Ok(task.await),
+            };
+            match waited {
+                Ok(Ok(answered)) => answered,
+                Ok(Err(e)) => return Err(bad_gateway(step.provider, &e)),
+                Err(_) => {
+                    // The effect may or may not exist: never guess.
+                    exec.record_as(Disposition::Unknown);
+                    return Err(problem(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "provider-timeout",
+                        "The calendar provider did not answer in time",
+                        timeout_detail,
+                    ));
+                }
+            }
+        }
+    };
+    let effect = match answered {
+        Ok(effect) => effect,
+        Err(e) => {
+            return Err((step.refusal)(exec, &e).unwrap_or_else(|| bad_gateway(step.provider, &e)));
+        }
+    };
+    if step.crash_switch && app.crash_after_provider {
+        let a = Arc::clone(app);
+        if matches!(blocking(move || a.providers.take_crash()).await, Ok(true)) {
+            eprintln!(
+                "appointments: --crash-after-provider: aborting after {} {}",
+                step.effect,
+                effect.id()
+            );
+            std::process::abort();
+        }
+    }
+    if let Err(e) = exec
+        .complete_step(step.name, Some(effect.id().to_owned()))
+        .await
+    {
+        return Err(recording(&e));
+    }
+    Ok(effect)
+}
+
+/// The refusal of step `notify`: the messaging provider is down.
+fn notification_failed(exec: &Execution, e: &ProviderError) -> Option<Response<Body>> {
+    if !matches!(e, ProviderError::Unavailable) {
+        return None;
+    }
+    // The booking is recorded as done: releasing lets the retry
+    // resume at `notify` with the same key, never book again.
+    exec.record_as(Disposition::Release);
+    let mut response = problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "notification-failed",
+        "The confirmation could not be sent yet",
+        "The slot is booked. Retry with the same Idempotency-Key.",
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    Some(response)
+}
+
 async fn create_appointment(
     State(app): State<Arc<App>>,
     Extension(exec): Extension<Execution>,
@@ -235,106 +395,54 @@ async fn create_appointment(
     let tenant = exec.tenant().to_owned();
 
     // Step `book`: the provider key is durable before the provider sees it.
-    let booking = match exec.begin_step("book", &proposed_key("book")).await {
-        Ok(StepStart::Dispatch { provider_key }) => {
-            let a = Arc::clone(&app);
-            let (t, c, s) = (tenant.clone(), request.customer_id, request.slot_id);
-            // A task of its own, like a request already on the wire: giving up
-            // waiting for it does not withdraw it.
-            let call = tokio::spawn(async move {
-                tokio::time::sleep(a.latency).await;
-                blocking(move || a.providers.book(&provider_key, &t, &c, &s)).await
-            });
-            let answered = match app.provider_timeout {
-                Some(limit) => tokio::time::timeout(limit, call).await,
-                None => Ok(call.await),
-            };
-            let booking = match answered {
-                Ok(Ok(Ok(b))) => b,
-                Ok(Ok(Err(e))) => return bad_gateway("calendar", &e),
-                Ok(Err(e)) => return bad_gateway("calendar", &e),
-                Err(_) => {
-                    // The booking may or may not exist: never guess.
-                    exec.record_as(Disposition::Unknown);
-                    return problem(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "provider-timeout",
-                        "The calendar provider did not answer in time",
-                        "The booking may or may not have been made. Retrying with the \
-                         same Idempotency-Key reports the outcome once it is known; it \
-                         never books a second time.",
-                    );
-                }
-            };
-            if app.crash_after_provider {
-                let a = Arc::clone(&app);
-                if matches!(blocking(move || a.providers.take_crash()).await, Ok(true)) {
-                    eprintln!(
-                        "appointments: --crash-after-provider: aborting after booking {}",
-                        booking.id
-                    );
-                    std::process::abort();
-                }
-            }
-            if let Err(e) = exec.complete_step("book", Some(booking.id.clone())).await {
-                return bad_gateway("recording step book", &e);
-            }
-            booking
-        }
-        Ok(StepStart::AlreadyDone { provider_ref }) => {
-            let a = Arc::clone(&app);
-            let id = provider_ref.unwrap_or_default();
-            match blocking(move || a.providers.booking(&id)).await {
-                Ok(Some(b)) => b,
-                Ok(None) => return bad_gateway("calendar", &"booking missing"),
-                Err(e) => return bad_gateway("calendar", &e),
-            }
-        }
-        Err(e) => return bad_gateway("recording step book", &e),
+    let book = StepSpec {
+        name: "book",
+        provider: "calendar",
+        effect: "booking",
+        wait: Wait::Calendar {
+            timeout_detail: "The booking may or may not have been made. Retrying with the \
+                             same Idempotency-Key reports the outcome once it is known; it \
+                             never books a second time.",
+        },
+        crash_switch: true,
+        refusal: |_, _| None,
+    };
+    let (c, s) = (request.customer_id, request.slot_id);
+    let booking = match run_step(
+        &app,
+        &exec,
+        &book,
+        move |p, key| p.book(key, &tenant, &c, &s),
+        |p, id| p.booking(id),
+    )
+    .await
+    {
+        Ok(booking) => booking,
+        Err(response) => return response,
     };
     exec.set_resource_ref(booking.id.clone());
 
     // Step `notify`, with its own persisted key.
-    let message = match exec.begin_step("notify", &proposed_key("notify")).await {
-        Ok(StepStart::Dispatch { provider_key }) => {
-            let a = Arc::clone(&app);
-            let b = booking.clone();
-            match blocking(move || a.providers.send_confirmation(&provider_key, &b)).await {
-                Ok(m) => {
-                    if let Err(e) = exec.complete_step("notify", Some(m.id.clone())).await {
-                        return bad_gateway("recording step notify", &e);
-                    }
-                    m
-                }
-                Err(ProviderError::Unavailable) => {
-                    // The booking is recorded as done: releasing lets the retry
-                    // resume at `notify` with the same key, never book again.
-                    exec.record_as(Disposition::Release);
-                    let mut response = problem(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "notification-failed",
-                        "The confirmation could not be sent yet",
-                        "The slot is booked. Retry with the same Idempotency-Key.",
-                    );
-                    response.headers_mut().insert(
-                        header::RETRY_AFTER,
-                        axum::http::HeaderValue::from_static("1"),
-                    );
-                    return response;
-                }
-                Err(e) => return bad_gateway("messaging", &e),
-            }
-        }
-        Ok(StepStart::AlreadyDone { provider_ref }) => {
-            let a = Arc::clone(&app);
-            let id = provider_ref.unwrap_or_default();
-            match blocking(move || a.providers.message(&id)).await {
-                Ok(Some(m)) => m,
-                Ok(None) => return bad_gateway("messaging", &"message missing"),
-                Err(e) => return bad_gateway("messaging", &e),
-            }
-        }
-        Err(e) => return bad_gateway("recording step notify", &e),
+    let notify = StepSpec {
+        name: "notify",
+        provider: "messaging",
+        effect: "message",
+        wait: Wait::Done,
+        crash_switch: false,
+        refusal: notification_failed,
+    };
+    let b = booking.clone();
+    let message = match run_step(
+        &app,
+        &exec,
+        &notify,
+        move |p, key| p.send_confirmation(key, &b),
+        |p, id| p.message(id),
+    )
+    .await
+    {
+        Ok(message) => message,
+        Err(response) => return response,
     };
     tracing::info!(parent: exec.span(), booking = %booking.id, "appointment confirmed");
     let (status, headers, body) = appointment(&booking, &message);
@@ -398,57 +506,31 @@ async fn reschedule_appointment(
     };
 
     // Step `reschedule`: the provider key is durable before the calendar sees it.
-    let done = match exec
-        .begin_step("reschedule", &proposed_key("reschedule"))
-        .await
+    let step = StepSpec {
+        name: "reschedule",
+        provider: "calendar",
+        effect: "reschedule",
+        wait: Wait::Calendar {
+            timeout_detail: "The appointment may or may not have been moved. Retrying with \
+                             the same Idempotency-Key reports the outcome once it is known; \
+                             it never reschedules a second time.",
+        },
+        crash_switch: false,
+        // Gone between the check and the call: the calendar did nothing.
+        refusal: |_, e| matches!(e, ProviderError::NotFound).then(appointment_not_found),
+    };
+    let (b, slot) = (booking.id.clone(), request.slot_id);
+    let done = match run_step(
+        &app,
+        &exec,
+        &step,
+        move |p, key| p.reschedule(key, &tenant, &b, &slot),
+        |p, id| p.reschedule_by_id(id),
+    )
+    .await
     {
-        Ok(StepStart::Dispatch { provider_key }) => {
-            let a = Arc::clone(&app);
-            let (t, b, slot) = (tenant.clone(), booking.id.clone(), request.slot_id);
-            let call = tokio::spawn(async move {
-                tokio::time::sleep(a.latency).await;
-                blocking(move || a.providers.reschedule(&provider_key, &t, &b, &slot)).await
-            });
-            let answered = match app.provider_timeout {
-                Some(limit) => tokio::time::timeout(limit, call).await,
-                None => Ok(call.await),
-            };
-            let done = match answered {
-                Ok(Ok(Ok(done))) => done,
-                // Gone between the check and the call: the calendar did nothing.
-                Ok(Ok(Err(ProviderError::NotFound))) => return appointment_not_found(),
-                Ok(Ok(Err(e))) => return bad_gateway("calendar", &e),
-                Ok(Err(e)) => return bad_gateway("calendar", &e),
-                Err(_) => {
-                    exec.record_as(Disposition::Unknown);
-                    return problem(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "provider-timeout",
-                        "The calendar provider did not answer in time",
-                        "The appointment may or may not have been moved. Retrying with \
-                         the same Idempotency-Key reports the outcome once it is known; \
-                         it never reschedules a second time.",
-                    );
-                }
-            };
-            if let Err(e) = exec
-                .complete_step("reschedule", Some(done.id.clone()))
-                .await
-            {
-                return bad_gateway("recording step reschedule", &e);
-            }
-            done
-        }
-        Ok(StepStart::AlreadyDone { provider_ref }) => {
-            let a = Arc::clone(&app);
-            let rid = provider_ref.unwrap_or_default();
-            match blocking(move || a.providers.reschedule_by_id(&rid)).await {
-                Ok(Some(done)) => done,
-                Ok(None) => return bad_gateway("calendar", &"reschedule missing"),
-                Err(e) => return bad_gateway("calendar", &e),
-            }
-        }
-        Err(e) => return bad_gateway("recording step reschedule", &e),
+        Ok(done) => done,
+        Err(response) => return response,
     };
     exec.set_resource_ref(booking.id.clone());
     tracing::info!(parent: exec.span(), booking = %booking.id, reschedule = %done.id, "appointment rescheduled");
@@ -507,6 +589,66 @@ enum Reconciled {
     Skipped,
 }
 
+/// Recovers the unresolved record `listed` and asks the provider what its step
+/// `name` did: by the provider ref the handler recorded, else by the step's
+/// persisted provider key (then recorded as the step's ref). `None`: the step
+/// was never begun or the provider never saw it, so the record is released and
+/// the client's retry dispatches with the same persisted key.
+fn recover_step<T>(
+    app: &App,
+    listed: &ListedRecord,
+    name: &str,
+    by_id: fn(&Providers, &str) -> Result<Option<T>, ProviderError>,
+    by_key: fn(&Providers, &str) -> Result<Option<T>, ProviderError>,
+) -> Result<Option<(ExecutionGuard, T)>, String>
+where
+    T: Effect,
+{
+    let mut guard = app
+        .store
+        .recover(&listed.scope, &listed.key, "reconciler", &app.policy)
+        .map_err(|e| e.to_string())?;
+    let step = guard.steps().iter().find(|s| s.name == name).cloned();
+    let effect = match &step {
+        None => None,
+        Some(step) => match &step.provider_ref {
+            Some(id) => by_id(&app.providers, id).map_err(|e| e.to_string())?,
+            None => by_key(&app.providers, &step.provider_key).map_err(|e| e.to_string())?,
+        },
+    };
+    let Some(effect) = effect else {
+        guard.release().map_err(|e| e.to_string())?;
+        return Ok(None);
+    };
+    if step.is_some_and(|s| s.provider_ref.is_none()) {
+        guard
+            .complete_step(name, Some(effect.id().to_owned()))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Some((guard, effect)))
+}
+
+/// Completes a reconciled record with `(status, headers, body)`, the response
+/// the handler builds for the same effects, so a replay is the same bytes.
+fn finish(
+    guard: ExecutionGuard,
+    (status, headers, body): (u16, Vec<(String, String)>, Vec<u8>),
+    booking_id: &str,
+) -> Result<Reconciled, String> {
+    guard
+        .complete(StoredResponse {
+            status,
+            headers: headers
+                .into_iter()
+                .map(|(n, v)| (n, v.into_bytes()))
+                .collect(),
+            body: Some(body),
+            resource_ref: Some(booking_id.to_owned()),
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(Reconciled::Completed)
+}
+
 /// Re-drives one unresolved `appointments.create` record with its persisted
 /// provider keys. The calendar is asked for the booking under step `book`'s key:
 /// if it has one, the booking happened and the record is finished (sending the
@@ -520,31 +662,16 @@ fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String>
     if listed.scope.operation() != CREATE {
         return Ok(Reconciled::Skipped);
     }
-    let mut guard = app
-        .store
-        .recover(&listed.scope, &listed.key, "reconciler", &app.policy)
-        .map_err(|e| e.to_string())?;
-    let steps = guard.steps().to_vec();
-    let book = steps.iter().find(|s| s.name == "book");
-    let booking = match book {
-        None => None,
-        Some(step) => match &step.provider_ref {
-            Some(id) => app.providers.booking(id).map_err(|e| e.to_string())?,
-            None => app
-                .providers
-                .booking_by_key(&step.provider_key)
-                .map_err(|e| e.to_string())?,
-        },
-    };
-    let Some(booking) = booking else {
-        guard.release().map_err(|e| e.to_string())?;
+    let Some((mut guard, booking)) = recover_step(
+        app,
+        listed,
+        "book",
+        Providers::booking,
+        Providers::booking_by_key,
+    )?
+    else {
         return Ok(Reconciled::Released);
     };
-    if book.is_some_and(|s| s.provider_ref.is_none()) {
-        guard
-            .complete_step("book", Some(booking.id.clone()))
-            .map_err(|e| e.to_string())?;
-    }
     let message = match guard
         .begin_step("notify", &proposed_key("notify"))
         .map_err(|e| e.to_string())?
@@ -570,19 +697,7 @@ fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String>
             .map_err(|e| e.to_string())?
             .ok_or("confirmation missing at the messaging provider")?,
     };
-    let (status, headers, body) = appointment(&booking, &message);
-    guard
-        .complete(StoredResponse {
-            status,
-            headers: headers
-                .into_iter()
-                .map(|(n, v)| (n, v.into_bytes()))
-                .collect(),
-            body: Some(body),
-            resource_ref: Some(booking.id.clone()),
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(Reconciled::Completed)
+    finish(guard, appointment(&booking, &message), &booking.id)
 }
 
 /// Re-drives one unresolved `appointments.reschedule` record: the calendar is
@@ -591,52 +706,22 @@ fn reconcile_one(app: &App, listed: &ListedRecord) -> Result<Reconciled, String>
 /// (or no step begun): the calendar never moved anything, so the record is
 /// released and the client's retry dispatches with the same persisted key.
 fn reconcile_reschedule(app: &App, listed: &ListedRecord) -> Result<Reconciled, String> {
-    let mut guard = app
-        .store
-        .recover(&listed.scope, &listed.key, "reconciler", &app.policy)
-        .map_err(|e| e.to_string())?;
-    let steps = guard.steps().to_vec();
-    let step = steps.iter().find(|s| s.name == "reschedule");
-    let done = match step {
-        None => None,
-        Some(step) => match &step.provider_ref {
-            Some(id) => app
-                .providers
-                .reschedule_by_id(id)
-                .map_err(|e| e.to_string())?,
-            None => app
-                .providers
-                .reschedule_by_key(&step.provider_key)
-                .map_err(|e| e.to_string())?,
-        },
-    };
-    let Some(done) = done else {
-        guard.release().map_err(|e| e.to_string())?;
+    let Some((guard, done)) = recover_step(
+        app,
+        listed,
+        "reschedule",
+        Providers::reschedule_by_id,
+        Providers::reschedule_by_key,
+    )?
+    else {
         return Ok(Reconciled::Released);
     };
-    if step.is_some_and(|s| s.provider_ref.is_none()) {
-        guard
-            .complete_step("reschedule", Some(done.id.clone()))
-            .map_err(|e| e.to_string())?;
-    }
     let booking = app
         .providers
         .booking(&done.booking_id)
         .map_err(|e| e.to_string())?
         .ok_or("rescheduled booking missing at the calendar provider")?;
-    let (status, headers, body) = rescheduled(&booking, &done);
-    guard
-        .complete(StoredResponse {
-            status,
-            headers: headers
-                .into_iter()
-                .map(|(n, v)| (n, v.into_bytes()))
-                .collect(),
-            body: Some(body),
-            resource_ref: Some(booking.id.clone()),
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(Reconciled::Completed)
+    finish(guard, rescheduled(&booking, &done), &booking.id)
 }
 
 fn reconcile_all(app: &App) {

@@ -7,7 +7,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+/// A provider's effects: provider idempotency key → effect (JSON).
+type Effects = TableDefinition<'static, &'static str, &'static [u8]>;
+/// A provider's effect ids: effect id → provider idempotency key.
+type EffectIds = TableDefinition<'static, &'static str, &'static str>;
 
 /// Provider idempotency key → booking (JSON).
 const BOOKINGS: TableDefinition<&str, &[u8]> = TableDefinition::new("calendar_bookings");
@@ -125,14 +131,9 @@ impl Providers {
         let txn = self.db.begin_write().map_err(storage)?;
         let booking = {
             let mut bookings = txn.open_table(BOOKINGS).map_err(storage)?;
-            if let Some(existing) = bookings.get(key).map_err(storage)? {
-                let booking: Booking = serde_json::from_slice(existing.value()).map_err(storage)?;
-                if booking.tenant != tenant
-                    || booking.customer_id != customer_id
-                    || booking.slot_id != slot_id
-                {
-                    return Err(ProviderError::KeyReused);
-                }
+            if let Some(booking) = replayed(&bookings, key, |b: &Booking| {
+                b.tenant == tenant && b.customer_id == customer_id && b.slot_id == slot_id
+            })? {
                 return Ok(booking);
             }
             let seq = next(&txn, "booking_seq")?;
@@ -143,10 +144,7 @@ impl Providers {
                 slot_id: slot_id.to_owned(),
                 reschedules: 0,
             };
-            let bytes = serde_json::to_vec(&booking).map_err(storage)?;
-            bookings.insert(key, bytes.as_slice()).map_err(storage)?;
-            let mut ids = txn.open_table(BOOKING_IDS).map_err(storage)?;
-            ids.insert(booking.id.as_str(), key).map_err(storage)?;
+            record(&txn, &mut bookings, BOOKING_IDS, key, &booking.id, &booking)?;
             booking
         };
         txn.commit().map_err(storage)?;
@@ -155,25 +153,12 @@ impl Providers {
 
     /// Calendar: the booking made under provider key `key`, if any.
     pub(crate) fn booking_by_key(&self, key: &str) -> Result<Option<Booking>, ProviderError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let bookings = txn.open_table(BOOKINGS).map_err(storage)?;
-        match bookings.get(key).map_err(storage)? {
-            Some(v) => Ok(Some(serde_json::from_slice(v.value()).map_err(storage)?)),
-            None => Ok(None),
-        }
+        self.by_key(BOOKINGS, key)
     }
 
     /// Calendar: the booking with id `id`, if any.
     pub(crate) fn booking(&self, id: &str) -> Result<Option<Booking>, ProviderError> {
-        let key = {
-            let txn = self.db.begin_read().map_err(storage)?;
-            let ids = txn.open_table(BOOKING_IDS).map_err(storage)?;
-            match ids.get(id).map_err(storage)? {
-                Some(k) => k.value().to_owned(),
-                None => return Ok(None),
-            }
-        };
-        self.booking_by_key(&key)
+        self.by_id(BOOKING_IDS, BOOKINGS, id)
     }
 
     /// Calendar: every booking of `tenant`, by id.
@@ -205,14 +190,9 @@ impl Providers {
         let txn = self.db.begin_write().map_err(storage)?;
         let reschedule = {
             let mut reschedules = txn.open_table(RESCHEDULES).map_err(storage)?;
-            if let Some(existing) = reschedules.get(key).map_err(storage)? {
-                let done: Reschedule = serde_json::from_slice(existing.value()).map_err(storage)?;
-                if done.tenant != tenant
-                    || done.booking_id != booking_id
-                    || done.to_slot_id != slot_id
-                {
-                    return Err(ProviderError::KeyReused);
-                }
+            if let Some(done) = replayed(&reschedules, key, |r: &Reschedule| {
+                r.tenant == tenant && r.booking_id == booking_id && r.to_slot_id == slot_id
+            })? {
                 return Ok(done);
             }
             let booking_key = {
@@ -243,10 +223,14 @@ impl Providers {
             bookings
                 .insert(booking_key.as_str(), bytes.as_slice())
                 .map_err(storage)?;
-            let bytes = serde_json::to_vec(&reschedule).map_err(storage)?;
-            reschedules.insert(key, bytes.as_slice()).map_err(storage)?;
-            let mut ids = txn.open_table(RESCHEDULE_IDS).map_err(storage)?;
-            ids.insert(reschedule.id.as_str(), key).map_err(storage)?;
+            record(
+                &txn,
+                &mut reschedules,
+                RESCHEDULE_IDS,
+                key,
+                &reschedule.id,
+                &reschedule,
+            )?;
             reschedule
         };
         txn.commit().map_err(storage)?;
@@ -255,25 +239,12 @@ impl Providers {
 
     /// Calendar: the reschedule performed under provider key `key`, if any.
     pub(crate) fn reschedule_by_key(&self, key: &str) -> Result<Option<Reschedule>, ProviderError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let reschedules = txn.open_table(RESCHEDULES).map_err(storage)?;
-        match reschedules.get(key).map_err(storage)? {
-            Some(v) => Ok(Some(serde_json::from_slice(v.value()).map_err(storage)?)),
-            None => Ok(None),
-        }
+        self.by_key(RESCHEDULES, key)
     }
 
     /// Calendar: the reschedule with id `id`, if any.
     pub(crate) fn reschedule_by_id(&self, id: &str) -> Result<Option<Reschedule>, ProviderError> {
-        let key = {
-            let txn = self.db.begin_read().map_err(storage)?;
-            let ids = txn.open_table(RESCHEDULE_IDS).map_err(storage)?;
-            match ids.get(id).map_err(storage)? {
-                Some(k) => k.value().to_owned(),
-                None => return Ok(None),
-            }
-        };
-        self.reschedule_by_key(&key)
+        self.by_id(RESCHEDULE_IDS, RESCHEDULES, id)
     }
 
     /// Messaging: sends the confirmation of `booking` under provider key `key`.
@@ -306,10 +277,7 @@ impl Providers {
                 tenant: booking.tenant.clone(),
                 booking_id: booking.id.clone(),
             };
-            let bytes = serde_json::to_vec(&message).map_err(storage)?;
-            messages.insert(key, bytes.as_slice()).map_err(storage)?;
-            let mut ids = txn.open_table(MESSAGE_IDS).map_err(storage)?;
-            ids.insert(message.id.as_str(), key).map_err(storage)?;
+            record(&txn, &mut messages, MESSAGE_IDS, key, &message.id, &message)?;
             message
         };
         txn.commit().map_err(storage)?;
@@ -317,25 +285,44 @@ impl Providers {
     }
 
     fn message_by_key(&self, key: &str) -> Result<Option<Message>, ProviderError> {
+        self.by_key(MESSAGES, key)
+    }
+
+    /// Messaging: the message with id `id`, if any.
+    pub(crate) fn message(&self, id: &str) -> Result<Option<Message>, ProviderError> {
+        self.by_id(MESSAGE_IDS, MESSAGES, id)
+    }
+
+    /// The effect recorded under provider key `key` in `effects`, if any.
+    fn by_key<T: DeserializeOwned>(
+        &self,
+        effects: Effects,
+        key: &str,
+    ) -> Result<Option<T>, ProviderError> {
         let txn = self.db.begin_read().map_err(storage)?;
-        let messages = txn.open_table(MESSAGES).map_err(storage)?;
-        match messages.get(key).map_err(storage)? {
+        let effects = txn.open_table(effects).map_err(storage)?;
+        match effects.get(key).map_err(storage)? {
             Some(v) => Ok(Some(serde_json::from_slice(v.value()).map_err(storage)?)),
             None => Ok(None),
         }
     }
 
-    /// Messaging: the message with id `id`, if any.
-    pub(crate) fn message(&self, id: &str) -> Result<Option<Message>, ProviderError> {
+    /// The effect with id `id`: `ids` names its provider key in `effects`.
+    fn by_id<T: DeserializeOwned>(
+        &self,
+        ids: EffectIds,
+        effects: Effects,
+        id: &str,
+    ) -> Result<Option<T>, ProviderError> {
         let key = {
             let txn = self.db.begin_read().map_err(storage)?;
-            let ids = txn.open_table(MESSAGE_IDS).map_err(storage)?;
+            let ids = txn.open_table(ids).map_err(storage)?;
             match ids.get(id).map_err(storage)? {
                 Some(k) => k.value().to_owned(),
                 None => return Ok(None),
             }
         };
-        self.message_by_key(&key)
+        self.by_key(effects, &key)
     }
 
     /// The crash switch: true exactly once per provider database (the mark is
@@ -353,6 +340,42 @@ impl Providers {
         txn.commit().map_err(storage)?;
         Ok(first)
     }
+}
+
+/// The effect already made under provider key `key` in `effects`, if any: the
+/// same request again (`same` holds) gets it back, another request under that
+/// key is refused (`KeyReused`) and does nothing.
+fn replayed<T: DeserializeOwned>(
+    effects: &redb::Table<'_, &'static str, &'static [u8]>,
+    key: &str,
+    same: impl FnOnce(&T) -> bool,
+) -> Result<Option<T>, ProviderError> {
+    let Some(existing) = effects.get(key).map_err(storage)? else {
+        return Ok(None);
+    };
+    let effect: T = serde_json::from_slice(existing.value()).map_err(storage)?;
+    if same(&effect) {
+        Ok(Some(effect))
+    } else {
+        Err(ProviderError::KeyReused)
+    }
+}
+
+/// Records `effect` under provider key `key` in `effects`, and its `id` in `ids`,
+/// in the caller's transaction (both or neither).
+fn record<T: Serialize>(
+    txn: &redb::WriteTransaction,
+    effects: &mut redb::Table<'_, &'static str, &'static [u8]>,
+    ids: EffectIds,
+    key: &str,
+    id: &str,
+    effect: &T,
+) -> Result<(), ProviderError> {
+    let bytes = serde_json::to_vec(effect).map_err(storage)?;
+    effects.insert(key, bytes.as_slice()).map_err(storage)?;
+    let mut ids = txn.open_table(ids).map_err(storage)?;
+    ids.insert(id, key).map_err(storage)?;
+    Ok(())
 }
 
 fn next(txn: &redb::WriteTransaction, name: &str) -> Result<u64, ProviderError> {
