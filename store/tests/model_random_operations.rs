@@ -1,7 +1,8 @@
 //! Model-based test (firezone style): random sequences of claims, worker writes,
 //! operator actions, GC and clock ticks against the redb store and against a
 //! plain reference model — a `BTreeMap` to which the same pure core decisions are
-//! applied. After every step the store must hold exactly the model's records,
+//! applied (with the store-wide token floor GC raises). After every step the
+//! store must hold exactly the model's records,
 //! list exactly the model's unresolved records, and its three indexes must agree
 //! with its records (`Store::verify`).
 
@@ -71,12 +72,16 @@ fn policy(effect: EffectKind) -> Policy {
 
 struct Model {
     records: BTreeMap<usize, Record>,
+    /// The store's token floor: the highest token of any record GC deleted. A
+    /// fresh record starts above it, so a key's tokens never repeat.
+    token_floor: u64,
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let store = Store::in_memory().unwrap();
     let mut model = Model {
         records: BTreeMap::new(),
+        token_floor: 0,
     };
     // The last token each key's worker was granted (what a live worker would hold).
     let mut tokens: BTreeMap<usize, FencingToken> = BTreeMap::new();
@@ -106,7 +111,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     fingerprint,
                     owner: "w".into(),
                 };
-                let want = machine::claim(model.records.get(&key), &request, &policy(effect), now);
+                let want = machine::claim_above(
+                    model.records.get(&key),
+                    &request,
+                    &policy(effect),
+                    now,
+                    model.token_floor,
+                );
                 prop_assert_eq!(&got, &want.outcome, "step {}", step);
                 if let Some(write) = want.write {
                     model.records.insert(key, write);
@@ -243,6 +254,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     };
                     match machine::gc(r, now) {
                         GcAction::Delete => {
+                            model.token_floor = model.token_floor.max(r.last_token.get());
                             model.records.remove(&i);
                             deleted += 1;
                         }
