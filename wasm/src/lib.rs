@@ -30,7 +30,7 @@
 //! The client side (`createJournal`, `callWithRetry` in `wasm/js/client.js`) asks
 //! core's [`client`](idemkit_core::client) module through [`decide_retry`],
 //! [`attempt_class`] and [`action_status`], keeps a circuit breaker per origin
-//! whose every transition is core's [`CircuitBreaker`](idemkit_core::client::CircuitBreaker)
+//! whose every transition is core's [`CircuitBreaker`]
 //! ([`breaker_allow`], [`breaker_record`]), and makes keys with [`key_from_random`]
 //! and [`derive_key`], so JavaScript retries by exactly the rules `idemkit call` uses.
 //!
