@@ -13,7 +13,7 @@ use idemkit_core::{Fingerprint, UnixMillis};
 fn decision(c: &mut Criterion) {
     let policy = Policy::default().with_effect(EffectKind::Local);
     let req = ClaimRequest {
-        fingerprint: Fingerprint::from_bytes([7; 32]),
+        fingerprint: Fingerprint::from_bytes([7; 32]).into(),
         owner: "worker-1".into(),
     };
     let now = UnixMillis::from_millis(1_800_000_000_000);
@@ -32,7 +32,7 @@ fn decision(c: &mut Criterion) {
     )
     .expect("completes");
     let other = ClaimRequest {
-        fingerprint: Fingerprint::from_bytes([8; 32]),
+        fingerprint: Fingerprint::from_bytes([8; 32]).into(),
         ..req.clone()
     };
 

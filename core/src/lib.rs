@@ -63,7 +63,8 @@ pub mod scope;
 pub mod time;
 
 pub use fingerprint::{
-    ContentKind, Fingerprint, FingerprintError, FingerprintSpec, ParseFingerprintError, SpecError,
+    ContentKind, Fingerprint, FingerprintError, FingerprintSpec, ParseFingerprintError,
+    RequestFingerprint, RequestLine, SpecError,
 };
 pub use json::{JsonError, JsonErrorKind, Profile, canonicalize};
 pub use key::{IdempotencyKey, KeyError};

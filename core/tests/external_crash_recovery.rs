@@ -40,7 +40,7 @@ fn an_external_crash_is_recovered_without_a_second_booking() {
         .with_effect(EffectKind::External)
         .with_lease(Duration::from_secs(30));
     let request = ClaimRequest {
-        fingerprint: Fingerprint::from_bytes([3; 32]),
+        fingerprint: Fingerprint::from_bytes([3; 32]).into(),
         owner: "worker-a".into(),
     };
     let mut slot = Slot::default();

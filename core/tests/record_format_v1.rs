@@ -42,7 +42,7 @@ fn timeline() -> Vec<(&'static str, Record)> {
         .with_store(StorePolicy::Definitive)
         .with_lease(Duration::from_secs(30));
     let req = ClaimRequest {
-        fingerprint: Fingerprint::from_bytes([0x5a; 32]),
+        fingerprint: Fingerprint::from_bytes([0x5a; 32]).into(),
         owner: "worker-1".into(),
     };
     let d = machine::claim(None, &req, &policy, t(0));

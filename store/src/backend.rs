@@ -10,7 +10,7 @@ use idemkit_core::machine::{
     ClaimOutcome, Policy, RecoverGrant, Resolution, StepStart, TransitionError,
 };
 use idemkit_core::record::{FencingToken, Record, StoredResponse, UnknownReason};
-use idemkit_core::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+use idemkit_core::{IdempotencyKey, RequestFingerprint, Scope, UnixMillis};
 
 use crate::redb_store::{GcReport, ListedRecord};
 
@@ -28,12 +28,13 @@ pub trait IdempotencyBackend {
     /// The backend's error.
     type Error: BackendError;
 
-    /// Claims `(scope, key)`; see `idemkit_core::machine::claim`.
+    /// Claims `(scope, key)`; see `idemkit_core::machine::claim`. A plain
+    /// `Fingerprint` converts with `.into()` (scheme 1).
     fn claim(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        fingerprint: Fingerprint,
+        fingerprint: impl Into<RequestFingerprint>,
         owner: &str,
         policy: &Policy,
         now: UnixMillis,

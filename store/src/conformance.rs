@@ -27,7 +27,7 @@ use idemkit_core::machine::{
 use idemkit_core::record::{
     EffectKind, FencingToken, RecordState, StateName, StoredResponse, UnknownReason,
 };
-use idemkit_core::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+use idemkit_core::{Fingerprint, IdempotencyKey, RequestFingerprint, Scope, UnixMillis};
 
 use crate::backend::{BackendError, IdempotencyBackend};
 
@@ -47,6 +47,14 @@ pub fn checks<B: IdempotencyBackend>() -> Vec<Check<B>> {
         (
             "changed_payload_is_refused",
             changed_payload_is_refused::<B>,
+        ),
+        (
+            "another_request_line_is_a_mismatch",
+            another_request_line_is_a_mismatch::<B>,
+        ),
+        (
+            "a_scheme_1_record_is_compared_under_scheme_1",
+            a_scheme_1_record_is_compared_under_scheme_1::<B>,
         ),
         ("scopes_are_isolated", scopes_are_isolated::<B>),
         (
@@ -144,8 +152,10 @@ fn key(k: &str) -> IdempotencyKey {
     IdempotencyKey::new(k).unwrap()
 }
 
-fn fp(n: u8) -> Fingerprint {
-    Fingerprint::from_bytes([n; 32])
+/// A scheme-1 request fingerprint (the suite's records are not about the request
+/// line, except where a scenario says so).
+fn fp(n: u8) -> RequestFingerprint {
+    Fingerprint::from_bytes([n; 32]).into()
 }
 
 fn local() -> Policy {
@@ -212,7 +222,7 @@ fn first_claim_executes<B: IdempotencyBackend>(b: &B) {
         .unwrap()
         .expect("claim is durable");
     assert_eq!(record.state.name(), StateName::Running);
-    assert_eq!(record.fingerprint, fp(1));
+    assert_eq!(record.fingerprint, fp(1).value());
 }
 
 fn concurrent_attempt_is_in_flight<B: IdempotencyBackend>(b: &B) {
@@ -297,8 +307,127 @@ fn changed_payload_is_refused<B: IdempotencyBackend>(b: &B) {
         .unwrap();
     assert_eq!(done, ClaimOutcome::Mismatch { status: 422 });
     let record = b.get(&scope(), &key("k")).unwrap().unwrap();
-    assert_eq!(record.fingerprint, fp(1), "a mismatch never overwrites");
+    assert_eq!(
+        record.fingerprint,
+        fp(1).value(),
+        "a mismatch never overwrites"
+    );
     assert_eq!(record.state.name(), StateName::Completed);
+}
+
+/// A scheme-2 request fingerprint (the request line counts) whose body-only
+/// (scheme-1) part is `fp(body)`.
+fn with_line(line: u8, body: u8) -> RequestFingerprint {
+    RequestFingerprint::with_request_line(
+        Fingerprint::from_bytes([line; 32]),
+        Fingerprint::from_bytes([body; 32]),
+    )
+}
+
+/// One key, one body, another path or query: a mismatch in every state, and the
+/// record keeps its scheme-2 fingerprint.
+fn another_request_line_is_a_mismatch<B: IdempotencyBackend>(b: &B) {
+    let Ok(ClaimOutcome::Execute { token, .. }) =
+        b.claim(&scope(), &key("k"), with_line(7, 1), "w", &local(), T0)
+    else {
+        panic!("a fresh key executes")
+    };
+    let running = b
+        .claim(
+            &scope(),
+            &key("k"),
+            with_line(8, 1),
+            "w",
+            &local(),
+            at(secs(1)),
+        )
+        .unwrap();
+    assert_eq!(running, ClaimOutcome::Mismatch { status: 422 });
+    b.complete(
+        &scope(),
+        &key("k"),
+        token,
+        response("a"),
+        &local(),
+        at(secs(2)),
+    )
+    .unwrap();
+    for other in [with_line(8, 1), fp(1)] {
+        let done = b
+            .claim(&scope(), &key("k"), other, "w", &local(), at(secs(3)))
+            .unwrap();
+        assert_eq!(done, ClaimOutcome::Mismatch { status: 422 }, "{other:?}");
+    }
+    let same = b
+        .claim(
+            &scope(),
+            &key("k"),
+            with_line(7, 1),
+            "w",
+            &local(),
+            at(secs(3)),
+        )
+        .unwrap();
+    assert_eq!(
+        same,
+        ClaimOutcome::Replay {
+            response: response("a")
+        }
+    );
+    let record = b.get(&scope(), &key("k")).unwrap().unwrap();
+    assert_eq!(record.fingerprint, Fingerprint::from_bytes([7; 32]));
+    assert_eq!(
+        record.fingerprint_scheme,
+        idemkit_core::fingerprint::SCHEME_REQUEST_LINE
+    );
+}
+
+/// A record written before the request line counted (scheme 1) is compared with
+/// a scheme-2 request's body-only fingerprint: the upgrade turns no retry into a
+/// 422, and a changed body is still refused.
+fn a_scheme_1_record_is_compared_under_scheme_1<B: IdempotencyBackend>(b: &B) {
+    let token = execute(b, &scope(), &key("k"), &local(), T0);
+    b.complete(
+        &scope(),
+        &key("k"),
+        token,
+        response("a"),
+        &local(),
+        at(secs(1)),
+    )
+    .unwrap();
+    let retry = b
+        .claim(
+            &scope(),
+            &key("k"),
+            with_line(7, 1),
+            "w",
+            &local(),
+            at(secs(2)),
+        )
+        .unwrap();
+    assert_eq!(
+        retry,
+        ClaimOutcome::Replay {
+            response: response("a")
+        }
+    );
+    let changed = b
+        .claim(
+            &scope(),
+            &key("k"),
+            with_line(7, 2),
+            "w",
+            &local(),
+            at(secs(2)),
+        )
+        .unwrap();
+    assert_eq!(changed, ClaimOutcome::Mismatch { status: 422 });
+    let record = b.get(&scope(), &key("k")).unwrap().unwrap();
+    assert_eq!(
+        record.fingerprint_scheme,
+        idemkit_core::fingerprint::SCHEME_BODY
+    );
 }
 
 fn scopes_are_isolated<B: IdempotencyBackend>(b: &B) {

@@ -151,6 +151,43 @@ fn reschedule_same_key_with_another_slot_is_422() {
     assert_eq!(at_calendar["reschedules"], 1);
 }
 
+/// The request line is part of what a key means: the key and body used to move
+/// one appointment, sent to another appointment's path, is refused; it neither
+/// replays the first answer (the client would believe the second one moved) nor
+/// moves the second one.
+#[test]
+fn reschedule_of_another_appointment_with_the_same_key_and_body_is_422() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), &[]);
+    let first_id = book(&service, "clinic-a", b"book-r6", "s-1");
+    let second_id = book(&service, "clinic-a", b"book-r7", "s-2");
+    let body = br#"{"slot_id":"s-8"}"#;
+
+    let first = service.post_to(
+        &reschedule_path(&first_id),
+        Some(b"move-r6"),
+        Some("clinic-a"),
+        body,
+    );
+    assert_eq!(first.status, 200, "{first:?}");
+    let other = service.post_to(
+        &reschedule_path(&second_id),
+        Some(b"move-r6"),
+        Some("clinic-a"),
+        body,
+    );
+    assert_eq!(other.status, 422, "{other:?}");
+    assert_eq!(other.problem(), "idempotency-key-reused");
+
+    assert_eq!(booking(&service, "clinic-a", &first_id)["reschedules"], 1);
+    let untouched = booking(&service, "clinic-a", &second_id);
+    assert_eq!(
+        untouched["slot_id"], "s-2",
+        "the second appointment did not move"
+    );
+    assert_eq!(untouched["reschedules"], 0);
+}
+
 #[test]
 fn reschedule_of_another_tenants_appointment_is_404() {
     let dir = tempfile::tempdir().unwrap();

@@ -146,3 +146,126 @@ fn help_shows_examples() {
         "{text}"
     );
 }
+
+/// With `--method` and `--path` the request line counts (scheme 2), equal to the
+/// library; the value is pinned (it was computed independently, see core's
+/// `scheme_2_golden_value`).
+#[test]
+fn request_line_flags_frame_method_path_and_sorted_query() {
+    let fp = |extra: &[&str], body: &[u8]| {
+        let mut args = vec!["--operation", "accounts.withdraw"];
+        args.extend_from_slice(extra);
+        ok_hex(&run(&args, body))
+    };
+    let body = br#"{"amount":10}"#;
+    let a = fp(
+        &[
+            "--method",
+            "POST",
+            "--path",
+            "/accounts/A/withdraw",
+            "--query",
+            "b=2&a=1",
+        ],
+        body,
+    );
+    assert_eq!(
+        a,
+        "398f37b8cec382b83905ba4e2d772c7e93e699e7737cc0d1e0a87b4eeb0188ef"
+    );
+    let line = idemkit::core::fingerprint::RequestLine::new(
+        "POST",
+        "/accounts/A/withdraw",
+        Some("b=2&a=1"),
+    );
+    let lib = FingerprintSpec::new(ContentKind::Json)
+        .fingerprint_request("accounts.withdraw", &line, body)
+        .unwrap();
+    assert_eq!(a, lib.value().to_string());
+    // A leading `?` is dropped; pairs are sorted by name, spelling decoded.
+    let same = [
+        "--method=POST",
+        "--path=/accounts/A/withdraw",
+        "--query=?a=1&b=2",
+    ];
+    assert_eq!(fp(&same, br#"{ "amount": 10 }"#), a);
+    let b = fp(
+        &[
+            "--method",
+            "POST",
+            "--path",
+            "/accounts/B/withdraw",
+            "--query",
+            "a=1&b=2",
+        ],
+        body,
+    );
+    assert_ne!(a, b, "another path is another request");
+    let put = fp(
+        &[
+            "--method",
+            "PUT",
+            "--path",
+            "/accounts/A/withdraw",
+            "--query",
+            "a=1&b=2",
+        ],
+        body,
+    );
+    assert_ne!(a, put, "another method is another request");
+    // Without the request line: scheme 1, the body-only fingerprint.
+    assert_eq!(fp(&[], body), lib.body_only_fingerprint().to_string());
+    assert_ne!(fp(&[], body), a);
+    // Left-out query parameters.
+    let tracked = [
+        "--method",
+        "POST",
+        "--path",
+        "/accounts/A/withdraw",
+        "--query",
+        "a=1&b=2&utm_source=mail",
+        "--ignore-query-param",
+        "utm_source",
+    ];
+    assert_eq!(fp(&tracked, body), a);
+    let ignored = [
+        "--method",
+        "POST",
+        "--path",
+        "/accounts/A/withdraw",
+        "--query",
+        "x=%zz",
+        "--ignore-query",
+    ];
+    let no_query = fp(
+        &["--method", "POST", "--path", "/accounts/A/withdraw"],
+        body,
+    );
+    assert_eq!(fp(&ignored, body), no_query);
+}
+
+#[test]
+fn request_line_flags_need_each_other() {
+    for args in [
+        &["--method", "POST"][..],
+        &["--path", "/a"][..],
+        &["--query", "a=1"][..],
+        &[
+            "--method",
+            "POST",
+            "--path",
+            "/a",
+            "--ignore-query",
+            "--ignore-query-param",
+            "a",
+        ][..],
+    ] {
+        let out = run(args, b"{}");
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -108,7 +108,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 )
                 .unwrap();
                 let request = ClaimRequest {
-                    fingerprint,
+                    fingerprint: fingerprint.into(),
                     owner: "w".into(),
                 };
                 let want = machine::claim_above(

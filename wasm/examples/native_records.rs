@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use idemkit_core::machine::{self, ClaimRequest, MismatchStatus, Policy, Resolution, StorePolicy};
 use idemkit_core::record::{EffectKind, FencingToken, Record, StoredResponse, UnknownReason};
-use idemkit_core::{Fingerprint, UnixMillis};
+use idemkit_core::{Fingerprint, RequestFingerprint, UnixMillis};
 use idemkit_wasm::interop::{Coded, hex};
 use serde_json::Value;
 
@@ -101,13 +101,23 @@ fn response(v: &Value) -> Res<StoredResponse> {
     })
 }
 
+/// `{ scheme, value, bodyOnly }` → the claim's fingerprint.
+fn request_fingerprint(v: &Value) -> Res<RequestFingerprint> {
+    let value = str_of(v, "value")?.parse::<Fingerprint>()?;
+    Ok(match u64_of(v, "scheme")? {
+        1 => RequestFingerprint::body_only(value),
+        2 => RequestFingerprint::with_request_line(value, str_of(v, "bodyOnly")?.parse()?),
+        other => return Err(format!("fingerprint scheme {other}").into()),
+    })
+}
+
 /// Applies one step; returns the output line and the record now stored.
 fn step(current: Option<&Record>, s: &Value) -> Res<(String, Option<Record>)> {
     let now = UnixMillis::from_millis(u64_of(s, "now")?);
     let op = str_of(s, "op")?;
     if op == "claim" {
         let request = ClaimRequest {
-            fingerprint: str_of(s, "fingerprint")?.parse::<Fingerprint>()?,
+            fingerprint: request_fingerprint(field(s, "fingerprint")?)?,
             owner: str_of(s, "owner")?.to_owned(),
         };
         let decision = machine::claim(current, &request, &policy(field(s, "policy")?)?, now);

@@ -48,13 +48,44 @@ export function canonicalize(input, options) {
 }
 
 /**
- * The fingerprint of a request body: 64 lowercase hex characters, equal to
- * `idemkit fingerprint` with the same options.
+ * The fingerprint of a request: 64 lowercase hex characters, equal to
+ * `idemkit fingerprint` with the same options. With `method` and `path` the
+ * request line counts too (scheme 2, what `createIdempotency` computes): the
+ * method, the concrete path and the query's decoded pairs sorted by name
+ * (`ignoreQuery`, `ignoreQueryParams` leave it or named parameters out).
+ * Without them only the operation and the body count (scheme 1).
  * @param {string | Uint8Array} body
- * @param {{ operation?: string, schemaVersion?: number, include?: string[], exclude?: string[], contentType?: string, profile?: "strict" | "rfc8785" }} [options]
+ * @param {{ operation?: string, schemaVersion?: number, include?: string[], exclude?: string[], contentType?: string, profile?: "strict" | "rfc8785", method?: string, path?: string, query?: string, ignoreQuery?: boolean, ignoreQueryParams?: string[] }} [options]
  * @returns {string}
  */
 export function fingerprint(body, options = {}) {
+  const line = requestLineOf(options);
+  if (line !== null) return requestFingerprint(body, options).value;
+  const { bytes, operation, schemaVersion, contentType, include, exclude, profile } = bodyOptions(body, options);
+  return wasmCall(() => wasm.fingerprint(bytes, operation, schemaVersion, contentType, include, exclude, profile));
+}
+
+/**
+ * The scheme-2 fingerprint of a request with the same request's scheme-1
+ * fingerprint, which a claim compares with records written before the request
+ * line counted: `{ scheme: 2, value, bodyOnly }`. Needs `method` and `path`.
+ * @param {string | Uint8Array} body
+ * @param {Parameters<typeof fingerprint>[1]} options
+ * @returns {{ scheme: number, value: string, bodyOnly: string }}
+ */
+export function requestFingerprint(body, options) {
+  const line = requestLineOf(options);
+  if (line === null) throw new IdemkitError("invalid-argument", "a request fingerprint needs method and path");
+  const { bytes, operation, schemaVersion, contentType, include, exclude, profile } = bodyOptions(body, options);
+  return wasmCall(() =>
+    wasm.fingerprintRequest(
+      bytes, operation, schemaVersion, contentType, include, exclude, profile,
+      line.method, line.path, line.query, line.ignoreQuery, line.ignoreQueryParams,
+    ),
+  );
+}
+
+function bodyOptions(body, options) {
   const bytes = toBytes(body, "body");
   const operation = options.operation ?? "";
   const schemaVersion = options.schemaVersion ?? 1;
@@ -71,8 +102,42 @@ export function fingerprint(body, options = {}) {
       throw new IdemkitError("invalid-argument", `${name} must be an array of JSON Pointer strings`);
     }
   }
-  const profile = profileOf(options);
-  return wasmCall(() => wasm.fingerprint(bytes, operation, schemaVersion, contentType, include, exclude, profile));
+  return { bytes, operation, schemaVersion, contentType, include, exclude, profile: profileOf(options) };
+}
+
+/** The request-line options, checked; `null` when neither method nor path is given. */
+function requestLineOf(options) {
+  const { method, path, query, ignoreQuery, ignoreQueryParams } = options;
+  const given = [query, ignoreQuery, ignoreQueryParams].some((v) => v !== undefined);
+  if (method === undefined && path === undefined) {
+    if (given) throw new IdemkitError("invalid-argument", "query options need method and path");
+    return null;
+  }
+  if (typeof method !== "string" || typeof path !== "string") {
+    throw new IdemkitError("invalid-argument", "method and path must both be strings");
+  }
+  if (query !== undefined && typeof query !== "string") {
+    throw new IdemkitError("invalid-argument", "query must be a string (the text after `?`)");
+  }
+  if (ignoreQuery !== undefined && typeof ignoreQuery !== "boolean") {
+    throw new IdemkitError("invalid-argument", "ignoreQuery must be a boolean");
+  }
+  const names = ignoreQueryParams ?? [];
+  if (!Array.isArray(names) || !names.every((n) => typeof n === "string")) {
+    throw new IdemkitError("invalid-argument", "ignoreQueryParams must be an array of strings");
+  }
+  if (ignoreQuery && names.length > 0) {
+    throw new IdemkitError("invalid-argument", "ignoreQuery and ignoreQueryParams exclude each other");
+  }
+  const text = query ?? "";
+  return {
+    method,
+    path,
+    // As `idemkit fingerprint --query`: one leading `?` is dropped (`URL.search` keeps it).
+    query: text.startsWith("?") ? text.slice(1) : text,
+    ignoreQuery: ignoreQuery ?? false,
+    ignoreQueryParams: names,
+  };
 }
 
 /**

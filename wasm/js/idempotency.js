@@ -7,7 +7,7 @@
 // version it read for an existing one. A lost race is never overwritten: the
 // loser reads again and asks the machine again.
 import * as wasm from "./idemkit_wasm.js";
-import { fingerprint, logRef, parseKey, recordId, toBytes } from "./api.js";
+import { fingerprint, logRef, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 
 /** How often one call re-reads after losing a compare-and-set race before giving up (503). */
@@ -115,6 +115,14 @@ export function createIdempotency(options) {
   // Validates the policy now (the machine throws on a bad field), not on the first request.
   wasmCall(() => wasm.classify(200, policy));
   const fingerprintOptions = options.fingerprint ?? {};
+  for (const field of ["operation", "method", "path", "query"]) {
+    if (fingerprintOptions[field] !== undefined) {
+      throw new IdemkitError(
+        "invalid-argument",
+        `fingerprint.${field} comes from each request, not the options (leave query parameters out with ignoreQuery or ignoreQueryParams)`,
+      );
+    }
+  }
   const clock = options.clock ?? Date.now;
   const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
   const keyRequired = options.required ?? true;
@@ -143,12 +151,23 @@ export function createIdempotency(options) {
     throw new IdemkitError("invalid-argument", "adapter.maxRecordBytes must be a positive integer");
   }
 
-  function fingerprintOf(body, contentType) {
-    return fingerprint(toBytes(body ?? new Uint8Array(), "body"), {
+  /**
+   * `{ scheme, value, bodyOnly }`: with a request line (`{ method, path, query }`)
+   * scheme 2, which frames it; without one scheme 1 (operation and body only).
+   */
+  function fingerprintOf(body, contentType, line) {
+    const bytes = toBytes(body ?? new Uint8Array(), "body");
+    const options = {
       ...fingerprintOptions,
       operation,
       contentType: contentType ?? fingerprintOptions.contentType ?? "application/json",
-    });
+    };
+    if (line === undefined) {
+      // A claim without a request line has no query to leave out.
+      const { ignoreQuery: _q, ignoreQueryParams: _p, ...bodyOnly } = options;
+      return { scheme: 1, value: fingerprint(bytes, bodyOnly), bodyOnly: null };
+    }
+    return requestFingerprint(bytes, { ...options, ...line });
   }
 
   /** Reads, asks the machine, writes with insert-if-absent / CAS; loops on a lost race. */
@@ -158,7 +177,9 @@ export function createIdempotency(options) {
     const claimOwner = owner ?? crypto.randomUUID();
     for (let race = 0; race < MAX_RACES; race++) {
       const current = await storeCall(() => adapter.get(id));
-      const decision = wasmCall(() => wasm.claim(current?.record, fp, claimOwner, policy, clock()));
+      const decision = wasmCall(() =>
+        wasm.claim(current?.record, fp.value, fp.scheme, fp.bodyOnly ?? undefined, claimOwner, policy, clock()),
+      );
       const base = { ...decision, id, logRef: ref, owner: claimOwner };
       delete base.write;
       if (decision.write === null) return base;
@@ -176,8 +197,9 @@ export function createIdempotency(options) {
     throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races on record ${ref}`);
   }
 
-  function claim({ tenant: tenantId, key, body, contentType, owner }) {
-    return claimPrepared(tenantId, key, fingerprintOf(body, contentType), owner);
+  function claim({ tenant: tenantId, key, body, contentType, owner, method, path, query }) {
+    const line = method === undefined && path === undefined ? undefined : { method, path, query };
+    return claimPrepared(tenantId, key, fingerprintOf(body, contentType, line), owner);
   }
 
   /**
@@ -292,7 +314,11 @@ export function createIdempotency(options) {
     let fp;
     try {
       // A request without a Content-Type is fingerprinted as the configured kind.
-      fp = fingerprintOf(body, request.headers.get("content-type") ?? fingerprintOptions.contentType ?? "");
+      // What the key means includes the request line: the same key and body sent
+      // to another path or query is another operation (422, nothing executed).
+      const url = new URL(request.url);
+      const line = { method: request.method, path: url.pathname, query: url.search };
+      fp = fingerprintOf(body, request.headers.get("content-type") ?? fingerprintOptions.contentType ?? "", line);
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
       return fromAnswer(wasm.refuseInvalidBody(err.code, err.message));

@@ -29,9 +29,25 @@ export interface FingerprintOptions {
   contentType?: string;
   /** JSON rules (default `"strict"`). */
   profile?: Profile;
+  /**
+   * With `path`: the request line counts (scheme 2, what `createIdempotency`
+   * computes). The method as sent; methods are case-sensitive.
+   */
+  method?: string;
+  /** The concrete path as the server received it, e.g. `/accounts/A/withdraw`. */
+  path?: string;
+  /** The text after `?` (a leading `?` is dropped, so `URL.search` fits). Decoded pairs, sorted by name. */
+  query?: string;
+  /** Leave the whole query out (the method and path still count). */
+  ignoreQuery?: boolean;
+  /** Leave these query parameters out (tracking parameters, cache busters). */
+  ignoreQueryParams?: string[];
 }
 
-/** 64 lowercase hex characters, equal to `idemkit fingerprint` with the same options. */
+/**
+ * 64 lowercase hex characters, equal to `idemkit fingerprint` with the same
+ * options (`--method`, `--path`, `--query`, `--ignore-query`, `--ignore-query-param`).
+ */
 export function fingerprint(body: string | Uint8Array, options?: FingerprintOptions): string;
 
 /**
@@ -67,6 +83,8 @@ export interface StepView {
 /** A read-only view of a stored record. */
 export interface RecordView {
   fingerprint: string;
+  /** 1: operation and body only (records written before the request line counted); 2: the request line too. */
+  fingerprintScheme: number;
   effect: "local" | "external";
   state: "running" | "completed" | "unknown" | "released";
   attempt: number;
@@ -173,10 +191,13 @@ export interface IdempotencyOptions {
   tenant: (request: Request) => string | null | Promise<string | null>;
   policy?: PolicyOptions;
   /**
-   * Which parts of the body count. The operation and content type come from the
-   * request; `contentType` applies to a request that sends no Content-Type.
+   * Which parts of the request count. The operation, content type, method, path
+   * and query come from the request; `contentType` applies to a request that
+   * sends no Content-Type; `ignoreQuery` / `ignoreQueryParams` leave the query or
+   * named parameters out. Records written before the request line counted
+   * (scheme 1) are compared under their own scheme, so they keep replaying.
    */
-  fingerprint?: Omit<FingerprintOptions, "operation">;
+  fingerprint?: Omit<FingerprintOptions, "operation" | "method" | "path" | "query">;
   /** Whether requests without a key are refused (default true) or passed through unprotected. */
   required?: boolean;
   /** What a completed response created (default: its `Location` header). */
@@ -251,8 +272,21 @@ export interface Execution {
 export interface Idempotency {
   /** DESIGN.md's HTTP contract around a fetch-style handler. */
   handle(request: Request, handler: (request: Request, execution: Execution) => Promise<Response> | Response): Promise<Response>;
-  /** Ask the state machine for a claim and write its decision atomically. */
-  claim(input: { tenant: string; key: string; body?: string | Uint8Array; contentType?: string; owner?: string }): Promise<Claim>;
+  /**
+   * Ask the state machine for a claim and write its decision atomically. With
+   * `method` and `path` the request line counts (scheme 2, as `handle`); without
+   * them only the operation and body (scheme 1).
+   */
+  claim(input: {
+    tenant: string;
+    key: string;
+    body?: string | Uint8Array;
+    contentType?: string;
+    owner?: string;
+    method?: string;
+    path?: string;
+    query?: string;
+  }): Promise<Claim>;
   /** Record the outcome under the claim's fencing token. */
   complete(claim: ExecuteClaim, response: ResponseInput): Promise<RecordView>;
   /** The attempt had no effect: a retry executes again. */

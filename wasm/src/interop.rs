@@ -33,7 +33,7 @@ use idemkit_core::client::{
     ActionStatus, AttemptClass, AttemptResult, BreakerConfig, BreakerState, RetryDecision,
     RetryPolicy,
 };
-use idemkit_core::fingerprint::{FingerprintError, FormError, SpecError};
+use idemkit_core::fingerprint::{FingerprintError, FormError, RequestFingerprint, SpecError};
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
     ClaimDecision, ClaimOutcome, Disposition, MismatchStatus, Policy, StepStart, StorePolicy,
@@ -774,10 +774,20 @@ pub fn step_start(write: &[u8], start: &StepStart) -> JsValue {
     .build()
 }
 
+/// `{ scheme, value, bodyOnly }` of a request fingerprint (64 hex each).
+pub fn request_fingerprint(fp: &RequestFingerprint) -> JsValue {
+    ObjectBuilder::new()
+        .set("scheme", fp.scheme())
+        .set("value", fp.value().to_string())
+        .set("bodyOnly", fp.body_only_fingerprint().to_string())
+        .build()
+}
+
 /// A read-only view of a record.
 pub fn record(r: &Record) -> JsResult<JsValue> {
     let out = ObjectBuilder::new()
         .set("fingerprint", r.fingerprint.to_string())
+        .set("fingerprintScheme", r.fingerprint_scheme)
         .set(
             "effect",
             match r.effect {

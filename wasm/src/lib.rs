@@ -46,7 +46,9 @@ pub mod interop;
 use core::time::Duration;
 
 use idemkit_core::client::{ActionStatus, CircuitBreaker};
-use idemkit_core::fingerprint::{ContentKind, FingerprintSpec};
+use idemkit_core::fingerprint::{
+    ContentKind, FingerprintSpec, RequestFingerprint, RequestLine, SCHEME_BODY, SCHEME_REQUEST_LINE,
+};
 use idemkit_core::http::Refusal;
 use idemkit_core::json::CanonicalizeOptions;
 use idemkit_core::machine::{self, ClaimRequest, Resolution};
@@ -113,9 +115,30 @@ pub fn canonicalize(input: &[u8], profile: &str) -> JsResult<String> {
     })
 }
 
-/// The fingerprint (64 lowercase hex) of `body`, exactly as `idemkit fingerprint`
-/// computes it: `contentType` picks JSON / form / raw, `include` and `exclude` are
-/// RFC 6901 pointers, `profile` the JSON rules.
+/// The fingerprint spec `fingerprint` and `fingerprint_request` share.
+fn spec_of(
+    content_type: &str,
+    schema_version: u32,
+    include: &[String],
+    exclude: &[String],
+    profile: &str,
+) -> JsResult<FingerprintSpec> {
+    let mut spec = FingerprintSpec::new(ContentKind::from_mime(content_type))
+        .schema_version(schema_version)
+        .json_options(CanonicalizeOptions::default().profile(interop::profile(profile)?));
+    for pointer in include {
+        spec = spec.include(pointer).map_err(interop::error)?;
+    }
+    for pointer in exclude {
+        spec = spec.exclude(pointer).map_err(interop::error)?;
+    }
+    Ok(spec)
+}
+
+/// The scheme-1 fingerprint (64 lowercase hex) of `body`, exactly as `idemkit
+/// fingerprint` without `--method`/`--path` computes it: `contentType` picks JSON
+/// / form / raw, `include` and `exclude` are RFC 6901 pointers, `profile` the
+/// JSON rules.
 #[wasm_bindgen]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn fingerprint(
@@ -127,22 +150,55 @@ pub fn fingerprint(
     exclude: Vec<String>,
     profile: &str,
 ) -> JsResult<String> {
-    let mut spec = FingerprintSpec::new(ContentKind::from_mime(content_type))
-        .schema_version(schema_version)
-        .json_options(CanonicalizeOptions::default().profile(interop::profile(profile)?));
-    for pointer in &include {
-        spec = spec.include(pointer).map_err(interop::error)?;
-    }
-    for pointer in &exclude {
-        spec = spec.exclude(pointer).map_err(interop::error)?;
-    }
-    spec.fingerprint(operation, body)
+    spec_of(content_type, schema_version, &include, &exclude, profile)?
+        .fingerprint(operation, body)
         .map(|fp| fp.to_string())
         .map_err(interop::error)
 }
 
-/// The claim decision for a request with `fingerprint` (64 hex) on the record the
-/// adapter read (`existing`, or `undefined` when there is none).
+/// The scheme-2 fingerprint of a request, exactly as `idemkit fingerprint
+/// --method M --path P --query Q` computes it: the request line counts.
+/// `query` is the text after `?` (without it); `ignoreQuery` leaves it out,
+/// `ignoreQueryParams` the named parameters. Returns `{ scheme, value, bodyOnly }`
+/// (`bodyOnly`: the scheme-1 fingerprint of the same request, which `claim`
+/// compares with records written before the request line counted).
+#[wasm_bindgen(js_name = fingerprintRequest)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one flat call across the wasm boundary"
+)]
+pub fn fingerprint_request(
+    body: &[u8],
+    operation: &str,
+    schema_version: u32,
+    content_type: &str,
+    include: Vec<String>,
+    exclude: Vec<String>,
+    profile: &str,
+    method: &str,
+    path: &str,
+    query: &str,
+    ignore_query: bool,
+    ignore_query_params: Vec<String>,
+) -> JsResult<JsValue> {
+    let mut spec = spec_of(content_type, schema_version, &include, &exclude, profile)?;
+    for name in &ignore_query_params {
+        spec = spec.ignore_query_param(name);
+    }
+    if ignore_query {
+        spec = spec.ignore_query();
+    }
+    let line = RequestLine::new(method, path, Some(query));
+    let fp = spec
+        .fingerprint_request(operation, &line, body)
+        .map_err(interop::error)?;
+    Ok(interop::request_fingerprint(&fp))
+}
+
+/// The claim decision for a request with `fingerprint` (64 hex, computed under
+/// `scheme`; for scheme 2 `bodyOnly` is the same request's scheme-1 fingerprint)
+/// on the record the adapter read (`existing`, or `undefined` when there is none).
 ///
 /// Returns `{ outcome, write?, ... }` (see `interop::claim_decision`): the adapter
 /// writes `write` with insert-if-absent (no `existing`) or compare-and-set on the
@@ -152,13 +208,36 @@ pub fn fingerprint(
 pub fn claim(
     existing: Option<Vec<u8>>,
     fingerprint: &str,
+    scheme: u8,
+    body_only: Option<String>,
     owner: &str,
     policy: &JsValue,
     now: f64,
 ) -> JsResult<JsValue> {
     let existing = existing.as_deref().map(decode).transpose()?;
+    let value = fingerprint.parse::<Fingerprint>().map_err(interop::error)?;
+    let body_only = body_only
+        .map(|fp| fp.parse::<Fingerprint>())
+        .transpose()
+        .map_err(interop::error)?;
+    let fingerprint = match (scheme, body_only) {
+        (SCHEME_BODY, None) => RequestFingerprint::body_only(value),
+        (SCHEME_REQUEST_LINE, Some(body_only)) => {
+            RequestFingerprint::with_request_line(value, body_only)
+        }
+        _ => {
+            return Err(interop::error(ArgumentError(format!(
+                "fingerprint scheme {scheme} needs {} scheme-1 fingerprint",
+                if scheme == SCHEME_REQUEST_LINE {
+                    "its"
+                } else {
+                    "no"
+                }
+            ))));
+        }
+    };
     let request = ClaimRequest {
-        fingerprint: fingerprint.parse::<Fingerprint>().map_err(interop::error)?,
+        fingerprint,
         owner: owner.to_owned(),
     };
     let policy = interop::policy(policy)?;

@@ -41,12 +41,12 @@ export function conformanceCases(idemkit, makeAdapter) {
     return { adapter, idem, clock, counter, handler };
   }
 
-  function request(key, body = { amount: 100 }, tenant = "acme") {
+  function request(key, body = { amount: 100 }, tenant = "acme", target = "/payments", method = "POST") {
     const headers = { "content-type": "application/json" };
     if (key !== undefined) headers["idempotency-key"] = key;
     if (tenant !== null) headers["x-tenant"] = tenant;
-    return new Request("https://api.test/payments", {
-      method: "POST",
+    return new Request(`https://api.test${target}`, {
+      method,
       headers,
       body: typeof body === "string" ? body : JSON.stringify(body),
     });
@@ -136,6 +136,63 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(original.headers.get("idempotent-replayed"), "true");
       assert.equal((await original.json()).amount, 100);
       assert.equal(counter.runs, 1);
+    }],
+
+    ["same key and body to another path, query or method: 422, nothing executed", async () => {
+      const { idem, counter, handler } = await setup();
+      const to = (target, method = "POST") => request("k-1", { amount: 100 }, "acme", target, method);
+      assert.equal((await idem.handle(to("/accounts/A/withdraw?currency=EUR"), handler)).status, 201);
+      for (const [target, method] of [["/accounts/B/withdraw?currency=EUR"], ["/accounts/A/withdraw?currency=USD"], ["/accounts/A/withdraw"], ["/accounts/A/withdraw?currency=EUR", "PUT"]]) {
+        await problemOf(await idem.handle(to(target, method), handler), 422, "idempotency-key-reused");
+      }
+      assert.equal(counter.runs, 1, "B's withdrawal is refused, never answered with A's");
+      const replay = await idem.handle(to("/accounts/A/withdraw?currency=EUR"), handler);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["query pairs are decoded and sorted by name; repeated names keep their order", async () => {
+      const { idem, counter, handler } = await setup();
+      const to = (target) => request("k-1", { amount: 100 }, "acme", target);
+      await idem.handle(to("/payments?b=2&a=1&a=3&q=x+y"), handler);
+      const same = await idem.handle(to("/payments?a=1&q=x%20y&b=2&a=3"), handler);
+      assert.equal(same.headers.get("idempotent-replayed"), "true");
+      await problemOf(await idem.handle(to("/payments?a=3&a=1&b=2&q=x+y"), handler), 422, "idempotency-key-reused");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["a route leaves named query parameters or the whole query out", async () => {
+      const named = await setup({ fingerprint: { ignoreQueryParams: ["utm_source"] } });
+      const to = (target, key = "k-1") => request(key, { amount: 100 }, "acme", target);
+      await named.idem.handle(to("/payments?utm_source=mail&id=7"), named.handler);
+      const again = await named.idem.handle(to("/payments?id=7&utm_source=ad"), named.handler);
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      await problemOf(await named.idem.handle(to("/payments?id=8"), named.handler), 422, "idempotency-key-reused");
+      assert.equal(named.counter.runs, 1);
+      const whole = await setup({ fingerprint: { ignoreQuery: true } });
+      await whole.idem.handle(to("/payments?id=7"), whole.handler);
+      const any = await whole.idem.handle(to("/payments?id=8&x=%zz"), whole.handler);
+      assert.equal(any.headers.get("idempotent-replayed"), "true");
+      await problemOf(await whole.idem.handle(to("/refunds?id=7"), whole.handler), 422, "idempotency-key-reused");
+      assert.equal(whole.counter.runs, 1, "the path still counts");
+    }],
+
+    ["a record written before the request line counted (scheme 1) keeps replaying after the upgrade", async () => {
+      const { idem, counter, handler } = await setup();
+      // A claim without a request line is what the handler wrote before scheme 2.
+      const held = await idem.claim(claimInput("k-1", '{"amount":100}'));
+      assert.equal(held.outcome, "execute");
+      await idem.complete(held, { status: 201, headers: { location: "/payments/pay_0" }, body: '{"id":"pay_0"}' });
+      assert.equal((await idem.inspect(claimInput("k-1"))).fingerprintScheme, 1);
+      const retry = await idem.handle(request("k-1", { amount: 100 }, "acme", "/payments?any=thing"), handler);
+      assert.equal(retry.status, 201);
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.equal(await retry.text(), '{"id":"pay_0"}');
+      await problemOf(await idem.handle(request("k-1", { amount: 5 }), handler), 422, "idempotency-key-reused");
+      assert.equal(counter.runs, 0);
+      // A new key is written under scheme 2.
+      await idem.handle(request("k-2"), handler);
+      assert.equal((await idem.inspect(claimInput("k-2"))).fingerprintScheme, 2);
     }],
 
     ["a reused key is refused in every state, even while running", async () => {

@@ -1,15 +1,27 @@
 //! Fingerprints: what an idempotency key originally meant.
 //!
 //! A [`Fingerprint`] is 32 bytes of keyed blake3 over length-framed fields
-//! (operation, schema version, content kind, canonical body); see DESIGN.md,
+//! (operation, schema version, content kind, canonical body, and for HTTP
+//! requests the method, the concrete path and the query); see DESIGN.md,
 //! "Fingerprints". It is displayed as 64 lowercase hex characters. A
 //! [`FingerprintSpec`] computes one.
+//!
+//! Schemes: every record stores the scheme its fingerprint was written under
+//! ([`Record::fingerprint_scheme`](crate::record::Record::fingerprint_scheme)).
+//! [`SCHEME_BODY`] (1) frames the operation, schema version, content kind and
+//! body; [`SCHEME_REQUEST_LINE`] (2) frames the request line on top of it. A
+//! claim compares a [`RequestFingerprint`] with a record under the record's
+//! scheme, so records written before an upgrade keep replaying.
 
 mod form;
+mod request_line;
 mod spec;
 
 pub use form::{FormError, FormErrorKind, decode_form};
-pub use spec::{CONTEXT, ContentKind, FingerprintError, FingerprintSpec, SCHEME, SpecError};
+pub use request_line::{
+    CONTEXT_V2, RequestFingerprint, RequestLine, SCHEME_BODY, SCHEME_REQUEST_LINE,
+};
+pub use spec::{CONTEXT, ContentKind, FingerprintError, FingerprintSpec, SpecError};
 
 use core::fmt;
 use core::str::FromStr;

@@ -4,21 +4,17 @@ use core::fmt;
 
 use super::Fingerprint;
 use super::form::{FormError, decode_form};
+use super::request_line::{
+    QuerySelection, RequestFingerprint, RequestLine, request_line_fingerprint,
+};
 use crate::json::{
     CanonicalizeOptions, JsonError, JsonPointer, PointerError, Target, emit_into, plan, resolve,
 };
 
-/// The blake3 `derive_key` context. Changing anything about the encoding below
-/// means a new context string: stored fingerprints must never change meaning.
+/// The blake3 `derive_key` context of scheme 1
+/// ([`SCHEME_BODY`](super::SCHEME_BODY)). Changing anything about the encoding
+/// below means a new context string: stored fingerprints must never change meaning.
 pub const CONTEXT: &str = "idemkit 2026-11 request fingerprint v1";
-
-/// The fingerprint scheme [`FingerprintSpec`] computes (the `v1` of [`CONTEXT`]).
-///
-/// Every record stores the scheme its fingerprint was computed under
-/// ([`Record::fingerprint_scheme`](crate::record::Record::fingerprint_scheme)),
-/// so a later scheme (one that frames more of the request) can still compare a
-/// retry of an older record under that record's own scheme.
-pub const SCHEME: u8 = 1;
 
 /// How a body is interpreted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,6 +187,7 @@ pub struct FingerprintSpec {
     include: Vec<JsonPointer>,
     exclude: Vec<JsonPointer>,
     json: CanonicalizeOptions,
+    query: QuerySelection,
 }
 
 impl FingerprintSpec {
@@ -203,6 +200,7 @@ impl FingerprintSpec {
             include: Vec::new(),
             exclude: Vec::new(),
             json: CanonicalizeOptions::default(),
+            query: QuerySelection::All,
         }
     }
 
@@ -249,13 +247,70 @@ impl FingerprintSpec {
         Ok(self)
     }
 
+    /// Leaves the query parameter `name` out of
+    /// [`fingerprint_request`](Self::fingerprint_request) (tracking parameters,
+    /// cache busters): every pair with that decoded name is dropped before the
+    /// pairs are sorted. Call again for more names.
+    #[must_use]
+    pub fn ignore_query_param(mut self, name: &str) -> Self {
+        self.query.ignore(name);
+        self
+    }
+
+    /// Leaves the whole query out of [`fingerprint_request`](Self::fingerprint_request):
+    /// every query counts as none. The method and the path still count.
+    #[must_use]
+    pub fn ignore_query(mut self) -> Self {
+        self.query = QuerySelection::Ignored;
+        self
+    }
+
     /// The content kind.
     #[must_use]
     pub fn content(&self) -> ContentKind {
         self.content
     }
 
-    /// Fingerprints `body` sent to `operation`.
+    /// Fingerprints an HTTP request under scheme 2
+    /// ([`SCHEME_REQUEST_LINE`](super::SCHEME_REQUEST_LINE)): the request line
+    /// (method, concrete path, query pairs; see [`RequestLine`]) counts as well
+    /// as the body. The result carries the scheme-1 fingerprint of the same
+    /// request too, so a record written before the request line counted is
+    /// still compared under its own scheme.
+    ///
+    /// ```
+    /// use idemkit_core::fingerprint::{ContentKind, FingerprintSpec, RequestLine};
+    ///
+    /// let spec = FingerprintSpec::new(ContentKind::Json).ignore_query_param("utm_source");
+    /// let a = spec.fingerprint_request("accounts.withdraw",
+    ///     &RequestLine::from_target("POST", "/accounts/A/withdraw?currency=EUR&utm_source=mail"),
+    ///     br#"{"amount":10}"#)?;
+    /// let b = spec.fingerprint_request("accounts.withdraw",
+    ///     &RequestLine::from_target("POST", "/accounts/B/withdraw?currency=EUR"),
+    ///     br#"{"amount":10}"#)?;
+    /// assert_ne!(a.value(), b.value()); // same key, same body, another account
+    /// assert_eq!(a.body_only_fingerprint(), b.body_only_fingerprint());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`fingerprint`](Self::fingerprint): the body's errors. The request
+    /// line itself is never refused.
+    pub fn fingerprint_request(
+        &self,
+        operation: &str,
+        line: &RequestLine<'_>,
+        body: &[u8],
+    ) -> Result<RequestFingerprint, FingerprintError> {
+        let body_only = self.fingerprint(operation, body)?;
+        let value = request_line_fingerprint(line, &self.query, &body_only);
+        Ok(RequestFingerprint::with_request_line(value, body_only))
+    }
+
+    /// Fingerprints `body` sent to `operation` under scheme 1
+    /// ([`SCHEME_BODY`](super::SCHEME_BODY)): the request line does not count.
+    /// For HTTP requests use [`fingerprint_request`](Self::fingerprint_request).
     ///
     /// # Errors
     ///

@@ -3,7 +3,7 @@
 use core::time::Duration;
 
 use super::Policy;
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::RequestFingerprint;
 use crate::record::{
     EffectKind, FencingToken, Lease, Record, RecordState, RecordWindows, Step, StoredResponse,
     UnknownReason,
@@ -13,8 +13,11 @@ use crate::time::UnixMillis;
 /// A request to execute the operation behind a key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClaimRequest {
-    /// The fingerprint of this request.
-    pub fingerprint: Fingerprint,
+    /// The fingerprint of this request (a plain
+    /// [`Fingerprint`](crate::fingerprint::Fingerprint) converts with `.into()`
+    /// as scheme 1). An existing record is compared under its own scheme
+    /// ([`RequestFingerprint::matches`]); a fresh one stores this one's.
+    pub fingerprint: RequestFingerprint,
     /// Who would execute it (worker or process id; recorded in the lease).
     pub owner: String,
 }
@@ -118,7 +121,10 @@ pub fn claim_above(
             None => exhausted(existing, now),
         };
     };
-    if record.fingerprint != req.fingerprint {
+    if !req
+        .fingerprint
+        .matches(record.fingerprint_scheme, &record.fingerprint)
+    {
         return ClaimDecision {
             outcome: ClaimOutcome::Mismatch {
                 status: policy.mismatch.status(),
@@ -192,7 +198,7 @@ fn fresh(
     now: UnixMillis,
 ) -> ClaimDecision {
     let record = Record {
-        fingerprint: req.fingerprint,
+        fingerprint: req.fingerprint.value(),
         effect: policy.effect,
         state: RecordState::Running {
             lease: Lease {
@@ -209,7 +215,7 @@ fn fresh(
         replay_until: None,
         keep_until: None,
         windows: Some(RecordWindows::of(policy)),
-        fingerprint_scheme: crate::fingerprint::SCHEME,
+        fingerprint_scheme: req.fingerprint.scheme(),
     };
     ClaimDecision {
         outcome: execute(&record),

@@ -53,7 +53,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let policy = Policy::default().with_effect(EffectKind::External);
 //! let request = ClaimRequest {
-//!     fingerprint: Fingerprint::from_bytes([7; 32]),
+//!     fingerprint: Fingerprint::from_bytes([7; 32]).into(),
 //!     owner: "worker-1".into(),
 //! };
 //! // The "store": one slot holding the encoded record.

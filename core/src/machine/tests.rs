@@ -26,7 +26,7 @@ fn policy(effect: EffectKind) -> Policy {
 
 fn req(fp: u8, owner: &str) -> ClaimRequest {
     ClaimRequest {
-        fingerprint: Fingerprint::from_bytes([fp; 32]),
+        fingerprint: Fingerprint::from_bytes([fp; 32]).into(),
         owner: owner.into(),
     }
 }

@@ -355,7 +355,7 @@ pub struct Record {
     /// which take the windows of the policy they are completed under.
     pub windows: Option<RecordWindows>,
     /// The fingerprint scheme `fingerprint` was computed under
-    /// ([`crate::fingerprint::SCHEME`] when written; 1 for format-1 records).
+    /// ([`crate::fingerprint::SCHEME_BODY`] or [`crate::fingerprint::SCHEME_REQUEST_LINE`], as the claim that created it computed it; 1 for format-1 records).
     pub fingerprint_scheme: u8,
 }
 

@@ -33,11 +33,45 @@ use idemkit_core::machine::{
 use idemkit_core::record::{
     EffectKind, FencingToken, Record, RecordState, StepState, StoredResponse, UnknownReason,
 };
-use idemkit_core::{Fingerprint, UnixMillis};
+use idemkit_core::{Fingerprint, RequestFingerprint, UnixMillis};
 
 /// Keys 0..KEYS; key 0 is Local, key 1 External, key 2 External + StoreEverything + 409.
 pub(crate) const KEYS: u8 = 3;
 pub(crate) const FINGERPRINTS: u8 = 2;
+/// Distinct request lines (paths) a scheme-2 claim may carry.
+pub(crate) const REQUEST_LINES: u8 = 2;
+
+/// The scheme-1 (body-only) fingerprint of body `fp`.
+fn body_fingerprint(fp: u8) -> Fingerprint {
+    Fingerprint::from_bytes([fp; 32])
+}
+
+/// The scheme-2 fingerprint of body `fp` sent with request line `line`; never
+/// equal to a body-only one.
+fn line_fingerprint(line: u8, fp: u8) -> Fingerprint {
+    Fingerprint::from_bytes([0x80 | (line << 4) | fp; 32])
+}
+
+/// What a claim presents.
+fn request_fingerprint(fp: u8, line: Option<u8>) -> RequestFingerprint {
+    match line {
+        None => RequestFingerprint::body_only(body_fingerprint(fp)),
+        Some(l) => {
+            RequestFingerprint::with_request_line(line_fingerprint(l, fp), body_fingerprint(fp))
+        }
+    }
+}
+
+/// Written out independently of the machine: a record stored under `scheme` with
+/// `stored` was written for the request (`fp`, `line`) — scheme-1 records by the
+/// body alone, scheme-2 records by the body and the request line.
+fn same_request(scheme: u8, stored: &Fingerprint, fp: u8, line: Option<u8>) -> bool {
+    match scheme {
+        1 => *stored == body_fingerprint(fp),
+        2 => line.is_some_and(|l| *stored == line_fingerprint(l, fp)),
+        _ => false,
+    }
+}
 pub(crate) const OWNERS: u8 = 3;
 pub(crate) const STEP_NAMES: [&str; 2] = ["book", "notify"];
 pub(crate) const STATUSES: [u16; 8] = [200, 201, 404, 409, 429, 500, 503, 302];
@@ -61,10 +95,13 @@ pub(crate) enum TokenPick {
 /// One operation on the world.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
+    /// A claim for body `fp`; `line` is the request line (scheme 2), `None` a
+    /// claim without one (scheme 1, as every record written before scheme 2).
     Claim {
         key: u8,
         fp: u8,
         owner: u8,
+        line: Option<u8>,
     },
     /// complete() with STATUSES[status].
     Complete {
@@ -152,6 +189,10 @@ impl Op {
                     key,
                     fp: (a >> 2) % FINGERPRINTS,
                     owner: b % OWNERS,
+                    line: match (b >> 4) % (REQUEST_LINES + 1) {
+                        0 => None,
+                        n => Some(n - 1),
+                    },
                 },
                 1 => Op::Complete {
                     key,
@@ -297,6 +338,8 @@ struct MStep {
 #[derive(Clone, Debug)]
 struct MRecord {
     fp: u8,
+    /// The request line of the claim that created it (`None`: scheme 1).
+    line: Option<u8>,
     external: bool,
     state: MState,
     attempt: u32,
@@ -342,7 +385,7 @@ fn model_classify(key: u8, status: u16) -> u8 {
 }
 
 impl Model {
-    fn claim(&mut self, key: u8, fp: u8, now: u64) -> Answer {
+    fn claim(&mut self, key: u8, fp: u8, line: Option<u8>, now: u64) -> Answer {
         let expired = |r: &MRecord| match r.state {
             MState::Completed { keep_until, .. } | MState::Released { keep_until } => {
                 now >= keep_until
@@ -360,6 +403,7 @@ impl Model {
                 key,
                 MRecord {
                     fp,
+                    line,
                     external: key_is_external(key),
                     state: MState::Running { expires },
                     attempt: 1,
@@ -377,7 +421,10 @@ impl Model {
         let Some(r) = self.records.get_mut(&key) else {
             return Answer::NoRecord;
         };
-        if r.fp != fp {
+        // A record without a request line (scheme 1) is matched by the body; one
+        // with a request line only by the same line and body.
+        let same = r.fp == fp && (r.line.is_none() || r.line == line);
+        if !same {
             return Answer::Mismatch {
                 status: model_mismatch_status(key),
             };
@@ -633,7 +680,9 @@ fn model_completed(response: &StoredResponse, now: u64) -> MState {
 /// The outcome a completed key promised, tracked independently of both sides.
 #[derive(Clone, Debug)]
 struct Promise {
-    fp: u8,
+    /// The completed record's fingerprint and scheme.
+    fingerprint: Fingerprint,
+    scheme: u8,
     response: StoredResponse,
     replay_until: u64,
     keep_until: u64,
@@ -799,10 +848,15 @@ impl World {
                 }
                 (Answer::Ticked, Answer::Ticked, None)
             }
-            Op::Claim { key, fp, owner } => {
+            Op::Claim {
+                key,
+                fp,
+                owner,
+                line,
+            } => {
                 let existing = self.read(key)?;
                 let req = ClaimRequest {
-                    fingerprint: Fingerprint::from_bytes([fp; 32]),
+                    fingerprint: request_fingerprint(fp, line),
                     owner: format!("owner-{owner}"),
                 };
                 let decision = machine::claim(existing.as_ref(), &req, &policy_for(key), t(now));
@@ -834,11 +888,11 @@ impl World {
                         since: since.as_millis(),
                     },
                 };
-                self.check_claim(key, fp, existing.as_ref(), &real, &decision.write)?;
+                self.check_claim(key, fp, line, existing.as_ref(), &real, &decision.write)?;
                 if let Some(record) = &decision.write {
                     self.write(key, record);
                 }
-                let modeled = self.model.claim(key, fp, now);
+                let modeled = self.model.claim(key, fp, line, now);
                 (real, modeled, None)
             }
             Op::Complete { key, tok, status } => {
@@ -1051,16 +1105,18 @@ impl World {
     }
 
     fn promise(&mut self, key: u8, response: &StoredResponse) {
-        let fp = self
+        let (fingerprint, scheme) = self
             .read(key)
             .ok()
             .flatten()
-            .map(|r| r.fingerprint.as_bytes()[0])
-            .unwrap_or(0);
+            .map_or((body_fingerprint(0), 1), |r| {
+                (r.fingerprint, r.fingerprint_scheme)
+            });
         self.promises.insert(
             key,
             Promise {
-                fp,
+                fingerprint,
+                scheme,
                 response: response.clone(),
                 replay_until: self.now + REPLAY_MS,
                 keep_until: self.now + RECORD_MS.max(REPLAY_MS),
@@ -1073,6 +1129,7 @@ impl World {
         &mut self,
         key: u8,
         fp: u8,
+        line: Option<u8>,
         existing: Option<&Record>,
         answer: &Answer,
         write: &Option<Record>,
@@ -1081,7 +1138,7 @@ impl World {
         let live = existing.filter(|r| !r.is_expired(t(now)));
         // A changed fingerprint never executes or overwrites.
         if let Some(r) = live {
-            let changed = r.fingerprint != Fingerprint::from_bytes([fp; 32]);
+            let changed = !same_request(r.fingerprint_scheme, &r.fingerprint, fp, line);
             if changed && (!matches!(answer, Answer::Mismatch { .. }) || write.is_some()) {
                 return Err(format!(
                     "fingerprint change answered {answer:?}, write {}",
@@ -1091,7 +1148,7 @@ impl World {
         }
         // A completed key replays the identical response, then ResponseExpired, never Execute.
         if let Some(p) = self.promises.get(&key) {
-            if p.fp == fp && now < p.keep_until {
+            if same_request(p.scheme, &p.fingerprint, fp, line) && now < p.keep_until {
                 let want_replay = now < p.replay_until;
                 let ok = match answer {
                     Answer::Replay { response } => want_replay && *response == p.response,

@@ -11,8 +11,11 @@
 //! 2. the `Idempotency-Key` header is parsed (missing and required → 400
 //!    `missing-idempotency-key`; malformed → 400 `invalid-idempotency-key`;
 //!    missing and optional → the request passes through untouched);
-//! 3. the body is read up to the route's limit (over → 413) and fingerprinted
-//!    with the route's [`FingerprintSpec`];
+//! 3. the body is read up to the route's limit (over → 413) and the request is
+//!    fingerprinted with the route's [`FingerprintSpec`]: the method, the
+//!    concrete path (as sent, before `Router::nest` strips a prefix) and the
+//!    query's pairs count as well as the body, so one key sent to
+//!    `/accounts/A/withdraw` and then to `/accounts/B/withdraw` gets 422;
 //! 4. the store claims `(tenant, operation, key)` on tokio's blocking pool
 //!    (failure → 503 with `Retry-After`: fail closed, nothing executed);
 //! 5. a replay answers the stored status, replayable headers and body with
@@ -111,7 +114,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemkit_core::http::{Answer, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Refusal};
 use idemkit_core::machine::{Disposition, Policy, classify_attempt};
 use idemkit_core::record::{EffectKind, StoredResponse};
-use idemkit_core::{ContentKind, FingerprintSpec, IdempotencyKey, KeyError, Scope};
+use idemkit_core::{ContentKind, FingerprintSpec, IdempotencyKey, KeyError, RequestLine, Scope};
 use tracing::Instrument;
 
 pub use execution::{Execution, ExecutionError};
@@ -198,7 +201,8 @@ impl RouteConfig {
     pub const DEFAULT_MAX_EXECUTION: Duration = Duration::from_secs(15 * 60);
 
     /// A route for `operation` (for example `appointments.create`) whose effect
-    /// is `effect`: JSON fingerprint of the whole body, key required, the
+    /// is `effect`: JSON fingerprint of the request line (method, concrete path,
+    /// query) and the whole body, key required, the
     /// default [`Policy`] with that effect, 1 MiB body limit.
     ///
     /// **No principal extractor is set**: every request is refused with 401
@@ -222,7 +226,26 @@ impl RouteConfig {
         }
     }
 
-    /// How request bodies are fingerprinted.
+    /// How requests are fingerprinted: the body's content kind and field
+    /// selection, and which query parameters count
+    /// ([`FingerprintSpec::ignore_query_param`], [`FingerprintSpec::ignore_query`]).
+    /// The method and the concrete path always count (scheme 2,
+    /// [`FingerprintSpec::fingerprint_request`]); records written under scheme 1
+    /// (before the request line counted) are compared under scheme 1.
+    ///
+    /// ```
+    /// use idemkit::http::RouteConfig;
+    /// use idemkit::core::{ContentKind, FingerprintSpec};
+    /// use idemkit::core::record::EffectKind;
+    ///
+    /// let route = RouteConfig::new("payments.capture", EffectKind::External).fingerprint(
+    ///     FingerprintSpec::new(ContentKind::Json)
+    ///         .exclude("/request_id")?
+    ///         .ignore_query_param("utm_source"),
+    /// );
+    /// # let _ = route;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn fingerprint(mut self, spec: FingerprintSpec) -> Self {
         self.spec = spec;
@@ -550,7 +573,18 @@ where
             }));
         }
     };
-    let fingerprint = match config.spec.fingerprint(&config.operation, &bytes) {
+    // What the key means includes the request line: the same key and body sent
+    // to another path or query is another operation (422, nothing executed). The
+    // path is the one the client sent, before any `Router::nest` stripped a prefix.
+    let uri = parts
+        .extensions
+        .get::<axum::extract::OriginalUri>()
+        .map_or(&parts.uri, |original| &original.0);
+    let line = RequestLine::new(parts.method.as_str(), uri.path(), uri.query());
+    let fingerprint = match config
+        .spec
+        .fingerprint_request(&config.operation, &line, &bytes)
+    {
         Ok(fp) => fp,
         Err(e) => {
             return Ok(refusal_response(&Refusal::InvalidBody {

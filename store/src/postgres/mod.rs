@@ -40,7 +40,7 @@ use idemkit_core::machine::{
 use idemkit_core::record::{
     EffectKind, FencingToken, Record, StateName, StoredResponse, UnknownReason,
 };
-use idemkit_core::{Fingerprint, IdempotencyKey, LogRef, Scope, UnixMillis};
+use idemkit_core::{IdempotencyKey, LogRef, RequestFingerprint, Scope, UnixMillis};
 use postgres::NoTls;
 use postgres::types::ToSql;
 use r2d2_postgres::PostgresConnectionManager;
@@ -484,7 +484,7 @@ impl PgStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        fingerprint: Fingerprint,
+        fingerprint: RequestFingerprint,
         owner: &str,
         policy: &Policy,
         caller_now: UnixMillis,
@@ -818,12 +818,12 @@ impl IdempotencyBackend for PgStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        fingerprint: Fingerprint,
+        fingerprint: impl Into<RequestFingerprint>,
         owner: &str,
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<ClaimOutcome, PgError> {
-        self.claim_at(scope, key, fingerprint, owner, policy, now)
+        self.claim_at(scope, key, fingerprint.into(), owner, policy, now)
             .map(|(outcome, _)| outcome)
     }
 

@@ -4,7 +4,7 @@ use idemkit_core::machine::{
     ClaimOutcome, Policy, RecoverGrant, Resolution, StepStart, TransitionError,
 };
 use idemkit_core::record::{FencingToken, Record, StoredResponse, UnknownReason};
-use idemkit_core::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+use idemkit_core::{IdempotencyKey, RequestFingerprint, Scope, UnixMillis};
 
 use super::error::{Error, TxError};
 use super::{GcReport, ListedRecord, Store};
@@ -37,13 +37,19 @@ impl IdempotencyBackend for Store {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        fingerprint: Fingerprint,
+        fingerprint: impl Into<RequestFingerprint>,
         owner: &str,
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<ClaimOutcome, Error> {
         Ok(self
-            .claim_at(&scope.record_id(key), fingerprint, owner, policy, now)?
+            .claim_at(
+                &scope.record_id(key),
+                fingerprint.into(),
+                owner,
+                policy,
+                now,
+            )?
             .0)
     }
 

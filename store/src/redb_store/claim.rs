@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use idemkit_core::machine::{self, ClaimOutcome, ClaimRequest, Policy, StepStart, TransitionError};
 use idemkit_core::record::{EffectKind, FencingToken, Record, Step, StoredResponse, UnknownReason};
-use idemkit_core::{Fingerprint, IdempotencyKey, LogRef, RecordId, Scope, UnixMillis};
+use idemkit_core::{IdempotencyKey, LogRef, RecordId, RequestFingerprint, Scope, UnixMillis};
 
 use super::Store;
 use super::error::{ClaimError, TxError, WorkerError};
@@ -62,15 +62,20 @@ impl Store {
     /// Claims `(scope, key)` for a request with `fingerprint`, in one durable
     /// transaction: read the record, let the core decide, write its decision.
     ///
-    /// `owner` names the worker for operators. Time comes from the store's clock.
+    /// `fingerprint` is a [`RequestFingerprint`] (what the middleware computes:
+    /// the request line counts, and records written before it did are compared
+    /// under their own scheme) or a plain `Fingerprint` (scheme 1: operation and
+    /// body only). `owner` names the worker for operators. Time comes from the
+    /// store's clock.
     pub fn claim(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        fingerprint: Fingerprint,
+        fingerprint: impl Into<RequestFingerprint>,
         owner: &str,
         policy: &Policy,
     ) -> Result<Claim, ClaimError> {
+        let fingerprint = fingerprint.into();
         let id = scope.record_id(key);
         let now = self.now();
         let (outcome, effect) = self.claim_at(&id, fingerprint, owner, policy, now)?;
@@ -115,7 +120,7 @@ impl Store {
     pub(crate) fn claim_at(
         &self,
         id: &RecordId,
-        fingerprint: Fingerprint,
+        fingerprint: RequestFingerprint,
         owner: &str,
         policy: &Policy,
         now: UnixMillis,

@@ -154,7 +154,27 @@ function fingerprintArgs(options) {
   const args = ["fingerprint", "--operation", options.operation, "--schema-version", String(options.schemaVersion), "--content-type", options.contentType];
   for (const p of options.include ?? []) args.push("--include", p);
   for (const p of options.exclude ?? []) args.push("--exclude", p);
+  // `--name=value`: a value that starts with `-` stays a value.
+  if (options.method !== undefined) args.push(`--method=${options.method}`, `--path=${options.path}`);
+  if (options.query !== undefined) args.push(`--query=${options.query}`);
+  if (options.ignoreQuery) args.push("--ignore-query");
+  for (const n of options.ignoreQueryParams ?? []) args.push(`--ignore-query-param=${n}`);
   return [...args, "-"];
+}
+
+/** Half the jobs carry a request line (scheme 2), with the query shapes that matter. */
+function randomRequestLine(r) {
+  if (r.chance(0.5)) return {};
+  const line = {
+    method: r.pick(["POST", "PUT", "post", "PATCH"]),
+    path: r.pick(["/accounts/A/withdraw", "/accounts/B/withdraw", "/", "/a%2Fb/c", "/caf%C3%A9", "/é/ü", "/-x"]),
+  };
+  if (r.chance(0.8)) {
+    line.query = r.pick(["", "?", "a=1&b=2", "b=2&a=1", "?a=1&a=2", "a=2&a=1", "q=a+b&q=a%20b", "x=%zz", "x=%ff", "utm_source=mail&id=7", "&&a", "é=ü"]);
+  }
+  if (r.chance(0.2)) line.ignoreQuery = true;
+  else if (r.chance(0.25)) line.ignoreQueryParams = r.pick([["utm_source"], ["a", "utm_source"], ["q"]]);
+  return line;
 }
 
 test(`fingerprint: wasm == idemkit fingerprint on testdata/jcs and ${RANDOM_DOCS} random documents`, async () => {
@@ -168,6 +188,7 @@ test(`fingerprint: wasm == idemkit fingerprint on testdata/jcs and ${RANDOM_DOCS
       schemaVersion: r.pick([1, 1, 2, 4294967295]),
       contentType: r.pick(["application/json", "application/json", "application/problem+json; charset=utf-8", "application/x-www-form-urlencoded", "text/plain"]),
       ...(r.chance(0.5) ? { include: r.pick(pointerChoices) } : { exclude: r.pick(pointerChoices).filter((p) => p !== "") }),
+      ...randomRequestLine(r),
     },
   }));
   let computed = 0;
@@ -186,8 +207,10 @@ test(`fingerprint: wasm == idemkit fingerprint on testdata/jcs and ${RANDOM_DOCS
     same(wasm, cliResult(out, what), what);
     if (wasm.ok) computed++;
   });
-  console.log(`fingerprint: ${jobs.length} bodies, ${computed} fingerprints equal to the CLI, the rest refused identically`);
+  const withLine = jobs.filter((j) => j.options.method !== undefined).length;
+  console.log(`fingerprint: ${jobs.length} bodies (${withLine} with a request line), ${computed} fingerprints equal to the CLI, the rest refused identically`);
   assert.ok(computed > jobs.length / 3);
+  assert.ok(withLine > jobs.length / 4 && withLine < jobs.length * 3 / 4, "both schemes are compared");
 });
 
 // ---- record encoding ----------------------------------------------------------
@@ -225,7 +248,17 @@ const toWasmResponse = (resp) => ({
 /** Seeded scenarios: claims by two fingerprints, transitions with current and stale tokens. */
 function scenarios(seed, count) {
   const r = rng(seed);
-  const fps = [idemkit.fingerprint('{"a":1}'), idemkit.fingerprint('{"a":2}')];
+  // Scheme 1 (body only) and scheme 2 (request line too, with its body-only part):
+  // the machine compares a scheme-2 request with a scheme-1 record under scheme 1.
+  const line = (path) => ({ method: "POST", path });
+  const fps = [
+    ...['{"a":1}', '{"a":2}'].map((body) => ({ scheme: 1, value: idemkit.fingerprint(body), bodyOnly: null })),
+    ...[["/x", '{"a":1}'], ["/y", '{"a":1}'], ["/x", '{"a":2}']].map(([path, body]) => ({
+      scheme: 2,
+      value: idemkit.fingerprint(body, line(path)),
+      bodyOnly: idemkit.fingerprint(body),
+    })),
+  ];
   const out = [];
   for (let s = 0; s < count; s++) {
     let now = 1_700_000_000_000 + r.int(1e9);
@@ -255,7 +288,8 @@ function runInWasm(steps) {
       let next;
       switch (s.op) {
         case "claim": {
-          const decision = glue.claim(current, s.fingerprint, s.owner, s.policy, s.now);
+          const fp = s.fingerprint;
+          const decision = glue.claim(current, fp.value, fp.scheme, fp.bodyOnly ?? undefined, s.owner, s.policy, s.now);
           next = decision.write ?? undefined;
           lines.push(next === undefined ? "-" : hex(next));
           if (next !== undefined) current = next;

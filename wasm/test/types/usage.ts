@@ -30,6 +30,7 @@ import {
 
 const text: string = canonicalize(new Uint8Array([91, 93]), { profile: "rfc8785" });
 const fp: string = fingerprint("{}", { operation: "x", schemaVersion: 2, include: ["/a"], contentType: "application/json" });
+const withLine: string = fingerprint("{}", { operation: "x", method: "POST", path: "/a/1", query: "?b=2", ignoreQueryParams: ["utm_source"] });
 const key: string = parseKey('"k"');
 // @ts-expect-error profiles are "strict" or "rfc8785"
 canonicalize("[]", { profile: "loose" });
@@ -46,7 +47,7 @@ const idem = createIdempotency({
   effect: "external",
   tenant: (request) => request.headers.get("x-tenant"),
   policy: { leaseMs: 10_000, mismatchStatus: 409, store: "everything" },
-  fingerprint: { exclude: ["/request_id"] },
+  fingerprint: { exclude: ["/request_id"], ignoreQueryParams: ["utm_source"] },
   maxExecutionMs: 60_000,
   dispatchesOnlyThroughSteps: true,
 });

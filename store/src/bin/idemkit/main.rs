@@ -85,7 +85,19 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         eprintln!("idemkit: internal error: {message}{place}");
     }));
-    let cli = Cli::parse();
+    // A usage error exits 64 (EX_USAGE) like every other refused argument of
+    // this tool, not clap's 2; `--help` and `--version` print and exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     match cli.command {
         Command::Call(args) => call_cmd::run(args),
         Command::Key(cmd) => key_cmd::run(cmd),
