@@ -18,37 +18,39 @@ use std::time::{Duration, Instant};
 /// the tests (a no-op when it is fresh).
 pub(crate) fn example_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| build_example(&[]))
+    BIN.get_or_init(|| build_example("appointments", &[]))
+}
+
+/// The deliberately wrong idempotency server (`examples/naive_idempotency.rs`).
+pub(crate) fn naive_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| build_example("naive_idempotency", &[]))
 }
 
 /// The example built with the `postgres` feature (`--postgres URL`).
 pub(crate) fn postgres_example_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| build_example(&["--features", "postgres"]))
+    BIN.get_or_init(|| build_example("appointments", &["--features", "postgres"]))
 }
 
-fn build_example(extra: &[&str]) -> PathBuf {
+fn build_example(name: &str, extra: &[&str]) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let output = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--example",
-            "appointments",
-            "--message-format=json",
-        ])
+        .args(["build", "--example", name, "--message-format=json"])
         .args(extra)
         .arg("--manifest-path")
         .arg(&manifest)
         .stderr(Stdio::inherit())
         .output()
-        .expect("run cargo build --example appointments");
-    assert!(output.status.success(), "building the example failed");
+        .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+    assert!(
+        output.status.success(),
+        "building the example {name} failed"
+    );
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|msg| {
-            msg["reason"] == "compiler-artifact" && msg["target"]["name"] == "appointments"
-        })
+        .filter(|msg| msg["reason"] == "compiler-artifact" && msg["target"]["name"] == name)
         .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
         .expect("cargo reported the example's executable")
 }

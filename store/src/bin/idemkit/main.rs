@@ -2,6 +2,8 @@
 //!
 //! Exit codes follow sysexits(3): 0 success, 64 usage, 65 rejected input (data
 //! error), 66 unreadable input, 69 unavailable / outcome unknown, 74 I/O error, 75 try again later.
+//! `probe` is a test tool and says so the way test tools do: 0 no check failed,
+//! 1 a check failed, 2 usage.
 
 #![warn(
     clippy::unwrap_used,
@@ -23,6 +25,7 @@ mod fingerprint_cmd;
 mod input;
 mod key_cmd;
 mod migrate_cmd;
+mod probe;
 mod records_cmd;
 mod store_args;
 mod store_choice;
@@ -47,6 +50,8 @@ enum Command {
     Fingerprint(fingerprint_cmd::FingerprintArgs),
     // The about text, the process-group rules and examples: ExecArgs' doc comment.
     Exec(exec_cmd::ExecArgs),
+    // The checks, the requests it sends and examples: ProbeArgs' doc comment.
+    Probe(probe::ProbeArgs),
     /// List the records in a store.
     List(records_cmd::ListArgs),
     /// Show one record.
@@ -91,11 +96,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(exit::USAGE)
-            } else {
-                ExitCode::SUCCESS
-            };
+            if !e.use_stderr() {
+                return ExitCode::SUCCESS;
+            }
+            // `probe` follows the test tools' convention (0 pass, 1 fail, 2 usage).
+            let probing = std::env::args().nth(1).as_deref() == Some("probe");
+            return ExitCode::from(if probing { probe::USAGE } else { exit::USAGE });
         }
     };
     match cli.command {
@@ -104,6 +110,7 @@ fn main() -> ExitCode {
         Command::Canonicalize(args) => canonicalize_cmd::run(&args),
         Command::Fingerprint(args) => fingerprint_cmd::run(&args),
         Command::Exec(args) => exec_cmd::run(args),
+        Command::Probe(args) => probe::run(&args),
         Command::List(args) => records_cmd::list(args),
         Command::Show(args) => records_cmd::show(args),
         Command::Resolve(args) => records_cmd::resolve(args),
