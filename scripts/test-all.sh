@@ -70,7 +70,8 @@ scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
   --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
   --test postgres_latency --test postgres_appointments_two_instances \
   --test postgres_fleet_skewed_clock --test postgres_operators_gc_resolve_tokens \
-  --test postgres_cli_operator --test import_copies_records_without_overwriting -- --nocapture
+  --test postgres_cli_operator --test import_copies_records_without_overwriting \
+  --test postgres_proxy_fleet -- --nocapture
 # -----------------------------------------------------------------------------------
 
 step "doc tests and docs build without warnings"

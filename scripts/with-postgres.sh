@@ -73,6 +73,9 @@ echo "with-postgres: PostgreSQL $("$PG_BIN/pg_ctl" --version | awk '{print $NF}'
 if [ $# -eq 0 ]; then
   set -- cargo test -p idemkit --features postgres --locked \
     --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
-    --test postgres_latency --test postgres_appointments_two_instances --test postgres_cli_operator
+    --test postgres_latency --test postgres_appointments_two_instances \
+    --test postgres_fleet_skewed_clock --test postgres_operators_gc_resolve_tokens \
+    --test postgres_cli_operator --test import_copies_records_without_overwriting \
+    --test postgres_proxy_fleet
 fi
 "$@"

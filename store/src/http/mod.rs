@@ -98,6 +98,7 @@
 //! ```
 
 mod execution;
+mod metrics;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -118,6 +119,7 @@ use idemkit_core::{ContentKind, FingerprintSpec, IdempotencyKey, KeyError, Reque
 use tracing::Instrument;
 
 pub use execution::{Execution, ExecutionError};
+pub use metrics::{ClaimOutcomeLabel, Metrics};
 
 use crate::redb_store::{Claim, ExecutionGuard, Store, WorkerError};
 
@@ -151,6 +153,7 @@ pub struct RouteConfig {
     on_disconnect: OnDisconnect,
     max_execution: Duration,
     dispatches_only_through_steps: bool,
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// What happens to an execution when the request's future is dropped before the
@@ -223,6 +226,7 @@ impl RouteConfig {
             on_disconnect: OnDisconnect::Finish,
             max_execution: Self::DEFAULT_MAX_EXECUTION,
             dispatches_only_through_steps: false,
+            metrics: None,
         }
     }
 
@@ -346,6 +350,26 @@ impl RouteConfig {
     pub fn dispatches_only_through_steps(mut self, declared: bool) -> Self {
         self.dispatches_only_through_steps = declared;
         self
+    }
+
+    /// Counts this route's claims, outcomes, execution times and store errors
+    /// in `metrics` (shared by every route given the same one; see [`Metrics`]).
+    #[must_use]
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn count_claim(&self, outcome: ClaimOutcomeLabel) {
+        if let Some(m) = &self.metrics {
+            m.claim(&self.operation, outcome);
+        }
+    }
+
+    fn count_store_error(&self) {
+        if let Some(m) = &self.metrics {
+            m.store_error();
+        }
     }
 
     /// The operation name.
@@ -609,18 +633,24 @@ where
     };
     let guard = match claim {
         None | Some(Err(_)) => {
+            config.count_store_error();
             tracing::warn!(operation = %config.operation, log_ref = %scope.record_id(&key).log_ref(),
                 "idempotency store unavailable; refusing without executing");
             return Ok(refusal_response(&unavailable));
         }
-        Some(Ok(Claim::Execute(guard))) => guard,
+        Some(Ok(Claim::Execute(guard))) => {
+            config.count_claim(ClaimOutcomeLabel::Execute);
+            guard
+        }
         Some(Ok(Claim::Replay { response, log_ref })) => {
             if response.body.is_none() {
+                config.count_claim(ClaimOutcomeLabel::ResponseExpired);
                 return Ok(refusal_response(&Refusal::ResponseExpired {
                     original_status: response.status,
                     resource_ref: response.resource_ref,
                 }));
             }
+            config.count_claim(ClaimOutcomeLabel::Replay);
             tracing::debug!(%log_ref, status = response.status, "replaying stored response");
             return Ok(replay_response(response));
         }
@@ -629,18 +659,22 @@ where
             resource_ref,
             ..
         })) => {
+            config.count_claim(ClaimOutcomeLabel::ResponseExpired);
             return Ok(refusal_response(&Refusal::ResponseExpired {
                 original_status: status,
                 resource_ref,
             }));
         }
         Some(Ok(Claim::InFlight { retry_after, .. })) => {
+            config.count_claim(ClaimOutcomeLabel::InFlight);
             return Ok(refusal_response(&Refusal::InProgress { retry_after }));
         }
         Some(Ok(Claim::Mismatch { status, .. })) => {
+            config.count_claim(ClaimOutcomeLabel::Mismatch);
             return Ok(refusal_response(&Refusal::KeyReused { status }));
         }
         Some(Ok(Claim::Uncertain { log_ref, .. })) => {
+            config.count_claim(ClaimOutcomeLabel::Uncertain);
             return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
         }
     };
@@ -724,13 +758,19 @@ const RECORD_BACKOFF: Duration = Duration::from_millis(25);
 
 /// Runs `write` up to [`RECORD_ATTEMPTS`] times while the store fails; a refusal
 /// (stale token, wrong state) is final at once.
-fn with_retries(mut write: impl FnMut() -> Result<(), WorkerError>) -> Result<(), WorkerError> {
+fn with_retries(
+    metrics: Option<&Metrics>,
+    mut write: impl FnMut() -> Result<(), WorkerError>,
+) -> Result<(), WorkerError> {
     let mut pause = RECORD_BACKOFF;
     let mut attempt = 1;
     loop {
         match write() {
             Ok(()) => return Ok(()),
             Err(WorkerError::Storage(e)) if attempt < RECORD_ATTEMPTS => {
+                if let Some(m) = metrics {
+                    m.store_error();
+                }
                 tracing::warn!(error = %e, attempt, "recording the outcome failed; retrying");
                 std::thread::sleep(pause);
                 pause = pause.saturating_mul(2);
@@ -761,6 +801,7 @@ fn record_outcome(
     disposition: Disposition,
     stored: StoredResponse,
     status: u16,
+    metrics: Option<&Metrics>,
 ) -> Recorded {
     let first = match disposition {
         // Asked for: the attempt had no effect. A failed release is settled by
@@ -771,10 +812,10 @@ fn record_outcome(
             }
             return Recorded::Yes;
         }
-        Disposition::Store => with_retries(|| guard.try_complete(&stored)),
-        Disposition::Unknown => {
-            with_retries(|| guard.try_mark_unknown(&format!("status {status}")))
-        }
+        Disposition::Store => with_retries(metrics, || guard.try_complete(&stored)),
+        Disposition::Unknown => with_retries(metrics, || {
+            guard.try_mark_unknown(&format!("status {status}"))
+        }),
     };
     let Err(error) = first else {
         return Recorded::Yes;
@@ -783,7 +824,9 @@ fn record_outcome(
     // The store failed, not refused: try to leave an honest Unknown behind.
     let fallback = if matches!(error, WorkerError::Storage(_)) && disposition == Disposition::Store
     {
-        with_retries(|| guard.try_mark_unknown(&format!("status {status} not recorded")))
+        with_retries(metrics, || {
+            guard.try_mark_unknown(&format!("status {status} not recorded"))
+        })
     } else {
         Err(error)
     };
@@ -813,6 +856,7 @@ where
     use tower::ServiceExt;
 
     let _renewal = spawn_renewal(&guard, config.policy.lease, config.max_execution);
+    let started = std::time::Instant::now();
     let log_ref = guard.log_ref();
     let execution = Execution::new(scope, guard, span);
     parts.extensions.insert(execution.clone());
@@ -844,6 +888,9 @@ where
     };
 
     let status = head.status.as_u16();
+    if let Some(m) = &config.metrics {
+        m.execution(&config.operation, started.elapsed());
+    }
     let dispatch = execution.dispatch(config.dispatches_only_through_steps);
     let disposition = execution
         .disposition_override()
@@ -865,16 +912,26 @@ where
         // Only the middleware takes the guard; it is still here.
         return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
     };
-    match blocking(move || record_outcome(guard, disposition, stored, status)).await {
+    let metrics = config.metrics.clone();
+    let recorded =
+        blocking(move || record_outcome(guard, disposition, stored, status, metrics.as_deref()))
+            .await;
+    match recorded {
         Some(Recorded::Yes) => {
+            if let Some(m) = &config.metrics {
+                m.outcome(&config.operation, disposition);
+            }
             tracing::info!(status, ?disposition, "attempt recorded");
             Ok(Response::from_parts(head, Body::from(body)))
         }
         // Not durable, so not acknowledged: one core answer for every binding.
-        Some(Recorded::No) | None => Ok(refusal_response(&Refusal::OutcomeNotRecorded {
-            log_ref,
-            original_status: status,
-        })),
+        Some(Recorded::No) | None => {
+            config.count_store_error();
+            Ok(refusal_response(&Refusal::OutcomeNotRecorded {
+                log_ref,
+                original_status: status,
+            }))
+        }
     }
 }
 

@@ -26,6 +26,8 @@ mod input;
 mod key_cmd;
 mod migrate_cmd;
 mod probe;
+#[cfg(feature = "axum")]
+mod proxy;
 mod records_cmd;
 mod store_args;
 mod store_choice;
@@ -52,6 +54,9 @@ enum Command {
     Exec(exec_cmd::ExecArgs),
     // The checks, the requests it sends and examples: ProbeArgs' doc comment.
     Probe(probe::ProbeArgs),
+    // The contract, the crash window and examples: ProxyArgs' doc comment.
+    #[cfg(feature = "axum")]
+    Proxy(proxy::ProxyArgs),
     /// List the records in a store.
     List(records_cmd::ListArgs),
     /// Show one record.
@@ -111,6 +116,8 @@ fn main() -> ExitCode {
         Command::Fingerprint(args) => fingerprint_cmd::run(&args),
         Command::Exec(args) => exec_cmd::run(args),
         Command::Probe(args) => probe::run(&args),
+        #[cfg(feature = "axum")]
+        Command::Proxy(args) => proxy::run(&args),
         Command::List(args) => records_cmd::list(args),
         Command::Show(args) => records_cmd::show(args),
         Command::Resolve(args) => records_cmd::resolve(args),

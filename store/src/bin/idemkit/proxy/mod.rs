@@ -1,0 +1,316 @@
+//! `idemkit proxy --config FILE`: DESIGN.md's HTTP contract in front of any HTTP
+//! API. Each configured route is the axum middleware (`IdempotencyLayer`) around
+//! a forwarder to the upstream; every other request streams through untouched.
+//! See docs/proxy.md and examples/proxy.toml.
+
+mod admin;
+mod config;
+mod forward;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::MethodRouter;
+use clap::Args;
+use http::Request;
+use http::request::Parts;
+use idemkit::http::{IdempotencyLayer, KeyRequirement, Metrics, RouteConfig};
+use idemkit::redb_store::Store;
+
+use crate::exit;
+use config::{ProxyConfig, StoreChoice, TenantRule};
+use forward::{Forward, Upstream};
+
+/// Serve DESIGN.md's idempotency contract in front of an HTTP API.
+///
+/// The routes in the config file (method + path template) get the whole
+/// contract: a key is claimed before the request goes upstream, the answer is
+/// recorded and replayed, a changed request is refused (422), a retry while the
+/// first is running gets 409, and an upstream that may have acted without
+/// answering (timeout, lost connection) leaves the record unknown instead of
+/// sending again. Everything else passes through, streamed.
+///
+/// SIGTERM or SIGINT: stop accepting, let running requests finish and record,
+/// then exit 0. A bad config file exits 64 with the file, line and what is wrong.
+///
+/// Examples:
+///   idemkit proxy --config examples/proxy.toml
+///   idemkit proxy --config proxy.toml --listen 0.0.0.0:8081 --upstream http://127.0.0.1:9000
+#[derive(Args)]
+#[command(verbatim_doc_comment)]
+pub(crate) struct ProxyArgs {
+    /// The TOML configuration (see examples/proxy.toml).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Overrides `listen` from the file.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Overrides `upstream` from the file.
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+}
+
+pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
+    let config = match config::load(
+        &args.config,
+        args.listen.as_deref(),
+        args.upstream.as_deref(),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("idemkit proxy: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let store = match open_store(&config.store) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("idemkit proxy: {e}");
+            return ExitCode::from(exit::UNAVAILABLE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("idemkit proxy: cannot start the runtime: {e}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    match runtime.block_on(serve(config, store)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idemkit proxy: {e}");
+            ExitCode::from(exit::IO_ERR)
+        }
+    }
+}
+
+fn open_store(choice: &StoreChoice) -> Result<Store, String> {
+    match choice {
+        StoreChoice::Redb(path) => {
+            Store::open(path).map_err(|e| format!("store {}: {e}", path.display()))
+        }
+        #[cfg(feature = "postgres")]
+        StoreChoice::Postgres {
+            url,
+            schema,
+            pool_size,
+        } => {
+            let defaults = idemkit::postgres::PgOptions::default();
+            let options = idemkit::postgres::PgOptions {
+                schema: schema.clone(),
+                pool_size: pool_size.unwrap_or(defaults.pool_size),
+                ..defaults
+            };
+            idemkit::postgres::PgStore::connect_with(url, options)
+                .map(Store::postgres)
+                .map_err(|e| format!("store postgres: {e}"))
+        }
+        #[cfg(not(feature = "postgres"))]
+        StoreChoice::Postgres { .. } => {
+            Err("[store] postgres needs an idemkit built with the `postgres` feature".to_owned())
+        }
+    }
+}
+
+/// The tenant of a request, by the configured rule.
+fn principal(rule: &TenantRule) -> impl Fn(&Parts) -> Option<String> + Send + Sync + 'static {
+    let rule = rule.clone();
+    move |parts: &Parts| match &rule {
+        TenantRule::Header(name) => parts
+            .headers
+            .get(name.as_str())
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned),
+        TenantRule::DigestOf(name) => parts
+            .headers
+            .get(name.as_str())
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                let digest = blake3::derive_key("idemkit proxy tenant credential v1", v.as_bytes());
+                let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+                format!("cred-{hex}")
+            }),
+        TenantRule::Fixed(tenant) => Some(tenant.clone()),
+    }
+}
+
+fn forwarder(forward: Forward) -> MethodRouter {
+    let forward = Arc::new(forward);
+    axum::routing::any(move |request: Request<Body>| {
+        let forward = Arc::clone(&forward);
+        async move { forward.send(request).await }
+    })
+}
+
+/// The router: one method router per configured path, each configured method
+/// behind its idempotency layer, every other method and path passed through.
+fn app(config: &ProxyConfig, store: &Store, metrics: &Arc<Metrics>) -> Router {
+    let upstream = Upstream::new(&config.upstream);
+    let passthrough = Forward {
+        upstream: upstream.clone(),
+        timeout: config.upstream_timeout,
+        forward_key: true,
+    };
+    let mut paths: Vec<&str> = config.routes.iter().map(|r| r.path.as_str()).collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let mut router = Router::new();
+    for path in paths {
+        let mut methods = MethodRouter::new().fallback_service(forwarder(passthrough.clone()));
+        for route in config.routes.iter().filter(|r| r.path == path) {
+            let mut rc = RouteConfig::new(route.operation.clone(), route.effect)
+                .fingerprint(route.spec.clone())
+                .policy(route.policy)
+                .principal(principal(&config.tenant))
+                .key(if route.required {
+                    KeyRequirement::Required
+                } else {
+                    KeyRequirement::Optional
+                })
+                .owner(format!("proxy:{}", std::process::id()))
+                .metrics(Arc::clone(metrics));
+            if let Some(limit) = route.max_execution {
+                rc = rc.max_execution(limit);
+            }
+            if let Some(bytes) = route.max_stored_response_bytes {
+                rc = rc.max_stored_response_bytes(bytes);
+            }
+            if let Some(bytes) = route.body_limit {
+                rc = rc.body_limit(bytes);
+            }
+            let forward = forwarder(Forward {
+                upstream: upstream.clone(),
+                timeout: route.upstream_timeout,
+                forward_key: route.forward_key,
+            });
+            let service = tower::Layer::layer(&IdempotencyLayer::new(store.clone(), rc), forward);
+            let Ok(filter) = axum::routing::MethodFilter::try_from(route.method.clone()) else {
+                // config.rs accepted only methods a filter exists for.
+                continue;
+            };
+            methods = methods.on_service(filter, service);
+        }
+        router = router.route(path, methods);
+    }
+    router.fallback_service(forwarder(passthrough))
+}
+
+async fn serve(config: ProxyConfig, store: Store) -> Result<(), String> {
+    let metrics = Arc::new(Metrics::new());
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| format!("listen {}: {e}", config.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("listen {}: {e}", config.listen))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    spawn_signal_thread(stop_tx)?;
+
+    if let Some(admin_addr) = &config.admin {
+        let admin_listener = tokio::net::TcpListener::bind(admin_addr)
+            .await
+            .map_err(|e| format!("admin {admin_addr}: {e}"))?;
+        let admin_bound = admin_listener
+            .local_addr()
+            .map_err(|e| format!("admin {admin_addr}: {e}"))?;
+        let admin = Arc::new(admin::Admin {
+            store: store.clone(),
+            metrics: Arc::clone(&metrics),
+            token: config.admin_token.clone(),
+            policies: config
+                .routes
+                .iter()
+                .map(|r| (r.operation.clone(), r.policy))
+                .collect(),
+        });
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(admin_listener, admin::router(admin))
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+        });
+        println!("idemkit proxy: admin on http://{admin_bound}");
+    }
+    spawn_gc(store.clone(), Arc::clone(&metrics), config.gc_interval);
+
+    let app = app(&config, &store, &metrics);
+    println!(
+        "idemkit proxy: {} routes to {}, listening on http://{addr}",
+        config.routes.len(),
+        config.upstream
+    );
+    let mut stop = stop_rx;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .await
+    .map_err(|e| format!("serving: {e}"))?;
+    eprintln!("idemkit proxy: stopped; running requests finished and were recorded");
+    Ok(())
+}
+
+/// SIGTERM / SIGINT → graceful shutdown (axum stops accepting and waits for the
+/// connections it serves, so every running execution records its outcome).
+#[cfg(unix)]
+fn spawn_signal_thread(stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            eprintln!("idemkit proxy: stopping (no new connections; finishing running requests)");
+            let _ = stop.send(true);
+        }
+    });
+    Ok(())
+}
+
+/// Elsewhere the process ends with the default handling of Ctrl-C.
+#[cfg(not(unix))]
+fn spawn_signal_thread(_stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
+    Ok(())
+}
+
+/// Prunes and deletes records past their windows every `interval`, in batches.
+fn spawn_gc(store: Store, metrics: Arc<Metrics>, interval: std::time::Duration) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            let (store, metrics) = (store.clone(), Arc::clone(&metrics));
+            let _ = tokio::task::spawn_blocking(move || {
+                loop {
+                    match store.gc(1000) {
+                        Ok(report) => {
+                            metrics.gc_deleted(report.deleted);
+                            if !report.more {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            metrics.store_error();
+                            tracing::warn!(error = %e, "GC failed; next round later");
+                            return;
+                        }
+                    }
+                }
+            })
+            .await;
+        }
+    });
+}

@@ -1,0 +1,239 @@
+//! Prometheus metrics of the middleware (and of `idemkit proxy`, which is the
+//! middleware in front of an upstream).
+//!
+//! One [`Metrics`] is shared by every route that is given it
+//! ([`RouteConfig::metrics`](super::RouteConfig::metrics)); [`Metrics::render`]
+//! gives the Prometheus text format for a `/metrics` endpoint:
+//!
+//! - `idemkit_claims_total{operation,outcome}`: `execute`, `replay`,
+//!   `in_flight`, `mismatch`, `uncertain`, `response_expired`;
+//! - `idemkit_outcomes_total{operation,disposition}`: `stored`, `released`,
+//!   `unknown` (what was recorded after the handler answered);
+//! - `idemkit_execution_seconds{operation}`: how long executions took (histogram);
+//! - `idemkit_store_errors_total`: store calls that failed (a claim answered 503,
+//!   an outcome that needed a retry or could not be recorded);
+//! - `idemkit_gc_deleted_total`: records GC deleted ([`Metrics::gc_deleted`]).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use idemkit::http::{Metrics, RouteConfig};
+//! use idemkit::core::record::EffectKind;
+//!
+//! let metrics = Arc::new(Metrics::new());
+//! let route = RouteConfig::new("payments.capture", EffectKind::External).metrics(Arc::clone(&metrics));
+//! # let _ = route;
+//! assert!(metrics.render().contains("# TYPE idemkit_claims counter"));
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use idemkit_core::machine::Disposition;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// What a claim answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClaimOutcomeLabel {
+    /// The handler ran.
+    Execute,
+    /// A stored response was replayed.
+    Replay,
+    /// Another attempt held the lease (409 `request-in-progress`).
+    InFlight,
+    /// The key was used for another request (422).
+    Mismatch,
+    /// The outcome is unknown (409 `outcome-uncertain`).
+    Uncertain,
+    /// Completed, response no longer kept (410).
+    ResponseExpired,
+}
+
+impl ClaimOutcomeLabel {
+    fn as_str(self) -> &'static str {
+        match self {
+            ClaimOutcomeLabel::Execute => "execute",
+            ClaimOutcomeLabel::Replay => "replay",
+            ClaimOutcomeLabel::InFlight => "in_flight",
+            ClaimOutcomeLabel::Mismatch => "mismatch",
+            ClaimOutcomeLabel::Uncertain => "uncertain",
+            ClaimOutcomeLabel::ResponseExpired => "response_expired",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClaimLabels {
+    operation: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    operation: String,
+    disposition: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: String,
+}
+
+type HistogramFamily = Family<OperationLabels, Histogram, fn() -> Histogram>;
+
+/// The counters and the histogram, with their registry.
+pub struct Metrics {
+    registry: Registry,
+    claims: Family<ClaimLabels, Counter>,
+    outcomes: Family<OutcomeLabels, Counter>,
+    execution: HistogramFamily,
+    store_errors: Counter,
+    gc_deleted: Counter,
+}
+
+fn execution_buckets() -> Histogram {
+    // 1 ms … about 33 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+impl Metrics {
+    /// Empty metrics, registered under their `idemkit_` names.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let claims = Family::<ClaimLabels, Counter>::default();
+        let outcomes = Family::<OutcomeLabels, Counter>::default();
+        let execution: HistogramFamily = Family::new_with_constructor(execution_buckets);
+        let store_errors = Counter::default();
+        let gc_deleted = Counter::default();
+        registry.register(
+            "idemkit_claims",
+            "Claims by operation and what they answered",
+            claims.clone(),
+        );
+        registry.register(
+            "idemkit_outcomes",
+            "Outcomes recorded after the handler answered, by disposition",
+            outcomes.clone(),
+        );
+        registry.register(
+            "idemkit_execution_seconds",
+            "How long executions took",
+            execution.clone(),
+        );
+        registry.register(
+            "idemkit_store_errors",
+            "Store calls that failed",
+            store_errors.clone(),
+        );
+        registry.register(
+            "idemkit_gc_deleted",
+            "Records deleted by GC",
+            gc_deleted.clone(),
+        );
+        Metrics {
+            registry,
+            claims,
+            outcomes,
+            execution,
+            store_errors,
+            gc_deleted,
+        }
+    }
+
+    /// Counts one claim of `operation` that answered `outcome`.
+    pub fn claim(&self, operation: &str, outcome: ClaimOutcomeLabel) {
+        self.claims
+            .get_or_create(&ClaimLabels {
+                operation: operation.to_owned(),
+                outcome: outcome.as_str(),
+            })
+            .inc();
+    }
+
+    /// Counts one recorded outcome.
+    pub fn outcome(&self, operation: &str, disposition: Disposition) {
+        let disposition = match disposition {
+            Disposition::Store => "stored",
+            Disposition::Release => "released",
+            Disposition::Unknown => "unknown",
+        };
+        self.outcomes
+            .get_or_create(&OutcomeLabels {
+                operation: operation.to_owned(),
+                disposition,
+            })
+            .inc();
+    }
+
+    /// Observes how long one execution of `operation` took.
+    pub fn execution(&self, operation: &str, took: Duration) {
+        self.execution
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a failed store call.
+    pub fn store_error(&self) {
+        self.store_errors.inc();
+    }
+
+    /// Counts records deleted by GC.
+    pub fn gc_deleted(&self, deleted: u64) {
+        self.gc_deleted.inc_by(deleted);
+    }
+
+    /// The Prometheus text exposition format (version 0.0.4 / OpenMetrics text).
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_its_labels() {
+        let m = Metrics::new();
+        m.claim("payments.capture", ClaimOutcomeLabel::Execute);
+        m.claim("payments.capture", ClaimOutcomeLabel::Replay);
+        m.claim("payments.capture", ClaimOutcomeLabel::Replay);
+        m.outcome("payments.capture", Disposition::Unknown);
+        m.execution("payments.capture", Duration::from_millis(20));
+        m.store_error();
+        m.gc_deleted(3);
+        let text = m.render();
+        for line in [
+            r#"idemkit_claims_total{operation="payments.capture",outcome="replay"} 2"#,
+            r#"idemkit_claims_total{operation="payments.capture",outcome="execute"} 1"#,
+            r#"idemkit_outcomes_total{operation="payments.capture",disposition="unknown"} 1"#,
+            r#"idemkit_execution_seconds_count{operation="payments.capture"} 1"#,
+            "idemkit_store_errors_total 1",
+            "idemkit_gc_deleted_total 3",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,511 @@
+//! `idemkit proxy` over real sockets, in front of an upstream with no idempotency
+//! of its own that counts its calls (tests/proxy_support): the whole contract of
+//! DESIGN.md, the crash window at the proxy, the admin listener, and shutdown.
+#![cfg(feature = "axum")]
+
+mod proxy_support;
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use proxy_support::{ProxyProcess, Upstream, config};
+use support::{Reply, request};
+
+const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
+
+fn post(
+    addr: SocketAddr,
+    path: &str,
+    key: Option<&str>,
+    tenant: Option<&str>,
+    body: &[u8],
+) -> Reply {
+    let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
+    if let Some(key) = key {
+        headers.push(("Idempotency-Key", key.as_bytes()));
+    }
+    if let Some(tenant) = tenant {
+        headers.push(("X-Tenant-Id", tenant.as_bytes()));
+    }
+    request(addr, "POST", path, &headers, body).unwrap()
+}
+
+fn withdraw(proxy: &ProxyProcess, key: &str) -> Reply {
+    post(
+        proxy.addr,
+        "/accounts/A/withdraw",
+        Some(key),
+        Some("acme"),
+        BODY,
+    )
+}
+
+fn admin_get(proxy: &ProxyProcess, path: &str) -> Reply {
+    request(
+        proxy.admin,
+        "GET",
+        path,
+        &[("Authorization", b"Bearer secret")],
+        b"",
+    )
+    .unwrap()
+}
+
+fn redb_store(dir: &std::path::Path) -> String {
+    format!("path = {:?}", dir.join("proxy.redb"))
+}
+
+#[test]
+fn fifty_concurrent_posts_with_one_key_make_one_upstream_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::from_millis(300));
+    let proxy = ProxyProcess::start(&config(
+        dir.path(),
+        upstream.addr,
+        &redb_store(dir.path()),
+        "",
+    ));
+    let barrier = Arc::new(Barrier::new(50));
+    let replies: Vec<Reply> = (0..50)
+        .map(|_| {
+            let barrier = Arc::clone(&barrier);
+            let addr = proxy.addr;
+            std::thread::spawn(move || {
+                barrier.wait();
+                post(
+                    addr,
+                    "/accounts/A/withdraw",
+                    Some("k-50"),
+                    Some("acme"),
+                    BODY,
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    assert_eq!(
+        upstream.calls("A"),
+        1,
+        "one upstream call for 50 concurrent requests"
+    );
+    let originals: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.status == 201 && r.header("idempotent-replayed").is_none())
+        .collect();
+    assert_eq!(originals.len(), 1, "{replies:?}");
+    for r in &replies {
+        let in_progress = r.status == 409
+            && r.problem() == "request-in-progress"
+            && r.header("retry-after").is_some();
+        let replay = r.status == 201 && r.body == originals[0].body;
+        assert!(in_progress || replay, "{r:?}");
+    }
+}
+
+#[test]
+fn a_retry_replays_and_a_changed_request_never_reaches_the_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::ZERO);
+    let proxy = ProxyProcess::start(&config(
+        dir.path(),
+        upstream.addr,
+        &redb_store(dir.path()),
+        "",
+    ));
+
+    let first = withdraw(&proxy, "k-1");
+    assert_eq!(first.status, 201, "{first:?}");
+    let retry = withdraw(&proxy, "k-1");
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.body, first.body, "the stored bytes");
+    // The same JSON value respelled, and an excluded field changed: a replay.
+    let respelled = post(
+        proxy.addr,
+        "/accounts/A/withdraw",
+        Some("k-1"),
+        Some("acme"),
+        br#"{ "request_id": "r-2", "amount": 10 }"#,
+    );
+    assert_eq!(
+        respelled.header("idempotent-replayed"),
+        Some("true"),
+        "{respelled:?}"
+    );
+    // Another amount, another account path: 422, nothing sent upstream.
+    let changed = post(
+        proxy.addr,
+        "/accounts/A/withdraw",
+        Some("k-1"),
+        Some("acme"),
+        br#"{"amount":11}"#,
+    );
+    assert_eq!(
+        (changed.status, changed.problem().as_str()),
+        (422, "idempotency-key-reused")
+    );
+    let other_account = post(
+        proxy.addr,
+        "/accounts/B/withdraw",
+        Some("k-1"),
+        Some("acme"),
+        BODY,
+    );
+    assert_eq!(other_account.status, 422, "{other_account:?}");
+    assert_eq!((upstream.calls("A"), upstream.calls("B")), (1, 0));
+
+    // No key → 400; no tenant → 401; neither reaches the upstream.
+    let no_key = post(proxy.addr, "/accounts/A/withdraw", None, Some("acme"), BODY);
+    assert_eq!(
+        (no_key.status, no_key.problem().as_str()),
+        (400, "missing-idempotency-key")
+    );
+    let no_tenant = post(proxy.addr, "/accounts/A/withdraw", Some("k-2"), None, BODY);
+    assert_eq!(
+        (no_tenant.status, no_tenant.problem().as_str()),
+        (401, "unauthenticated")
+    );
+    assert_eq!(upstream.calls("A"), 1);
+
+    // The same key under another tenant executes on its own.
+    let other_tenant = post(
+        proxy.addr,
+        "/accounts/A/withdraw",
+        Some("k-1"),
+        Some("globex"),
+        BODY,
+    );
+    assert_eq!(other_tenant.status, 201);
+    assert_ne!(other_tenant.body, first.body);
+    assert_eq!(upstream.calls("A"), 2);
+
+    // GETs pass through, on an unconfigured path and on a configured one.
+    let count = request(proxy.addr, "GET", "/accounts/A", &[], b"").unwrap();
+    assert_eq!((count.status, count.body.as_slice()), (200, &b"2"[..]));
+    let same_path = request(proxy.addr, "GET", "/accounts/A/withdraw", &[], b"").unwrap();
+    assert_eq!(
+        (same_path.status, same_path.body.as_slice()),
+        (200, &b"2"[..])
+    );
+}
+
+#[test]
+fn forwarding_drops_hop_by_hop_headers_adds_x_forwarded_and_keeps_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::ZERO);
+    let proxy = ProxyProcess::start(&config(
+        dir.path(),
+        upstream.addr,
+        &redb_store(dir.path()),
+        "",
+    ));
+    let headers: Vec<(&str, &[u8])> = vec![
+        ("Content-Type", b"application/json"),
+        ("Idempotency-Key", b"k-h"),
+        ("X-Tenant-Id", b"acme"),
+        ("Connection", b"close, x-hop"),
+        ("X-Hop", b"connection-scoped"),
+        ("Keep-Alive", b"timeout=5"),
+        ("X-End-To-End", b"kept"),
+    ];
+    let reply = request(proxy.addr, "POST", "/accounts/A/withdraw", &headers, BODY).unwrap();
+    assert_eq!(reply.status, 201);
+    let seen = upstream.seen.lock().unwrap();
+    let got = &seen.headers[0];
+    let value = |name: &str| got.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    assert_eq!(value("x-end-to-end"), Some("kept"));
+    assert_eq!(
+        value("idempotency-key"),
+        Some("k-h"),
+        "the key goes on upstream"
+    );
+    assert_eq!(value("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(value("x-forwarded-proto"), Some("http"));
+    assert_eq!(value("x-hop"), None, "named in Connection: hop-by-hop");
+    assert_eq!(value("keep-alive"), None);
+    assert_eq!(value("host"), Some(upstream.addr.to_string().as_str()));
+}
+
+#[test]
+fn an_upstream_timeout_is_504_then_outcome_uncertain_with_one_upstream_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::ZERO);
+    let proxy = ProxyProcess::start(&config(
+        dir.path(),
+        upstream.addr,
+        &redb_store(dir.path()),
+        "",
+    ));
+    // The `slow` account answers after 3 s; the route waits 1 s.
+    let first = post(
+        proxy.addr,
+        "/accounts/slow/withdraw",
+        Some("k-t"),
+        Some("acme"),
+        BODY,
+    );
+    assert_eq!(first.status, 504, "{first:?}");
+    let retry = post(
+        proxy.addr,
+        "/accounts/slow/withdraw",
+        Some("k-t"),
+        Some("acme"),
+        BODY,
+    );
+    assert_eq!(
+        (retry.status, retry.problem().as_str()),
+        (409, "outcome-uncertain")
+    );
+    assert_eq!(upstream.calls("slow"), 1, "never a second upstream call");
+
+    // The operator sees it and settles it through the admin listener.
+    let unknown = admin_get(&proxy, "/records?state=unknown");
+    let listed = unknown.json();
+    let records = listed["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{listed}");
+    assert_eq!(records[0]["key"], "k-t");
+    let log_ref = records[0]["log_ref"].as_str().unwrap().to_owned();
+    let unauthorized = request(proxy.admin, "GET", "/records?state=unknown", &[], b"").unwrap();
+    assert_eq!(unauthorized.status, 401);
+    let resolve = |token: &[u8]| {
+        request(
+            proxy.admin,
+            "POST",
+            &format!("/records/{log_ref}/resolve"),
+            &[
+                ("Authorization", token),
+                ("Content-Type", b"application/json"),
+            ],
+            br#"{"applied":true,"status":201,"body":"{\"id\":\"w_1\"}"}"#,
+        )
+        .unwrap()
+    };
+    assert_eq!(resolve(b"Bearer wrong").status, 401);
+    let resolved = resolve(b"Bearer secret");
+    assert_eq!(resolved.status, 200, "{resolved:?}");
+    assert_eq!(resolved.json()["from"], "unknown");
+    assert_eq!(resolved.json()["state"], "completed");
+    let after = post(
+        proxy.addr,
+        "/accounts/slow/withdraw",
+        Some("k-t"),
+        Some("acme"),
+        BODY,
+    );
+    assert_eq!(
+        (after.status, after.body.as_slice()),
+        (201, &br#"{"id":"w_1"}"#[..])
+    );
+    assert_eq!(upstream.calls("slow"), 1);
+}
+
+#[test]
+fn an_upstream_that_is_down_is_502_and_the_key_executes_once_when_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on yet.
+    let port_holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream_addr = port_holder.local_addr().unwrap();
+    drop(port_holder);
+    let proxy = ProxyProcess::start(&config(
+        dir.path(),
+        upstream_addr,
+        &redb_store(dir.path()),
+        "",
+    ));
+    let down = withdraw(&proxy, "k-d");
+    assert_eq!(
+        (down.status, down.problem().as_str()),
+        (502, "upstream-unavailable")
+    );
+    let upstream = Upstream::start_on(upstream_addr, Duration::ZERO);
+    let back = withdraw(&proxy, "k-d");
+    assert_eq!(
+        back.status, 201,
+        "nothing was sent: the record was released, {back:?}"
+    );
+    let again = withdraw(&proxy, "k-d");
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(upstream.calls("A"), 1);
+}
+
+#[test]
+fn metrics_count_the_claims_and_the_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::ZERO);
+    let proxy = ProxyProcess::start(&config(
+        dir.path(),
+        upstream.addr,
+        &redb_store(dir.path()),
+        "",
+    ));
+    withdraw(&proxy, "k-m");
+    withdraw(&proxy, "k-m");
+    withdraw(&proxy, "k-m");
+    post(
+        proxy.addr,
+        "/accounts/A/withdraw",
+        Some("k-m"),
+        Some("acme"),
+        br#"{"amount":1}"#,
+    );
+    let metrics = admin_get(&proxy, "/metrics");
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8(metrics.body).unwrap();
+    for line in [
+        r#"idemkit_claims_total{operation="accounts.withdraw",outcome="execute"} 1"#,
+        r#"idemkit_claims_total{operation="accounts.withdraw",outcome="replay"} 2"#,
+        r#"idemkit_claims_total{operation="accounts.withdraw",outcome="mismatch"} 1"#,
+        r#"idemkit_outcomes_total{operation="accounts.withdraw",disposition="stored"} 1"#,
+        r#"idemkit_execution_seconds_count{operation="accounts.withdraw"} 1"#,
+        "idemkit_store_errors_total 0",
+        "idemkit_gc_deleted_total 0",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+    let health = request(proxy.admin, "GET", "/healthz", &[], b"").unwrap();
+    assert_eq!(health.status, 200, "no token needed");
+}
+
+#[test]
+fn a_proxy_killed_mid_request_does_not_send_the_retry_again_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::ZERO);
+    let file = config(
+        dir.path(),
+        upstream.addr,
+        &redb_store(dir.path()),
+        "lease_ms = 1000",
+    );
+    let proxy = ProxyProcess::start(&file);
+    let addr = proxy.addr;
+    let client = std::thread::spawn(move || {
+        let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
+        headers.push(("Idempotency-Key", b"k-kill"));
+        headers.push(("X-Tenant-Id", b"acme"));
+        request(addr, "POST", "/accounts/slow/withdraw", &headers, BODY)
+    });
+    // Killed while the upstream is working on the request.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while upstream.calls("slow") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request reached the upstream"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    proxy.signal("KILL");
+    assert!(
+        client.join().unwrap().is_err(),
+        "the first client got no answer"
+    );
+    drop(proxy);
+
+    let restarted = ProxyProcess::start(&file);
+    std::thread::sleep(Duration::from_millis(1200)); // past the 1 s lease
+    let retry = post(
+        restarted.addr,
+        "/accounts/slow/withdraw",
+        Some("k-kill"),
+        Some("acme"),
+        BODY,
+    );
+    assert_eq!(
+        (retry.status, retry.problem().as_str()),
+        (409, "outcome-uncertain"),
+        "{retry:?}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(upstream.calls("slow"), 1, "the retry was not sent again");
+}
+
+#[test]
+fn sigterm_lets_a_running_request_finish_and_record_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::from_millis(800));
+    let file = config(dir.path(), upstream.addr, &redb_store(dir.path()), "");
+    let proxy = ProxyProcess::start(&file);
+    let addr = proxy.addr;
+    let client = std::thread::spawn(move || {
+        post(
+            addr,
+            "/accounts/A/withdraw",
+            Some("k-term"),
+            Some("acme"),
+            BODY,
+        )
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while upstream.calls("A") == 0 {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    proxy.signal("TERM");
+    let answered = client.join().unwrap();
+    assert_eq!(
+        answered.status, 201,
+        "the running request finished: {answered:?}"
+    );
+    let status = proxy.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+
+    let restarted = ProxyProcess::start(&file);
+    let retry = withdraw(&restarted, "k-term");
+    assert_eq!(
+        retry.header("idempotent-replayed"),
+        Some("true"),
+        "recorded before exit"
+    );
+    assert_eq!(retry.body, answered.body);
+    assert_eq!(upstream.calls("A"), 1);
+}
+
+#[test]
+fn the_probe_passes_through_the_proxy_in_front_of_an_upstream_without_idempotency() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::from_millis(50));
+    let proxy = ProxyProcess::start(&config(
+        dir.path(),
+        upstream.addr,
+        &redb_store(dir.path()),
+        "",
+    ));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemkit"))
+        .args([
+            "probe",
+            &format!("http://{}/accounts/A/withdraw", proxy.addr),
+        ])
+        .args(["-H", "X-Tenant-Id: acme", "-d", r#"{"amount":10}"#])
+        .args(["--other-tenant-header", "X-Tenant-Id: globex", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for check in report["checks"].as_array().unwrap() {
+        assert_eq!(check["result"], "pass", "{check}");
+    }
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn a_bad_config_file_is_refused_at_start_with_the_file_line_and_what() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(
+        dir.path(),
+        "127.0.0.1:9".parse().unwrap(),
+        &redb_store(dir.path()),
+        "include = [\"amount\"]",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemkit"))
+        .args(["proxy", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let want = format!("idemkit proxy: {}:19: include pointer", file.display());
+    assert!(stderr.starts_with(&want), "{stderr}");
+    assert!(stderr.contains("pointer-missing-leading-slash"), "{stderr}");
+}
