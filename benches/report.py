@@ -218,6 +218,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     w("| claim latency at 10k and 10M records | `idemkit-latency --dir D scale --records 10000 --records 10000000 --cache C` | `scale.json` |")
     w("| GC while claims continue | `idemkit-latency --dir D gc --records N` | `gc.json` |")
     w("| wasm fingerprint in Node | `npm --prefix wasm run build && node wasm/bench/fingerprint.mjs` | `wasm.json` |")
+    w("| idemkit proxy vs nginx | `benches/proxy/run.sh OUT.json` (wrk and nginx from Debian) | `proxy.json` |")
     w("")
     w("Binaries: `cargo build --release -p idemkit-benches` → `target/release/idemkit-{loadgen,latency,bodies}`. "
       "Bodies are generated from a fixed seed (`benches/src/bodies.rs`, ported to JavaScript in the wasm "
@@ -464,8 +465,39 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
               f"{'—' if same is None else ('yes' if same == r['sha256'] else '**NO**')} | "
               f"{'yes' if r.get('canonical_equal') else '**NO**'} |")
         w("")
+    proxy = load(results, "proxy.json")
+    if proxy:
+        w("## `idemkit proxy` vs nginx `proxy_pass` (wrk)")
+        w("")
+        w(f"Run {proxy['started']}: `wrk {proxy['wrk']}` against one upstream "
+          f"(`store/examples/bench_upstream.rs`: `GET /ping` at once, `POST …/withdraw` after "
+          f"{proxy['work_ms']} ms of work), directly, through {proxy['nginx']}, and through "
+          "`idemkit proxy` (redb store). The POST carries one Idempotency-Key: directly and "
+          "through nginx every request does the work; through idemkit the first did (before the "
+          "measurement) and every measured one is a replay from the store. wrk, the upstream and "
+          "the proxy share the 2 cores.")
+        w("")
+        w("| route | target | requests/s | p50 ms | p99 ms | non-2xx |")
+        w("|---|---|---:|---:|---:|---:|")
+        for r in proxy["rows"]:
+            w(f"| {r['route']} | {r['target']} | {fmt(r['rps'], digits=0)} | {fmt(r['p50_ms'], digits=3)} | "
+              f"{fmt(r['p99_ms'], digits=3)} | {r['non_2xx']} |")
+        w("")
+        row = {(r["target"], r["route"].split(" ")[0]): r for r in proxy["rows"]}
+        ping_i, ping_n = row.get(("idemkit", "GET")), row.get(("nginx", "GET"))
+        post_i, post_d = row.get(("idemkit", "POST")), row.get(("direct", "POST"))
+        def verdict(measured, need):
+            return "met" if measured is not None and measured <= need else "**missed**"
+        if ping_i and ping_n:
+            r = ratio(ping_i["p50_ms"], ping_n["p50_ms"])
+            w(f"- Target (issue #15) pass-through p50 through idemkit proxy ≤ 1.3× nginx's: {rx(r)} — {verdict(r, 1.3)}.")
+        if post_i and post_d:
+            r = ratio(post_i["p50_ms"], post_d["p50_ms"])
+            w(f"- Target (issue #15) a replay answered by the proxy faster than the upstream's own answer: "
+              f"p50 {rx(r)} of the direct answer — {verdict(r, 1.0)}.")
+        w("")
     missing = [n for n, v in [("criterion", crit), ("durable", durable), ("loadgen", loadgen),
-                              ("scale", stores), ("gc", gc), ("wasm", wasm)] if not v]
+                              ("scale", stores), ("gc", gc), ("wasm", wasm), ("proxy", proxy)] if not v]
     if missing:
         w("## Not measured in this run")
         w("")

@@ -90,6 +90,12 @@ else
   echo "wasm: no node/npm or the package could not be built (npm --prefix wasm run build)" >>"$OUT/skipped.txt"
 fi
 
+step "idemkit proxy vs nginx under wrk"
+if [ "$SMOKE" = 1 ]; then PROXY_SECONDS=1; else PROXY_SECONDS=5; fi
+if ! BENCH_SECONDS=$PROXY_SECONDS benches/proxy/run.sh "$OUT/proxy.json" >/dev/null; then
+  echo "proxy: benches/proxy/run.sh failed (wrk and nginx come from Debian)" >>"$OUT/skipped.txt"
+fi
+
 END=$(date +%s)
 python3 - "$OUT/meta.json" "$START" "$END" "$SMOKE" "$RECORDS" "$SECONDS_PER" "$CLIENTS" <<'EOF'
 import json, sys, datetime

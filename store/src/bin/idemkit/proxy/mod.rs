@@ -252,6 +252,10 @@ async fn serve(config: ProxyConfig, store: Store) -> Result<(), String> {
         config.upstream
     );
     let mut stop = stop_rx;
+    // Small answers go out at once (no Nagle delay behind the client's ACK).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
