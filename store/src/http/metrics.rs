@@ -16,13 +16,17 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use idemkit::http::{Metrics, RouteConfig};
+//! use idemkit::http::{ClaimOutcomeLabel, Metrics, RouteConfig};
 //! use idemkit::core::record::EffectKind;
 //!
 //! let metrics = Arc::new(Metrics::new());
 //! let route = RouteConfig::new("payments.capture", EffectKind::External).metrics(Arc::clone(&metrics));
 //! # let _ = route;
-//! assert!(metrics.render().contains("# TYPE idemkit_claims counter"));
+//! // The layer counts as it answers; a test can count by hand.
+//! metrics.claim("payments.capture", ClaimOutcomeLabel::Replay);
+//! let text = metrics.render();
+//! assert!(text.contains(r#"idemkit_claims_total{operation="payments.capture",outcome="replay"} 1"#));
+//! assert!(text.contains("idemkit_store_errors_total 0"));
 //! ```
 
 use std::fmt;
