@@ -57,16 +57,23 @@ fn redb_store(dir: &std::path::Path) -> String {
     format!("path = {:?}", dir.join("proxy.redb"))
 }
 
-#[test]
-fn fifty_concurrent_posts_with_one_key_make_one_upstream_call() {
+/// An upstream answering after `delay`, and a proxy (redb store in a fresh
+/// directory, the default route table) in front of it.
+fn in_front_of_upstream(delay: Duration) -> (tempfile::TempDir, Upstream, ProxyProcess) {
     let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(Duration::from_millis(300));
+    let upstream = Upstream::start(delay);
     let proxy = ProxyProcess::start(&config(
         dir.path(),
         upstream.addr,
         &redb_store(dir.path()),
         "",
     ));
+    (dir, upstream, proxy)
+}
+
+#[test]
+fn fifty_concurrent_posts_with_one_key_make_one_upstream_call() {
+    let (_dir, upstream, proxy) = in_front_of_upstream(Duration::from_millis(300));
     let barrier = Arc::new(Barrier::new(50));
     let replies: Vec<Reply> = (0..50)
         .map(|_| {
@@ -108,14 +115,7 @@ fn fifty_concurrent_posts_with_one_key_make_one_upstream_call() {
 
 #[test]
 fn a_retry_replays_and_a_changed_request_never_reaches_the_upstream() {
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(Duration::ZERO);
-    let proxy = ProxyProcess::start(&config(
-        dir.path(),
-        upstream.addr,
-        &redb_store(dir.path()),
-        "",
-    ));
+    let (_dir, upstream, proxy) = in_front_of_upstream(Duration::ZERO);
 
     let first = withdraw(&proxy, "k-1");
     assert_eq!(first.status, 201, "{first:?}");
@@ -195,14 +195,7 @@ fn a_retry_replays_and_a_changed_request_never_reaches_the_upstream() {
 
 #[test]
 fn forwarding_drops_hop_by_hop_headers_adds_x_forwarded_and_keeps_the_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(Duration::ZERO);
-    let proxy = ProxyProcess::start(&config(
-        dir.path(),
-        upstream.addr,
-        &redb_store(dir.path()),
-        "",
-    ));
+    let (_dir, upstream, proxy) = in_front_of_upstream(Duration::ZERO);
     let headers: Vec<(&str, &[u8])> = vec![
         ("Content-Type", b"application/json"),
         ("Idempotency-Key", b"k-h"),
@@ -232,14 +225,7 @@ fn forwarding_drops_hop_by_hop_headers_adds_x_forwarded_and_keeps_the_key() {
 
 #[test]
 fn an_upstream_timeout_is_504_then_outcome_uncertain_with_one_upstream_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(Duration::ZERO);
-    let proxy = ProxyProcess::start(&config(
-        dir.path(),
-        upstream.addr,
-        &redb_store(dir.path()),
-        "",
-    ));
+    let (_dir, upstream, proxy) = in_front_of_upstream(Duration::ZERO);
     // The `slow` account answers after 3 s; the route waits 1 s.
     let first = post(
         proxy.addr,
@@ -334,14 +320,7 @@ fn an_upstream_that_is_down_is_502_and_the_key_executes_once_when_it_is_back() {
 
 #[test]
 fn metrics_count_the_claims_and_the_replays() {
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(Duration::ZERO);
-    let proxy = ProxyProcess::start(&config(
-        dir.path(),
-        upstream.addr,
-        &redb_store(dir.path()),
-        "",
-    ));
+    let (_dir, _upstream, proxy) = in_front_of_upstream(Duration::ZERO);
     withdraw(&proxy, "k-m");
     withdraw(&proxy, "k-m");
     withdraw(&proxy, "k-m");
@@ -465,14 +444,7 @@ fn sigterm_lets_a_running_request_finish_and_record_then_exits() {
 
 #[test]
 fn the_probe_passes_through_the_proxy_in_front_of_an_upstream_without_idempotency() {
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(Duration::from_millis(50));
-    let proxy = ProxyProcess::start(&config(
-        dir.path(),
-        upstream.addr,
-        &redb_store(dir.path()),
-        "",
-    ));
+    let (_dir, _upstream, proxy) = in_front_of_upstream(Duration::from_millis(50));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemkit"))
         .args([
             "probe",
