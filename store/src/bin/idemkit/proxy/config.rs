@@ -11,6 +11,7 @@ use std::time::Duration;
 use idemkit::core::fingerprint::{ContentKind, FingerprintSpec};
 use idemkit::core::machine::{MismatchStatus, Policy, StorePolicy};
 use idemkit::core::record::EffectKind;
+use idemkit::http::OnDisconnect;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -89,6 +90,8 @@ struct RouteSection {
     body_limit_bytes: Option<usize>,
     mismatch_status: Option<Spanned<u16>>,
     store_policy: Option<Spanned<String>>,
+    store_retry_after_ms: Option<u64>,
+    on_disconnect: Option<Spanned<String>>,
 }
 
 /// Where records live.
@@ -134,6 +137,8 @@ pub(crate) struct Route {
     pub(crate) max_execution: Option<Duration>,
     pub(crate) max_stored_response_bytes: Option<usize>,
     pub(crate) body_limit: Option<usize>,
+    pub(crate) store_retry_after: Option<Duration>,
+    pub(crate) on_disconnect: OnDisconnect,
 }
 
 /// The whole, checked configuration.
@@ -462,6 +467,20 @@ fn route(
             }
         });
     }
+    let on_disconnect = match r
+        .on_disconnect
+        .as_ref()
+        .map(|v| (v.get_ref().as_str(), v.span()))
+    {
+        None | Some(("finish", _)) => OnDisconnect::Finish,
+        Some(("cancel", _)) => OnDisconnect::Cancel,
+        Some((other, span)) => {
+            return Err(src.at(
+                Some(span),
+                format!("on_disconnect {other:?}: expected \"finish\" or \"cancel\""),
+            ));
+        }
+    };
     Ok(Route {
         method,
         path: r.path.into_inner(),
@@ -477,6 +496,8 @@ fn route(
         max_execution: r.max_execution_ms.map(Duration::from_millis),
         max_stored_response_bytes: r.max_stored_response_bytes,
         body_limit: r.body_limit_bytes,
+        store_retry_after: r.store_retry_after_ms.map(Duration::from_millis),
+        on_disconnect,
     })
 }
 
@@ -572,6 +593,8 @@ header = "X-Tenant-Id"
         assert_eq!(c.routes[1].effect, EffectKind::Local);
         assert!(matches!(c.tenant, TenantRule::DigestOf(ref h) if h == "authorization"));
         assert_eq!(c.admin_token.as_deref(), Some("change-me"));
+        assert_eq!(c.routes[0].on_disconnect, OnDisconnect::Finish);
+        assert_eq!(c.routes[0].store_retry_after, Some(Duration::from_secs(1)));
     }
 
     #[test]

@@ -188,6 +188,10 @@ fn app(config: &ProxyConfig, store: &Store, metrics: &Arc<Metrics>) -> Router {
             if let Some(bytes) = route.body_limit {
                 rc = rc.body_limit(bytes);
             }
+            if let Some(after) = route.store_retry_after {
+                rc = rc.store_retry_after(after);
+            }
+            rc = rc.on_disconnect(route.on_disconnect);
             let forward = forwarder(Forward {
                 upstream: upstream.clone(),
                 timeout: route.upstream_timeout,
