@@ -469,13 +469,19 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     if proxy:
         w("## `idemkit proxy` vs nginx `proxy_pass` (wrk)")
         w("")
-        w(f"Run {proxy['started']}: `wrk {proxy['wrk']}` against one upstream "
+        w(f"Run {proxy['started']}: `wrk {proxy['wrk']}`, {proxy.get('rounds', 1)} rounds taking turns (each figure the "
+          "median of its rounds; every round is in `proxy.json`), against one upstream "
           f"(`store/examples/bench_upstream.rs`: `GET /ping` at once, `POST …/withdraw` after "
           f"{proxy['work_ms']} ms of work), directly, through {proxy['nginx']}, and through "
           "`idemkit proxy` (redb store). The POST carries one Idempotency-Key: directly and "
           "through nginx every request does the work; through idemkit the first did (before the "
           "measurement) and every measured one is a replay from the store. wrk, the upstream and "
           "the proxy share the 2 cores.")
+        w("")
+        w("| route | target | p50 ms of each round |")
+        w("|---|---|---|")
+        for r in proxy["rows"]:
+            w(f"| {r['route']} | {r['target']} | " + ", ".join(fmt(x['p50_ms'], digits=3) for x in r.get("rounds", [])) + " |")
         w("")
         w("| route | target | requests/s | p50 ms | p99 ms | non-2xx |")
         w("|---|---|---:|---:|---:|---:|")

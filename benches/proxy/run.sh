@@ -9,7 +9,11 @@
 #     through nginx every request runs the 5 ms of work; through idemkit proxy the
 #     first one does and every later one is answered from the store.
 #
-#   benches/proxy/run.sh OUT.json          # BENCH_SECONDS (default 5), BENCH_CONNECTIONS (16)
+#   benches/proxy/run.sh OUT.json   # BENCH_SECONDS (5), BENCH_CONNECTIONS (16), BENCH_ROUNDS (3)
+#
+# The three targets take turns, BENCH_ROUNDS times; each figure is the median of
+# its rounds (on a shared 2-core machine one round of one target can be 1.5x
+# another's with the same code), and every round is kept in the JSON.
 #
 # Installs wrk and nginx with apt-get when they are missing (as root).
 set -euo pipefail
@@ -17,6 +21,7 @@ cd "$(dirname "$0")/../.."
 OUT=${1:?usage: benches/proxy/run.sh OUT.json}
 SECS=${BENCH_SECONDS:-5}
 CONNS=${BENCH_CONNECTIONS:-16}
+ROUNDS=${BENCH_ROUNDS:-3}
 for tool in wrk nginx; do
   if ! command -v "$tool" >/dev/null; then
     [ "$(id -u)" = 0 ] || { echo "bench-proxy: $tool is missing and installing it needs root" >&2; exit 1; }
@@ -104,33 +109,42 @@ run() { # name route url [script]
   { echo "### $name|$route"; wrk "${args[@]}" "$url"; } >>"$TMP/wrk.txt"
 }
 STARTED=$(date -u +%FT%TZ)
-for target in "direct $UP" "nginx $NGX" "idemkit $IDK"; do
-  set -- $target
-  run "$1" "GET /ping" "http://$2/ping"
-  run "$1" "POST /accounts/A/withdraw (one key)" "http://$2/accounts/A/withdraw" "$TMP/replay.lua"
+for _round in $(seq "$ROUNDS"); do
+  for target in "direct $UP" "nginx $NGX" "idemkit $IDK"; do
+    set -- $target
+    run "$1" "GET /ping" "http://$2/ping"
+    run "$1" "POST /accounts/A/withdraw (one key)" "http://$2/accounts/A/withdraw" "$TMP/replay.lua"
+  done
 done
 
-python3 - "$TMP/wrk.txt" "$OUT" "$STARTED" "$SECS" "$CONNS" <<'EOF'
-import json, re, sys
-text, out, started, secs, conns = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+python3 - "$TMP/wrk.txt" "$OUT" "$STARTED" "$SECS" "$CONNS" "$ROUNDS" <<'EOF'
+import json, re, statistics, sys
+text, out, started, secs, conns, rounds = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
 def ms(v):
     n, unit = re.match(r"([\d.]+)(us|ms|s)", v).groups()
     return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-rows = []
+runs = []
 for block in text.split("### ")[1:]:
     head, body = block.split("\n", 1)
     target, route = head.split("|")
     lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", body, re.M))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", body)
-    rows.append({
+    runs.append({
         "target": target, "route": route,
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", body).group(1)),
         "p50_ms": ms(lat["50"]), "p99_ms": ms(lat["99"]),
         "requests": int(re.search(r"(\d+) requests in", body).group(1)),
         "non_2xx": int(non2xx.group(1)) if non2xx else 0,
     })
-json.dump({"started": started, "wrk": f"-t2 -c{conns} -d{secs}s --latency", "work_ms": 5,
+rows = []
+for key in dict.fromkeys((r["target"], r["route"]) for r in runs):
+    mine = [r for r in runs if (r["target"], r["route"]) == key]
+    med = lambda f: statistics.median(r[f] for r in mine)
+    rows.append({"target": key[0], "route": key[1], "rps": med("rps"), "p50_ms": med("p50_ms"),
+                 "p99_ms": med("p99_ms"), "requests": sum(r["requests"] for r in mine),
+                 "non_2xx": sum(r["non_2xx"] for r in mine), "rounds": mine})
+json.dump({"started": started, "wrk": f"-t2 -c{conns} -d{secs}s --latency", "work_ms": 5, "rounds": rounds,
            "nginx": "Debian nginx 1.22, worker_processes 2, keepalive upstream", "rows": rows},
           open(out, "w"), indent=1)
-print(json.dumps(rows, indent=1))
+print(json.dumps([{k: v for k, v in r.items() if k != "rounds"} for r in rows], indent=1))
 EOF

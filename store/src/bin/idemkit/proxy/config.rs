@@ -43,6 +43,8 @@ struct FileConfig {
     /// Pass-through requests (and routes without their own) wait this long.
     upstream_timeout_ms: Option<u64>,
     gc_interval_ms: Option<u64>,
+    /// Worker threads (default: one per CPU).
+    workers: Option<Spanned<usize>>,
     store: Spanned<StoreSection>,
     tenant: Spanned<TenantSection>,
     #[serde(default)]
@@ -150,6 +152,7 @@ pub(crate) struct ProxyConfig {
     pub(crate) admin_token: Option<String>,
     pub(crate) upstream_timeout: Duration,
     pub(crate) gc_interval: Duration,
+    pub(crate) workers: Option<usize>,
     pub(crate) store: StoreChoice,
     pub(crate) tenant: TenantRule,
     pub(crate) routes: Vec<Route>,
@@ -301,6 +304,13 @@ pub(crate) fn parse(
         }
     };
 
+    let workers = match &raw.workers {
+        Some(w) if *w.get_ref() == 0 || *w.get_ref() > 256 => {
+            return Err(src.at(Some(w.span()), "workers: expected 1 to 256"));
+        }
+        Some(w) => Some(*w.get_ref()),
+        None => None,
+    };
     let upstream_timeout = raw
         .upstream_timeout_ms
         .map_or(DEFAULT_UPSTREAM_TIMEOUT, Duration::from_millis);
@@ -330,6 +340,7 @@ pub(crate) fn parse(
         gc_interval: raw
             .gc_interval_ms
             .map_or(DEFAULT_GC_INTERVAL, Duration::from_millis),
+        workers,
         store,
         tenant,
         routes,

@@ -23,8 +23,8 @@ use idemkit::http::Execution;
 #[derive(Clone)]
 pub(crate) struct Upstream {
     client: Client<HttpConnector, Body>,
-    /// `http://host:port`, and a base path without a trailing `/` (may be empty).
-    origin: String,
+    /// `host:port`, and a base path without a trailing `/` (may be empty).
+    authority: http::uri::Authority,
     base_path: String,
 }
 
@@ -33,10 +33,13 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
-        let origin = format!("http://{}", uri.authority().map_or("", |a| a.as_str()));
         Upstream {
             client,
-            origin,
+            // config.rs refused an upstream without one.
+            authority: uri
+                .authority()
+                .cloned()
+                .unwrap_or_else(|| http::uri::Authority::from_static("127.0.0.1")),
             base_path: uri.path().trim_end_matches('/').to_owned(),
         }
     }
@@ -65,6 +68,16 @@ const HOP_BY_HOP: [&str; 8] = [
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // The names a `Connection` header lists are hop-by-hop too.
+    if headers.contains_key(header::CONNECTION) {
+        strip_listed(headers);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+fn strip_listed(headers: &mut HeaderMap) {
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -75,10 +88,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in listed {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    headers.remove(header::UPGRADE);
 }
 
 /// A problem answer of the proxy itself (the upstream's answers pass as they are).
@@ -107,12 +116,24 @@ impl Forward {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(addr)| addr.ip());
-        let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let target = format!(
-            "{}{}{}",
-            self.upstream.origin, self.upstream.base_path, path_and_query
-        );
-        let Ok(uri) = target.parse::<Uri>() else {
+        // The caller's path and query as they are (no re-parse) under the
+        // upstream's base path.
+        let path_and_query = match (self.upstream.base_path.as_str(), parts.uri.path_and_query()) {
+            ("", Some(pq)) => Ok(pq.clone()),
+            (base, pq) => http::uri::PathAndQuery::try_from(format!(
+                "{base}{}",
+                pq.map_or("/", |p| p.as_str())
+            )),
+        };
+        let uri = path_and_query.ok().and_then(|pq| {
+            Uri::builder()
+                .scheme(http::uri::Scheme::HTTP)
+                .authority(self.upstream.authority.clone())
+                .path_and_query(pq)
+                .build()
+                .ok()
+        });
+        let Some(uri) = uri else {
             return problem(
                 StatusCode::BAD_REQUEST,
                 "invalid-request-target",

@@ -73,17 +73,10 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(exit::UNAVAILABLE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("idemkit proxy: cannot start the runtime: {e}");
-            return ExitCode::from(exit::SOFTWARE);
-        }
-    };
-    match runtime.block_on(serve(config, store)) {
+    let workers = config.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    match serve(config, store, workers) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idemkit proxy: {e}");
@@ -209,53 +202,147 @@ fn app(config: &ProxyConfig, store: &Store, metrics: &Arc<Metrics>) -> Router {
     router.fallback_service(forwarder(passthrough))
 }
 
-async fn serve(config: ProxyConfig, store: Store) -> Result<(), String> {
-    let metrics = Arc::new(Metrics::new());
-    let listener = tokio::net::TcpListener::bind(&config.listen)
-        .await
-        .map_err(|e| format!("listen {}: {e}", config.listen))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("listen {}: {e}", config.listen))?;
+/// What every worker shares.
+struct Shared {
+    config: ProxyConfig,
+    store: Store,
+    metrics: Arc<Metrics>,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Serves with `workers` threads, each a single-threaded runtime with its own
+/// listener on the same address (`SO_REUSEPORT`: the kernel spreads the
+/// connections) and its own upstream pool, the way nginx runs its workers: a
+/// request never hops between threads. Worker 0 also runs the admin listener
+/// and GC.
+fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<(), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     spawn_signal_thread(stop_tx)?;
-
-    if let Some(admin_addr) = &config.admin {
-        let admin_listener = tokio::net::TcpListener::bind(admin_addr)
-            .await
-            .map_err(|e| format!("admin {admin_addr}: {e}"))?;
-        let admin_bound = admin_listener
-            .local_addr()
-            .map_err(|e| format!("admin {admin_addr}: {e}"))?;
-        let admin = Arc::new(admin::Admin {
-            store: store.clone(),
-            metrics: Arc::clone(&metrics),
-            token: config.admin_token.clone(),
-            policies: config
-                .routes
-                .iter()
-                .map(|r| (r.operation.clone(), r.policy))
-                .collect(),
-        });
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(admin_listener, admin::router(admin))
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await;
-        });
-        println!("idemkit proxy: admin on http://{admin_bound}");
+    let shared = Arc::new(Shared {
+        config,
+        store,
+        metrics: Arc::new(Metrics::new()),
+        stop: stop_rx,
+    });
+    let first: SocketAddr = shared
+        .config
+        .listen
+        .parse()
+        .map_err(|e| format!("listen {}: {e}", shared.config.listen))?;
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    let mut threads = vec![spawn_worker(0, Arc::clone(&shared), first, Some(bound_tx))?];
+    // The first worker bound the address (a port 0 became a real one); the
+    // others bind the same.
+    let addr = match bound_rx.recv() {
+        Ok(Ok(addr)) => addr,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err("the first worker stopped before it listened".to_owned()),
+    };
+    for id in 1..workers.max(1) {
+        threads.push(spawn_worker(id, Arc::clone(&shared), addr, None)?);
     }
-    spawn_gc(store.clone(), Arc::clone(&metrics), config.gc_interval);
-
-    let app = app(&config, &store, &metrics);
     println!(
-        "idemkit proxy: {} routes to {}, listening on http://{addr}",
-        config.routes.len(),
-        config.upstream
+        "idemkit proxy: {} routes to {}, {} workers, listening on http://{addr}",
+        shared.config.routes.len(),
+        shared.config.upstream,
+        threads.len()
     );
-    let mut stop = stop_rx;
+    let mut failure = None;
+    for thread in threads {
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failure = Some(e),
+            Err(_) => failure = Some("a worker panicked".to_owned()),
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => {
+            eprintln!("idemkit proxy: stopped; running requests finished and were recorded");
+            Ok(())
+        }
+    }
+}
+
+type Bound = std::sync::mpsc::Sender<Result<SocketAddr, String>>;
+
+fn spawn_worker(
+    id: usize,
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    bound: Option<Bound>,
+) -> Result<std::thread::JoinHandle<Result<(), String>>, String> {
+    std::thread::Builder::new()
+        .name(format!("proxy-worker-{id}"))
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start a runtime: {e}"));
+            let runtime = match runtime {
+                Ok(r) => r,
+                Err(e) => {
+                    if let Some(tx) = &bound {
+                        let _ = tx.send(Err(e.clone()));
+                    }
+                    return Err(e);
+                }
+            };
+            runtime.block_on(worker(id, shared, addr, bound))
+        })
+        .map_err(|e| format!("cannot start worker {id}: {e}"))
+}
+
+/// A listener on `addr` that other workers may bind too.
+fn reusable_listener(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+async fn worker(
+    id: usize,
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    bound: Option<Bound>,
+) -> Result<(), String> {
+    let report = |result: Result<SocketAddr, String>| {
+        if let Some(tx) = &bound {
+            let _ = tx.send(result);
+        }
+    };
+    let listener = match reusable_listener(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            let e = format!("listen {addr}: {e}");
+            report(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    if id == 0 {
+        if let Err(e) = start_admin(&shared).await {
+            report(Err(e.clone()));
+            return Err(e);
+        }
+        spawn_gc(
+            shared.store.clone(),
+            Arc::clone(&shared.metrics),
+            shared.config.gc_interval,
+        );
+    }
+    report(
+        listener
+            .local_addr()
+            .map_err(|e| format!("listen {addr}: {e}")),
+    );
+    let app = app(&shared.config, &shared.store, &shared.metrics);
+    let mut stop = shared.stop.clone();
     // Small answers go out at once (no Nagle delay behind the client's ACK).
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
@@ -268,8 +355,39 @@ async fn serve(config: ProxyConfig, store: Store) -> Result<(), String> {
         let _ = stop.wait_for(|s| *s).await;
     })
     .await
-    .map_err(|e| format!("serving: {e}"))?;
-    eprintln!("idemkit proxy: stopped; running requests finished and were recorded");
+    .map_err(|e| format!("serving: {e}"))
+}
+
+async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
+    let Some(admin_addr) = &shared.config.admin else {
+        return Ok(());
+    };
+    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .map_err(|e| format!("admin {admin_addr}: {e}"))?;
+    let admin_bound = admin_listener
+        .local_addr()
+        .map_err(|e| format!("admin {admin_addr}: {e}"))?;
+    let admin = Arc::new(admin::Admin {
+        store: shared.store.clone(),
+        metrics: Arc::clone(&shared.metrics),
+        token: shared.config.admin_token.clone(),
+        policies: shared
+            .config
+            .routes
+            .iter()
+            .map(|r| (r.operation.clone(), r.policy))
+            .collect(),
+    });
+    let mut stop = shared.stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(admin_listener, admin::router(admin))
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+    });
+    println!("idemkit proxy: admin on http://{admin_bound}");
     Ok(())
 }
 
