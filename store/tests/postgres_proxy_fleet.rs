@@ -9,11 +9,9 @@ mod pg_support;
 mod proxy_support;
 mod support;
 
-use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use proxy_support::{ProxyProcess, Upstream, config};
-use support::{Reply, request};
+use proxy_support::{ProxyProcess, Upstream, config, post_json, simultaneous_withdrawals};
 
 const CLIENTS: usize = 60;
 
@@ -28,32 +26,8 @@ fn two_proxies_over_one_postgres_make_one_upstream_call_for_sixty_retries() {
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = ProxyProcess::start(&config(dir_a.path(), upstream.addr, &store, ""));
     let b = ProxyProcess::start(&config(dir_b.path(), upstream.addr, &store, ""));
-    let barrier = Arc::new(Barrier::new(CLIENTS));
-    let replies: Vec<Reply> = (0..CLIENTS)
-        .map(|i| {
-            let barrier = Arc::clone(&barrier);
-            let addr = if i % 2 == 0 { a.addr } else { b.addr };
-            std::thread::spawn(move || {
-                let headers: [(&str, &[u8]); 3] = [
-                    ("Content-Type", b"application/json"),
-                    ("Idempotency-Key", b"fleet-1"),
-                    ("X-Tenant-Id", b"acme"),
-                ];
-                barrier.wait();
-                request(
-                    addr,
-                    "POST",
-                    "/accounts/A/withdraw",
-                    &headers,
-                    br#"{"amount":10}"#,
-                )
-                .unwrap()
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .collect();
+    let replies =
+        simultaneous_withdrawals(&[a.addr, b.addr], CLIENTS, "fleet-1", br#"{"amount":10}"#);
     assert_eq!(
         upstream.calls("A"),
         1,
@@ -71,19 +45,13 @@ fn two_proxies_over_one_postgres_make_one_upstream_call_for_sixty_retries() {
     // Afterwards both proxies replay the same stored answer.
     let first = replies.iter().find(|r| r.status == 201).unwrap();
     for proxy in [&a, &b] {
-        let headers: [(&str, &[u8]); 3] = [
-            ("Content-Type", b"application/json"),
-            ("Idempotency-Key", b"fleet-1"),
-            ("X-Tenant-Id", b"acme"),
-        ];
-        let again = request(
+        let again = post_json(
             proxy.addr,
-            "POST",
             "/accounts/A/withdraw",
-            &headers,
+            Some("fleet-1"),
+            Some("acme"),
             br#"{"amount":10}"#,
-        )
-        .unwrap();
+        );
         assert_eq!(again.header("idempotent-replayed"), Some("true"));
         assert_eq!(again.body, first.body);
     }

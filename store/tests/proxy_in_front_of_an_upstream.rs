@@ -6,34 +6,15 @@
 mod proxy_support;
 mod support;
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use proxy_support::{ProxyProcess, Upstream, config};
+use proxy_support::{ProxyProcess, Upstream, config, post_json, simultaneous_withdrawals};
 use support::{Reply, request};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
 
-fn post(
-    addr: SocketAddr,
-    path: &str,
-    key: Option<&str>,
-    tenant: Option<&str>,
-    body: &[u8],
-) -> Reply {
-    let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
-    if let Some(key) = key {
-        headers.push(("Idempotency-Key", key.as_bytes()));
-    }
-    if let Some(tenant) = tenant {
-        headers.push(("X-Tenant-Id", tenant.as_bytes()));
-    }
-    request(addr, "POST", path, &headers, body).unwrap()
-}
-
 fn withdraw(proxy: &ProxyProcess, key: &str) -> Reply {
-    post(
+    post_json(
         proxy.addr,
         "/accounts/A/withdraw",
         Some(key),
@@ -74,26 +55,7 @@ fn in_front_of_upstream(delay: Duration) -> (tempfile::TempDir, Upstream, ProxyP
 #[test]
 fn fifty_concurrent_posts_with_one_key_make_one_upstream_call() {
     let (_dir, upstream, proxy) = in_front_of_upstream(Duration::from_millis(300));
-    let barrier = Arc::new(Barrier::new(50));
-    let replies: Vec<Reply> = (0..50)
-        .map(|_| {
-            let barrier = Arc::clone(&barrier);
-            let addr = proxy.addr;
-            std::thread::spawn(move || {
-                barrier.wait();
-                post(
-                    addr,
-                    "/accounts/A/withdraw",
-                    Some("k-50"),
-                    Some("acme"),
-                    BODY,
-                )
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .collect();
+    let replies = simultaneous_withdrawals(&[proxy.addr], 50, "k-50", BODY);
     assert_eq!(
         upstream.calls("A"),
         1,
@@ -124,7 +86,7 @@ fn a_retry_replays_and_a_changed_request_never_reaches_the_upstream() {
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
     assert_eq!(retry.body, first.body, "the stored bytes");
     // The same JSON value respelled, and an excluded field changed: a replay.
-    let respelled = post(
+    let respelled = post_json(
         proxy.addr,
         "/accounts/A/withdraw",
         Some("k-1"),
@@ -137,7 +99,7 @@ fn a_retry_replays_and_a_changed_request_never_reaches_the_upstream() {
         "{respelled:?}"
     );
     // Another amount, another account path: 422, nothing sent upstream.
-    let changed = post(
+    let changed = post_json(
         proxy.addr,
         "/accounts/A/withdraw",
         Some("k-1"),
@@ -148,7 +110,7 @@ fn a_retry_replays_and_a_changed_request_never_reaches_the_upstream() {
         (changed.status, changed.problem().as_str()),
         (422, "idempotency-key-reused")
     );
-    let other_account = post(
+    let other_account = post_json(
         proxy.addr,
         "/accounts/B/withdraw",
         Some("k-1"),
@@ -159,12 +121,12 @@ fn a_retry_replays_and_a_changed_request_never_reaches_the_upstream() {
     assert_eq!((upstream.calls("A"), upstream.calls("B")), (1, 0));
 
     // No key → 400; no tenant → 401; neither reaches the upstream.
-    let no_key = post(proxy.addr, "/accounts/A/withdraw", None, Some("acme"), BODY);
+    let no_key = post_json(proxy.addr, "/accounts/A/withdraw", None, Some("acme"), BODY);
     assert_eq!(
         (no_key.status, no_key.problem().as_str()),
         (400, "missing-idempotency-key")
     );
-    let no_tenant = post(proxy.addr, "/accounts/A/withdraw", Some("k-2"), None, BODY);
+    let no_tenant = post_json(proxy.addr, "/accounts/A/withdraw", Some("k-2"), None, BODY);
     assert_eq!(
         (no_tenant.status, no_tenant.problem().as_str()),
         (401, "unauthenticated")
@@ -172,7 +134,7 @@ fn a_retry_replays_and_a_changed_request_never_reaches_the_upstream() {
     assert_eq!(upstream.calls("A"), 1);
 
     // The same key under another tenant executes on its own.
-    let other_tenant = post(
+    let other_tenant = post_json(
         proxy.addr,
         "/accounts/A/withdraw",
         Some("k-1"),
@@ -227,7 +189,7 @@ fn forwarding_drops_hop_by_hop_headers_adds_x_forwarded_and_keeps_the_key() {
 fn an_upstream_timeout_is_504_then_outcome_uncertain_with_one_upstream_call() {
     let (_dir, upstream, proxy) = in_front_of_upstream(Duration::ZERO);
     // The `slow` account answers after 3 s; the route waits 1 s.
-    let first = post(
+    let first = post_json(
         proxy.addr,
         "/accounts/slow/withdraw",
         Some("k-t"),
@@ -235,7 +197,7 @@ fn an_upstream_timeout_is_504_then_outcome_uncertain_with_one_upstream_call() {
         BODY,
     );
     assert_eq!(first.status, 504, "{first:?}");
-    let retry = post(
+    let retry = post_json(
         proxy.addr,
         "/accounts/slow/withdraw",
         Some("k-t"),
@@ -275,7 +237,7 @@ fn an_upstream_timeout_is_504_then_outcome_uncertain_with_one_upstream_call() {
     assert_eq!(resolved.status, 200, "{resolved:?}");
     assert_eq!(resolved.json()["from"], "unknown");
     assert_eq!(resolved.json()["state"], "completed");
-    let after = post(
+    let after = post_json(
         proxy.addr,
         "/accounts/slow/withdraw",
         Some("k-t"),
@@ -324,7 +286,7 @@ fn metrics_count_the_claims_and_the_replays() {
     withdraw(&proxy, "k-m");
     withdraw(&proxy, "k-m");
     withdraw(&proxy, "k-m");
-    post(
+    post_json(
         proxy.addr,
         "/accounts/A/withdraw",
         Some("k-m"),
@@ -385,7 +347,7 @@ fn a_proxy_killed_mid_request_does_not_send_the_retry_again_after_restart() {
 
     let restarted = ProxyProcess::start(&file);
     std::thread::sleep(Duration::from_millis(1200)); // past the 1 s lease
-    let retry = post(
+    let retry = post_json(
         restarted.addr,
         "/accounts/slow/withdraw",
         Some("k-kill"),
@@ -409,7 +371,7 @@ fn sigterm_lets_a_running_request_finish_and_record_then_exits() {
     let proxy = ProxyProcess::start(&file);
     let addr = proxy.addr;
     let client = std::thread::spawn(move || {
-        post(
+        post_json(
             addr,
             "/accounts/A/withdraw",
             Some("k-term"),

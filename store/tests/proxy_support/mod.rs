@@ -16,6 +16,8 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 
+use crate::support::{Reply, request};
+
 /// What the upstream saw.
 #[derive(Default)]
 pub(crate) struct Seen {
@@ -227,4 +229,48 @@ impl Drop for ProxyProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `POST path` with a JSON body, an optional key and an optional tenant
+/// (`X-Tenant-Id`), over a fresh connection.
+pub(crate) fn post_json(
+    addr: SocketAddr,
+    path: &str,
+    key: Option<&str>,
+    tenant: Option<&str>,
+    body: &[u8],
+) -> Reply {
+    let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
+    if let Some(key) = key {
+        headers.push(("Idempotency-Key", key.as_bytes()));
+    }
+    if let Some(tenant) = tenant {
+        headers.push(("X-Tenant-Id", tenant.as_bytes()));
+    }
+    request(addr, "POST", path, &headers, body).unwrap()
+}
+
+/// `clients` simultaneous withdrawals from account A with one key for tenant
+/// `acme`, sent in turn to each of `proxies`, released together by a barrier.
+pub(crate) fn simultaneous_withdrawals(
+    proxies: &[SocketAddr],
+    clients: usize,
+    key: &str,
+    body: &'static [u8],
+) -> Vec<Reply> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(clients));
+    (0..clients)
+        .map(|i| {
+            let barrier = std::sync::Arc::clone(&barrier);
+            let addr = proxies[i % proxies.len()];
+            let key = key.to_owned();
+            std::thread::spawn(move || {
+                barrier.wait();
+                post_json(addr, "/accounts/A/withdraw", Some(&key), Some("acme"), body)
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect()
 }
