@@ -281,6 +281,39 @@ fn an_upstream_that_is_down_is_502_and_the_key_executes_once_when_it_is_back() {
 }
 
 #[test]
+fn connections_the_upstream_closed_while_pooled_are_not_used_for_the_next_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Upstream::start(Duration::ZERO);
+    let upstream_addr = first.addr;
+    let proxy = ProxyProcess::start(&config(
+        dir.path(),
+        upstream_addr,
+        &redb_store(dir.path()),
+        "",
+    ));
+    // Both workers' pools hold a kept-alive connection to the first upstream.
+    for key in ["k-p1", "k-p2", "k-p3", "k-p4"] {
+        assert_eq!(withdraw(&proxy, key).status, 201);
+    }
+    // It restarts: every pooled connection is closed by the other side.
+    drop(first);
+    let second = Upstream::start_on(upstream_addr, Duration::ZERO);
+    for key in ["k-p5", "k-p6", "k-p7", "k-p8"] {
+        let reply = withdraw(&proxy, key);
+        assert_eq!(
+            reply.status, 201,
+            "a closed pooled connection was used: {reply:?}"
+        );
+    }
+    let passed = request(proxy.addr, "GET", "/accounts/A", &[], b"").unwrap();
+    assert_eq!(
+        (passed.status, passed.body.as_slice()),
+        (200, b"4".as_slice())
+    );
+    assert_eq!(second.calls("A"), 4, "each new key executed once");
+}
+
+#[test]
 fn metrics_count_the_claims_and_the_replays() {
     let (_dir, _upstream, proxy) = in_front_of_upstream(Duration::ZERO);
     withdraw(&proxy, "k-m");
