@@ -11,6 +11,8 @@
 //! apart from two keys sent at once and is refused ([`KeyError::BareComma`]). A
 //! quoted key may hold `,` (`"a,b"` is the one key `a,b`).
 
+use crate::prelude::*;
+
 use core::fmt;
 
 /// A validated idempotency key: 1–255 characters, each in `0x21..=0x7E`.
@@ -367,7 +369,7 @@ impl fmt::Display for KeyError {
     }
 }
 
-impl std::error::Error for KeyError {}
+impl core::error::Error for KeyError {}
 
 #[cfg(test)]
 mod tests {

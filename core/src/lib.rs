@@ -11,11 +11,16 @@
 //! - [`Fingerprint`]: what the key originally meant, computed by a [`FingerprintSpec`].
 //! - [`record`]: the stored record of an operation and its versioned codec.
 //! - [`machine`]: the pure state machine that decides claims, completions,
-//!   recovery and GC; a store applies its decisions atomically.
+//!   recovery and GC; a store applies its decisions atomically, all through
+//!   one entry point, [`machine::apply`].
 //! - [`http`]: the HTTP contract (statuses, problem types, replayed headers) as values.
 //! - [`client`]: retry policy, circuit breaker and action status for callers.
 //!
 //! ## What this crate does not do
+//!
+//! It is `#![no_std]` (with `alloc`), so "no I/O" is checked by the compiler,
+//! not kept by convention. The default `std` feature only lets blake3 choose
+//! its SIMD code at run time; `default-features = false` builds without std.
 //!
 //! It reads no clock (time is a [`UnixMillis`] parameter), draws no randomness
 //! (callers pass it in), and performs no I/O. The `idemkit` crate applies its
@@ -43,7 +48,8 @@
 //! Bad input of any kind (bodies, keys, headers, stored bytes) is a typed error,
 //! never a panic (DESIGN.md, invariant 7).
 
-#![forbid(unsafe_code)]
+#![no_std]
+#![forbid(unsafe_code, unused_must_use)]
 #![deny(missing_docs)]
 #![warn(
     clippy::unwrap_used,
@@ -51,6 +57,19 @@
     clippy::panic,
     clippy::indexing_slicing
 )]
+
+extern crate alloc;
+// Unit tests use std (threads, collections with hashing, I/O of test data).
+#[cfg(test)]
+extern crate std;
+
+/// What std's prelude would bring into every module (the crate is `no_std`).
+mod prelude {
+    pub(crate) use alloc::borrow::ToOwned;
+    pub(crate) use alloc::string::{String, ToString};
+    pub(crate) use alloc::vec::Vec;
+    pub(crate) use alloc::{format, vec};
+}
 
 pub mod client;
 pub mod fingerprint;

@@ -6,6 +6,8 @@
 //! tenant or to another endpoint can never see or overwrite this record
 //! (DESIGN.md, invariant 3).
 
+use crate::prelude::*;
+
 use core::fmt;
 
 use crate::key::IdempotencyKey;
@@ -134,7 +136,7 @@ impl fmt::Display for ScopeError {
     }
 }
 
-impl std::error::Error for ScopeError {}
+impl core::error::Error for ScopeError {}
 
 /// The storage id of one record: an injective encoding of `(tenant, operation, key)`.
 ///
@@ -278,7 +280,7 @@ impl fmt::Display for RecordIdError {
     }
 }
 
-impl std::error::Error for RecordIdError {}
+impl core::error::Error for RecordIdError {}
 
 /// A 16-hex-character digest of a [`RecordId`]: safe to log, stable across processes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

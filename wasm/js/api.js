@@ -4,6 +4,19 @@
 import * as wasm from "./idemkit_wasm.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 
+let maxRacesRead = 0;
+
+/**
+ * How often one call re-reads after losing a write race before it gives up
+ * (store-contention): core's bound (`machine::MAX_ATTEMPTS`), the one the Rust
+ * stores use. Read on first use, after the entry point instantiated the wasm.
+ * @returns {number}
+ */
+export function maxRaces() {
+  if (maxRacesRead === 0) maxRacesRead = wasm.maxAttempts();
+  return maxRacesRead;
+}
+
 const utf8 = new TextEncoder();
 
 /**

@@ -9,7 +9,7 @@
 // decided by core's `client` module in wasm, the code `idemkit call` runs, so the
 // rules have one implementation. This file only moves bytes and sends requests.
 import * as wasm from "./idemkit_wasm.js";
-import { canonicalize, fingerprint } from "./api.js";
+import { canonicalize, fingerprint, maxRaces } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 
 /** The journal entry format; a reader refuses any other. */
@@ -18,8 +18,6 @@ const FORMAT = 1;
 const ID_PREFIX = "action:";
 /** As the Rust journal (`MAX_ACTION_ID_LEN`). */
 const MAX_ACTION_ID_BYTES = 1024;
-/** Lost compare-and-set races one journal call tolerates before giving up. */
-const MAX_RACES = 64;
 /** The fingerprint operation of action payloads. */
 const PAYLOAD_OPERATION = "idemkit.action";
 /** `idemkit call --timeout-ms` default. */
@@ -226,7 +224,7 @@ export function createJournal(options) {
 
   /** Read, change, compare-and-set; reads again on a lost race. */
   async function modify(actionId, change) {
-    for (let race = 0; race < MAX_RACES; race++) {
+    for (let race = 0; race < maxRaces(); race++) {
       const current = await read(actionId);
       if (current === null) {
         throw new IdemkitError("action-unknown", `no action ${JSON.stringify(actionId)} in the journal`);
@@ -234,7 +232,7 @@ export function createJournal(options) {
       const answer = change(current.entry);
       if (await storeCall(() => adapter.update(ID_PREFIX + actionId, encode(current.entry), current.version))) return answer;
     }
-    throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races on action ${JSON.stringify(actionId)}`);
+    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on action ${JSON.stringify(actionId)}`);
   }
 
   async function begin(actionId, payload, options = {}) {
@@ -242,7 +240,7 @@ export function createJournal(options) {
     const canonical = canonicalPayload(payload);
     const fp = fingerprint(canonical, { operation: PAYLOAD_OPERATION });
     const chosen = options?.key === undefined ? undefined : wasmCall(() => wasm.checkKey(checkString(options.key, "key")));
-    for (let race = 0; race < MAX_RACES; race++) {
+    for (let race = 0; race < maxRaces(); race++) {
       const current = await read(actionId);
       if (current !== null) {
         if (current.entry.fingerprint !== fp) {
@@ -269,7 +267,7 @@ export function createJournal(options) {
       if (await storeCall(() => adapter.insert(ID_PREFIX + actionId, encode(entry)))) return actionView(entry, false);
       // Another worker began it first: read its entry and compare payloads.
     }
-    throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races on action ${JSON.stringify(actionId)}`);
+    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on action ${JSON.stringify(actionId)}`);
   }
 
   async function get(actionId) {

@@ -7,11 +7,9 @@
 // version it read for an existing one. A lost race is never overwritten: the
 // loser reads again and asks the machine again.
 import * as wasm from "./idemkit_wasm.js";
-import { fingerprint, logRef, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
+import { fingerprint, logRef, maxRaces, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 
-/** How often one call re-reads after losing a compare-and-set race before giving up (503). */
-const MAX_RACES = 64;
 
 /** Response bodies up to this many bytes are kept for replay unless configured otherwise. */
 const DEFAULT_MAX_STORED_RESPONSE_BYTES = 1024 * 1024;
@@ -175,7 +173,7 @@ export function createIdempotency(options) {
     const id = recordId(tenantId, operation, key);
     const ref = logRef(tenantId, operation, key);
     const claimOwner = owner ?? crypto.randomUUID();
-    for (let race = 0; race < MAX_RACES; race++) {
+    for (let race = 0; race < maxRaces(); race++) {
       const current = await storeCall(() => adapter.get(id));
       const decision = wasmCall(() =>
         wasm.claim(current?.record, fp.value, fp.scheme, fp.bodyOnly ?? undefined, claimOwner, policy, clock()),
@@ -194,7 +192,7 @@ export function createIdempotency(options) {
         });
       }
     }
-    throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races on record ${ref}`);
+    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on record ${ref}`);
   }
 
   function claim({ tenant: tenantId, key, body, contentType, owner, method, path, query }) {
@@ -212,7 +210,7 @@ export function createIdempotency(options) {
     }
     let record = held.record;
     let version = held.version;
-    for (let race = 0; race < MAX_RACES; race++) {
+    for (let race = 0; race < maxRaces(); race++) {
       const next = wasmCall(() => apply(record));
       const written = await storeCall(() => adapter.update(held.id, next, version));
       if (written) {
@@ -225,7 +223,7 @@ export function createIdempotency(options) {
       record = current.record;
       version = current.version;
     }
-    throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races on record ${held.logRef}`);
+    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on record ${held.logRef}`);
   }
 
   /**
@@ -272,13 +270,13 @@ export function createIdempotency(options) {
   async function resolve({ tenant: tenantId, key }, applied) {
     const id = recordId(tenantId, operation, key);
     const stored = applied == null ? null : toStored(applied);
-    for (let race = 0; race < MAX_RACES; race++) {
+    for (let race = 0; race < maxRaces(); race++) {
       const current = await storeCall(() => adapter.get(id));
       if (current === null) throw new IdemkitError("record-missing", `no record for this key`);
       const next = wasmCall(() => wasm.resolve(current.record, stored, policy, clock()));
       if (await storeCall(() => adapter.update(id, next, current.version))) return wasm.decodeRecord(next);
     }
-    throw new IdemkitError("store-contention", `gave up after ${MAX_RACES} lost write races`);
+    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races`);
   }
 
   /** The decoded record of a key, or null. */

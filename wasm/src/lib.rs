@@ -59,6 +59,15 @@ use wasm_bindgen::prelude::*;
 
 use interop::{ArgumentError, JsResult};
 
+/// How often a store re-reads after losing a write race before it gives up:
+/// core's `machine::MAX_ATTEMPTS`, the bound the Rust stores use too.
+#[wasm_bindgen(js_name = maxAttempts)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+#[must_use]
+pub fn max_attempts() -> u32 {
+    idemkit_core::machine::MAX_ATTEMPTS
+}
+
 /// Parses an `Idempotency-Key` header value (quoted Structured-Field string or
 /// bare) and returns the key; throws `IdemkitError` with a `key-*` code otherwise.
 #[wasm_bindgen(js_name = parseKey)]

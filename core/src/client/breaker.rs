@@ -66,7 +66,7 @@ impl fmt::Display for BreakerOpen {
     }
 }
 
-impl std::error::Error for BreakerOpen {}
+impl core::error::Error for BreakerOpen {}
 
 /// A circuit breaker. Ask [`CircuitBreaker::allow`] before each call and report
 /// its result with [`CircuitBreaker::on_success`] or [`CircuitBreaker::on_failure`].

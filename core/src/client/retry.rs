@@ -1,5 +1,7 @@
 //! Bounded retries with exponential backoff, full jitter and `Retry-After`.
 
+use crate::prelude::*;
+
 use core::fmt;
 use core::time::Duration;
 

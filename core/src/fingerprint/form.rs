@@ -4,6 +4,8 @@
 //! passing it through or substituting U+FFFD: two different bodies must never
 //! decode to the same pairs.
 
+use crate::prelude::*;
+
 use core::fmt;
 
 /// Why a form body was refused.
@@ -47,7 +49,7 @@ impl fmt::Display for FormError {
     }
 }
 
-impl std::error::Error for FormError {}
+impl core::error::Error for FormError {}
 
 /// Decodes a form body into `(name, value)` pairs, in body order. Empty
 /// segments (`a=1&&b=2`) are skipped, as the URL standard does.

@@ -81,7 +81,7 @@ impl fmt::Display for ParseFingerprintError {
     }
 }
 
-impl std::error::Error for ParseFingerprintError {}
+impl core::error::Error for ParseFingerprintError {}
 
 impl FromStr for Fingerprint {
     type Err = ParseFingerprintError;
@@ -116,6 +116,7 @@ fn hex_value(byte: Option<u8>) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prelude::*;
 
     #[test]
     fn display_and_parse_round_trip() {

@@ -13,6 +13,8 @@
 //! compared under scheme 1 ([`RequestFingerprint::matches`]): an upgrade never
 //! turns an in-flight retry into a 422.
 
+use crate::prelude::*;
+
 use core::fmt;
 
 use super::Fingerprint;

@@ -1,5 +1,7 @@
 //! Computing fingerprints: [`FingerprintSpec`] → [`Fingerprint`].
 
+use crate::prelude::*;
+
 use core::fmt;
 
 use super::Fingerprint;
@@ -103,7 +105,7 @@ impl fmt::Display for SpecError {
     }
 }
 
-impl std::error::Error for SpecError {}
+impl core::error::Error for SpecError {}
 
 /// A body could not be fingerprinted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,7 +144,7 @@ impl fmt::Display for FingerprintError {
     }
 }
 
-impl std::error::Error for FingerprintError {}
+impl core::error::Error for FingerprintError {}
 
 impl From<JsonError> for FingerprintError {
     fn from(e: JsonError) -> Self {

@@ -22,6 +22,8 @@
 //! Errors are `application/problem+json` (RFC 9457). The body is canonical JSON
 //! (members sorted), so it is byte-identical across implementations.
 
+use crate::prelude::*;
+
 use core::time::Duration;
 
 use crate::key::KeyError;

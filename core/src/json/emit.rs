@@ -8,6 +8,8 @@
 //! so a deep document cannot overflow the call stack; per open container it
 //! keeps one byte, plus a small frame for a reordered object.
 
+use crate::prelude::*;
+
 use super::number::{self, NumberScratch};
 use super::plan::Plan;
 use super::strings::{skip_string, write_string};

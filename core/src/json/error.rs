@@ -1,6 +1,8 @@
 //! The one error type of canonicalization: what went wrong, at which byte, under
 //! which JSON Pointer.
 
+use crate::prelude::*;
+
 use core::fmt;
 
 /// Why an input was rejected. Every variant has a stable [`code`](Self::code),
@@ -184,4 +186,4 @@ impl fmt::Display for JsonError {
     }
 }
 
-impl std::error::Error for JsonError {}
+impl core::error::Error for JsonError {}

@@ -57,6 +57,8 @@
 //! hasher or a file needs about the input once more at most, and far less for
 //! typical documents.
 
+use crate::prelude::*;
+
 mod emit;
 mod error;
 mod number;

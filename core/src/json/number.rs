@@ -7,6 +7,8 @@
 //! `10e-1` and `0.1E1` are the same decimal, and `9007199254740993` is not the
 //! decimal of `9007199254740992`.
 
+use crate::prelude::*;
+
 use super::error::JsonErrorKind;
 
 /// Exponents beyond this are clamped: any literal whose exponent reaches it

@@ -12,6 +12,8 @@
 //! The parser is iterative (an explicit stack), so no input and no depth limit
 //! can overflow the call stack.
 
+use crate::prelude::*;
+
 use core::cmp::Ordering;
 
 use super::error::{JsonError, JsonErrorKind};

@@ -1,5 +1,7 @@
 //! RFC 6901 JSON Pointers, used to select fingerprinted fields.
 
+use crate::prelude::*;
+
 use core::fmt;
 
 use super::emit::skip_value;
@@ -59,7 +61,7 @@ impl fmt::Display for PointerError {
     }
 }
 
-impl std::error::Error for PointerError {}
+impl core::error::Error for PointerError {}
 
 impl JsonPointer {
     /// The pointer to the whole document (`""`).

@@ -2,6 +2,8 @@
 //! comparing member names by UTF-16 code units without unescaping them into
 //! a buffer, and writing them in RFC 8785 form.
 
+use crate::prelude::*;
+
 use core::cmp::Ordering;
 
 /// The offset of the first byte at or after `i` that is `"`, `\\` or a control

@@ -1,5 +1,7 @@
 //! The claim decision: what a request carrying a key gets.
 
+use crate::prelude::*;
+
 use core::time::Duration;
 
 use super::Policy;

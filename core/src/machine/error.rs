@@ -1,5 +1,7 @@
 //! Why a transition was refused.
 
+use crate::prelude::*;
+
 use core::fmt;
 
 use crate::record::{FencingToken, StateName};
@@ -44,6 +46,9 @@ pub enum TransitionError {
         /// The record's last token.
         current: FencingToken,
     },
+    /// A worker or operator operation on a key that has no record (never
+    /// claimed, or collected by GC).
+    NotFound,
 }
 
 impl fmt::Display for TransitionError {
@@ -67,8 +72,9 @@ impl fmt::Display for TransitionError {
                 f,
                 "fencing tokens exhausted at {current}: no new lease can be granted"
             ),
+            TransitionError::NotFound => write!(f, "no record under this key"),
         }
     }
 }
 
-impl std::error::Error for TransitionError {}
+impl core::error::Error for TransitionError {}

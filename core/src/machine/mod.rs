@@ -21,7 +21,11 @@
 //! Deciding outside the transaction that writes is a race: two claims would both
 //! see "no record" and both execute.
 //!
-//! The functions, in the order a request meets them:
+//! [`apply`] is the one entry point a store loops over: an [`Op`] on the record
+//! read → a [`Decision`] (a [`Write`] — keep, put or delete — and an
+//! [`Answer`]). A lost race (the version read is no longer current at the
+//! write) reads again, at most [`MAX_ATTEMPTS`] times. The functions it is
+//! made of, in the order a request meets them:
 //!
 //! - **Admission**: [`claim`] → [`ClaimOutcome`]. Only `Execute` hands out a
 //!   fencing token; every other answer is final for this request.
@@ -100,7 +104,8 @@
 //!
 //! ## Changes to the contract
 //!
-//! The shape follows `contract-machine.md`; the refinements are:
+//! The shape follows the state machine contract the project started from
+//! (a design note, not part of this repository); the refinements are:
 //!
 //! - [`release`] takes the [`Policy`] too (`release(record, token, policy, now)`):
 //!   it sets `keep_until = now + record_window` and needs the window for that.
@@ -143,11 +148,13 @@
 //! than a record window after the old lease ended; a record replaced in place
 //! after its window continues the old counter.
 
+mod apply;
 mod claim;
 mod error;
 mod policy;
 mod transitions;
 
+pub use apply::{Answer, Decision, MAX_ATTEMPTS, Op, Write, apply};
 pub use claim::{ClaimDecision, ClaimOutcome, ClaimRequest, claim, claim_above};
 pub use error::TransitionError;
 pub use policy::{

@@ -1,5 +1,7 @@
 //! One test per transition and per row of the claim decision table.
 
+use crate::prelude::*;
+
 use core::time::Duration;
 
 use super::*;
@@ -717,4 +719,183 @@ fn claim_above_starts_a_fresh_record_above_the_token_floor() {
     let none = claim_above(None, &req(1, "w1"), &p, t(0), u64::MAX);
     assert!(matches!(none.outcome, ClaimOutcome::Uncertain { .. }));
     assert_eq!(none.write, None);
+}
+
+// ---------------------------------------------------------------- apply
+
+fn worker_ops(tok: FencingToken) -> Vec<Op> {
+    vec![
+        Op::Complete {
+            token: tok,
+            response: ok_response(),
+        },
+        Op::Release { token: tok },
+        Op::MarkUnknown {
+            token: tok,
+            reason: UnknownReason::GuardDropped,
+        },
+        Op::Renew { token: tok },
+        Op::BeginStep {
+            token: tok,
+            name: "book".into(),
+            proposed_provider_key: "pk".into(),
+        },
+        Op::CompleteStep {
+            token: tok,
+            name: "book".into(),
+            provider_ref: None,
+        },
+        Op::Resolve {
+            resolution: Resolution::NotApplied,
+        },
+        Op::Recover { owner: "r".into() },
+    ]
+}
+
+#[test]
+fn apply_refuses_every_record_operation_on_a_key_without_a_record() {
+    let p = policy(EffectKind::External);
+    for op in worker_ops(token(1)) {
+        assert_eq!(
+            apply(None, &op, &p, t(0)),
+            Err(TransitionError::NotFound),
+            "{op:?}"
+        );
+    }
+    let gc_nothing = apply(None, &Op::Gc, &p, t(0)).unwrap();
+    assert_eq!(
+        (gc_nothing.write, gc_nothing.answer),
+        (Write::Keep, Answer::Gc(GcAction::Keep))
+    );
+}
+
+#[test]
+fn apply_answers_what_the_transition_functions_answer() {
+    let p = policy(EffectKind::External);
+    let (r, tok) = running(EffectKind::External, 0);
+    let now = t(10);
+    let expect_put = |op: Op, next: Record| {
+        let d = apply(Some(&r), &op, &p, now).unwrap();
+        assert_eq!(
+            (d.write, d.answer),
+            (Write::Put(next), Answer::Done),
+            "{op:?}"
+        );
+    };
+    expect_put(
+        Op::Complete {
+            token: tok,
+            response: ok_response(),
+        },
+        complete(&r, tok, ok_response(), &p, now).unwrap(),
+    );
+    expect_put(
+        Op::Release { token: tok },
+        release(&r, tok, &p, now).unwrap(),
+    );
+    expect_put(
+        Op::MarkUnknown {
+            token: tok,
+            reason: UnknownReason::GuardDropped,
+        },
+        mark_unknown(&r, tok, UnknownReason::GuardDropped, now).unwrap(),
+    );
+    expect_put(Op::Renew { token: tok }, renew(&r, tok, &p, now).unwrap());
+    let begun = apply(
+        Some(&r),
+        &Op::BeginStep {
+            token: tok,
+            name: "book".into(),
+            proposed_provider_key: "pk-1".into(),
+        },
+        &p,
+        now,
+    )
+    .unwrap();
+    let (next, start) = begin_step(&r, tok, "book", "pk-1", now).unwrap();
+    assert_eq!(
+        (begun.write, begun.answer),
+        (Write::Put(next), Answer::Step(start))
+    );
+    // A stale token is refused by apply exactly as by the function.
+    for op in worker_ops(token(9)).into_iter().take(6) {
+        assert!(
+            matches!(
+                apply(Some(&r), &op, &p, now),
+                Err(TransitionError::StaleToken { .. })
+            ),
+            "{op:?}"
+        );
+    }
+}
+
+#[test]
+fn apply_writes_nothing_for_answers_that_change_nothing() {
+    let p = policy(EffectKind::External);
+    let (r, tok) = running(EffectKind::External, 0);
+    // Replay, in flight and mismatch are decided without a write.
+    let done = completed(EffectKind::External, 5);
+    let claim_op = |fp| Op::Claim {
+        request: req(fp, "w2"),
+        token_floor: 0,
+    };
+    for (record, op) in [(&done, claim_op(1)), (&r, claim_op(1)), (&r, claim_op(2))] {
+        let d = apply(Some(record), &op, &p, t(10)).unwrap();
+        assert!(d.writes_nothing(), "{:?}", d.answer);
+    }
+    // A step begun, then begun again and completed twice with one reference.
+    let (with_step, _) = begin_step(&r, tok, "book", "pk-1", t(1)).unwrap();
+    let again = apply(
+        Some(&with_step),
+        &Op::BeginStep {
+            token: tok,
+            name: "book".into(),
+            proposed_provider_key: "pk-2".into(),
+        },
+        &p,
+        t(2),
+    )
+    .unwrap();
+    assert!(again.writes_nothing());
+    assert_eq!(
+        again.answer,
+        Answer::Step(StepStart::Dispatch {
+            provider_key: "pk-1".into()
+        })
+    );
+    let step_done = complete_step(&with_step, tok, "book", Some("ref".into()), t(3)).unwrap();
+    let repeated = apply(
+        Some(&step_done),
+        &Op::CompleteStep {
+            token: tok,
+            name: "book".into(),
+            provider_ref: Some("ref".into()),
+        },
+        &p,
+        t(4),
+    )
+    .unwrap();
+    assert!(repeated.writes_nothing());
+}
+
+#[test]
+fn apply_gc_prunes_then_deletes_a_completed_record_and_keeps_a_running_one() {
+    let p = policy(EffectKind::External);
+    let done = completed(EffectKind::External, 0);
+    let pruned = apply(Some(&done), &Op::Gc, &p, t(100_000)).unwrap();
+    assert_eq!(
+        (pruned.write, pruned.answer),
+        (
+            Write::Put(prune_body(&done)),
+            Answer::Gc(GcAction::PruneBody)
+        )
+    );
+    let deleted = apply(Some(&done), &Op::Gc, &p, t(1_000_000)).unwrap();
+    assert_eq!(
+        (deleted.write, deleted.answer),
+        (Write::Delete, Answer::Gc(GcAction::Delete))
+    );
+    let (r, _) = running(EffectKind::External, 0);
+    let kept = apply(Some(&r), &Op::Gc, &p, t(10_000_000)).unwrap();
+    assert!(kept.writes_nothing());
 }

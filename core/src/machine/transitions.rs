@@ -1,5 +1,7 @@
 //! Worker transitions (fenced by a token), operator transitions and GC.
 
+use crate::prelude::*;
+
 use super::claim::leased;
 use super::{Policy, TransitionError};
 use crate::record::{

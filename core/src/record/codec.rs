@@ -7,8 +7,10 @@
 //!
 //! [`Record::encode`] writes format 2; [`Record::decode`] reads both.
 
+use crate::prelude::*;
+
+use alloc::collections::BTreeSet;
 use core::fmt;
-use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -130,7 +132,7 @@ impl fmt::Display for DecodeError {
     }
 }
 
-impl std::error::Error for DecodeError {}
+impl core::error::Error for DecodeError {}
 
 fn corrupt(detail: impl Into<String>) -> DecodeError {
     DecodeError::Corrupt {

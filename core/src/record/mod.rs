@@ -31,6 +31,8 @@
 //! a record that breaks an invariant the machine relies on (a fencing token of 0, a
 //! lease whose token is not the record's last token, two steps with one name, …).
 
+use crate::prelude::*;
+
 mod codec;
 
 use core::fmt;
@@ -284,7 +286,7 @@ impl fmt::Display for ParseStateNameError {
     }
 }
 
-impl std::error::Error for ParseStateNameError {}
+impl core::error::Error for ParseStateNameError {}
 
 impl FromStr for StateName {
     type Err = ParseStateNameError;

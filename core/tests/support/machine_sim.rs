@@ -27,8 +27,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use idemkit_core::machine::{
-    self, ClaimOutcome, ClaimRequest, Disposition, GcAction, MismatchStatus, Policy, Resolution,
-    StepStart, StorePolicy, TransitionError,
+    self, Answer as CoreAnswer, ClaimOutcome, ClaimRequest, Decision, Disposition, GcAction,
+    MismatchStatus, Op as CoreOp, Policy, Resolution, StepStart, StorePolicy, TransitionError,
+    Write,
 };
 use idemkit_core::record::{
     EffectKind, FencingToken, Record, RecordState, StepState, StoredResponse, UnknownReason,
@@ -763,6 +764,7 @@ fn transition_answer(err: &TransitionError) -> Answer {
         },
         TransitionError::UnknownStep { .. } => Answer::UnknownStep,
         TransitionError::StepConflict { .. } => Answer::StepConflict,
+        TransitionError::NotFound => Answer::NoRecord,
         other => panic!("unexpected transition error in the simulation: {other}"),
     }
 }
@@ -859,8 +861,22 @@ impl World {
                     fingerprint: request_fingerprint(fp, line),
                     owner: format!("owner-{owner}"),
                 };
-                let decision = machine::claim(existing.as_ref(), &req, &policy_for(key), t(now));
-                let real = match decision.outcome {
+                let op = CoreOp::Claim {
+                    request: req,
+                    token_floor: 0,
+                };
+                let decision = self
+                    .decide(key, &op)?
+                    .map_err(|e| format!("claim refused: {e}"))?;
+                let CoreAnswer::Claim(outcome) = decision.answer else {
+                    return Err(format!("a claim answered {:?}", decision.answer));
+                };
+                let write = match decision.write {
+                    Write::Put(record) => Some(record),
+                    Write::Keep => None,
+                    Write::Delete => return Err("a claim deleted its record".into()),
+                };
+                let real = match outcome {
                     ClaimOutcome::Execute {
                         token,
                         attempt,
@@ -888,19 +904,20 @@ impl World {
                         since: since.as_millis(),
                     },
                 };
-                self.check_claim(key, fp, line, existing.as_ref(), &real, &decision.write)?;
-                if let Some(record) = &decision.write {
-                    self.write(key, record);
-                }
+                self.check_claim(key, fp, line, existing.as_ref(), &real, &write)?;
                 let modeled = self.model.claim(key, fp, line, now);
                 (real, modeled, None)
             }
             Op::Complete { key, tok, status } => {
                 let token = self.token(key, tok);
                 let response = self.response(key, STATUSES[usize::from(status)]);
-                let real = self.transition(key, |r| {
-                    machine::complete(r, ft(token), response.clone(), &policy_for(key), t(now))
-                })?;
+                let real = self.transition(
+                    key,
+                    CoreOp::Complete {
+                        token: ft(token),
+                        response: response.clone(),
+                    },
+                )?;
                 let modeled = self.model.complete(key, token, &response, now);
                 if real == Answer::Done {
                     self.promise(key, &response);
@@ -913,18 +930,20 @@ impl World {
                 let response = self.response(key, status);
                 let policy = policy_for(key);
                 let disposition = machine::classify(status, &policy);
-                let real = self.transition(key, |r| match disposition {
-                    Disposition::Store => {
-                        machine::complete(r, ft(token), response.clone(), &policy, t(now))
-                    }
-                    Disposition::Release => machine::release(r, ft(token), &policy, t(now)),
-                    Disposition::Unknown => machine::mark_unknown(
-                        r,
-                        ft(token),
-                        UnknownReason::MarkedByWorker(format!("status {status}")),
-                        t(now),
-                    ),
-                })?;
+                let real = self.transition(
+                    key,
+                    match disposition {
+                        Disposition::Store => CoreOp::Complete {
+                            token: ft(token),
+                            response: response.clone(),
+                        },
+                        Disposition::Release => CoreOp::Release { token: ft(token) },
+                        Disposition::Unknown => CoreOp::MarkUnknown {
+                            token: ft(token),
+                            reason: UnknownReason::MarkedByWorker(format!("status {status}")),
+                        },
+                    },
+                )?;
                 let modeled = match model_classify(key, status) {
                     0 => self.model.complete(key, token, &response, now),
                     1 => self.model.release(key, token, now),
@@ -937,48 +956,45 @@ impl World {
             }
             Op::Release { key, tok } => {
                 let token = self.token(key, tok);
-                let real = self.transition(key, |r| {
-                    machine::release(r, ft(token), &policy_for(key), t(now))
-                })?;
+                let real = self.transition(key, CoreOp::Release { token: ft(token) })?;
                 (real, self.model.release(key, token, now), Some(token))
             }
             Op::MarkUnknown { key, tok } => {
                 let token = self.token(key, tok);
-                let real = self.transition(key, |r| {
-                    machine::mark_unknown(r, ft(token), UnknownReason::GuardDropped, t(now))
-                })?;
+                let real = self.transition(
+                    key,
+                    CoreOp::MarkUnknown {
+                        token: ft(token),
+                        reason: UnknownReason::GuardDropped,
+                    },
+                )?;
                 (real, self.model.mark_unknown(key, token, now), Some(token))
             }
             Op::Renew { key, tok } => {
                 let token = self.token(key, tok);
-                let real = self.transition(key, |r| {
-                    machine::renew(r, ft(token), &policy_for(key), t(now))
-                })?;
+                let real = self.transition(key, CoreOp::Renew { token: ft(token) })?;
                 (real, self.model.renew(key, token, now), Some(token))
             }
             Op::BeginStep { key, tok, step } => {
                 let token = self.token(key, tok);
                 let name = STEP_NAMES[usize::from(step % 2)];
                 let proposed = format!("pk-{key}-{name}-{}", self.step_no);
-                let existing = self.read(key)?;
-                let real = match existing {
-                    None => Answer::NoRecord,
-                    Some(r) => {
-                        match machine::begin_step(&r, ft(token), name, proposed.clone(), t(now)) {
-                            Ok((next, start)) => {
-                                self.write(key, &next);
-                                match start {
-                                    StepStart::Dispatch { provider_key } => {
-                                        Answer::Dispatch { provider_key }
-                                    }
-                                    StepStart::AlreadyDone { provider_ref } => {
-                                        Answer::AlreadyDone { provider_ref }
-                                    }
-                                }
-                            }
-                            Err(e) => transition_answer(&e),
-                        }
-                    }
+                let op = CoreOp::BeginStep {
+                    token: ft(token),
+                    name: name.to_owned(),
+                    proposed_provider_key: proposed.clone(),
+                };
+                let real = match self.decide(key, &op)? {
+                    Ok(Decision {
+                        answer: CoreAnswer::Step(StepStart::Dispatch { provider_key }),
+                        ..
+                    }) => Answer::Dispatch { provider_key },
+                    Ok(Decision {
+                        answer: CoreAnswer::Step(StepStart::AlreadyDone { provider_ref }),
+                        ..
+                    }) => Answer::AlreadyDone { provider_ref },
+                    Ok(other) => return Err(format!("begin_step answered {other:?}")),
+                    Err(e) => transition_answer(&e),
                 };
                 (
                     real,
@@ -995,9 +1011,14 @@ impl World {
                 let token = self.token(key, tok);
                 let name = STEP_NAMES[usize::from(step % 2)];
                 let reference = Some(format!("ref-{provider_ref}"));
-                let real = self.transition(key, |r| {
-                    machine::complete_step(r, ft(token), name, reference.clone(), t(now))
-                })?;
+                let real = self.transition(
+                    key,
+                    CoreOp::CompleteStep {
+                        token: ft(token),
+                        name: name.to_owned(),
+                        provider_ref: reference.clone(),
+                    },
+                )?;
                 (
                     real,
                     self.model.complete_step(key, token, name, reference),
@@ -1011,9 +1032,7 @@ impl World {
                 } else {
                     Resolution::NotApplied
                 };
-                let real = self.transition(key, |r| {
-                    machine::resolve(r, resolution.clone(), &policy_for(key), t(now))
-                })?;
+                let real = self.transition(key, CoreOp::Resolve { resolution })?;
                 let modeled = self.model.resolve(key, applied.then_some(&response), now);
                 if real == Answer::Done {
                     self.active.remove(&key);
@@ -1024,26 +1043,23 @@ impl World {
                 (real, modeled, None)
             }
             Op::Recover { key, owner } => {
-                let existing = self.read(key)?;
-                let real = match existing {
-                    None => Answer::NoRecord,
-                    Some(r) => match machine::recover(
-                        &r,
-                        format!("owner-{owner}"),
-                        &policy_for(key),
-                        t(now),
-                    ) {
-                        Ok((next, grant)) => {
-                            self.write(key, &next);
-                            self.issued.entry(key).or_default().push(grant.token.get());
-                            self.active.insert(key, (grant.token.get(), now + LEASE_MS));
-                            Answer::Granted {
-                                token: grant.token.get(),
-                                steps: core_steps(&grant.steps),
-                            }
+                let op = CoreOp::Recover {
+                    owner: format!("owner-{owner}"),
+                };
+                let real = match self.decide(key, &op)? {
+                    Ok(Decision {
+                        answer: CoreAnswer::Recovered(grant),
+                        ..
+                    }) => {
+                        self.issued.entry(key).or_default().push(grant.token.get());
+                        self.active.insert(key, (grant.token.get(), now + LEASE_MS));
+                        Answer::Granted {
+                            token: grant.token.get(),
+                            steps: core_steps(&grant.steps),
                         }
-                        Err(e) => transition_answer(&e),
-                    },
+                    }
+                    Ok(other) => return Err(format!("recover answered {other:?}")),
+                    Err(e) => transition_answer(&e),
                 };
                 (real, self.model.recover(key, now), None)
             }
@@ -1054,20 +1070,19 @@ impl World {
                     let Some(record) = self.read(key)? else {
                         continue;
                     };
-                    match machine::gc(&record, t(now)) {
-                        GcAction::Keep => {}
-                        GcAction::PruneBody => {
-                            self.write(key, &machine::prune_body(&record));
-                            pruned.push(key);
-                        }
-                        GcAction::Delete => {
+                    let decision = self
+                        .decide(key, &CoreOp::Gc)?
+                        .map_err(|e| format!("gc refused: {e}"))?;
+                    match decision.answer {
+                        CoreAnswer::Gc(GcAction::Keep) => {}
+                        CoreAnswer::Gc(GcAction::PruneBody) => pruned.push(key),
+                        CoreAnswer::Gc(GcAction::Delete) => {
                             if matches!(
                                 record.state,
                                 RecordState::Running { .. } | RecordState::Unknown { .. }
                             ) {
                                 return Err(format!("GC deleted a {} record", record.state.name()));
                             }
-                            self.store.remove(&key);
                             self.promises.remove(&key);
                             // Tokens restart at 1 for a record created after GC: the
                             // old ones belong to workers gone for a record window.
@@ -1075,6 +1090,7 @@ impl World {
                             self.active.remove(&key);
                             deleted.push(key);
                         }
+                        other => return Err(format!("gc answered {other:?}")),
                     }
                 }
                 (
@@ -1086,20 +1102,43 @@ impl World {
         })
     }
 
-    /// read → transition → write on success; the record is untouched on error.
-    fn transition(
+    /// The store's one loop, as every store runs it: read the record, ask
+    /// [`machine::apply`], write what it says (put, delete or nothing); a
+    /// refused operation writes nothing.
+    fn decide(
         &mut self,
         key: u8,
-        f: impl FnOnce(&Record) -> Result<Record, TransitionError>,
-    ) -> Result<Answer, String> {
-        let Some(record) = self.read(key)? else {
-            return Ok(Answer::NoRecord);
-        };
-        Ok(match f(&record) {
-            Ok(next) => {
-                self.write(key, &next);
-                Answer::Done
+        op: &CoreOp,
+    ) -> Result<Result<Decision, TransitionError>, String> {
+        let existing = self.read(key)?;
+        let decision = machine::apply(existing.as_ref(), op, &policy_for(key), t(self.now));
+        if let Ok(decision) = &decision {
+            match &decision.write {
+                Write::Keep => {}
+                Write::Put(record) => {
+                    if existing.as_ref() == Some(record) {
+                        return Err(format!(
+                            "{op:?} put the record it read (a write for nothing)"
+                        ));
+                    }
+                    self.write(key, record);
+                }
+                Write::Delete => {
+                    self.store.remove(&key);
+                }
             }
+        }
+        Ok(decision)
+    }
+
+    /// A worker or operator transition: `Done`, or why it was refused.
+    fn transition(&mut self, key: u8, op: CoreOp) -> Result<Answer, String> {
+        Ok(match self.decide(key, &op)? {
+            Ok(Decision {
+                answer: CoreAnswer::Done,
+                ..
+            }) => Answer::Done,
+            Ok(other) => return Err(format!("{op:?} answered {other:?}")),
             Err(e) => transition_answer(&e),
         })
     }

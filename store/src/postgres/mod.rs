@@ -55,8 +55,9 @@ use error::{Failure, classify, fail};
 use schema::Sql;
 
 /// How many times one read → decide → write is tried before
-/// [`PgError::Contention`] (lost version races and serialization failures).
-pub const MAX_ATTEMPTS: u32 = 32;
+/// [`PgError::Contention`] (lost version races and serialization failures):
+/// core's bound, the one every store (and the JavaScript adapters) uses.
+pub use idemkit_core::machine::MAX_ATTEMPTS;
 
 type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
 type Conn = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
