@@ -75,7 +75,9 @@ scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
 # -----------------------------------------------------------------------------------
 
 step "doc tests and docs build without warnings"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+# idemkit/testing: the conformance suite's and fault injection's pages too (cargo
+# test builds them through idemkit's dev-dependency on itself; cargo doc does not).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet --features idemkit/testing
 
 # --- JavaScript: the `idemkit` npm package (wasm/) ---------------------------------
 # Fails loudly if anything cannot be installed or any runtime cannot run; nothing

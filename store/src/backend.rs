@@ -1,6 +1,6 @@
 //! The operations every idempotency store offers, as a trait, so one
-//! [conformance suite](crate::conformance) runs against each backend (this redb
-//! store today; PostgreSQL and the JavaScript platform stores later).
+//! conformance suite (`idemkit::conformance`, feature `testing`) runs against each
+//! backend (this redb store today; PostgreSQL and the JavaScript platform stores later).
 //!
 //! The trait is token-based and takes `now` explicitly: a backend applies the
 //! core's decisions, and the suite drives time. Convenience layers (the

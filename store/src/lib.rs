@@ -6,10 +6,36 @@
 //!
 //! - [`redb_store`] — the embedded store: atomic claims, fenced leases, recovery, GC.
 //! - [`http`] (feature `axum`, on by default) — the tower/axum middleware.
+//! - [`journal`] — the client side: one durable idempotency key per logical action,
+//!   its attempts, and a circuit breaker per origin.
 //! - [`clock`] — where the store reads `now` from (system or virtual time).
 //! - [`backend`] — the operations every store offers, as a trait;
-//!   [`conformance`] — the suite every backend must pass.
+//!   `conformance` (feature `testing`) — the suite every backend must pass.
 //! - `postgres` (feature `postgres`) — the same store over PostgreSQL, for fleets.
+//!
+//! ## Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `axum` | on | `http`, the tower/axum middleware (tokio, hyper, axum, Prometheus metrics) |
+//! | `cli` | on | the `idemkit` binary, with `axum`, and what only the binary uses (clap, ureq, httpdate, serde_json; rustix and signal-hook on Unix) |
+//! | `postgres` | off | `postgres`, the PostgreSQL backend, and `--postgres URL` in the binary |
+//! | `testing` | off | what exists for tests: the `conformance` suite and `redb_store::{FaultyBackend, FaultSwitch}` with `Store::with_faulty_backend` (I/O and transient failure injection) |
+//!
+//! A service that only embeds the store needs neither the binary nor its
+//! dependencies:
+//!
+//! ```toml
+//! [dependencies]
+//! idemkit = { version = "0.1", default-features = false, features = ["axum"] }
+//!
+//! # only where the tests need it: the conformance suite, fault injection
+//! [dev-dependencies]
+//! idemkit = { version = "0.1", default-features = false, features = ["testing"] }
+//! ```
+//!
+//! Without the `testing` feature the store keeps no fault switch at all: the
+//! check a write transaction makes for an armed failure is compiled out.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -24,6 +50,7 @@ pub mod journal;
 
 pub mod backend;
 pub mod clock;
+#[cfg(feature = "testing")]
 pub mod conformance;
 #[cfg(feature = "axum")]
 pub mod http;

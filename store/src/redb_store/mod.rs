@@ -59,7 +59,7 @@
 //! | `operator.rs` | get, list, list_unresolved, resolve, recover, gc, stats, verify |
 //! | `backend_impl.rs` | [`crate::backend::IdempotencyBackend`] for [`Store`] (what the conformance suite drives) |
 //! | `error.rs` | one error enum per operation family, the umbrella [`Error`] |
-//! | `fault.rs` | [`FaultyBackend`]: I/O failure injection for tests |
+//! | `fault.rs` | `FaultyBackend`: I/O failure injection for tests (feature `testing`) |
 //!
 //! ## Sharing a file between processes
 //!
@@ -72,6 +72,7 @@ mod backend_impl;
 mod claim;
 mod db;
 mod error;
+#[cfg(any(test, feature = "testing"))]
 mod fault;
 mod group_commit;
 mod operator;
@@ -86,6 +87,7 @@ pub use db::LockRetry;
 pub use error::{
     ClaimError, Error, OpenError, OperatorError, QueryError, StorageError, WorkerError,
 };
+#[cfg(any(test, feature = "testing"))]
 pub use fault::{FaultSwitch, FaultyBackend};
 pub use group_commit::CommitStats;
 pub use operator::{GcReport, ImportReport, ListedRecord, Stats, VerifyReport};
@@ -107,6 +109,7 @@ struct Inner {
     /// The file, when there is one (for `stats`).
     path: Option<std::path::PathBuf>,
     /// Transient failures armed by a test ([`Store::with_faulty_backend`]).
+    #[cfg(any(test, feature = "testing"))]
     faults: Option<FaultSwitch>,
 }
 
@@ -147,7 +150,7 @@ impl Store {
     }
 
     /// A store on any redb [`redb::StorageBackend`] (for example a
-    /// [`FaultyBackend`]).
+    /// `FaultyBackend`, feature `testing`).
     pub fn with_backend(backend: impl redb::StorageBackend) -> Result<Store, OpenError> {
         let db = db::open_backend(backend)?;
         Ok(Store::from_handle(Handle::owned(db), None))
@@ -156,7 +159,8 @@ impl Store {
     /// Like [`Store::with_backend`] over a [`FaultyBackend`], and the store also
     /// honours [`FaultSwitch::fail_next_transactions`]: transient failures of
     /// whole write transactions, for tests of what survives a store that fails
-    /// for a while and then works again.
+    /// for a while and then works again. Feature `testing`.
+    #[cfg(any(test, feature = "testing"))]
     pub fn with_faulty_backend<B: redb::StorageBackend>(
         backend: FaultyBackend<B>,
     ) -> Result<Store, OpenError> {
@@ -170,6 +174,7 @@ impl Store {
     }
 
     /// A transient failure armed by a test, if the transaction starting now must fail.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn injected_failure(&self) -> Result<(), StorageError> {
         match &self.inner.faults {
             Some(switch) if switch.take_transient_failure() => {
@@ -181,12 +186,21 @@ impl Store {
         }
     }
 
+    /// Without the `testing` feature nothing can arm a failure: always `Ok`,
+    /// compiled away.
+    #[cfg(not(any(test, feature = "testing")))]
+    #[inline(always)]
+    pub(crate) fn injected_failure(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     fn from_handle(handle: Handle, path: Option<std::path::PathBuf>) -> Store {
         Store {
             inner: Arc::new(Inner {
                 handle,
                 clock: Arc::new(SystemClock),
                 path,
+                #[cfg(any(test, feature = "testing"))]
                 faults: None,
             }),
         }
@@ -228,6 +242,7 @@ impl Store {
                         handle: shared.handle.share(),
                         clock: Arc::new(clock),
                         path: shared.path.clone(),
+                        #[cfg(any(test, feature = "testing"))]
                         faults: shared.faults.clone(),
                     }),
                 };
@@ -258,6 +273,7 @@ impl Store {
                 handle,
                 clock: Arc::clone(&self.inner.clock),
                 path: self.inner.path.clone(),
+                #[cfg(any(test, feature = "testing"))]
                 faults: self.inner.faults.clone(),
             }),
         }
