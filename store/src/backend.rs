@@ -1,6 +1,8 @@
 //! The operations every idempotency store offers, as a trait, so one
 //! conformance suite (`idemkit::conformance`, feature `testing`) runs against each
-//! backend (this redb store today; PostgreSQL and the JavaScript platform stores later).
+//! backend: the redb store and the PostgreSQL store (`postgres::PgStore`, feature
+//! `postgres`). The JavaScript platform stores of the npm package (wasm/) have a
+//! conformance suite of their own, in JavaScript (`wasm/test/conformance.js`).
 //!
 //! The trait is token-based and takes `now` explicitly: a backend applies the
 //! core's decisions, and the suite drives time. Convenience layers (the

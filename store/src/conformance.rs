@@ -1,7 +1,9 @@
 //! The conformance suite: the decision table of DESIGN.md, checked through the
-//! [`IdempotencyBackend`] trait so that every backend (this redb store, file-backed
-//! and in memory; later PostgreSQL and the JavaScript platform stores) gives the
-//! same answers.
+//! [`IdempotencyBackend`] trait so that every backend (the redb store, file-backed,
+//! shared and in memory, in `tests/conformance.rs`; the PostgreSQL store, in
+//! `tests/postgres_conformance.rs`) gives the same answers. The JavaScript platform
+//! stores of the npm package have a conformance suite of their own, in JavaScript
+//! (`wasm/test/conformance.js`). Feature `testing`.
 //!
 //! ```no_run
 //! idemkit::conformance::run_all(|| idemkit::redb_store::Store::in_memory().unwrap());
