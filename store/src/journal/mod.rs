@@ -40,11 +40,24 @@
 //!
 //! The journal lives in its own redb file, opened in redb's multi-writer mode so
 //! that several processes (workers, a re-run after a kill) share it safely.
+//!
+//! Every method takes `now` explicitly, so tests drive time. [`Journal::now`]
+//! reads the journal's [`Clock`] — the system's, or the one given with
+//! [`Journal::with_clock`] (the same [`ManualClock`](crate::clock::ManualClock)
+//! a test gives its store) — for callers that want the current time:
+//!
+//! ```
+//! # use idemkit::journal::Journal;
+//! let journal = Journal::in_memory()?;
+//! let action = journal.begin("run-42/step-4", b"{}", journal.now())?;
+//! # Ok::<(), idemkit::journal::JournalError>(())
+//! ```
 
 mod record;
 
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use idemkit_core::IdempotencyKey;
@@ -53,6 +66,8 @@ use idemkit_core::client::{
     ActionStatus, AttemptResult, BreakerConfig, BreakerOpen, BreakerState, CircuitBreaker,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::clock::{Clock, SystemClock};
 
 pub use record::{ActionRecord, AttemptRecord, BreakerRecord};
 
@@ -70,6 +85,8 @@ pub const MAX_ACTION_ID_LEN: usize = 1024;
 /// A durable journal of client actions.
 pub struct Journal {
     db: redb::Database,
+    /// What [`Journal::now`] reads.
+    clock: Arc<dyn Clock>,
 }
 
 /// What [`Journal::begin`] returns: the action's key and its approved payload.
@@ -128,7 +145,29 @@ impl Journal {
         txn.open_table(ATTEMPTS).map_err(storage)?;
         txn.open_table(BREAKERS).map_err(storage)?;
         txn.commit().map_err(storage)?;
-        Ok(Journal { db })
+        Ok(Journal {
+            db,
+            clock: Arc::new(SystemClock),
+        })
+    }
+
+    /// This journal with [`Journal::now`] reading `clock` instead of the system
+    /// clock (a [`ManualClock`](crate::clock::ManualClock) in tests: clones share
+    /// their instant, so one clock can drive a store and a journal together).
+    #[must_use]
+    pub fn with_clock(self, clock: impl Clock + 'static) -> Journal {
+        Journal {
+            clock: Arc::new(clock),
+            ..self
+        }
+    }
+
+    /// The current time by the journal's clock (the system's wall clock unless
+    /// [`Journal::with_clock`] gave another), as the `now` the other methods take:
+    /// `journal.begin(action_id, payload, journal.now())`.
+    #[must_use]
+    pub fn now(&self) -> UnixMillis {
+        self.clock.now()
     }
 
     /// Begins the action `action_id` with `payload`, or resumes it.
@@ -541,5 +580,55 @@ impl std::error::Error for JournalError {
             JournalError::Open { source, .. } | JournalError::Storage(source) => Some(source),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    #[test]
+    fn now_reads_the_clock_given_with_with_clock() {
+        let clock = ManualClock::new(UnixMillis::from_millis(T0));
+        let journal = Journal::in_memory().unwrap().with_clock(clock.clone());
+        assert_eq!(journal.now(), UnixMillis::from_millis(T0));
+
+        let action = journal.begin("run-1/step-1", b"{}", journal.now()).unwrap();
+        assert_eq!(action.created_at, UnixMillis::from_millis(T0));
+
+        // The journal follows the clock it shares with the test (or a store).
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(journal.now(), UnixMillis::from_millis(T0 + 5_000));
+        let attempt = journal
+            .start_attempt("run-1/step-1", journal.now())
+            .unwrap();
+        journal
+            .finish_attempt(
+                "run-1/step-1",
+                attempt.number,
+                &AttemptResult::Timeout,
+                journal.now(),
+            )
+            .unwrap();
+        let attempts = journal.attempts("run-1/step-1").unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].started_at, T0 + 5_000);
+        assert_eq!(attempts[0].ended_at, Some(T0 + 5_000));
+    }
+
+    #[test]
+    fn now_is_the_system_clock_by_default() {
+        let before = SystemClock.now();
+        let now = Journal::in_memory().unwrap().now();
+        let after = SystemClock.now();
+        assert!(
+            before <= now && now <= after,
+            "{before:?} <= {now:?} <= {after:?}"
+        );
+        // Not the epoch, and not a fixed instant: 2020 or later.
+        assert!(now > UnixMillis::from_millis(1_577_836_800_000));
     }
 }
