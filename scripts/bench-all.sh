@@ -65,9 +65,11 @@ for clients in $CLIENTS; do
   done
 done
 TOP=$(echo "$CLIENTS" | tr ' ' '\n' | sort -n | tail -1)
-for backend in redb sqlite; do
-  "$BIN/idemkit-loadgen" --backend "$backend" --clients "$TOP" --seconds "$SECONDS_PER" \
-    --dir "$DIR" --keys hot | tee -a "$OUT/loadgen.jsonl" >&2
+for keys in hot mixed; do
+  for backend in redb sqlite; do
+    "$BIN/idemkit-loadgen" --backend "$backend" --clients "$TOP" --seconds "$SECONDS_PER" \
+      --dir "$DIR" --keys "$keys" | tee -a "$OUT/loadgen.jsonl" >&2
+  done
 done
 python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1]) if l.strip()], indent=1))' \
   "$OUT/loadgen.jsonl" >"$OUT/loadgen.json"

@@ -46,6 +46,28 @@ pub enum Keys {
     /// All clients fight over a small key set (`--hot-keys`): most claims replay
     /// or find the key in flight; they still count as operations.
     Hot,
+    /// Half the clients (the even ones) write unique keys while the other half
+    /// replay the hot set: how long a replay takes while writes commit.
+    Mixed,
+}
+
+impl Keys {
+    fn name(self) -> &'static str {
+        match self {
+            Keys::Unique => "unique",
+            Keys::Hot => "hot",
+            Keys::Mixed => "mixed",
+        }
+    }
+
+    /// The hot set client `client` claims from, or `None` for unique keys.
+    fn hot_set_of(self, client: usize, hot_keys: u32) -> Option<u32> {
+        match self {
+            Keys::Unique => None,
+            Keys::Hot => Some(hot_keys),
+            Keys::Mixed => (client % 2 == 1).then_some(hot_keys),
+        }
+    }
 }
 
 /// Command-line arguments of `idemkit-loadgen`.
@@ -68,7 +90,7 @@ pub struct Args {
     /// removed after); default: the system temp directory.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Unique keys or a small hot set.
+    /// Unique keys, a small hot set, or half of each (`mixed`).
     #[arg(long, value_enum, default_value_t = Keys::Unique)]
     pub keys: Keys,
     /// Size of the hot key set.
@@ -104,6 +126,8 @@ pub struct Report {
     pub elapsed: Duration,
     /// Per-operation latencies.
     pub latencies: Latencies,
+    /// The latencies of the claims answered Replay alone.
+    pub replay_latencies: Latencies,
 }
 
 impl Report {
@@ -119,10 +143,12 @@ impl Report {
             "ops_per_s": round2(if secs > 0.0 { self.ops as f64 / secs } else { 0.0 }),
             "p50_us": self.latencies.quantile_us(0.50),
             "p99_us": self.latencies.quantile_us(0.99),
-            "keys": match self.args.keys { Keys::Unique => "unique", Keys::Hot => "hot" },
+            "keys": self.args.keys.name(),
             "executed": self.executed,
             "replayed": self.replayed,
             "other": self.other,
+            "replay_p50_us": self.replay_latencies.quantile_us(0.50),
+            "replay_p99_us": self.replay_latencies.quantile_us(0.99),
         })
     }
 }
@@ -133,6 +159,7 @@ struct ThreadResult {
     replayed: u64,
     other: u64,
     lat: Latencies,
+    replay_lat: Latencies,
 }
 
 /// Errors of a load run.
@@ -180,7 +207,6 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
     let clients = args.clients as usize;
     let duration = Duration::from_secs_f64(args.seconds);
     let barrier = Arc::new(Barrier::new(clients + 1));
-    let hot = (args.keys == Keys::Hot).then_some(args.hot_keys);
 
     let mut handles = Vec::with_capacity(clients);
     match args.backend {
@@ -189,6 +215,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
             for c in 0..clients {
                 let store = store.clone();
                 let barrier = Arc::clone(&barrier);
+                let hot = args.keys.hot_set_of(c, args.hot_keys);
                 handles.push(std::thread::spawn(move || {
                     redb_client(&store, c, hot, &barrier, duration)
                 }));
@@ -200,6 +227,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
             for c in 0..clients {
                 let conn = sqlite_connect(&path)?;
                 let barrier = Arc::clone(&barrier);
+                let hot = args.keys.hot_set_of(c, args.hot_keys);
                 handles.push(std::thread::spawn(move || {
                     sqlite_client(&conn, c, hot, &barrier, duration)
                 }));
@@ -226,6 +254,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
         other: 0,
         elapsed: Duration::ZERO,
         latencies: Latencies::default(),
+        replay_latencies: Latencies::default(),
     };
     let mut first_error = None;
     for h in handles {
@@ -235,6 +264,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
                 report.replayed += r.replayed;
                 report.other += r.other;
                 report.latencies.merge(r.lat);
+                report.replay_latencies.merge(r.replay_lat);
             }
             Ok(Err(e)) => first_error = first_error.or(Some(e)),
             Err(_) => first_error = first_error.or(Some(LoadError("a client panicked".into()))),
@@ -290,7 +320,10 @@ fn redb_client(
                     .map_err(|e| err("complete", e))?;
                 r.executed += 1;
             }
-            Claim::Replay { .. } => r.replayed += 1,
+            Claim::Replay { .. } => {
+                r.replayed += 1;
+                r.replay_lat.record(t.elapsed());
+            }
             _ => r.other += 1,
         }
         r.lat.record(t.elapsed());
@@ -385,6 +418,7 @@ fn sqlite_client(
                 .map_err(|e| err("sqlite read", e))?;
             if state == "completed" {
                 r.replayed += 1;
+                r.replay_lat.record(t.elapsed());
             } else {
                 r.other += 1;
             }

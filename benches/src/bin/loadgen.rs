@@ -1,4 +1,4 @@
-//! `idemkit-loadgen --backend redb|sqlite|fsync --clients N --seconds S [--dir PATH] [--keys unique|hot]`:
+//! `idemkit-loadgen --backend redb|sqlite|fsync --clients N --seconds S [--dir PATH] [--keys unique|hot|mixed]`:
 //! prints one JSON line.
 
 use clap::Parser as _;

@@ -2,13 +2,18 @@
 
 use std::time::Duration;
 
-use idemkit_core::machine::{self, ClaimOutcome, ClaimRequest, Policy, StepStart, TransitionError};
+use idemkit_core::machine::{
+    self, Answer, ClaimOutcome, ClaimRequest, Decision, Op, Policy, StepStart, TransitionError,
+    Write,
+};
 use idemkit_core::record::{EffectKind, FencingToken, Record, Step, StoredResponse, UnknownReason};
 use idemkit_core::{IdempotencyKey, LogRef, RecordId, RequestFingerprint, Scope, UnixMillis};
 
 use super::Store;
+use super::error::StorageError;
 use super::error::{ClaimError, TxError, WorkerError};
-use super::records::{Tables, token_floor};
+use super::records::{Tables, load_from, token_floor};
+use super::tables::RECORDS;
 
 /// The answer to [`Store::claim`]. Only [`Claim::Execute`] lets the caller run
 /// the operation; every other answer is final for this request.
@@ -133,9 +138,17 @@ impl Store {
                 .map_err(|e| ClaimError::Storage(super::StorageError::Postgres(e)));
         }
         self.injected_failure()?;
+        let request = ClaimRequest {
+            fingerprint,
+            owner: owner.to_owned(),
+        };
+        if let Some(outcome) = self.answer_from_snapshot(id, &request, policy, now)? {
+            return Ok((outcome, None));
+        }
+        let ClaimRequest { fingerprint, owner } = request;
         // The closure may run on another caller's thread (group commit), so it
         // owns what it reads.
-        let (id, owner, policy) = (id.clone(), owner.to_owned(), *policy);
+        let (id, policy) = (id.clone(), *policy);
         self.inner.handle.write_if_changed(move |txn| {
             let mut tables = Tables::open(txn)?;
             let existing = tables.load(&id)?;
@@ -157,6 +170,45 @@ impl Store {
             let changed = decision.write.is_some();
             Ok::<_, ClaimError>(((decision.outcome, effect), changed))
         })
+    }
+
+    /// The answers that write nothing — a replay, a request in flight, a
+    /// mismatch, an uncertain or expired outcome — decided on a snapshot read,
+    /// outside the write queue: they never wait behind other callers' commits.
+    /// `None` when the claim writes (no record, a record past its window, an
+    /// expired lease, a released record): it goes through the write path,
+    /// which reads and decides again under the writer.
+    ///
+    /// Deciding on a snapshot is as atomic as deciding under the writer: the
+    /// snapshot is a committed state taken after the request arrived, so the
+    /// answer is the one the request would have got at that instant, and an
+    /// answer that writes nothing has nothing to make durable.
+    fn answer_from_snapshot(
+        &self,
+        id: &RecordId,
+        request: &ClaimRequest,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<Option<ClaimOutcome>, ClaimError> {
+        let existing = self.inner.handle.read(|txn| {
+            let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
+            Ok::<_, ClaimError>(load_from(&records, id.as_bytes())?)
+        })?;
+        let Some(existing) = existing else {
+            return Ok(None);
+        };
+        // The token floor counts only for a fresh record, which writes anyway.
+        let op = Op::Claim {
+            request: request.clone(),
+            token_floor: 0,
+        };
+        match machine::apply(Some(&existing), &op, policy, now) {
+            Ok(Decision {
+                write: Write::Keep,
+                answer: Answer::Claim(outcome),
+            }) => Ok(Some(outcome)),
+            _ => Ok(None),
+        }
     }
 
     /// One read → decide → write on an existing record. `decide` returns the
