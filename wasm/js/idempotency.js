@@ -5,7 +5,8 @@
 // to write. This file only moves bytes between the machine and an adapter, whose
 // writes are atomic: insert-if-absent for a new record, compare-and-set on the
 // version it read for an existing one. A lost race is never overwritten: the
-// loser reads again and asks the machine again.
+// loser reads again and asks the machine again. Every write passes the record's GC
+// due time (`meta`, from core) so the adapter can index it for `gc`.
 import * as wasm from "./idemkit_wasm.js";
 import { fingerprint, logRef, maxRaces, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
@@ -71,6 +72,11 @@ function checkAdapter(adapter) {
       throw new IdemkitError("invalid-argument", `adapter.${method} must be a function (see the Adapter type)`);
     }
   }
+}
+
+/** The `meta` of a write of `record`: its GC due time from core (null: never due). */
+function metaOf(record) {
+  return { gcDueAt: wasmCall(() => wasm.gcDueAt(record)) ?? null };
 }
 
 /** Wraps an adapter failure: the store could not be reached or refused the write. */
@@ -182,7 +188,9 @@ export function createIdempotency(options) {
       delete base.write;
       if (decision.write === null) return base;
       const written = await storeCall(() =>
-        current ? adapter.update(id, decision.write, current.version) : adapter.insert(id, decision.write),
+        current
+          ? adapter.update(id, decision.write, current.version, metaOf(decision.write))
+          : adapter.insert(id, decision.write, metaOf(decision.write)),
       );
       if (written) {
         // The bytes and version this claim wrote: the next transition's CAS expects them.
@@ -212,7 +220,7 @@ export function createIdempotency(options) {
     let version = held.version;
     for (let race = 0; race < maxRaces(); race++) {
       const next = wasmCall(() => apply(record));
-      const written = await storeCall(() => adapter.update(held.id, next, version));
+      const written = await storeCall(() => adapter.update(held.id, next, version, metaOf(next)));
       if (written) {
         held.record = next;
         held.version = written.version;
@@ -274,7 +282,7 @@ export function createIdempotency(options) {
       const current = await storeCall(() => adapter.get(id));
       if (current === null) throw new IdemkitError("record-missing", `no record for this key`);
       const next = wasmCall(() => wasm.resolve(current.record, stored, policy, clock()));
-      if (await storeCall(() => adapter.update(id, next, current.version))) return wasm.decodeRecord(next);
+      if (await storeCall(() => adapter.update(id, next, current.version, metaOf(next)))) return wasm.decodeRecord(next);
     }
     throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races`);
   }
@@ -283,6 +291,58 @@ export function createIdempotency(options) {
   async function inspect({ tenant: tenantId, key }) {
     const current = await storeCall(() => adapter.get(recordId(tenantId, operation, key)));
     return current === null ? null : wasmCall(() => wasm.decodeRecord(current.record));
+  }
+
+  /**
+   * One bounded GC pass at `clock()`: reads up to `maxBatch` records whose GC is
+   * due (the adapter's `scan`, after the cursor `after`) and asks core about each.
+   * A record past its record window (Completed or Released) is deleted, a Completed
+   * one past its replay window loses its response body; Running and Unknown records
+   * are never touched. Every write is conditional on the version scanned: a record
+   * that changed since is skipped (the next pass sees its new state), never
+   * overwritten. A record indexed as due at 0 (written before the adapter kept
+   * due times) that needs nothing yet gets its real due time indexed. Bytes that do
+   * not decode are counted and left alone, never a reason to stop.
+   */
+  async function gc({ maxBatch = 1000, after } = {}) {
+    for (const method of ["delete", "scan"]) {
+      if (typeof adapter[method] !== "function") {
+        throw new IdemkitError("invalid-argument", `gc needs adapter.${method} (see the Adapter type)`);
+      }
+    }
+    if (!Number.isSafeInteger(maxBatch) || maxBatch <= 0) {
+      throw new IdemkitError("invalid-argument", "maxBatch must be a positive integer");
+    }
+    const now = clock();
+    const page = await storeCall(() => adapter.scan({ gcDueBefore: now, limit: maxBatch, after }));
+    const report = { pruned: 0, deleted: 0, reindexed: 0, skipped: 0, undecodable: 0, more: page.next !== null, next: page.next };
+    for (const { id, record, version, gcDueAt } of page.entries.slice(0, maxBatch)) {
+      let step;
+      try {
+        step = wasmCall(() => wasm.gcRecord(record, now));
+      } catch (err) {
+        if (!(err instanceof IdemkitError) || !err.code.startsWith("record-")) throw err;
+        report.undecodable++;
+        // Due at 0 means "not indexed yet": not a record GC can read (a journal
+        // entry in a shared table, or corrupt bytes), so it leaves the index.
+        if (gcDueAt === 0) await storeCall(() => adapter.update(id, record, version, { gcDueAt: null }));
+        continue;
+      }
+      let done;
+      if (step.action === "delete") {
+        done = await storeCall(() => adapter.delete(id, version));
+        if (done) report.deleted++;
+      } else if (step.action === "pruneBody") {
+        done = await storeCall(() => adapter.update(id, step.write, version, { gcDueAt: step.gcDueAt }));
+        if (done) report.pruned++;
+      } else {
+        // Nothing due yet: only a stale index entry brings a record here.
+        done = await storeCall(() => adapter.update(id, record, version, { gcDueAt: step.gcDueAt }));
+        if (done) report.reindexed++;
+      }
+      if (!done) report.skipped++;
+    }
+    return report;
   }
 
   async function handle(request, handler) {
@@ -484,6 +544,7 @@ export function createIdempotency(options) {
     completeStep,
     resolve,
     inspect,
+    gc,
     policy: Object.freeze({ ...policy }),
   };
 }

@@ -5,7 +5,7 @@ export { canonicalize, decodeRecord, fingerprint, logRef, parseKey, recordId } f
 export { createIdempotency } from "./idempotency.js";
 export { memoryAdapter } from "./adapters/memory.js";
 export { sqliteAdapter } from "./adapters/sqlite.js";
-export { d1Adapter, d1Schema } from "./adapters/d1.js";
+export { d1Adapter, d1Schema, d1Upgrade } from "./adapters/d1.js";
 export { durableObjectAdapter } from "./adapters/durable-object.js";
 export { denoKvAdapter } from "./adapters/deno-kv.js";
 export {

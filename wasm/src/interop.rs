@@ -36,8 +36,8 @@ use idemkit_core::client::{
 use idemkit_core::fingerprint::{FingerprintError, FormError, RequestFingerprint, SpecError};
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
-    ClaimDecision, ClaimOutcome, Disposition, MismatchStatus, Policy, StepStart, StorePolicy,
-    TransitionError,
+    ClaimDecision, ClaimOutcome, Disposition, GcAction, MismatchStatus, Policy, StepStart,
+    StorePolicy, TransitionError,
 };
 use idemkit_core::record::{
     DecodeError, EffectKind, FencingToken, Record, RecordState, StepState, StoredResponse,
@@ -613,6 +613,33 @@ pub fn retry_decision(decision: RetryDecision) -> JsValue {
             .set("status", ActionStatus::as_str(status))
             .build(),
     }
+}
+
+/// A GC due time in milliseconds for an adapter's index, or `None` (never due).
+/// Clamped to 2^53 − 1 so every adapter stores and orders it exactly; an instant
+/// that late (year 287396) only comes from a window of "forever".
+#[must_use]
+pub fn gc_due_millis(due: Option<UnixMillis>) -> Option<f64> {
+    const MAX_SAFE_MILLIS: u64 = (1 << 53) - 1;
+    due.map(|t| millis(UnixMillis::from_millis(t.as_millis().min(MAX_SAFE_MILLIS))))
+}
+
+/// `{ action: "keep" | "pruneBody" | "delete", write, gcDueAt }`: what GC does with
+/// one record; `write` is the pruned record's bytes (for `"pruneBody"`, else
+/// `null`), `gcDueAt` the due time of the record left behind (`null`: never due,
+/// or deleted).
+#[must_use]
+pub fn gc_step(action: GcAction, write: Option<&[u8]>, gc_due_at: Option<UnixMillis>) -> JsValue {
+    let name = match action {
+        GcAction::Keep => "keep",
+        GcAction::PruneBody => "pruneBody",
+        GcAction::Delete => "delete",
+    };
+    ObjectBuilder::new()
+        .set("action", name)
+        .set_opt("write", write.map(bytes))
+        .set_opt("gcDueAt", gc_due_millis(gc_due_at))
+        .build()
 }
 
 struct ObjectBuilder(Object);

@@ -432,6 +432,36 @@ pub fn decode_record(record: &[u8]) -> JsResult<JsValue> {
     interop::record(&decode(record)?)
 }
 
+/// When GC next has something to do with the record `record` (its encoded
+/// bytes), in milliseconds, for an adapter's GC index: `undefined` for Running and
+/// Unknown records, which GC never touches (core's `Record::gc_due_at`).
+#[wasm_bindgen(js_name = gcDueAt)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn gc_due_at(record: &[u8]) -> JsResult<Option<f64>> {
+    Ok(interop::gc_due_millis(decode(record)?.gc_due_at()))
+}
+
+/// What GC does with the record `record` at `now` (core's `machine::gc`):
+/// `{ action: "keep" | "pruneBody" | "delete", write, gcDueAt }`. For
+/// `"pruneBody"`, `write` holds the bytes to write with compare-and-set (the
+/// record without its response body); `gcDueAt` is the GC due time of the record
+/// that stays (`null` when never due or deleted). Running and Unknown records are
+/// always `"keep"`.
+#[wasm_bindgen(js_name = gcRecord)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn gc_record(record: &[u8], now: f64) -> JsResult<JsValue> {
+    let record = decode(record)?;
+    let action = machine::gc(&record, interop::now(now)?);
+    Ok(match action {
+        machine::GcAction::Keep => interop::gc_step(action, None, record.gc_due_at()),
+        machine::GcAction::PruneBody => {
+            let pruned = machine::prune_body(&record);
+            interop::gc_step(action, Some(&pruned.encode()), pruned.gc_due_at())
+        }
+        machine::GcAction::Delete => interop::gc_step(action, None, None),
+    })
+}
+
 // ---- HTTP answers: core's `http` module, so the JavaScript handler answers with the
 // same statuses, problem bodies and headers as the Rust middleware. Each returns
 // `{ status, headers: [name, value][], body: Uint8Array }`.

@@ -1,19 +1,46 @@
-// Cloudflare D1. Each claim is one SQL statement, which D1 runs atomically on the
-// database's single primary: INSERT … ON CONFLICT DO NOTHING (insert-if-absent) and
-// UPDATE … WHERE version = ? (compare-and-set); `meta.changes` says who won.
+// Cloudflare D1. Each write is one SQL statement, which D1 runs atomically on the
+// database's single primary: INSERT … ON CONFLICT DO NOTHING (insert-if-absent),
+// UPDATE … WHERE version = ? (compare-and-set) and DELETE … WHERE version = ?
+// (delete-if-version); `meta.changes` says who won. The indexed `gc_due_at`
+// column (NULL: never due) lets GC read only the records whose time has come.
+import { dueOf, pageOf, scanLimit } from "./gc-index.js";
 
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
-// D1 refuses a row (and a BLOB) above 2 000 000 bytes. The id and version take the
-// rest of the row; createIdempotency keeps no response body that would make a
-// record larger (the response is answered once and a retry gets 410).
+// D1 refuses a row (and a BLOB) above 2 000 000 bytes. The id, version and due time
+// take the rest of the row; createIdempotency keeps no response body that would
+// make a record larger (the response is answered once and a retry gets 410).
 const D1_MAX_ROW_BYTES = 2_000_000;
 const ROW_HEADROOM = 1024;
 
-/** The schema, for a migration file (`wrangler d1 migrations`) instead of lazy creation. */
-export function d1Schema(table = "idemkit_records") {
+function checkTable(table) {
   if (!TABLE.test(table)) throw new TypeError(`invalid table name ${JSON.stringify(table)}`);
-  return `CREATE TABLE IF NOT EXISTS ${table} (id TEXT PRIMARY KEY NOT NULL, record BLOB NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID`;
+}
+
+function createStatements(table) {
+  return [
+    `CREATE TABLE IF NOT EXISTS ${table} (id TEXT PRIMARY KEY NOT NULL, record BLOB NOT NULL, version INTEGER NOT NULL, gc_due_at INTEGER) WITHOUT ROWID`,
+    `CREATE INDEX IF NOT EXISTS ${table}_gc_due ON ${table} (gc_due_at, id) WHERE gc_due_at IS NOT NULL`,
+  ];
+}
+
+/**
+ * The schema, for a migration file (`wrangler d1 migrations`) instead of lazy
+ * creation: the table and its GC index, two statements.
+ */
+export function d1Schema(table = "idemkit_records") {
+  checkTable(table);
+  return createStatements(table).map((s) => `${s};`).join("\n");
+}
+
+/**
+ * The upgrade of a table created by an earlier `d1Schema` (without `gc_due_at`),
+ * for a migration file: rows written before get due time 0, so the first GC pass
+ * decodes them and indexes their real due time.
+ */
+export function d1Upgrade(table = "idemkit_records") {
+  checkTable(table);
+  return [`ALTER TABLE ${table} ADD COLUMN gc_due_at INTEGER DEFAULT 0`, createStatements(table)[1]].map((s) => `${s};`).join("\n");
 }
 
 function toBytes(value) {
@@ -23,6 +50,22 @@ function toBytes(value) {
   throw new TypeError("D1 returned a record that is not a BLOB");
 }
 
+/** Creates the table and index, adding gc_due_at to a table from before GC. */
+async function prepareTable(d1, table) {
+  const [create, index] = createStatements(table);
+  const [, info] = await d1.batch([d1.prepare(create), d1.prepare(`PRAGMA table_info(${table})`)]);
+  const hasColumn = (rows) => rows.some((column) => column.name === "gc_due_at");
+  if (!hasColumn(info.results)) {
+    try {
+      await d1.prepare(`ALTER TABLE ${table} ADD COLUMN gc_due_at INTEGER DEFAULT 0`).run();
+    } catch (err) {
+      // Another isolate added it first.
+      if (!hasColumn((await d1.prepare(`PRAGMA table_info(${table})`).all()).results)) throw err;
+    }
+  }
+  await d1.prepare(index).run();
+}
+
 /**
  * @param {D1Database} d1 the D1 binding (`env.DB`)
  * @param {{ table?: string, createTable?: boolean }} [options]
@@ -30,10 +73,10 @@ function toBytes(value) {
  */
 export function d1Adapter(d1, options = {}) {
   const table = options.table ?? "idemkit_records";
-  const schema = d1Schema(table);
+  checkTable(table);
   if (typeof d1?.prepare !== "function") throw new TypeError("d1Adapter expects a D1 database binding");
   let ready = options.createTable === false ? Promise.resolve() : null;
-  const ensure = () => (ready ??= d1.prepare(schema).run().catch((err) => {
+  const ensure = () => (ready ??= prepareTable(d1, table).catch((err) => {
     ready = null;
     throw err;
   }));
@@ -44,21 +87,37 @@ export function d1Adapter(d1, options = {}) {
       const row = await d1.prepare(`SELECT record, version FROM ${table} WHERE id = ?`).bind(id).first();
       return row === null ? null : { record: toBytes(row.record), version: Number(row.version) };
     },
-    async insert(id, record) {
+    async insert(id, record, meta) {
       await ensure();
       const result = await d1
-        .prepare(`INSERT INTO ${table} (id, record, version) VALUES (?, ?, 1) ON CONFLICT (id) DO NOTHING`)
-        .bind(id, record)
+        .prepare(`INSERT INTO ${table} (id, record, version, gc_due_at) VALUES (?, ?, 1, ?) ON CONFLICT (id) DO NOTHING`)
+        .bind(id, record, dueOf(meta))
         .run();
       return result.meta.changes === 1 ? { version: 1 } : null;
     },
-    async update(id, record, version) {
+    async update(id, record, version, meta) {
       await ensure();
       const result = await d1
-        .prepare(`UPDATE ${table} SET record = ?, version = version + 1 WHERE id = ? AND version = ?`)
-        .bind(record, id, version)
+        .prepare(`UPDATE ${table} SET record = ?, version = version + 1, gc_due_at = ? WHERE id = ? AND version = ?`)
+        .bind(record, dueOf(meta), id, version)
         .run();
       return result.meta.changes === 1 ? { version: version + 1 } : null;
+    },
+    async delete(id, version) {
+      await ensure();
+      const result = await d1.prepare(`DELETE FROM ${table} WHERE id = ? AND version = ?`).bind(id, version).run();
+      return result.meta.changes === 1;
+    },
+    async scan(options) {
+      const { gcDueBefore, limit, after } = scanLimit(options);
+      await ensure();
+      const { results } = await d1
+        .prepare(
+          `SELECT id, record, version, gc_due_at FROM ${table} WHERE gc_due_at <= ? AND (gc_due_at > ? OR (gc_due_at = ? AND id > ?)) ORDER BY gc_due_at, id LIMIT ?`,
+        )
+        .bind(gcDueBefore, after?.gcDueAt ?? -1, after?.gcDueAt ?? -1, after?.id ?? "", limit + 1)
+        .all();
+      return pageOf(results, limit, toBytes);
     },
   };
 }

@@ -4,6 +4,12 @@
 // response body) must fit in that: the adapter says so in `maxRecordBytes`, and
 // createIdempotency keeps no body that would make a record larger (the response is
 // answered once and a retry gets 410 response-expired).
+//
+// GC index: a record whose GC is due has a second key `[...prefix, "gc", due, id]`,
+// set, moved and deleted in the same atomic operation as the record, so `scan`
+// lists the due records in (due, id) order. Values written before this index are
+// bare bytes without a GC key: they are read as before, GC does not see them.
+import { dueOf, scanLimit } from "./gc-index.js";
 
 // Local (SQLite-backed) KV refuses a commit with "database is locked" while another
 // connection to the same file writes. A refused commit changed nothing and its check
@@ -12,9 +18,10 @@
 const LOCKED_RETRIES = 10; // about 1 s of backoff in all
 
 // Deno KV's limit applies to the serialized value: 65 536 bytes, of which the V8
-// serialization of a Uint8Array takes a few for its tags and length.
+// serialization of `{ record, gcDueAt }` takes a few dozen for its tags, names and
+// lengths.
 const KV_MAX_VALUE_BYTES = 64 * 1024;
-const SERIALIZATION_HEADROOM = 64;
+const SERIALIZATION_HEADROOM = 128;
 
 async function commit(build) {
   for (let attempt = 0; ; attempt++) {
@@ -27,6 +34,11 @@ async function commit(build) {
   }
 }
 
+/** A stored value: `{ record, gcDueAt }`, or the bare bytes written before the GC index. */
+function rowOf(value) {
+  return value instanceof Uint8Array ? { record: value, gcDueAt: null } : { record: value.record, gcDueAt: value.gcDueAt ?? null };
+}
+
 /**
  * @param {Deno.Kv} kv
  * @param {{ prefix?: Deno.KvKey }} [options]
@@ -35,22 +47,65 @@ async function commit(build) {
 export function denoKvAdapter(kv, options = {}) {
   const prefix = options.prefix ?? ["idemkit"];
   if (typeof kv?.atomic !== "function") throw new TypeError("denoKvAdapter expects a Deno.Kv");
+  // Record ids are hex strings, so no record key is `[...prefix, "gc"]`.
   const keyOf = (id) => [...prefix, id];
+  const gcKey = (due, id) => [...prefix, "gc", due, id];
+  /** The atomic operation that writes `record` at `key` after `check`, moving its GC key from `old`. */
+  function writeOp(check, id, record, old, meta) {
+    const key = keyOf(id);
+    const due = dueOf(meta);
+    const op = kv.atomic().check({ key, versionstamp: check }).set(key, { record, gcDueAt: due });
+    if (old !== null && old !== due) op.delete(gcKey(old, id));
+    if (due !== null && old !== due) op.set(gcKey(due, id), id);
+    return op;
+  }
   return {
     maxRecordBytes: KV_MAX_VALUE_BYTES - SERIALIZATION_HEADROOM,
     async get(id) {
       const entry = await kv.get(keyOf(id));
-      return entry.versionstamp === null ? null : { record: entry.value, version: entry.versionstamp };
+      return entry.versionstamp === null ? null : { record: rowOf(entry.value).record, version: entry.versionstamp };
     },
-    async insert(id, record) {
-      const key = keyOf(id);
-      const result = await commit(() => kv.atomic().check({ key, versionstamp: null }).set(key, record));
+    async insert(id, record, meta) {
+      const result = await commit(() => writeOp(null, id, record, null, meta));
       return result.ok ? { version: result.versionstamp } : null;
     },
-    async update(id, record, version) {
-      const key = keyOf(id);
-      const result = await commit(() => kv.atomic().check({ key, versionstamp: version }).set(key, record));
+    async update(id, record, version, meta) {
+      // The GC key to move is the one of the value at `version`: read it, and the
+      // check on `version` makes the write fail if the value changed since.
+      const entry = await kv.get(keyOf(id));
+      if (entry.versionstamp !== version) return null;
+      const result = await commit(() => writeOp(version, id, record, rowOf(entry.value).gcDueAt, meta));
       return result.ok ? { version: result.versionstamp } : null;
+    },
+    async delete(id, version) {
+      const key = keyOf(id);
+      const entry = await kv.get(key);
+      if (entry.versionstamp !== version) return false;
+      const old = rowOf(entry.value).gcDueAt;
+      const result = await commit(() => {
+        const op = kv.atomic().check({ key, versionstamp: version }).delete(key);
+        return old === null ? op : op.delete(gcKey(old, id));
+      });
+      return result.ok;
+    },
+    async scan(options) {
+      const { gcDueBefore, limit, after } = scanLimit(options);
+      // Any key that extends `after` sorts after it and before the next one.
+      const start = after === null ? [...prefix, "gc"] : [...after, new Uint8Array()];
+      const listed = [];
+      for await (const entry of kv.list({ start, end: [...prefix, "gc", gcDueBefore + 1] }, { limit: limit + 1 })) listed.push(entry);
+      const page = listed.slice(0, limit);
+      const entries = [];
+      // kv.getMany reads at most 10 keys.
+      for (let i = 0; i < page.length; i += 10) {
+        const chunk = page.slice(i, i + 10);
+        const rows = await kv.getMany(chunk.map((entry) => keyOf(entry.value)));
+        for (const [j, row] of rows.entries()) {
+          if (row.versionstamp === null) continue;
+          entries.push({ id: chunk[j].value, record: rowOf(row.value).record, version: row.versionstamp, gcDueAt: chunk[j].key[prefix.length + 1] });
+        }
+      }
+      return { entries, next: listed.length > limit ? page[page.length - 1].key : null };
     },
   };
 }

@@ -2,14 +2,27 @@
 // claim run inside one `storage.transaction()`, so they are atomic even if another
 // request to the same object interleaves at an await.
 //
+// GC index: a record whose GC is due at some time has a second key,
+// `<prefix>gc:<due, 16 digits>:<id>`, written, moved and deleted in the same
+// transaction as the record, so `scan` lists exactly the due records in (due, id)
+// order. Record ids are lowercase hex, so no id starts with `gc:`. Rows written
+// before the adapter kept this index have none: GC does not see them.
+//
 // A stored value is capped: 128 KiB with the key-value storage backend, 2 MB (key
 // and value) with the SQLite backend. The adapter assumes the smaller cap unless
 // told otherwise (`maxRecordBytes`), and createIdempotency keeps no response body
 // that would make a record larger (answered once; a retry gets 410).
+import { dueOf, scanLimit } from "./gc-index.js";
+
 const KV_BACKEND_MAX_VALUE_BYTES = 128 * 1024;
-// The value is `{ record, version }` in V8 serialization: tags, two member names,
-// the Uint8Array's length and the version take a few dozen bytes.
+// The value is `{ record, version, gcDueAt }` in V8 serialization: tags, three
+// member names, the Uint8Array's length and two numbers take a few dozen bytes.
 const SERIALIZATION_HEADROOM = 256;
+// storage.get(keys) takes at most 128 keys.
+const GET_MANY = 128;
+
+/** Milliseconds below 2^53 in 16 decimal digits, so keys sort as the numbers do. */
+const padded = (due) => String(due).padStart(16, "0");
 
 /**
  * @param {DurableObjectStorage} storage
@@ -25,26 +38,69 @@ export function durableObjectAdapter(storage, options = {}) {
   if (!Number.isSafeInteger(maxRecordBytes) || maxRecordBytes <= 0) {
     throw new TypeError("durableObjectAdapter: maxRecordBytes must be a positive integer");
   }
+  const gcPrefix = `${prefix}gc:`;
+  const gcKey = (due, id) => `${gcPrefix}${padded(due)}:${id}`;
+  /** Writes the record row and moves its GC key, inside `txn`. */
+  async function write(txn, id, record, version, before, meta) {
+    const due = dueOf(meta);
+    await txn.put(prefix + id, { record, version, gcDueAt: due });
+    const old = before?.gcDueAt ?? null;
+    if (old !== null && old !== due) await txn.delete(gcKey(old, id));
+    if (due !== null && old !== due) await txn.put(gcKey(due, id), id);
+  }
   return {
     maxRecordBytes,
     async get(id) {
       const row = await storage.get(prefix + id);
       return row === undefined ? null : { record: new Uint8Array(row.record), version: row.version };
     },
-    async insert(id, record) {
+    async insert(id, record, meta) {
       return storage.transaction(async (txn) => {
         if ((await txn.get(prefix + id)) !== undefined) return null;
-        await txn.put(prefix + id, { record, version: 1 });
+        await write(txn, id, record, 1, undefined, meta);
         return { version: 1 };
       });
     },
-    async update(id, record, version) {
+    async update(id, record, version, meta) {
       return storage.transaction(async (txn) => {
         const row = await txn.get(prefix + id);
         if (row === undefined || row.version !== version) return null;
-        await txn.put(prefix + id, { record, version: version + 1 });
+        await write(txn, id, record, version + 1, row, meta);
         return { version: version + 1 };
       });
+    },
+    async delete(id, version) {
+      return storage.transaction(async (txn) => {
+        const row = await txn.get(prefix + id);
+        if (row === undefined || row.version !== version) return false;
+        await txn.delete(prefix + id);
+        if ((row.gcDueAt ?? null) !== null) await txn.delete(gcKey(row.gcDueAt, id));
+        return true;
+      });
+    },
+    async scan(options) {
+      const { gcDueBefore, limit, after } = scanLimit(options);
+      const listed = await storage.list({
+        ...(after === null ? { start: gcPrefix } : { startAfter: after }),
+        end: `${gcPrefix}${padded(gcDueBefore + 1)}`,
+        limit: limit + 1,
+      });
+      const keys = [...listed.keys()];
+      const page = keys.slice(0, limit);
+      const ids = page.map((key) => listed.get(key));
+      const rows = new Map();
+      for (let i = 0; i < ids.length; i += GET_MANY) {
+        for (const [key, row] of await storage.get(ids.slice(i, i + GET_MANY).map((id) => prefix + id))) rows.set(key, row);
+      }
+      const entries = [];
+      for (const [i, id] of ids.entries()) {
+        const row = rows.get(prefix + id);
+        // Written in one transaction with its GC key, so a listed key has its row;
+        // a row that changed since the listing is GC's lost race, decided by version.
+        if (row === undefined) continue;
+        entries.push({ id, record: new Uint8Array(row.record), version: row.version, gcDueAt: Number(page[i].slice(gcPrefix.length, gcPrefix.length + 16)) });
+      }
+      return { entries, next: keys.length > limit ? page[page.length - 1] : null };
     },
   };
 }

@@ -1,28 +1,51 @@
 // An in-process adapter: for tests, examples and single-process servers that may
 // lose their records on restart. Each method runs to completion without awaiting,
-// so insert-if-absent and compare-and-set are atomic on JavaScript's single thread.
+// so insert-if-absent, compare-and-set and delete-if-version are atomic on
+// JavaScript's single thread. `scan` sorts the due records on each call (fine for
+// the record counts a process keeps in memory).
+
+import { dueOf, scanLimit } from "./gc-index.js";
 
 /**
  * @returns {import("../index.d.ts").Adapter & { size(): number }}
  */
 export function memoryAdapter() {
-  /** @type {Map<string, { record: Uint8Array, version: number }>} */
+  /** @type {Map<string, { record: Uint8Array, version: number, gcDueAt: number | null }>} */
   const records = new Map();
   return {
     async get(id) {
       const row = records.get(id);
       return row === undefined ? null : { record: row.record.slice(), version: row.version };
     },
-    async insert(id, record) {
+    async insert(id, record, meta) {
       if (records.has(id)) return null;
-      records.set(id, { record: record.slice(), version: 1 });
+      records.set(id, { record: record.slice(), version: 1, gcDueAt: dueOf(meta) });
       return { version: 1 };
     },
-    async update(id, record, version) {
+    async update(id, record, version, meta) {
       const row = records.get(id);
       if (row === undefined || row.version !== version) return null;
-      records.set(id, { record: record.slice(), version: version + 1 });
+      records.set(id, { record: record.slice(), version: version + 1, gcDueAt: dueOf(meta) });
       return { version: version + 1 };
+    },
+    async delete(id, version) {
+      const row = records.get(id);
+      if (row === undefined || row.version !== version) return false;
+      records.delete(id);
+      return true;
+    },
+    async scan(options) {
+      const { gcDueBefore, limit, after } = scanLimit(options);
+      const due = [];
+      for (const [id, row] of records) {
+        if (row.gcDueAt === null || row.gcDueAt > gcDueBefore) continue;
+        if (after && (row.gcDueAt < after.gcDueAt || (row.gcDueAt === after.gcDueAt && id <= after.id))) continue;
+        due.push({ id, record: row.record.slice(), version: row.version, gcDueAt: row.gcDueAt });
+      }
+      due.sort((a, b) => a.gcDueAt - b.gcDueAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      const entries = due.slice(0, limit);
+      const last = entries[entries.length - 1];
+      return { entries, next: due.length > limit ? { gcDueAt: last.gcDueAt, id: last.id } : null };
     },
     size() {
       return records.size;

@@ -15,6 +15,8 @@
 // adapter sets a busy timeout (default 5 s) when none is set; better-sqlite3's own
 // `timeout` option (default 5 s) is kept.
 
+import { dueOf, pageOf, scanLimit } from "./gc-index.js";
+
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
 // PRAGMA synchronous: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA.
@@ -59,6 +61,11 @@ function makeDurable(db, options) {
   }
 }
 
+/** Whether `table` has the gc_due_at column (tables created before GC existed do not). */
+function hasGcColumn(db, table) {
+  return db.prepare(`PRAGMA table_info(${table})`).all().some((column) => column.name === "gc_due_at");
+}
+
 /**
  * @param {{ prepare(sql: string): any, exec(sql: string): any }} db a better-sqlite3 or bun:sqlite Database
  * @param {{ table?: string, busyTimeoutMs?: number }} [options]
@@ -72,22 +79,49 @@ export function sqliteAdapter(db, options = {}) {
   }
   makeDurable(db, options);
   db.exec(
-    `CREATE TABLE IF NOT EXISTS ${table} (id TEXT PRIMARY KEY NOT NULL, record BLOB NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID`,
+    `CREATE TABLE IF NOT EXISTS ${table} (id TEXT PRIMARY KEY NOT NULL, record BLOB NOT NULL, version INTEGER NOT NULL, gc_due_at INTEGER) WITHOUT ROWID`,
   );
+  // A table from before GC: the column is added with DEFAULT 0, so every row
+  // written before is due at once and the first GC pass decodes it and indexes its
+  // real due time (see createIdempotency's gc). Another process may add it first.
+  if (!hasGcColumn(db, table)) {
+    try {
+      db.exec(`ALTER TABLE ${table} ADD COLUMN gc_due_at INTEGER DEFAULT 0`);
+    } catch (err) {
+      if (!hasGcColumn(db, table)) throw err;
+    }
+  }
+  db.exec(`CREATE INDEX IF NOT EXISTS ${table}_gc_due ON ${table} (gc_due_at, id) WHERE gc_due_at IS NOT NULL`);
   const select = db.prepare(`SELECT record, version FROM ${table} WHERE id = ?`);
-  const insert = db.prepare(`INSERT INTO ${table} (id, record, version) VALUES (?, ?, 1) ON CONFLICT (id) DO NOTHING`);
-  const update = db.prepare(`UPDATE ${table} SET record = ?, version = version + 1 WHERE id = ? AND version = ?`);
+  const insert = db.prepare(
+    `INSERT INTO ${table} (id, record, version, gc_due_at) VALUES (?, ?, 1, ?) ON CONFLICT (id) DO NOTHING`,
+  );
+  const update = db.prepare(
+    `UPDATE ${table} SET record = ?, version = version + 1, gc_due_at = ? WHERE id = ? AND version = ?`,
+  );
+  const remove = db.prepare(`DELETE FROM ${table} WHERE id = ? AND version = ?`);
+  const scan = db.prepare(
+    `SELECT id, record, version, gc_due_at FROM ${table} WHERE gc_due_at <= ? AND (gc_due_at > ? OR (gc_due_at = ? AND id > ?)) ORDER BY gc_due_at, id LIMIT ?`,
+  );
   return {
     async get(id) {
       const row = select.get(id);
       if (row === undefined || row === null) return null;
       return { record: new Uint8Array(row.record), version: Number(row.version) };
     },
-    async insert(id, record) {
-      return insert.run(id, record).changes === 1 ? { version: 1 } : null;
+    async insert(id, record, meta) {
+      return insert.run(id, record, dueOf(meta)).changes === 1 ? { version: 1 } : null;
     },
-    async update(id, record, version) {
-      return update.run(record, id, version).changes === 1 ? { version: version + 1 } : null;
+    async update(id, record, version, meta) {
+      return update.run(record, dueOf(meta), id, version).changes === 1 ? { version: version + 1 } : null;
+    },
+    async delete(id, version) {
+      return remove.run(id, version).changes === 1;
+    },
+    async scan(options) {
+      const { gcDueBefore, limit, after } = scanLimit(options);
+      const rows = scan.all(gcDueBefore, after?.gcDueAt ?? -1, after?.gcDueAt ?? -1, after?.id ?? "", limit + 1);
+      return pageOf(rows, limit, (bytes) => new Uint8Array(bytes));
     },
   };
 }
