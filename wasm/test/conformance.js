@@ -727,6 +727,192 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.throws(() => idemkit.decodeRecord(new Uint8Array([9])), "record-unknown-version");
     }],
 
+    // ---- The adapter seam itself: every adapter refuses what a stale caller asks.
+
+    ["adapter seam: a second insert of one id is refused and changes nothing", async () => {
+      const adapter = await makeAdapter();
+      const first = await adapter.insert("0a01", new Uint8Array([1]), { gcDueAt: null });
+      assert.ok(first !== null && first.version !== undefined, "first insert");
+      assert.equal(await adapter.insert("0a01", new Uint8Array([2]), { gcDueAt: 5 }), null);
+      const read = await adapter.get("0a01");
+      assert.bytesEqual(read.record, new Uint8Array([1]));
+      assert.equal(read.version, first.version);
+      assert.equal((await adapter.scan({ gcDueBefore: 100, limit: 10 })).entries.length, 0, "the refused insert indexed nothing");
+    }],
+
+    ["adapter seam: an update with a stale version is refused", async () => {
+      const adapter = await makeAdapter();
+      const v1 = (await adapter.insert("0a02", new Uint8Array([1]))).version;
+      const v2 = (await adapter.update("0a02", new Uint8Array([2]), v1, { gcDueAt: 10 })).version;
+      assert.notEqual(v2, v1);
+      assert.equal(await adapter.update("0a02", new Uint8Array([3]), v1, { gcDueAt: 20 }), null);
+      assert.equal(await adapter.update("0b99", new Uint8Array([3]), v1), null, "no record: refused");
+      const read = await adapter.get("0a02");
+      assert.bytesEqual(read.record, new Uint8Array([2]));
+      assert.equal(read.version, v2);
+      const { entries } = await adapter.scan({ gcDueBefore: 100, limit: 10 });
+      assert.equal(entries.map((e) => `${e.id}@${e.gcDueAt}`).join(), "0a02@10", "the stale update moved nothing");
+    }],
+
+    ["adapter seam: a delete with a stale version is refused; with the current one it deletes", async () => {
+      const adapter = await makeAdapter();
+      const v1 = (await adapter.insert("0a03", new Uint8Array([1]), { gcDueAt: 1 })).version;
+      const v2 = (await adapter.update("0a03", new Uint8Array([2]), v1, { gcDueAt: 2 })).version;
+      assert.equal(await adapter.delete("0a03", v1), false, "stale version");
+      assert.bytesEqual((await adapter.get("0a03")).record, new Uint8Array([2]));
+      assert.equal(await adapter.delete("0a03", v2), true);
+      assert.equal(await adapter.get("0a03"), null);
+      assert.equal(await adapter.delete("0a03", v2), false, "gone");
+      assert.equal((await adapter.scan({ gcDueBefore: 100, limit: 10 })).entries.length, 0, "its GC entry went with it");
+      // Deleted, the id is free for a new insert.
+      assert.ok((await adapter.insert("0a03", new Uint8Array([3]))) !== null);
+    }],
+
+    ["adapter seam: scan lists due records in (due, id) order, at most limit, paged by its cursor", async () => {
+      const adapter = await makeAdapter();
+      const due = { "0a": 300, "0b": 100, "0c": 100, "0d": 200, "0e": null, "0f": 500, "1a": 300 };
+      for (const [id, gcDueAt] of Object.entries(due)) await adapter.insert(id, new Uint8Array([id.charCodeAt(1)]), { gcDueAt });
+      const seen = [];
+      const pages = [];
+      let after;
+      for (;;) {
+        const page = await adapter.scan({ gcDueBefore: 300, limit: 2, after });
+        assert.ok(page.entries.length <= 2, "bounded");
+        pages.push(page.entries.length);
+        for (const e of page.entries) {
+          seen.push(`${e.id}@${e.gcDueAt}`);
+          assert.bytesEqual(e.record, new Uint8Array([e.id.charCodeAt(1)]));
+          assert.equal(e.version, (await adapter.get(e.id)).version);
+        }
+        if (page.next === null) break;
+        after = page.next;
+      }
+      assert.equal(seen.join(), "0b@100,0c@100,0d@200,0a@300,1a@300", "inclusive bound; never-due and later records left out");
+      assert.equal(pages.join(), "2,2,1", "next is null on the last page");
+      const exact = await adapter.scan({ gcDueBefore: 200, limit: 3 });
+      assert.equal(exact.entries.length, 3);
+      assert.equal(exact.next, null, "a full page with nothing after it is the last");
+      // An update moves a record in the index; never-due takes it out.
+      const c = await adapter.get("0c");
+      await adapter.update("0c", new Uint8Array([99]), c.version, { gcDueAt: 250 });
+      const d = await adapter.get("0d");
+      await adapter.update("0d", new Uint8Array([100]), d.version, { gcDueAt: null });
+      const moved = await adapter.scan({ gcDueBefore: 1000, limit: 10 });
+      assert.equal(moved.entries.map((e) => `${e.id}@${e.gcDueAt}`).join(), "0b@100,0c@250,0a@300,1a@300,0f@500");
+    }],
+
+    // ---- GC (DESIGN.md, retention): only resolved records past their window.
+
+    ["gc deletes records past their record window in bounded batches: 25 records, maxBatch 10", async () => {
+      const { idem, clock, counter, handler, adapter } = await setup({ policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });
+      for (let i = 0; i < 25; i++) assert.equal((await idem.handle(request(`k-${i}`), handler)).status, 201);
+      assert.equal(counter.runs, 25);
+      clock.now += 121 * SECOND;
+      const passes = [];
+      for (let pass = 0; pass < 5; pass++) {
+        const report = await idem.gc({ maxBatch: 10 });
+        passes.push(`${report.deleted}/${report.pruned}/${report.more}`);
+        if (!report.more) break;
+      }
+      assert.equal(passes.join(" "), "10/0/true 10/0/true 5/0/false", "deleted/pruned/more per pass");
+      for (let i = 0; i < 25; i++) {
+        assert.equal(await adapter.get(idemkit.recordId("acme", "payments.capture", `k-${i}`)), null, `k-${i} deleted`);
+      }
+      const idle = await idem.gc({ maxBatch: 10 });
+      assert.equal(`${idle.deleted}/${idle.pruned}/${idle.more}`, "0/0/false");
+    }],
+
+    ["gc prunes a completed record's body after its replay window; it still answers 410, never a new execution", async () => {
+      const { idem, clock, counter, handler } = await setup({ policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });
+      await idem.handle(request("k-1"), handler);
+      clock.now += 30 * SECOND;
+      const early = await idem.gc();
+      assert.equal(`${early.pruned}/${early.deleted}`, "0/0", "inside the replay window nothing is due");
+      assert.ok((await idem.inspect(claimInput())).response.body !== null);
+      clock.now += 31 * SECOND;
+      const report = await idem.gc();
+      assert.equal(`${report.pruned}/${report.deleted}/${report.skipped}`, "1/0/0");
+      const record = await idem.inspect(claimInput());
+      assert.equal(record.state, "completed");
+      assert.equal(record.response.body, null, "body pruned");
+      assert.equal(record.response.resourceRef, "/payments/pay_1");
+      const retry = await problemOf(await idem.handle(request("k-1"), handler), 410, "response-expired");
+      assert.equal(retry.resource_ref, "/payments/pay_1");
+      assert.equal(counter.runs, 1);
+      const again = await idem.gc();
+      assert.equal(`${again.pruned}/${again.deleted}`, "0/0", "pruned once; next due at the record window");
+      clock.now += 60 * SECOND;
+      assert.equal((await idem.gc()).deleted, 1);
+      assert.equal(await idem.inspect(claimInput()), null);
+    }],
+
+    ["gc never deletes Unknown or Running records, however old; released ones past their window go", async () => {
+      const { idem, clock, adapter: store } = await setup({ effect: "external", policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });
+      const stale = await idem.claim(claimInput("k-running"));
+      const unknown = await idem.claim(claimInput("k-unknown"));
+      await idem.markUnknown(unknown, "timeout");
+      const released = await idem.claim(claimInput("k-released"));
+      await idem.release(released);
+      const done = await idem.claim(claimInput("k-done"));
+      await idem.complete(done, { status: 201, body: "ok" });
+      clock.now += 10 * 365 * 24 * 3600 * SECOND;
+      const live = await idem.claim(claimInput("k-live"));
+      assert.equal(live.outcome, "execute");
+      const report = await idem.gc();
+      assert.equal(`${report.deleted}/${report.pruned}/${report.more}`, "2/0/false");
+      assert.equal((await idem.inspect(claimInput("k-running"))).state, "running", "an expired lease is unresolved, not garbage");
+      assert.equal((await idem.inspect(claimInput("k-unknown"))).state, "unknown");
+      assert.equal((await idem.inspect(claimInput("k-live"))).state, "running");
+      assert.equal(await idem.inspect(claimInput("k-released")), null);
+      assert.equal(await idem.inspect(claimInput("k-done")), null);
+      assert.equal((await idem.gc()).deleted, 0);
+      // Even indexed as due (as a row from before due times were kept is), core is
+      // asked and keeps them; their index entry is corrected to never due.
+      for (const key of ["k-running", "k-unknown", "k-live"]) {
+        const id = idemkit.recordId("acme", "payments.capture", key);
+        const row = await store.get(id);
+        assert.ok(await store.update(id, row.record, row.version, { gcDueAt: 0 }), key);
+      }
+      const forced = await idem.gc();
+      assert.equal(`${forced.deleted}/${forced.pruned}/${forced.reindexed}`, "0/0/3");
+      assert.equal((await store.scan({ gcDueBefore: clock.now, limit: 10 })).entries.length, 0, "none of them is indexed as due");
+      assert.equal((await idem.inspect(claimInput("k-running"))).state, "running");
+      assert.equal((await idem.inspect(claimInput("k-unknown"))).state, "unknown");
+      assert.equal((await idem.inspect(claimInput("k-live"))).state, "running");
+      assert.ok(stale.token !== undefined);
+    }],
+
+    ["gc skips a record that changed between scan and delete: the new execution is kept", async () => {
+      const base = await makeAdapter();
+      const { idem: rival, clock, handler, counter } = await setup({ adapter: base, policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });
+      await rival.handle(request("k-1"), handler);
+      clock.now += 121 * SECOND;
+      let raced = false;
+      const adapter = {
+        get: (id) => base.get(id),
+        insert: (id, r, meta) => base.insert(id, r, meta),
+        update: (id, r, v, meta) => base.update(id, r, v, meta),
+        delete: (id, v) => base.delete(id, v),
+        async scan(options) {
+          const page = await base.scan(options);
+          // Between GC's scan and its delete, the key (free again) executes anew.
+          if (!raced) {
+            raced = true;
+            assert.equal((await rival.handle(request("k-1", { amount: 7 }), handler)).status, 201);
+          }
+          return page;
+        },
+      };
+      const gcIdem = createIdempotency({ adapter, operation: "payments.capture", effect: "external", tenant: () => "acme", clock: () => clock.now, policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });
+      const report = await gcIdem.gc();
+      assert.equal(`${report.deleted}/${report.skipped}`, "0/1");
+      const record = await rival.inspect(claimInput());
+      assert.equal(record.state, "completed");
+      assert.equal(counter.runs, 2);
+      const replay = await rival.handle(request("k-1", { amount: 7 }), handler);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true", "the new outcome survived GC");
+    }],
+
     ["bad options are refused when the handler is created", async () => {
       const adapter = await makeAdapter();
       const base = { adapter, operation: "x", effect: "local", tenant: () => "t" };
