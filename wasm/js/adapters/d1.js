@@ -113,9 +113,9 @@ export function d1Adapter(d1, options = {}) {
       await ensure();
       const { results } = await d1
         .prepare(
-          `SELECT id, record, version, gc_due_at FROM ${table} WHERE gc_due_at <= ? AND (gc_due_at > ? OR (gc_due_at = ? AND id > ?)) ORDER BY gc_due_at, id LIMIT ?`,
+          `SELECT id, record, version, gc_due_at FROM ${table} WHERE gc_due_at <= ? AND (gc_due_at, id) > (?, ?) ORDER BY gc_due_at, id LIMIT ?`,
         )
-        .bind(gcDueBefore, after?.gcDueAt ?? -1, after?.gcDueAt ?? -1, after?.id ?? "", limit + 1)
+        .bind(gcDueBefore, after?.gcDueAt ?? -1, after?.id ?? "", limit + 1)
         .all();
       return pageOf(results, limit, toBytes);
     },

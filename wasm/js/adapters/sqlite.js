@@ -101,7 +101,7 @@ export function sqliteAdapter(db, options = {}) {
   );
   const remove = db.prepare(`DELETE FROM ${table} WHERE id = ? AND version = ?`);
   const scan = db.prepare(
-    `SELECT id, record, version, gc_due_at FROM ${table} WHERE gc_due_at <= ? AND (gc_due_at > ? OR (gc_due_at = ? AND id > ?)) ORDER BY gc_due_at, id LIMIT ?`,
+    `SELECT id, record, version, gc_due_at FROM ${table} WHERE gc_due_at <= ? AND (gc_due_at, id) > (?, ?) ORDER BY gc_due_at, id LIMIT ?`,
   );
   return {
     async get(id) {
@@ -120,7 +120,7 @@ export function sqliteAdapter(db, options = {}) {
     },
     async scan(options) {
       const { gcDueBefore, limit, after } = scanLimit(options);
-      const rows = scan.all(gcDueBefore, after?.gcDueAt ?? -1, after?.gcDueAt ?? -1, after?.id ?? "", limit + 1);
+      const rows = scan.all(gcDueBefore, after?.gcDueAt ?? -1, after?.id ?? "", limit + 1);
       return pageOf(rows, limit, (bytes) => new Uint8Array(bytes));
     },
   };
