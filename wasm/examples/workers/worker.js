@@ -4,6 +4,12 @@
 //   POST /do/orders    records in the tenant's Durable Object (durableObjectAdapter)
 //
 // The tenant comes from the API key (never from the body or the Idempotency-Key).
+//
+// Records are collected (DESIGN.md, retention): a Cron Trigger (wrangler.toml's
+// `[triggers] crons`) runs `idempotency.gc()` over D1, and each Durable Object
+// collects its own records from an alarm. GC deletes only Completed and Released
+// records past their record window and drops response bodies past the replay
+// window; Running and Unknown records are never touched.
 // Workers KV is deliberately not used: it has no atomic insert-if-absent or
 // compare-and-set, so two concurrent retries could both execute.
 import { createIdempotency, d1Adapter, durableObjectAdapter } from "idemkit";
@@ -11,9 +17,40 @@ import { createIdempotency, d1Adapter, durableObjectAdapter } from "idemkit";
 // Demo credentials; a real Worker verifies a token or a session.
 const API_KEYS = { "sk_test_acme": "acme", "sk_test_globex": "globex" };
 
+/** GC passes per run and records per pass: bounded work per Cron Trigger or alarm. */
+const GC_PASSES = 10;
+const GC_BATCH = 500;
+const HOUR = 60 * 60 * 1000;
+
 function tenantOf(request) {
   const token = request.headers.get("authorization")?.replace(/^Bearer\s+/i, "");
   return API_KEYS[token] ?? null;
+}
+
+function ordersIdempotency(adapter) {
+  return createIdempotency({
+    adapter,
+    operation: "orders.create",
+    // The order row and the idempotency record are two writes, not one
+    // transaction: if the Worker dies between them the outcome is unknown.
+    effect: "external",
+    tenant: tenantOf,
+  });
+}
+
+/** Up to GC_PASSES bounded passes, each continuing after the last; the totals. */
+async function collectGarbage(idem) {
+  const total = { pruned: 0, deleted: 0, passes: 0 };
+  let after;
+  for (let pass = 0; pass < GC_PASSES; pass++) {
+    const report = await idem.gc({ maxBatch: GC_BATCH, after });
+    total.pruned += report.pruned;
+    total.deleted += report.deleted;
+    total.passes++;
+    if (!report.more) break;
+    after = report.next;
+  }
+  return total;
 }
 
 async function createOrder(insert, request) {
@@ -27,14 +64,7 @@ export default {
   async fetch(request, env) {
     const url = new URL(request.url);
     if (request.method === "POST" && url.pathname === "/orders") {
-      const idem = createIdempotency({
-        adapter: d1Adapter(env.DB),
-        operation: "orders.create",
-        // The order row and the idempotency record are two D1 writes, not one
-        // transaction: if the Worker dies between them the outcome is unknown.
-        effect: "external",
-        tenant: tenantOf,
-      });
+      const idem = ordersIdempotency(d1Adapter(env.DB));
       return idem.handle(request, (req) =>
         createOrder(async (id, sku, quantity) => {
           await env.DB.prepare("CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, sku TEXT, quantity INTEGER)").run();
@@ -55,23 +85,32 @@ export default {
     }
     return new Response("not found", { status: 404 });
   },
+
+  /** The Cron Trigger: collect the D1 records whose windows are over. */
+  async scheduled(controller, env, ctx) {
+    ctx.waitUntil(
+      collectGarbage(ordersIdempotency(d1Adapter(env.DB))).then((total) => console.log(`gc ${controller.cron}: ${JSON.stringify(total)}`)),
+    );
+  },
 };
 
 export class OrderBook {
   constructor(ctx) {
     this.storage = ctx.storage;
-    this.idem = createIdempotency({
-      adapter: durableObjectAdapter(ctx.storage),
-      operation: "orders.create",
-      effect: "external",
-      tenant: tenantOf,
-    });
+    this.idem = ordersIdempotency(durableObjectAdapter(ctx.storage));
+  }
+
+  /** Each object collects its own records, hourly while it holds any. */
+  async alarm() {
+    await collectGarbage(this.idem);
+    await this.storage.setAlarm(Date.now() + HOUR);
   }
 
   async fetch(request) {
     if (new URL(request.url).pathname === "/stats") {
       return Response.json({ orders: (await this.storage.list({ prefix: "order:" })).size });
     }
+    if ((await this.storage.getAlarm()) === null) await this.storage.setAlarm(Date.now() + HOUR);
     return this.idem.handle(request, (req) =>
       createOrder((id, sku, quantity) => this.storage.put(`order:${id}`, { sku, quantity }), req),
     );

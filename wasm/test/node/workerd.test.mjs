@@ -4,6 +4,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import * as idemkit from "idemkit";
 import { miniflare } from "../workerd/miniflare.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -117,3 +118,42 @@ for (const [label, path, counter] of [["D1", "/orders", "d1Orders"], ["a Durable
     assert.equal(anonymous.status, 401);
   });
 }
+
+test("workerd, D1: a table from the previous schema gains gc_due_at and GC collects its old rows in bounded passes", async () => {
+  const result = await (await suite.dispatchFetch("http://suite/gc/d1-upgrade")).json();
+  console.log(`workerd D1 upgrade: ${JSON.stringify(result)}`);
+  assert.deepEqual(result.columns, ["id", "record", "version", "gc_due_at"]);
+  const sum = (field) => result.passes.reduce((n, p) => n + p[field], 0);
+  assert.deepEqual(result.passes.map((p) => p.more), [true, true, false], "5 old rows, maxBatch 2");
+  assert.equal(sum("deleted"), 3);
+  assert.equal(sum("reindexed"), 2, "the recent record and the Unknown one, indexed as core says");
+  assert.deepEqual(result.states, { a: null, b: null, c: null, u: "unknown", recent: "completed" });
+});
+
+test("Workers example: the Cron Trigger's scheduled handler runs gc over D1: expired records go, Unknown ones stay", async () => {
+  // The table exists once the example has answered one request.
+  assert.equal((await order("/orders", `gc-warmup-${Date.now()}`)).status, 201);
+  // Records written 8 days ago (the default record window is 7 days), by the same
+  // core in Node, then stored in the example's D1 as its adapter would store them.
+  const written = idemkit.memoryAdapter();
+  const eightDaysAgo = Date.now() - 8 * 24 * 3600 * 1000;
+  const old = idemkit.createIdempotency({ adapter: written, operation: "orders.create", effect: "external", tenant: () => "acme", clock: () => eightDaysAgo });
+  const keys = Array.from({ length: 12 }, (_, i) => `gc-old-${i}`);
+  for (const key of keys) await old.complete(await old.claim({ tenant: "acme", key, body: "{}" }), { status: 201, body: key });
+  await old.markUnknown(await old.claim({ tenant: "acme", key: "gc-unknown", body: "{}" }), "timeout");
+  const due = new Map((await written.scan({ gcDueBefore: Number.MAX_SAFE_INTEGER, limit: 100 })).entries.map((e) => [e.id, e.gcDueAt]));
+  const db = await example.getD1Database("DB");
+  const ids = [...keys, "gc-unknown"].map((key) => idemkit.recordId("acme", "orders.create", key));
+  for (const id of ids) {
+    const { record } = await written.get(id);
+    await db.prepare("INSERT INTO idemkit_records (id, record, version, gc_due_at) VALUES (?, ?, 1, ?)").bind(id, record, due.get(id) ?? null).run();
+  }
+  const count = async () => (await db.prepare(`SELECT COUNT(*) AS n FROM idemkit_records WHERE id IN (${ids.map(() => "?").join(",")})`).bind(...ids).first()).n;
+  assert.equal(await count(), 13);
+  const worker = await example.getWorker();
+  const result = await worker.scheduled({ cron: "0 * * * *" });
+  assert.equal(result.outcome, "ok");
+  assert.equal(await count(), 1, "the 12 expired records deleted");
+  const left = await db.prepare("SELECT record FROM idemkit_records WHERE id = ?").bind(ids[12]).first();
+  assert.equal(idemkit.decodeRecord(new Uint8Array(left.record)).state, "unknown");
+});

@@ -20,6 +20,45 @@ function slowHandler(count) {
 
 const raceOptions = (adapter) => ({ adapter, operation: "orders.create", effect: "external", tenant: () => "acme" });
 
+/**
+ * A D1 table created by the previous d1Schema (no gc_due_at), written by the
+ * previous adapter's statements: 4 completed records (3 past their record window
+ * when GC runs) and 1 Unknown. The current d1Adapter adds the column; GC collects.
+ */
+async function d1Upgrade(db) {
+  const table = "legacy_records";
+  await db.prepare(`CREATE TABLE ${table} (id TEXT PRIMARY KEY NOT NULL, record BLOB NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID`).run();
+  const previous = {
+    async get(id) {
+      const row = await db.prepare(`SELECT record, version FROM ${table} WHERE id = ?`).bind(id).first();
+      return row === null ? null : { record: new Uint8Array(row.record), version: row.version };
+    },
+    async insert(id, record) {
+      const r = await db.prepare(`INSERT INTO ${table} (id, record, version) VALUES (?, ?, 1) ON CONFLICT (id) DO NOTHING`).bind(id, record).run();
+      return r.meta.changes === 1 ? { version: 1 } : null;
+    },
+    async update(id, record, version) {
+      const r = await db.prepare(`UPDATE ${table} SET record = ?, version = version + 1 WHERE id = ? AND version = ?`).bind(record, id, version).run();
+      return r.meta.changes === 1 ? { version: version + 1 } : null;
+    },
+  };
+  const clock = { now: 1_700_000_000_000 };
+  const options = (adapter) => ({ adapter, operation: "orders.create", effect: "external", tenant: () => "acme", clock: () => clock.now, policy: { replayWindowMs: 60_000, recordWindowMs: 120_000 } });
+  const old = idemkit.createIdempotency(options(previous));
+  const claim = (key) => ({ tenant: "acme", key, body: "{}" });
+  for (const key of ["a", "b", "c"]) await old.complete(await old.claim(claim(key)), { status: 201, body: key });
+  await old.markUnknown(await old.claim(claim("u")), "timeout");
+  clock.now += 100_000;
+  await old.complete(await old.claim(claim("recent")), { status: 201, body: "recent" });
+  clock.now += 30_000;
+  const idem = idemkit.createIdempotency(options(idemkit.d1Adapter(db, { table })));
+  const passes = [await idem.gc({ maxBatch: 2 }), await idem.gc({ maxBatch: 2 }), await idem.gc({ maxBatch: 2 })];
+  const columns = (await db.prepare(`PRAGMA table_info(${table})`).all()).results.map((c) => c.name);
+  const states = {};
+  for (const key of ["a", "b", "c", "u", "recent"]) states[key] = (await idem.inspect(claim(key)))?.state ?? null;
+  return { columns, passes: passes.map(({ next, ...report }) => report), states };
+}
+
 export default {
   async fetch(request, env) {
     const { pathname } = new URL(request.url);
@@ -36,6 +75,7 @@ export default {
       const idem = idemkit.createIdempotency(raceOptions(idemkit.d1Adapter(env.DB, { table: "race_records" })));
       return idem.handle(request, slowHandler(() => env.DB.prepare("INSERT INTO executions VALUES (1)").run()));
     }
+    if (pathname === "/gc/d1-upgrade") return Response.json(await d1Upgrade(env.DB));
     if (pathname === "/race/d1/executions") {
       return Response.json(await env.DB.prepare("SELECT COUNT(*) AS n FROM executions").first());
     }
