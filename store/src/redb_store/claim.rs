@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use idemkit_core::machine::{
-    self, Answer, ClaimOutcome, ClaimRequest, Decision, Op, Policy, StepStart, TransitionError,
+    self, Answer, ClaimOutcome, ClaimRequest, MAX_ATTEMPTS, Op, Policy, StepStart, TransitionError,
     Write,
 };
 use idemkit_core::record::{EffectKind, FencingToken, Record, Step, StoredResponse, UnknownReason};
@@ -12,8 +12,17 @@ use idemkit_core::{IdempotencyKey, LogRef, RecordId, RequestFingerprint, Scope, 
 use super::Store;
 use super::error::StorageError;
 use super::error::{ClaimError, TxError, WorkerError};
-use super::records::{Tables, load_from, token_floor};
-use super::tables::RECORDS;
+use redb::ReadableTable;
+
+use super::records::{Tables, decode, token_floor};
+use super::tables::{META, META_TOKEN_FLOOR, RECORDS};
+
+/// A committed state of one record, read outside the writer.
+struct Snapshot {
+    bytes: Option<Vec<u8>>,
+    record: Option<Record>,
+    token_floor: u64,
+}
 
 /// The answer to [`Store::claim`]. Only [`Claim::Execute`] lets the caller run
 /// the operation; every other answer is final for this request.
@@ -138,86 +147,128 @@ impl Store {
                 .map_err(|e| ClaimError::Storage(super::StorageError::Postgres(e)));
         }
         self.injected_failure()?;
-        let request = ClaimRequest {
-            fingerprint,
-            owner: owner.to_owned(),
-        };
-        if let Some(outcome) = self.answer_from_snapshot(id, &request, policy, now)? {
-            return Ok((outcome, None));
-        }
-        let ClaimRequest { fingerprint, owner } = request;
-        // The closure may run on another caller's thread (group commit), so it
-        // owns what it reads.
-        let (id, policy) = (id.clone(), *policy);
-        self.inner.handle.write_if_changed(move |txn| {
-            let mut tables = Tables::open(txn)?;
-            let existing = tables.load(&id)?;
-            let request = ClaimRequest {
+        let op = Op::Claim {
+            request: ClaimRequest {
                 fingerprint,
-                owner: owner.clone(),
-            };
+                owner: owner.to_owned(),
+            },
+            token_floor: 0,
+        };
+        for _ in 0..MAX_ATTEMPTS {
+            let snapshot = self.snapshot(id)?;
             // Only a fresh record needs the floor (an expired one continues its
             // own counter, which the floor may still exceed).
-            let floor = match &existing {
-                Some(record) if !record.is_expired(now) => 0,
-                _ => token_floor(txn)?,
+            let uses_floor = snapshot.record.as_ref().is_none_or(|r| r.is_expired(now));
+            let op = match &op {
+                Op::Claim { request, .. } if uses_floor => Op::Claim {
+                    request: request.clone(),
+                    token_floor: snapshot.token_floor,
+                },
+                _ => op.clone(),
             };
-            let decision = machine::claim_above(existing.as_ref(), &request, &policy, now, floor);
-            if let Some(write) = &decision.write {
-                tables.put(id.as_bytes(), existing.as_ref(), Some(write))?;
+            let decision =
+                machine::apply(snapshot.record.as_ref(), &op, policy, now).map_err(|e| {
+                    StorageError::Corrupt {
+                        detail: format!("a claim was refused by the state machine: {e}"),
+                    }
+                })?;
+            let Answer::Claim(outcome) = decision.answer else {
+                return Err(StorageError::Corrupt {
+                    detail: "a claim was answered as another operation".into(),
+                }
+                .into());
+            };
+            let next = match decision.write {
+                // A replay, a request in flight, a mismatch, an uncertain or an
+                // expired outcome: answered from the snapshot, outside the
+                // write queue (nothing to make durable).
+                Write::Keep => return Ok((outcome, None)),
+                Write::Put(next) => next,
+                Write::Delete => {
+                    return Err(StorageError::Corrupt {
+                        detail: "a claim decided to delete its record".into(),
+                    }
+                    .into());
+                }
+            };
+            let effect = next.effect;
+            if self.put_if_unchanged(id, snapshot, next, uses_floor)? {
+                return Ok((outcome, Some(effect)));
             }
-            let effect = decision.write.as_ref().map(|r| r.effect);
-            let changed = decision.write.is_some();
-            Ok::<_, ClaimError>(((decision.outcome, effect), changed))
+        }
+        Err(StorageError::Contention {
+            log_ref: id.log_ref(),
+            attempts: MAX_ATTEMPTS,
+        }
+        .into())
+    }
+
+    /// What a decision is taken on: the committed record of `id` (its bytes,
+    /// to check at the write that nobody changed it), and the token floor.
+    ///
+    /// Deciding on a snapshot is as atomic as deciding under the writer: the
+    /// snapshot is a committed state taken after the request arrived, so every
+    /// answer that writes nothing is the one the request would have got at
+    /// that instant, and a decision that writes is committed only if the record
+    /// (and, for a fresh record, the floor) is still what it was decided on.
+    fn snapshot(&self, id: &RecordId) -> Result<Snapshot, StorageError> {
+        self.inner.handle.read(|txn| {
+            let records = txn.open_table(RECORDS)?;
+            let bytes = records.get(id.as_bytes())?.map(|b| b.value().to_vec());
+            let record = bytes
+                .as_deref()
+                .map(|b| decode(id.as_bytes(), b))
+                .transpose()?;
+            let meta = txn.open_table(META)?;
+            let token_floor = meta
+                .get(META_TOKEN_FLOOR)?
+                .and_then(|b| <[u8; 8]>::try_from(b.value()).ok())
+                .map_or(0, u64::from_le_bytes);
+            Ok(Snapshot {
+                bytes,
+                record,
+                token_floor,
+            })
         })
     }
 
-    /// The answers that write nothing — a replay, a request in flight, a
-    /// mismatch, an uncertain or expired outcome — decided on a snapshot read,
-    /// outside the write queue: they never wait behind other callers' commits.
-    /// `None` when the claim writes (no record, a record past its window, an
-    /// expired lease, a released record): it goes through the write path,
-    /// which reads and decides again under the writer.
-    ///
-    /// Deciding on a snapshot is as atomic as deciding under the writer: the
-    /// snapshot is a committed state taken after the request arrived, so the
-    /// answer is the one the request would have got at that instant, and an
-    /// answer that writes nothing has nothing to make durable.
-    fn answer_from_snapshot(
+    /// The conditional write of a decision taken on `read`: `next` replaces the
+    /// record only if its stored bytes (and, with `check_floor`, the token
+    /// floor) are still the ones read. `false`: another writer came first; the
+    /// caller reads again and decides again. A refused condition fails alone:
+    /// it writes nothing and never aborts the group it was committed with.
+    fn put_if_unchanged(
         &self,
         id: &RecordId,
-        request: &ClaimRequest,
-        policy: &Policy,
-        now: UnixMillis,
-    ) -> Result<Option<ClaimOutcome>, ClaimError> {
-        let existing = self.inner.handle.read(|txn| {
-            let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
-            Ok::<_, ClaimError>(load_from(&records, id.as_bytes())?)
-        })?;
-        let Some(existing) = existing else {
-            return Ok(None);
-        };
-        // The token floor counts only for a fresh record, which writes anyway.
-        let op = Op::Claim {
-            request: request.clone(),
-            token_floor: 0,
-        };
-        match machine::apply(Some(&existing), &op, policy, now) {
-            Ok(Decision {
-                write: Write::Keep,
-                answer: Answer::Claim(outcome),
-            }) => Ok(Some(outcome)),
-            _ => Ok(None),
-        }
+        read: Snapshot,
+        next: Record,
+        check_floor: bool,
+    ) -> Result<bool, StorageError> {
+        let id = id.clone();
+        self.inner.handle.write_if_changed(move |txn| {
+            if check_floor && token_floor(txn)? != read.token_floor {
+                return Ok((false, false));
+            }
+            let mut tables = Tables::open(txn)?;
+            let unchanged = {
+                let current = tables.records.get(id.as_bytes())?;
+                current.as_ref().map(|b| b.value()) == read.bytes.as_deref()
+            };
+            if !unchanged {
+                return Ok((false, false));
+            }
+            tables.put(id.as_bytes(), read.record.as_ref(), Some(&next))?;
+            Ok::<_, StorageError>((true, true))
+        })
     }
 
     /// One read → decide → write on an existing record. `decide` returns the
     /// record to write (or `None` to leave it) and the caller's answer, deciding
     /// at the `now` it is given: `now` (this store's clock) on redb, the
-    /// database's clock on PostgreSQL (see `PgClock`). (A
-    /// PostgreSQL store may call `decide` again after losing a version race, and
-    /// group commit may call it again after another write of its group failed;
-    /// it may run on another caller's thread, hence `Send + 'static`.)
+    /// database's clock on PostgreSQL (see `PgClock`). Either store calls
+    /// `decide` again on the newer record after losing a race (redb: the record
+    /// changed between its snapshot and the conditional write); on redb it runs
+    /// on the caller's thread, outside the writer.
     pub(crate) fn transition<T: Send + 'static>(
         &self,
         id: &RecordId,
@@ -232,22 +283,31 @@ impl Store {
             return Ok(pg.transition(&scope, &key, Some(now), decide)?);
         }
         self.injected_failure()?;
-        let id = id.clone();
-        self.inner.handle.write_if_changed(move |txn| {
-            let mut tables = Tables::open(txn)?;
-            let log_ref = id.log_ref();
-            let existing = tables.load(&id)?.ok_or(TxError::NotFound { log_ref })?;
+        let log_ref = id.log_ref();
+        for _ in 0..MAX_ATTEMPTS {
+            let snapshot = self.snapshot(id)?;
+            let existing = snapshot
+                .record
+                .as_ref()
+                .ok_or(TxError::NotFound { log_ref })?;
+            // A refusal (a stale token, a wrong state) and a decision that
+            // changes nothing are answered from the snapshot: they never enter
+            // the write queue, so they can never abort a group of other writes.
             let (write, answer) =
-                decide(&existing, now).map_err(|error| TxError::Rejected { log_ref, error })?;
-            let changed = match write {
-                Some(write) if write != existing => {
-                    tables.put(id.as_bytes(), Some(&existing), Some(&write))?;
-                    true
-                }
-                _ => false,
+                decide(existing, now).map_err(|error| TxError::Rejected { log_ref, error })?;
+            let next = match write {
+                Some(next) if next != *existing => next,
+                _ => return Ok(answer),
             };
-            Ok((answer, changed))
-        })
+            if self.put_if_unchanged(id, snapshot, next, false)? {
+                return Ok(answer);
+            }
+        }
+        Err(StorageError::Contention {
+            log_ref,
+            attempts: MAX_ATTEMPTS,
+        }
+        .into())
     }
 
     pub(crate) fn complete_at(

@@ -117,6 +117,15 @@ pub enum StorageError {
         /// What failed.
         cause: std::sync::Arc<StorageError>,
     },
+    /// The record kept changing between this operation's read and its
+    /// conditional write, [`MAX_ATTEMPTS`](idemkit_core::machine::MAX_ATTEMPTS)
+    /// times in a row; nothing was written. Retry later.
+    Contention {
+        /// The record's log reference.
+        log_ref: LogRef,
+        /// How many times it was read and decided.
+        attempts: u32,
+    },
     /// The store is a PostgreSQL store ([`Store::postgres`](super::Store::postgres))
     /// and PostgreSQL failed; [`PgError::Unavailable`](crate::postgres::PgError::Unavailable)
     /// when it could not be reached.
@@ -139,6 +148,11 @@ impl fmt::Display for StorageError {
             } => write!(f, "a record with an undecodable id is corrupt: {detail}"),
             StorageError::CorruptId { detail } => write!(f, "a record id is corrupt: {detail}"),
             StorageError::Corrupt { detail } => write!(f, "database file is corrupt: {detail}"),
+            StorageError::Contention { log_ref, attempts } => write!(
+                f,
+                "record {log_ref} changed under {attempts} attempts in a row to write it; \
+                 nothing was written"
+            ),
             StorageError::GroupCommit { operations, cause } => write!(
                 f,
                 "the write transaction shared by {operations} operations (group commit) failed, \

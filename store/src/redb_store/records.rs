@@ -25,14 +25,9 @@ impl<'txn> Tables<'txn> {
         })
     }
 
-    /// The record stored under `id`, decoded.
-    pub(crate) fn load(&self, id: &RecordId) -> Result<Option<Record>, StorageError> {
-        load_from(&self.records, id.as_bytes())
-    }
-
-    /// Replaces the record under `id` (`old` is what [`Tables::load`] returned in
-    /// this transaction) with `new`, or deletes it when `new` is `None`, keeping
-    /// the three indexes in step.
+    /// Replaces the record under `id` (`old` is the record stored there now,
+    /// as the caller read it) with `new`, or deletes it when `new` is `None`,
+    /// keeping the three indexes in step.
     pub(crate) fn put(
         &mut self,
         id: &[u8],
