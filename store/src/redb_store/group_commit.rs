@@ -48,6 +48,13 @@
 //! (Replay, InFlight, ...) simply commits with the others (or, if nobody in the
 //! group wrote, the transaction is aborted and no fsync is spent).
 //!
+//! Claims and worker transitions never fail that way: they decide on a
+//! snapshot before they queue (`claim.rs`) and submit only a conditional write
+//! (put this record if the stored bytes are still the ones decided on), which
+//! answers "lost" instead of failing when another writer came first. A refusal
+//! (a stale token) is answered before the queue. What can still fail inside a
+//! group is storage itself, and the operator and GC batches.
+//!
 //! ## Durability
 //!
 //! A result is delivered only after `commit()` with `Durability::Immediate`
