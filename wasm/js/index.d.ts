@@ -110,16 +110,68 @@ export interface RecordView {
 export function decodeRecord(bytes: Uint8Array): RecordView;
 
 /**
- * Where records live. Each method must be atomic for what it claims; idemkit never
- * reads and then writes without a check.
+ * What idemkit tells an adapter about a record it writes: when GC next has
+ * something to do with it (core's `Record::gc_due_at`), in milliseconds since the
+ * epoch, or `null` for a Running or Unknown record, which GC never touches. A
+ * write without `meta` (the journal's entries, which are not records) is never due.
+ */
+export interface WriteMeta {
+  gcDueAt: number | null;
+}
+
+/** One record whose GC is due, as `scan` lists it. */
+export interface ScanEntry<V = unknown> {
+  id: string;
+  record: Uint8Array;
+  version: V;
+  /** The due time the adapter indexed for it (0 for a row from before due times were kept). */
+  gcDueAt: number;
+}
+
+/**
+ * One page of `scan`: at most `limit` entries in (gcDueAt, id) order, and the
+ * cursor to pass as `after` for the next page, or `null` when no due entry follows.
+ * The cursor is opaque: only the adapter that made it reads it.
+ */
+export interface ScanPage<V = unknown> {
+  entries: ScanEntry<V>[];
+  next: unknown | null;
+}
+
+export interface ScanOptions {
+  /** List records with `gcDueAt <= gcDueBefore` (inclusive), milliseconds. */
+  gcDueBefore: number;
+  /** At most this many entries (a positive integer). */
+  limit: number;
+  /** The `next` of the previous page; omitted for the first. */
+  after?: unknown;
+}
+
+/**
+ * Where records live: the five-method seam every backend implements (DESIGN.md).
+ * Each method must be atomic for what it claims; idemkit never reads and then
+ * writes without a check. `delete` and `scan` are needed only by `gc`: an adapter
+ * without them serves requests, and `gc` refuses it (invalid-argument).
+ *
+ * The adapter keeps an index of `meta.gcDueAt` written with the record in the same
+ * atomic step (an indexed column in SQLite and D1, a second key in Durable Objects
+ * and Deno KV; NULL / no key when never due), so `scan` reads only due records. A
+ * wrapping adapter must pass `meta` on.
  */
 export interface Adapter<V = unknown> {
   /** The record and its version, or null. */
   get(id: string): Promise<{ record: Uint8Array; version: V } | null>;
   /** Insert if absent: the new version, or null when a record already exists. */
-  insert(id: string, record: Uint8Array): Promise<{ version: V } | null>;
+  insert(id: string, record: Uint8Array, meta?: WriteMeta): Promise<{ version: V } | null>;
   /** Compare-and-set: write only if the version is still `version`; null otherwise. */
-  update(id: string, record: Uint8Array, version: V): Promise<{ version: V } | null>;
+  update(id: string, record: Uint8Array, version: V, meta?: WriteMeta): Promise<{ version: V } | null>;
+  /**
+   * Delete-if-version: delete only if the version is still `version`. `true` when
+   * deleted, `false` when the record changed since it was read or is gone.
+   */
+  delete?(id: string, version: V): Promise<boolean>;
+  /** The records whose GC is due by `gcDueBefore`, a bounded page at a time. */
+  scan?(options: ScanOptions): Promise<ScanPage<V>>;
   /**
    * The largest record (in bytes) the store can hold, when its platform caps a value
    * (Deno KV, Durable Objects, D1 set it). A response body that would make a record
@@ -129,8 +181,11 @@ export interface Adapter<V = unknown> {
   readonly maxRecordBytes?: number;
 }
 
-/** In-process records (tests, single-process servers). */
-export function memoryAdapter(): Adapter<number> & { size(): number };
+/** An adapter with the whole seam, as every adapter of this package is. */
+export type GcAdapter<V = unknown> = Adapter<V> & Required<Pick<Adapter<V>, "delete" | "scan">>;
+
+/** In-process records (tests, single-process servers). `scan` sorts on each call. */
+export function memoryAdapter(): GcAdapter<number> & { size(): number };
 
 /**
  * A SQLite database: better-sqlite3 (Node) or bun:sqlite (Bun). Sets
@@ -138,29 +193,48 @@ export function memoryAdapter(): Adapter<number> & { size(): number };
  * records on power loss), refuses a file database with `journal_mode` OFF or MEMORY
  * (TypeError), and sets a busy timeout (`busyTimeoutMs`, default 5000) when the
  * connection has none (bun:sqlite's default) or when one is given.
+ *
+ * The table has an indexed `gc_due_at INTEGER` column (NULL: never due). A table
+ * created by an earlier release has none: the adapter adds it (`ALTER TABLE … ADD
+ * COLUMN gc_due_at INTEGER DEFAULT 0`), so every row written before is due at once
+ * and the first `gc` pass decodes each and deletes, prunes or indexes it as core says.
  */
 export function sqliteAdapter(
   db: { prepare(sql: string): unknown; exec(sql: string): unknown },
   options?: { table?: string; busyTimeoutMs?: number },
-): Adapter<number>;
+): GcAdapter<number>;
 
-/** Cloudflare D1 (`env.DB`); creates its table on first use unless `createTable: false`. */
-export function d1Adapter(d1: unknown, options?: { table?: string; createTable?: boolean }): Adapter<number>;
-/** The `CREATE TABLE` statement of the D1 adapter, for a migration. */
+/**
+ * Cloudflare D1 (`env.DB`); creates its table and GC index on first use, and adds
+ * `gc_due_at` to a table from an earlier release (as `sqliteAdapter`), unless
+ * `createTable: false` (then run `d1Schema`, or `d1Upgrade` for an old table, in a migration).
+ */
+export function d1Adapter(d1: unknown, options?: { table?: string; createTable?: boolean }): GcAdapter<number>;
+/** The D1 adapter's `CREATE TABLE` and `CREATE INDEX` statements, for a migration file. */
 export function d1Schema(table?: string): string;
+/**
+ * The statements that upgrade a table made by an earlier `d1Schema` (no
+ * `gc_due_at`), for a migration file: old rows get due time 0, so the first `gc`
+ * pass decodes them and indexes their real due time.
+ */
+export function d1Upgrade(table?: string): string;
 
 /**
  * A Durable Object's `ctx.storage`. `maxRecordBytes` defaults to the key-value
  * backend's 128 KiB value cap (less serialization headroom); a SQLite-backed class
- * may pass up to its 2 MB.
+ * may pass up to its 2 MB. Each due record has a second key
+ * `<prefix>gc:<due>:<id>`, written in the record's transaction; records written by
+ * an earlier release have none, so `gc` does not see them.
  */
-export function durableObjectAdapter(storage: unknown, options?: { prefix?: string; maxRecordBytes?: number }): Adapter<number>;
+export function durableObjectAdapter(storage: unknown, options?: { prefix?: string; maxRecordBytes?: number }): GcAdapter<number>;
 
 /**
  * Deno KV (`await Deno.openKv()`); records must fit in a 64 KiB KV value, so its
- * `maxRecordBytes` keeps larger response bodies out of the record.
+ * `maxRecordBytes` keeps larger response bodies out of the record. Each due record
+ * has a second key `[...prefix, "gc", due, id]`, set in the record's atomic
+ * operation; records written by an earlier release have none, so `gc` does not see them.
  */
-export function denoKvAdapter(kv: unknown, options?: { prefix?: unknown[] }): Adapter<string>;
+export function denoKvAdapter(kv: unknown, options?: { prefix?: unknown[] }): GcAdapter<string>;
 
 export interface PolicyOptions {
   /** How long a claim may execute before another attempt may take over (default 30 000). */
@@ -312,11 +386,50 @@ export interface Idempotency {
   resolve(target: { tenant: string; key: string }, applied: ResponseInput | null): Promise<RecordView>;
   /** The decoded record of a key, or null. */
   inspect(target: { tenant: string; key: string }): Promise<RecordView | null>;
+  /**
+   * One bounded GC pass at the idempotency's `clock` (DESIGN.md, retention): reads
+   * up to `maxBatch` (default 1000) due records from the adapter's `scan`, after
+   * the cursor `after` when given, and asks core about each. Completed and Released
+   * records past their record window are deleted; a Completed record past its
+   * replay window loses its response body (a retry then gets 410 response-expired
+   * with the resource reference, never a new execution). Running and Unknown
+   * records are never deleted, however old. Every write is conditional on the
+   * version scanned: a record that changed meanwhile is skipped, never overwritten.
+   *
+   * ```js
+   * // A Cron Trigger (Workers), a setInterval, a cron job: bounded work per run.
+   * let after;
+   * for (let pass = 0; pass < 10; pass++) {
+   *   const { more, next } = await idempotency.gc({ maxBatch: 500, after });
+   *   if (!more) break;
+   *   after = next; // go on after this page, past any record that was skipped
+   * }
+   * ```
+   */
+  gc(options?: { maxBatch?: number; after?: unknown }): Promise<GcReport>;
   /** The effective policy. */
   readonly policy: Readonly<Required<Omit<PolicyOptions, "storeRetryAfterSeconds">> & { effect: "local" | "external" }>;
 }
 
 export function createIdempotency(options: IdempotencyOptions): Idempotency;
+
+/** What one `gc` pass did. */
+export interface GcReport {
+  /** Completed records whose response body was dropped (replay window over). */
+  pruned: number;
+  /** Completed or Released records deleted (record window over). */
+  deleted: number;
+  /** Records that needed nothing yet but were indexed as due (rows from before due times were kept): their real due time is indexed now. */
+  reindexed: number;
+  /** Records that changed between the scan and the write (a lost race): left as they are; a later pass sees their new state. */
+  skipped: number;
+  /** Due entries whose bytes do not decode: left alone and counted, never a reason to stop. */
+  undecodable: number;
+  /** Whether another batch is waiting: call again (with `after: next` to go on after this page). */
+  more: boolean;
+  /** The cursor after this page, or null. */
+  next: unknown | null;
+}
 
 // ---- The client side: an action journal and `callWithRetry` (the twin of `idemkit call`).
 

@@ -13,6 +13,7 @@ import {
   sqliteAdapter,
   createIdempotency,
   d1Schema,
+  d1Upgrade,
   decodeRecord,
   fingerprint,
   IdemkitError,
@@ -24,6 +25,7 @@ import {
   type AttemptResult,
   type CallReport,
   type Claim,
+  type GcReport,
   type Journal,
   type RecordView,
 } from "idemkit";
@@ -41,6 +43,14 @@ const custom: Adapter<number> = {
   update: async (_id, _record, version) => ({ version: version + 1 }),
 };
 
+const whole: Adapter<number> = {
+  ...custom,
+  insert: async (_id, _record, meta) => (meta?.gcDueAt === null ? { version: 1 } : { version: 1 }),
+  delete: async (_id, version) => version > 0,
+  scan: async ({ gcDueBefore, limit, after }) => ({ entries: [{ id: "0a", record: new Uint8Array(), version: 1, gcDueAt: gcDueBefore }].slice(0, limit), next: after ?? null }),
+};
+void whole;
+
 const idem = createIdempotency({
   adapter: memoryAdapter(),
   operation: "payments.capture",
@@ -55,6 +65,14 @@ const idem = createIdempotency({
 createIdempotency({ adapter: custom, operation: "x", effect: "maybe", tenant: () => null });
 
 async function flow(): Promise<void> {
+  const report: GcReport = await idem.gc({ maxBatch: 10 });
+  const again = await idem.gc({ after: report.next });
+  const counts: number = again.pruned + again.deleted + again.skipped + again.undecodable + again.reindexed;
+  const more: boolean = again.more;
+  void counts;
+  void more;
+  // @ts-expect-error maxBatch is a number
+  await idem.gc({ maxBatch: "10" });
   const response: Response = await idem.handle(new Request("https://x.test"), async () => new Response("ok"));
   await idem.handle(new Request("https://x.test"), async (_request, execution) => {
     const logRef: string = execution.logRef;
@@ -136,4 +154,6 @@ void text;
 void fp;
 void agent;
 void d1Schema("t");
+const upgrade: string = d1Upgrade("t");
+void upgrade;
 void flow;
