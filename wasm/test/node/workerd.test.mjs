@@ -157,3 +157,8 @@ test("Workers example: the Cron Trigger's scheduled handler runs gc over D1: exp
   const left = await db.prepare("SELECT record FROM idemkit_records WHERE id = ?").bind(ids[12]).first();
   assert.equal(idemkit.decodeRecord(new Uint8Array(left.record)).state, "unknown");
 });
+
+test("workerd, D1: d1Schema and d1Upgrade run as migrations give a table GC works on, with createTable: false", async () => {
+  const result = await (await suite.dispatchFetch("http://suite/gc/d1-migrations")).json();
+  assert.deepEqual(result, { fresh: 1, upgraded: 1, indexes: ["migrated_new_gc_due", "migrated_old_gc_due"] });
+});

@@ -59,6 +59,34 @@ async function d1Upgrade(db) {
   return { columns, passes: passes.map(({ next, ...report }) => report), states };
 }
 
+/**
+ * The migration statements, run as a migration file would be (`DB.exec`), with
+ * adapters that create nothing: d1Schema for a new table, d1Upgrade for an old one.
+ */
+async function d1Migrations(db) {
+  const oldRow = async (adapter) => {
+    const clock = { now: 1_700_000_000_000 };
+    const idem = idemkit.createIdempotency({ adapter, operation: "o", effect: "local", tenant: () => "t", clock: () => clock.now, policy: { replayWindowMs: 1000, recordWindowMs: 2000 } });
+    await idem.complete(await idem.claim({ tenant: "t", key: "k", body: "{}" }), { status: 201, body: "x" });
+    clock.now += 5000;
+    return idem;
+  };
+  await db.exec(idemkit.d1Schema("migrated_new"));
+  const fresh = await oldRow(idemkit.d1Adapter(db, { table: "migrated_new", createTable: false }));
+  const freshReport = await fresh.gc();
+  await db.exec("CREATE TABLE migrated_old (id TEXT PRIMARY KEY NOT NULL, record BLOB NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID");
+  // A row the previous adapter wrote: no due time.
+  const scratch = idemkit.memoryAdapter();
+  await oldRow(scratch);
+  const id = idemkit.recordId("t", "o", "k");
+  await db.prepare("INSERT INTO migrated_old (id, record, version) VALUES (?, ?, 1)").bind(id, (await scratch.get(id)).record).run();
+  await db.exec(idemkit.d1Upgrade("migrated_old"));
+  const upgraded = idemkit.createIdempotency({ adapter: idemkit.d1Adapter(db, { table: "migrated_old", createTable: false }), operation: "o", effect: "local", tenant: () => "t", clock: () => 1_700_000_005_000 });
+  const upgradedReport = await upgraded.gc();
+  const indexes = async (table) => (await db.prepare(`PRAGMA index_list(${table})`).all()).results.map((i) => i.name).filter((n) => n.includes("gc"));
+  return { fresh: freshReport.deleted, upgraded: upgradedReport.deleted, indexes: [...(await indexes("migrated_new")), ...(await indexes("migrated_old"))] };
+}
+
 export default {
   async fetch(request, env) {
     const { pathname } = new URL(request.url);
@@ -76,6 +104,7 @@ export default {
       return idem.handle(request, slowHandler(() => env.DB.prepare("INSERT INTO executions VALUES (1)").run()));
     }
     if (pathname === "/gc/d1-upgrade") return Response.json(await d1Upgrade(env.DB));
+    if (pathname === "/gc/d1-migrations") return Response.json(await d1Migrations(env.DB));
     if (pathname === "/race/d1/executions") {
       return Response.json(await env.DB.prepare("SELECT COUNT(*) AS n FROM executions").first());
     }
