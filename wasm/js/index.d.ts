@@ -223,8 +223,9 @@ export function d1Upgrade(table?: string): string;
  * A Durable Object's `ctx.storage`. `maxRecordBytes` defaults to the key-value
  * backend's 128 KiB value cap (less serialization headroom); a SQLite-backed class
  * may pass up to its 2 MB. Each due record has a second key
- * `<prefix>gc:<due>:<id>`, written in the record's transaction; records written by
- * an earlier release have none, so `gc` does not see them.
+ * `<prefix>gc:<due>:<id>`, written in the record's transaction. Records written by
+ * an earlier release have none: `scan` first walks the rows (at most `limit` per
+ * call, progress under `<prefix>gc-backfill`) and indexes each as due at once.
  */
 export function durableObjectAdapter(storage: unknown, options?: { prefix?: string; maxRecordBytes?: number }): GcAdapter<number>;
 
@@ -232,7 +233,9 @@ export function durableObjectAdapter(storage: unknown, options?: { prefix?: stri
  * Deno KV (`await Deno.openKv()`); records must fit in a 64 KiB KV value, so its
  * `maxRecordBytes` keeps larger response bodies out of the record. Each due record
  * has a second key `[...prefix, "gc", due, id]`, set in the record's atomic
- * operation; records written by an earlier release have none, so `gc` does not see them.
+ * operation. Values written by an earlier release have none: `scan` first walks the
+ * records (at most `limit` per call, progress under `[...prefix, "gc-backfill"]`)
+ * and indexes each as due at once.
  */
 export function denoKvAdapter(kv: unknown, options?: { prefix?: unknown[] }): GcAdapter<string>;
 

@@ -8,7 +8,11 @@
 // GC index: a record whose GC is due has a second key `[...prefix, "gc", due, id]`,
 // set, moved and deleted in the same atomic operation as the record, so `scan`
 // lists the due records in (due, id) order. Values written before this index are
-// bare bytes without a GC key: they are read as before, GC does not see them.
+// bare bytes without a GC key: they are read as before, and `scan` first walks the
+// records (ids are hex, journal ids start with "action:", so all sort before
+// "gc"), at most `limit` per call, rewriting each bare value as due at 0 so GC
+// decodes it and indexes its real due time; the walk's progress is kept under
+// `[...prefix, "gc-backfill"]`.
 import { dueOf, scanLimit } from "./gc-index.js";
 
 // Local (SQLite-backed) KV refuses a commit with "database is locked" while another
@@ -59,6 +63,24 @@ export function denoKvAdapter(kv, options = {}) {
     if (due !== null && old !== due) op.set(gcKey(due, id), id);
     return op;
   }
+  const backfillKey = [...prefix, "gc-backfill"];
+  /** Indexes up to `limit` values written before the GC index as due at 0. */
+  async function backfill(limit) {
+    const state = (await kv.get(backfillKey)).value;
+    if (state === "done") return;
+    const listed = [];
+    const start = state?.after ? [...state.after, new Uint8Array()] : prefix;
+    for await (const entry of kv.list({ start, end: [...prefix, "gc"] }, { limit })) listed.push(entry);
+    for (const entry of listed) {
+      if (!(entry.value instanceof Uint8Array)) continue;
+      const id = entry.key[prefix.length];
+      // A value changed since the listing has its due time already: the check refuses.
+      await commit(() =>
+        kv.atomic().check({ key: entry.key, versionstamp: entry.versionstamp }).set(entry.key, { record: entry.value, gcDueAt: 0 }).set(gcKey(0, id), id),
+      );
+    }
+    await kv.set(backfillKey, listed.length < limit ? "done" : { after: listed[listed.length - 1].key });
+  }
   return {
     maxRecordBytes: KV_MAX_VALUE_BYTES - SERIALIZATION_HEADROOM,
     async get(id) {
@@ -90,6 +112,7 @@ export function denoKvAdapter(kv, options = {}) {
     },
     async scan(options) {
       const { gcDueBefore, limit, after } = scanLimit(options);
+      if (after === null) await backfill(limit);
       // Any key that extends `after` sorts after it and before the next one.
       const start = after === null ? [...prefix, "gc"] : [...after, new Uint8Array()];
       const listed = [];

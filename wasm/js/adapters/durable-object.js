@@ -5,8 +5,11 @@
 // GC index: a record whose GC is due at some time has a second key,
 // `<prefix>gc:<due, 16 digits>:<id>`, written, moved and deleted in the same
 // transaction as the record, so `scan` lists exactly the due records in (due, id)
-// order. Record ids are lowercase hex, so no id starts with `gc:`. Rows written
-// before the adapter kept this index have none: GC does not see them.
+// order. Record ids are lowercase hex (journal ids start with `action:`), so every
+// row sorts before `<prefix>gc`, and no id starts with it. Rows written before the
+// adapter kept this index have none: `scan` first walks the rows, at most `limit`
+// per call, and indexes each such row as due at 0, so GC decodes it and indexes its
+// real due time; the walk's progress is kept under `<prefix>gc-backfill`.
 //
 // A stored value is capped: 128 KiB with the key-value storage backend, 2 MB (key
 // and value) with the SQLite backend. The adapter assumes the smaller cap unless
@@ -39,6 +42,29 @@ export function durableObjectAdapter(storage, options = {}) {
     throw new TypeError("durableObjectAdapter: maxRecordBytes must be a positive integer");
   }
   const gcPrefix = `${prefix}gc:`;
+  const backfillKey = `${prefix}gc-backfill`;
+  /** Indexes up to `limit` rows written before the GC index as due at 0. */
+  async function backfill(limit) {
+    const state = await storage.get(backfillKey);
+    if (state === "done") return;
+    const listed = await storage.list({
+      ...(state?.after ? { startAfter: state.after } : { start: prefix }),
+      end: `${prefix}gc`,
+      limit,
+    });
+    for (const [key, row] of listed) {
+      if (row?.gcDueAt !== undefined) continue;
+      const id = key.slice(prefix.length);
+      await storage.transaction(async (txn) => {
+        const current = await txn.get(key);
+        if (current === undefined || current.gcDueAt !== undefined) return;
+        await txn.put(key, { ...current, gcDueAt: 0 });
+        await txn.put(gcKey(0, id), id);
+      });
+    }
+    const keys = [...listed.keys()];
+    await storage.put(backfillKey, keys.length < limit ? "done" : { after: keys[keys.length - 1] });
+  }
   const gcKey = (due, id) => `${gcPrefix}${padded(due)}:${id}`;
   /** Writes the record row and moves its GC key, inside `txn`. */
   async function write(txn, id, record, version, before, meta) {
@@ -80,6 +106,7 @@ export function durableObjectAdapter(storage, options = {}) {
     },
     async scan(options) {
       const { gcDueBefore, limit, after } = scanLimit(options);
+      if (after === null) await backfill(limit);
       const listed = await storage.list({
         ...(after === null ? { start: gcPrefix } : { startAfter: after }),
         end: `${gcPrefix}${padded(gcDueBefore + 1)}`,

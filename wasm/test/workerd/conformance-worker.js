@@ -4,6 +4,7 @@ import * as idemkit from "idemkit";
 import { run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
+import { legacyRowsAreCollected } from "../gc-legacy.js";
 
 let tables = 0;
 
@@ -95,7 +96,7 @@ export default {
       const cases = [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)];
       return Response.json(await run(cases));
     }
-    if (pathname === "/conformance/do" || pathname.startsWith("/race/do")) {
+    if (pathname === "/conformance/do" || pathname.startsWith("/race/do") || pathname === "/gc/do-legacy") {
       return env.SUITE.get(env.SUITE.idFromName("suite")).fetch(request);
     }
     if (pathname === "/race/d1") {
@@ -126,6 +127,14 @@ export class Suite {
     }
     if (pathname === "/race/do/executions") {
       return Response.json({ n: (await this.storage.get("executions")) ?? 0 });
+    }
+    if (pathname === "/gc/do-legacy") {
+      // The previous adapter's rows: `{ record, version }` under `<prefix><id>`.
+      const prefix = "legacy:";
+      const total = await legacyRowsAreCollected(idemkit, idemkit.durableObjectAdapter(this.storage, { prefix }), (id, record) =>
+        this.storage.put(prefix + id, { record, version: 1 }),
+      );
+      return Response.json(total);
     }
     const make = () => idemkit.durableObjectAdapter(this.storage, { prefix: `case${this.prefixes++}:` });
     const cases = [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)];
