@@ -21,6 +21,11 @@
 //! takes the current bytes and returns the bytes to write. A JavaScript object is
 //! never turned back into a record, so JavaScript cannot forge a state.
 //!
+//! GC (DESIGN.md, retention): every write passes [`gc_due_at`] of its bytes to the
+//! adapter, which indexes it; `idempotency.gc()` scans the due records and asks
+//! [`gc_record`] about each (keep, prune the body, or delete), then writes or
+//! deletes on the version it read.
+//!
 //! ## Layout
 //!
 //! - this file: the exported functions, named in camelCase for JavaScript;
