@@ -889,6 +889,20 @@ mod tests {
     }
 
     #[test]
+    fn gc_due_times_stay_safe_integers() {
+        assert_eq!(gc_due_millis(None), None);
+        assert_eq!(
+            gc_due_millis(Some(UnixMillis::from_millis(1_700_000_000_000))),
+            Some(1_700_000_000_000.0)
+        );
+        // A window of "forever" saturates: indexed at 2^53 - 1, exact in a double.
+        assert_eq!(
+            gc_due_millis(Some(UnixMillis::from_millis(u64::MAX))),
+            Some(9_007_199_254_740_991.0)
+        );
+    }
+
+    #[test]
     fn profiles_by_name() {
         assert_eq!(profile_from_str("strict"), Some(Profile::Strict));
         assert_eq!(profile_from_str("rfc8785"), Some(Profile::Rfc8785));
