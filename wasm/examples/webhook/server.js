@@ -42,7 +42,7 @@ export function createWebhookServer({ db, apply }) {
     return Response.json({ received: true, type: event.type }, { status: 200 });
   };
 
-  return createServer(async (req, res) => {
+  const server = createServer(async (req, res) => {
     try {
       const chunks = [];
       for await (const chunk of req) chunks.push(chunk);
@@ -62,6 +62,9 @@ export function createWebhookServer({ db, apply }) {
       res.end(`internal error: ${err.message}`);
     }
   });
+  // For the GC timer below (and tests): the idempotency the server answers with.
+  server.idempotency = idem;
+  return server;
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
@@ -69,4 +72,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   server.listen(Number(process.env.PORT ?? 8787), "127.0.0.1", () => {
     console.log(`webhook receiver on http://127.0.0.1:${server.address().port}/webhooks/payments`);
   });
+  // Hourly, one bounded GC pass: records past their windows go (never Running or
+  // Unknown ones), so the SQLite file does not grow without end.
+  setInterval(() => server.idempotency.gc().catch((err) => console.error(`gc failed: ${err.message}`)), 60 * 60 * 1000).unref();
 }
