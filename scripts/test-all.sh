@@ -52,6 +52,15 @@ cargo fmt --all --check
 step "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
+step "lean builds: idemkit-core without std, idemkit without the CLI"
+# core is #![no_std]; its default `std` feature only gives blake3 run-time SIMD
+# detection. An embedder's `idemkit --no-default-features` pulls no CLI crates.
+cargo clippy -p idemkit-core -p idemkit --no-default-features --locked -- -D warnings
+if cargo tree -p idemkit --no-default-features -e normal --locked | grep -E '(clap|ureq|httpdate) v'; then
+  echo "test-all: FAIL: idemkit --no-default-features depends on a CLI crate (above)" >&2
+  exit 1
+fi
+
 step "cargo test"
 cargo test --workspace --locked
 
