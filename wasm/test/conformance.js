@@ -768,6 +768,25 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.ok((await adapter.insert("0a03", new Uint8Array([3]))) !== null);
     }],
 
+    ["adapter seam: versions never repeat for an id, even after its record was deleted", async () => {
+      const adapter = await makeAdapter();
+      const seen = new Set();
+      for (let life = 0; life < 3; life++) {
+        const first = (await adapter.insert("0a04", new Uint8Array([life]))).version;
+        const second = (await adapter.update("0a04", new Uint8Array([life, 1]), first)).version;
+        for (const v of [first, second]) {
+          assert.ok(!seen.has(String(v)), `version ${v} came back after a delete`);
+          seen.add(String(v));
+        }
+        // A holder of the deleted record's version can neither write nor delete the next one.
+        assert.equal(await adapter.delete("0a04", second), true);
+        const next = (await adapter.insert("0a04", new Uint8Array([9]))).version;
+        assert.equal(await adapter.update("0a04", new Uint8Array([8]), first), null, "stale update after delete");
+        assert.equal(await adapter.delete("0a04", second), false, "stale delete after delete");
+        assert.equal(await adapter.delete("0a04", next), true);
+      }
+    }],
+
     ["adapter seam: scan lists due records in (due, id) order, at most limit, paged by its cursor", async () => {
       const adapter = await makeAdapter();
       const due = { "0a": 300, "0b": 100, "0c": 100, "0d": 200, "0e": null, "0f": 500, "1a": 300 };

@@ -3,7 +3,7 @@
 // UPDATE … WHERE version = ? (compare-and-set) and DELETE … WHERE version = ?
 // (delete-if-version); `meta.changes` says who won. The indexed `gc_due_at`
 // column (NULL: never due) lets GC read only the records whose time has come.
-import { dueOf, pageOf, scanLimit } from "./gc-index.js";
+import { dueOf, firstVersion, pageOf, scanLimit } from "./gc-index.js";
 
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -89,11 +89,12 @@ export function d1Adapter(d1, options = {}) {
     },
     async insert(id, record, meta) {
       await ensure();
+      const version = firstVersion();
       const result = await d1
-        .prepare(`INSERT INTO ${table} (id, record, version, gc_due_at) VALUES (?, ?, 1, ?) ON CONFLICT (id) DO NOTHING`)
-        .bind(id, record, dueOf(meta))
+        .prepare(`INSERT INTO ${table} (id, record, version, gc_due_at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`)
+        .bind(id, record, version, dueOf(meta))
         .run();
-      return result.meta.changes === 1 ? { version: 1 } : null;
+      return result.meta.changes === 1 ? { version } : null;
     },
     async update(id, record, version, meta) {
       await ensure();

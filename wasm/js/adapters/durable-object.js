@@ -15,7 +15,7 @@
 // and value) with the SQLite backend. The adapter assumes the smaller cap unless
 // told otherwise (`maxRecordBytes`), and createIdempotency keeps no response body
 // that would make a record larger (answered once; a retry gets 410).
-import { dueOf, scanLimit } from "./gc-index.js";
+import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
 
 const KV_BACKEND_MAX_VALUE_BYTES = 128 * 1024;
 // The value is `{ record, version, gcDueAt }` in V8 serialization: tags, three
@@ -83,8 +83,9 @@ export function durableObjectAdapter(storage, options = {}) {
     async insert(id, record, meta) {
       return storage.transaction(async (txn) => {
         if ((await txn.get(prefix + id)) !== undefined) return null;
-        await write(txn, id, record, 1, undefined, meta);
-        return { version: 1 };
+        const version = firstVersion();
+        await write(txn, id, record, version, undefined, meta);
+        return { version };
       });
     },
     async update(id, record, version, meta) {

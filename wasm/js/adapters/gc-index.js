@@ -16,6 +16,27 @@ export function dueOf(meta) {
   return due;
 }
 
+let lastFirstVersion = 0;
+
+/**
+ * The version an insert gives a new record. Versions never repeat for a key,
+ * even after GC deleted its record (DESIGN.md, "Retention"): a compare-and-set
+ * or a GC delete still holding a deleted record's version must never match the
+ * record that replaced it (two GC passes overlapping around a new claim would
+ * otherwise delete the new, live record). A deleted record's versions began at
+ * its own insert, at least a record window earlier, and grew by one per write;
+ * a new one begins at the time in milliseconds × 1024 (below 2^53 until the
+ * year 2248), above them as long as clocks agree to within the record window
+ * and a record sees fewer writes than 1024 per millisecond it lives.
+ * @returns {number}
+ */
+export function firstVersion() {
+  // 1024 apart within a process too, so an id deleted and inserted again in
+  // the same millisecond (tests do) still begins above its old versions.
+  lastFirstVersion = Math.max(Date.now() * 1024, lastFirstVersion + 1024);
+  return lastFirstVersion;
+}
+
 /**
  * `scan`'s options, checked: `gcDueBefore` (inclusive, milliseconds), `limit` (a
  * positive integer) and `after` (the `next` of the previous page, or undefined).

@@ -4,7 +4,7 @@
 // JavaScript's single thread. `scan` sorts the due records on each call (fine for
 // the record counts a process keeps in memory).
 
-import { dueOf, scanLimit } from "./gc-index.js";
+import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
 
 /**
  * @returns {import("../index.d.ts").Adapter & { size(): number }}
@@ -19,8 +19,9 @@ export function memoryAdapter() {
     },
     async insert(id, record, meta) {
       if (records.has(id)) return null;
-      records.set(id, { record: record.slice(), version: 1, gcDueAt: dueOf(meta) });
-      return { version: 1 };
+      const version = firstVersion();
+      records.set(id, { record: record.slice(), version, gcDueAt: dueOf(meta) });
+      return { version };
     },
     async update(id, record, version, meta) {
       const row = records.get(id);

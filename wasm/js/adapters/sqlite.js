@@ -15,7 +15,7 @@
 // adapter sets a busy timeout (default 5 s) when none is set; better-sqlite3's own
 // `timeout` option (default 5 s) is kept.
 
-import { dueOf, pageOf, scanLimit } from "./gc-index.js";
+import { dueOf, firstVersion, pageOf, scanLimit } from "./gc-index.js";
 
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
@@ -94,7 +94,7 @@ export function sqliteAdapter(db, options = {}) {
   db.exec(`CREATE INDEX IF NOT EXISTS ${table}_gc_due ON ${table} (gc_due_at, id) WHERE gc_due_at IS NOT NULL`);
   const select = db.prepare(`SELECT record, version FROM ${table} WHERE id = ?`);
   const insert = db.prepare(
-    `INSERT INTO ${table} (id, record, version, gc_due_at) VALUES (?, ?, 1, ?) ON CONFLICT (id) DO NOTHING`,
+    `INSERT INTO ${table} (id, record, version, gc_due_at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
   );
   const update = db.prepare(
     `UPDATE ${table} SET record = ?, version = version + 1, gc_due_at = ? WHERE id = ? AND version = ?`,
@@ -110,7 +110,8 @@ export function sqliteAdapter(db, options = {}) {
       return { record: new Uint8Array(row.record), version: Number(row.version) };
     },
     async insert(id, record, meta) {
-      return insert.run(id, record, dueOf(meta)).changes === 1 ? { version: 1 } : null;
+      const version = firstVersion();
+      return insert.run(id, record, version, dueOf(meta)).changes === 1 ? { version } : null;
     },
     async update(id, record, version, meta) {
       return update.run(record, dueOf(meta), id, version).changes === 1 ? { version: version + 1 } : null;
