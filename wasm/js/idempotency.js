@@ -26,6 +26,13 @@ const RECORD_BACKOFF_MS = 25;
 /** The default longest execution whose lease is renewed: 15 minutes. */
 const DEFAULT_MAX_EXECUTION_MS = 15 * 60 * 1000;
 
+/**
+ * The adapter row that keeps the store's token floor (the highest fencing token
+ * of any record GC deleted, as decimal text). Record ids are hex digests, so it
+ * cannot collide with one; it is written never due, so GC never scans it.
+ */
+const TOKEN_FLOOR_ID = "idemkit:token-floor";
+
 /** Whether a store failure may pass (the adapter threw), as opposed to a refusal. */
 function transientStoreError(err) {
   return err instanceof IdemkitError && err.code === "store-unavailable";
@@ -181,8 +188,11 @@ export function createIdempotency(options) {
     const claimOwner = owner ?? crypto.randomUUID();
     for (let race = 0; race < maxRaces(); race++) {
       const current = await storeCall(() => adapter.get(id));
+      // A fresh record's tokens start above every token of a record GC deleted
+      // (read after the record: GC raises the floor before it deletes).
+      const floor = current ? undefined : await readTokenFloor();
       const decision = wasmCall(() =>
-        wasm.claim(current?.record, fp.value, fp.scheme, fp.bodyOnly ?? undefined, claimOwner, policy, clock()),
+        wasm.claim(current?.record, fp.value, fp.scheme, fp.bodyOnly ?? undefined, claimOwner, policy, clock(), floor),
       );
       const base = { ...decision, id, logRef: ref, owner: claimOwner };
       delete base.write;
@@ -304,6 +314,28 @@ export function createIdempotency(options) {
    * due times) that needs nothing yet gets its real due time indexed. Bytes that do
    * not decode are counted and left alone, never a reason to stop.
    */
+  /** The store's token floor: the highest token of any record GC deleted (0n when none). */
+  async function readTokenFloor() {
+    const row = await storeCall(() => adapter.get(TOKEN_FLOOR_ID));
+    return row === null ? 0n : BigInt(fromUtf8.decode(row.record));
+  }
+
+  /** Raises the token floor to at least `token` (compare-and-set; a lost race reads again). */
+  async function raiseTokenFloor(token) {
+    for (let race = 0; race < maxRaces(); race++) {
+      const row = await storeCall(() => adapter.get(TOKEN_FLOOR_ID));
+      const floor = row === null ? 0n : BigInt(fromUtf8.decode(row.record));
+      if (floor >= token) return;
+      const bytes = utf8.encode(String(token));
+      // Never due: the floor row is not a record, GC must not see it.
+      const written = await storeCall(() =>
+        row === null ? adapter.insert(TOKEN_FLOOR_ID, bytes, { gcDueAt: null }) : adapter.update(TOKEN_FLOOR_ID, bytes, row.version, { gcDueAt: null }),
+      );
+      if (written) return;
+    }
+    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on the token floor`);
+  }
+
   async function gc({ maxBatch = 1000, after } = {}) {
     for (const method of ["delete", "scan"]) {
       if (typeof adapter[method] !== "function") {
@@ -330,6 +362,10 @@ export function createIdempotency(options) {
       }
       let done;
       if (step.action === "delete") {
+        // Before the record goes: a claim that then finds no record reads a
+        // floor at least this record's last token (DESIGN.md: tokens never
+        // repeat for a key, even after its record was deleted).
+        await raiseTokenFloor(step.lastToken);
         done = await storeCall(() => adapter.delete(id, version));
         if (done) report.deleted++;
       } else if (step.action === "pruneBody") {

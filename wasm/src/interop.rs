@@ -629,7 +629,12 @@ pub fn gc_due_millis(due: Option<UnixMillis>) -> Option<f64> {
 /// `null`), `gcDueAt` the due time of the record left behind (`null`: never due,
 /// or deleted).
 #[must_use]
-pub fn gc_step(action: GcAction, write: Option<&[u8]>, gc_due_at: Option<UnixMillis>) -> JsValue {
+pub fn gc_step(
+    action: GcAction,
+    write: Option<&[u8]>,
+    gc_due_at: Option<UnixMillis>,
+    last_token: u64,
+) -> JsValue {
     let name = match action {
         GcAction::Keep => "keep",
         GcAction::PruneBody => "pruneBody",
@@ -639,6 +644,7 @@ pub fn gc_step(action: GcAction, write: Option<&[u8]>, gc_due_at: Option<UnixMil
         .set("action", name)
         .set_opt("write", write.map(bytes))
         .set_opt("gcDueAt", gc_due_millis(gc_due_at))
+        .set("lastToken", last_token)
         .build()
 }
 

@@ -216,9 +216,15 @@ pub fn fingerprint_request(
 ///
 /// Returns `{ outcome, write?, ... }` (see `interop::claim_decision`): the adapter
 /// writes `write` with insert-if-absent (no `existing`) or compare-and-set on the
-/// version it read, and only then acts on `outcome`.
+/// version it read, and only then acts on `outcome`. `tokenFloor` (a BigInt, or
+/// `undefined` for 0) is the highest fencing token of any record GC deleted: a
+/// fresh record's first token is above it, so tokens never repeat for a key.
 #[wasm_bindgen]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a flat JS call: the handler passes what it read and computed, positionally"
+)]
 pub fn claim(
     existing: Option<Vec<u8>>,
     fingerprint: &str,
@@ -227,6 +233,7 @@ pub fn claim(
     owner: &str,
     policy: &JsValue,
     now: f64,
+    token_floor: Option<u64>,
 ) -> JsResult<JsValue> {
     let existing = existing.as_deref().map(decode).transpose()?;
     let value = fingerprint.parse::<Fingerprint>().map_err(interop::error)?;
@@ -255,7 +262,13 @@ pub fn claim(
         owner: owner.to_owned(),
     };
     let policy = interop::policy(policy)?;
-    let decision = machine::claim(existing.as_ref(), &request, &policy, interop::now(now)?);
+    let decision = machine::claim_above(
+        existing.as_ref(),
+        &request,
+        &policy,
+        interop::now(now)?,
+        token_floor.unwrap_or(0),
+    );
     interop::claim_decision(&decision)
 }
 
@@ -457,13 +470,19 @@ pub fn gc_due_at(record: &[u8]) -> JsResult<Option<f64>> {
 pub fn gc_record(record: &[u8], now: f64) -> JsResult<JsValue> {
     let record = decode(record)?;
     let action = machine::gc(&record, interop::now(now)?);
+    let last_token = record.last_token.get();
     Ok(match action {
-        machine::GcAction::Keep => interop::gc_step(action, None, record.gc_due_at()),
+        machine::GcAction::Keep => interop::gc_step(action, None, record.gc_due_at(), last_token),
         machine::GcAction::PruneBody => {
             let pruned = machine::prune_body(&record);
-            interop::gc_step(action, Some(&pruned.encode()), pruned.gc_due_at())
+            interop::gc_step(
+                action,
+                Some(&pruned.encode()),
+                pruned.gc_due_at(),
+                last_token,
+            )
         }
-        machine::GcAction::Delete => interop::gc_step(action, None, None),
+        machine::GcAction::Delete => interop::gc_step(action, None, None, last_token),
     })
 }
 

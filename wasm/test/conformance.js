@@ -841,6 +841,28 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(`${idle.deleted}/${idle.pruned}/${idle.more}`, "0/0/false");
     }],
 
+    ["tokens never repeat for a key after gc deleted its record: the next claim starts above the deleted record's last token", async () => {
+      const { idem, clock } = await setup({ effect: "local", policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });
+      // Two leases on one record: the first expires and is taken over (token 2), which completes.
+      const first = await idem.claim(claimInput("k-t"));
+      assert.equal(first.token, 1n);
+      clock.now += 31 * SECOND;
+      const second = await idem.claim(claimInput("k-t"));
+      assert.equal(second.token, 2n);
+      await idem.complete(second, { status: 201, body: new TextEncoder().encode("{}") });
+      clock.now += 121 * SECOND;
+      assert.equal((await idem.gc()).deleted, 1);
+      const fresh = await idem.claim(claimInput("k-t"));
+      assert.equal(fresh.outcome, "execute");
+      assert.equal(fresh.token, 3n, "a worker still holding token 1 or 2 can never present a current token");
+      // Another key never had a record deleted: it starts above the floor too (one floor per store).
+      assert.ok((await idem.claim(claimInput("k-other"))).token > 2n);
+      // The floor row is no record: later passes neither scan nor count it.
+      clock.now += 1000 * SECOND;
+      const later = await idem.gc();
+      assert.equal(later.undecodable, 0);
+    }],
+
     ["gc prunes a completed record's body after its replay window; it still answers 410, never a new execution", async () => {
       const { idem, clock, counter, handler } = await setup({ policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });
       await idem.handle(request("k-1"), handler);

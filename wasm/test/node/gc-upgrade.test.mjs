@@ -110,7 +110,12 @@ test("an old-schema SQLite file opens with gc_due_at added, and the first GC pas
   assert.equal(`${late.deleted}/${late.pruned}`, "2/0");
   assert.equal((await idem.inspect(claimOf("unknown"))).state, "unknown", "years later, still there");
   assert.equal((await idem.inspect(claimOf("running"))).state, "running");
-  assert.equal(db.prepare("SELECT COUNT(*) AS n FROM idemkit_records").get().n, 3, "unknown, running, the journal entry");
+  assert.equal(db.prepare("SELECT COUNT(*) AS n FROM idemkit_records").get().n, 4, "unknown, running, the journal entry, the token floor");
+  // GC raised the token floor above every deleted record's last token, and kept it out of its index.
+  assert.deepEqual(
+    db.prepare("SELECT record, gc_due_at FROM idemkit_records WHERE id = 'idemkit:token-floor'").all().map((r) => [Buffer.from(r.record).toString(), r.gc_due_at]),
+    [["1", null]],
+  );
 });
 
 test("the SQLite adapter's scan walks the gc_due_at index in its order, without sorting", () => {
