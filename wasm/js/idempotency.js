@@ -314,18 +314,19 @@ export function createIdempotency(options) {
    * due times) that needs nothing yet gets its real due time indexed. Bytes that do
    * not decode are counted and left alone, never a reason to stop.
    */
-  /** The store's token floor: the highest token of any record GC deleted (0n when none). */
+  /** The token floor in the floor row as read (0n when there is none). */
+  const floorOf = (row) => (row === null ? 0n : BigInt(fromUtf8.decode(row.record)));
+
+  /** The store's token floor: the highest token of any record GC deleted. */
   async function readTokenFloor() {
-    const row = await storeCall(() => adapter.get(TOKEN_FLOOR_ID));
-    return row === null ? 0n : BigInt(fromUtf8.decode(row.record));
+    return floorOf(await storeCall(() => adapter.get(TOKEN_FLOOR_ID)));
   }
 
   /** Raises the token floor to at least `token` (compare-and-set; a lost race reads again). */
   async function raiseTokenFloor(token) {
     for (let race = 0; race < maxRaces(); race++) {
       const row = await storeCall(() => adapter.get(TOKEN_FLOOR_ID));
-      const floor = row === null ? 0n : BigInt(fromUtf8.decode(row.record));
-      if (floor >= token) return;
+      if (floorOf(row) >= token) return;
       const bytes = utf8.encode(String(token));
       // Never due: the floor row is not a record, GC must not see it.
       const written = await storeCall(() =>

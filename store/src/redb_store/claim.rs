@@ -9,19 +9,35 @@ use idemkit_core::machine::{
 use idemkit_core::record::{EffectKind, FencingToken, Record, Step, StoredResponse, UnknownReason};
 use idemkit_core::{IdempotencyKey, LogRef, RecordId, RequestFingerprint, Scope, UnixMillis};
 
-use super::Store;
-use super::error::StorageError;
-use super::error::{ClaimError, TxError, WorkerError};
 use redb::ReadableTable;
 
-use super::records::{Tables, decode, token_floor};
-use super::tables::{META, META_TOKEN_FLOOR, RECORDS};
+use super::Store;
+use super::error::{ClaimError, StorageError, TxError, WorkerError};
+use super::records::{Tables, decode, token_floor, token_floor_in};
+use super::tables::{META, RECORDS};
 
 /// A committed state of one record, read outside the writer.
 struct Snapshot {
     bytes: Option<Vec<u8>>,
     record: Option<Record>,
     token_floor: u64,
+}
+
+/// What a decision taken on a [`Snapshot`] asks of the store.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "lives for one loop iteration; its record is written as it is"
+)]
+enum Decided<T> {
+    /// Answer now: nothing to write (a replay, a refusal, no change).
+    Answer(T),
+    /// Write `next` if the record (and, with `check_floor`, the token floor) is
+    /// still the one decided on, then answer.
+    Write {
+        next: Record,
+        check_floor: bool,
+        answer: T,
+    },
 }
 
 /// The answer to [`Store::claim`]. Only [`Claim::Execute`] lets the caller run
@@ -147,24 +163,17 @@ impl Store {
                 .map_err(|e| ClaimError::Storage(super::StorageError::Postgres(e)));
         }
         self.injected_failure()?;
-        let op = Op::Claim {
-            request: ClaimRequest {
-                fingerprint,
-                owner: owner.to_owned(),
-            },
-            token_floor: 0,
+        let request = ClaimRequest {
+            fingerprint,
+            owner: owner.to_owned(),
         };
-        for _ in 0..MAX_ATTEMPTS {
-            let snapshot = self.snapshot(id)?;
-            // Only a fresh record needs the floor (an expired one continues its
-            // own counter, which the floor may still exceed).
-            let uses_floor = snapshot.record.as_ref().is_none_or(|r| r.is_expired(now));
-            let op = match &op {
-                Op::Claim { request, .. } if uses_floor => Op::Claim {
-                    request: request.clone(),
-                    token_floor: snapshot.token_floor,
-                },
-                _ => op.clone(),
+        self.read_decide_write(id, |snapshot| {
+            // The floor counts only for a fresh record (an expired one
+            // continues its own counter, which the floor may still exceed);
+            // the write then checks it is unchanged.
+            let op = Op::Claim {
+                request: request.clone(),
+                token_floor: snapshot.token_floor,
             };
             let decision =
                 machine::apply(snapshot.record.as_ref(), &op, policy, now).map_err(|e| {
@@ -178,22 +187,46 @@ impl Store {
                 }
                 .into());
             };
-            let next = match decision.write {
+            match decision.write {
                 // A replay, a request in flight, a mismatch, an uncertain or an
                 // expired outcome: answered from the snapshot, outside the
                 // write queue (nothing to make durable).
-                Write::Keep => return Ok((outcome, None)),
-                Write::Put(next) => next,
-                Write::Delete => {
-                    return Err(StorageError::Corrupt {
-                        detail: "a claim decided to delete its record".into(),
-                    }
-                    .into());
+                Write::Keep => Ok(Decided::Answer((outcome, None))),
+                Write::Put(next) => Ok(Decided::Write {
+                    check_floor: snapshot.record.as_ref().is_none_or(|r| r.is_expired(now)),
+                    answer: (outcome, Some(next.effect)),
+                    next,
+                }),
+                Write::Delete => Err(StorageError::Corrupt {
+                    detail: "a claim decided to delete its record".into(),
                 }
-            };
-            let effect = next.effect;
-            if self.put_if_unchanged(id, snapshot, next, uses_floor)? {
-                return Ok((outcome, Some(effect)));
+                .into()),
+            }
+        })
+    }
+
+    /// The one loop of every claim and transition: read a snapshot, let
+    /// `decide` take its decision on it, and commit a write as a conditional
+    /// write; a lost condition reads and decides again, at most
+    /// [`MAX_ATTEMPTS`] times, then [`StorageError::Contention`].
+    fn read_decide_write<T, E: From<StorageError>>(
+        &self,
+        id: &RecordId,
+        mut decide: impl FnMut(&Snapshot) -> Result<Decided<T>, E>,
+    ) -> Result<T, E> {
+        for _ in 0..MAX_ATTEMPTS {
+            let snapshot = self.snapshot(id)?;
+            match decide(&snapshot)? {
+                Decided::Answer(answer) => return Ok(answer),
+                Decided::Write {
+                    next,
+                    check_floor,
+                    answer,
+                } => {
+                    if self.put_if_unchanged(id, snapshot, next, check_floor)? {
+                        return Ok(answer);
+                    }
+                }
             }
         }
         Err(StorageError::Contention {
@@ -219,11 +252,7 @@ impl Store {
                 .as_deref()
                 .map(|b| decode(id.as_bytes(), b))
                 .transpose()?;
-            let meta = txn.open_table(META)?;
-            let token_floor = meta
-                .get(META_TOKEN_FLOOR)?
-                .and_then(|b| <[u8; 8]>::try_from(b.value()).ok())
-                .map_or(0, u64::from_le_bytes);
+            let token_floor = token_floor_in(&txn.open_table(META)?)?;
             Ok(Snapshot {
                 bytes,
                 record,
@@ -284,8 +313,7 @@ impl Store {
         }
         self.injected_failure()?;
         let log_ref = id.log_ref();
-        for _ in 0..MAX_ATTEMPTS {
-            let snapshot = self.snapshot(id)?;
+        self.read_decide_write(id, |snapshot| {
             let existing = snapshot
                 .record
                 .as_ref()
@@ -295,19 +323,15 @@ impl Store {
             // the write queue, so they can never abort a group of other writes.
             let (write, answer) =
                 decide(existing, now).map_err(|error| TxError::Rejected { log_ref, error })?;
-            let next = match write {
-                Some(next) if next != *existing => next,
-                _ => return Ok(answer),
-            };
-            if self.put_if_unchanged(id, snapshot, next, false)? {
-                return Ok(answer);
-            }
-        }
-        Err(StorageError::Contention {
-            log_ref,
-            attempts: MAX_ATTEMPTS,
-        }
-        .into())
+            Ok(match write {
+                Some(next) if next != *existing => Decided::Write {
+                    next,
+                    check_floor: false,
+                    answer,
+                },
+                _ => Decided::Answer(answer),
+            })
+        })
     }
 
     pub(crate) fn complete_at(

@@ -79,7 +79,14 @@ impl<'txn> Tables<'txn> {
 
 /// The store's token floor (see [`META_TOKEN_FLOOR`]); 0 until GC deleted a record.
 pub(crate) fn token_floor(txn: &WriteTransaction) -> Result<u64, StorageError> {
-    let meta = txn.open_table(META)?;
+    token_floor_in(&txn.open_table(META)?)
+}
+
+/// The token floor as stored in the meta table (of a read or a write
+/// transaction).
+pub(crate) fn token_floor_in(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<u64, StorageError> {
     let floor = meta.get(META_TOKEN_FLOOR)?;
     Ok(floor
         .and_then(|bytes| <[u8; 8]>::try_from(bytes.value()).ok())

@@ -139,8 +139,7 @@ fn principal(rule: &TenantRule) -> impl Fn(&Parts) -> Option<String> + Send + Sy
     }
 }
 
-fn forwarder(forward: Forward) -> MethodRouter {
-    let forward = Arc::new(forward);
+fn forwarder(forward: Arc<Forward>) -> MethodRouter {
     axum::routing::any(move |request: Request<Body>| {
         let forward = Arc::clone(&forward);
         async move { forward.send(request).await }
@@ -149,18 +148,21 @@ fn forwarder(forward: Forward) -> MethodRouter {
 
 /// The router: one method router per configured path, each configured method
 /// behind its idempotency layer, every other method and path passed through.
-fn app(config: &ProxyConfig, store: &Store, metrics: &Arc<Metrics>, upstream: &Upstream) -> Router {
-    let passthrough = Forward {
-        upstream: upstream.clone(),
-        timeout: config.upstream_timeout,
-        forward_key: true,
-    };
+/// `passthrough` is the worker's one pass-through forwarder; its upstream
+/// (the worker's connection pool) serves every route.
+fn app(
+    config: &ProxyConfig,
+    store: &Store,
+    metrics: &Arc<Metrics>,
+    passthrough: &Arc<Forward>,
+) -> Router {
+    let upstream = &passthrough.upstream;
     let mut paths: Vec<&str> = config.routes.iter().map(|r| r.path.as_str()).collect();
     paths.sort_unstable();
     paths.dedup();
     let mut router = Router::new();
     for path in paths {
-        let mut methods = MethodRouter::new().fallback_service(forwarder(passthrough.clone()));
+        let mut methods = MethodRouter::new().fallback_service(forwarder(Arc::clone(passthrough)));
         for route in config.routes.iter().filter(|r| r.path == path) {
             let mut rc = RouteConfig::new(route.operation.clone(), route.effect)
                 .fingerprint(route.spec.clone())
@@ -186,11 +188,11 @@ fn app(config: &ProxyConfig, store: &Store, metrics: &Arc<Metrics>, upstream: &U
                 rc = rc.store_retry_after(after);
             }
             rc = rc.on_disconnect(route.on_disconnect);
-            let forward = forwarder(Forward {
+            let forward = forwarder(Arc::new(Forward {
                 upstream: upstream.clone(),
                 timeout: route.upstream_timeout,
                 forward_key: route.forward_key,
-            });
+            }));
             let service = tower::Layer::layer(&IdempotencyLayer::new(store.clone(), rc), forward);
             let Ok(filter) = axum::routing::MethodFilter::try_from(route.method.clone()) else {
                 // config.rs accepted only methods a filter exists for.
@@ -200,7 +202,7 @@ fn app(config: &ProxyConfig, store: &Store, metrics: &Arc<Metrics>, upstream: &U
         }
         router = router.route(path, methods);
     }
-    router.fallback_service(forwarder(passthrough))
+    router.fallback_service(forwarder(Arc::clone(passthrough)))
 }
 
 /// What a worker's connections dispatch to.
@@ -394,17 +396,17 @@ async fn worker(
     );
     keep_the_next_timer_close(&shared.config);
     // One pool of upstream connections per worker, for every route.
-    let upstream = Upstream::new(&shared.config.upstream);
+    let passthrough = Arc::new(Forward {
+        upstream: Upstream::new(&shared.config.upstream),
+        timeout: shared.config.upstream_timeout,
+        forward_key: true,
+    });
     let entry = Entry {
-        routes: app(&shared.config, &shared.store, &shared.metrics, &upstream),
+        routes: app(&shared.config, &shared.store, &shared.metrics, &passthrough),
         templates: Arc::new(Templates::new(
             shared.config.routes.iter().map(|r| r.path.as_str()),
         )),
-        passthrough: Arc::new(Forward {
-            upstream,
-            timeout: shared.config.upstream_timeout,
-            forward_key: true,
-        }),
+        passthrough,
     };
     let mut stop = shared.stop.clone();
     // Small answers go out at once (no Nagle delay behind the client's ACK).
