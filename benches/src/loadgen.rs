@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::redb_store::{Claim, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 use crate::fsync::{Mode, RawLog};
@@ -16,7 +16,7 @@ use crate::stats::{Latencies, round2};
 /// What the clients run against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
-    /// One shared `idemkit::redb_store::Store` (a clone per thread): claim, then
+    /// One shared `idemkit::store::Store` (a clone per thread): claim, then
     /// `ExecutionGuard::complete`.
     Redb,
     /// SQLite (bundled), WAL, `synchronous=FULL`, one connection per thread:

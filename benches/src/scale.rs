@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use idemkit::clock::Clock;
 use idemkit::core::machine::Policy;
 use idemkit::core::record::StoredResponse;
-use idemkit::redb_store::{Claim, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};

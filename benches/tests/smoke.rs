@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser as _;
 use idemkit::core::machine::Policy;
 use idemkit::core::record::EffectKind;
-use idemkit::redb_store::Store;
+use idemkit::store::Store;
 use idemkit_benches::bodies::{self, Shape};
 use idemkit_benches::loadgen::{self, Args, Backend, Keys};
 use idemkit_benches::stats::Latencies;

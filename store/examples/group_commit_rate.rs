@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::redb_store::{Claim, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

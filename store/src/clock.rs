@@ -14,11 +14,23 @@ use idemkit_core::UnixMillis;
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The current instant.
     fn now(&self) -> UnixMillis;
+
+    /// The current instant, or why it cannot be read: a clock kept by a
+    /// database (PostgreSQL's) fails when the database cannot be reached, and
+    /// a decision must then fail too rather than take the local time. The
+    /// default never fails.
+    fn try_now(&self) -> Result<UnixMillis, ClockError> {
+        Ok(self.now())
+    }
 }
 
 /// The system's wall clock.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
+
+/// Why a clock could not be read (the database that keeps it is unreachable):
+/// its own error.
+pub type ClockError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 impl Clock for SystemClock {
     fn now(&self) -> UnixMillis {

@@ -4,14 +4,16 @@
 //! services add: it re-exports the no-I/O core ([`idemkit_core`]) and adds the
 //! embedded store and the `idemkit` command-line tool.
 //!
-//! - [`redb_store`] — the embedded store: atomic claims, fenced leases, recovery, GC.
+//! - [`store`] — the engine: [`Store`](store::Store), atomic claims, fenced leases,
+//!   recovery, GC, over any adapter.
+//! - [`adapters`] — the five-method storage seam and its adapters: [`adapters::redb`]
+//!   (the embedded default), `adapters::postgres` (feature `postgres`, for fleets),
+//!   [`adapters::memory`] (tests).
 //! - [`http`] (feature `axum`, on by default) — the tower/axum middleware.
 //! - [`journal`] — the client side: one durable idempotency key per logical action,
 //!   its attempts, and a circuit breaker per origin.
 //! - [`clock`] — where the store reads `now` from (system or virtual time).
-//! - [`backend`] — the operations every store offers, as a trait;
-//!   `conformance` (feature `testing`) — the suite every backend must pass.
-//! - `postgres` (feature `postgres`) — the same store over PostgreSQL, for fleets.
+//! - `conformance` (feature `testing`) — the suite the engine passes over every adapter.
 //!
 //! ## Features
 //!
@@ -19,8 +21,8 @@
 //! |---|---|---|
 //! | `axum` | on | `http`, the tower/axum middleware (tokio, hyper, axum, Prometheus metrics) |
 //! | `cli` | on | the `idemkit` binary, with `axum`, and what only the binary uses (clap, ureq, httpdate, serde_json; rustix and signal-hook on Unix) |
-//! | `postgres` | off | `postgres`, the PostgreSQL backend, and `--postgres URL` in the binary |
-//! | `testing` | off | what exists for tests: the `conformance` suite and `redb_store::{FaultyBackend, FaultSwitch}` with `Store::with_faulty_backend` (I/O and transient failure injection) |
+//! | `postgres` | off | `adapters::postgres`, the PostgreSQL adapter, and `--postgres URL` in the binary |
+//! | `testing` | off | what exists for tests: the `conformance` suite and `adapters::redb::{FaultyBackend, FaultSwitch}` with `Store::with_faulty_backend` (I/O and transient failure injection) |
 //!
 //! A service that only embeds the store needs neither the binary nor its
 //! dependencies:
@@ -46,17 +48,14 @@
     clippy::indexing_slicing
 )]
 
-pub mod journal;
-
-pub mod backend;
+pub mod adapters;
 pub mod clock;
 #[cfg(feature = "testing")]
 pub mod conformance;
 #[cfg(feature = "axum")]
 pub mod http;
-#[cfg(feature = "postgres")]
-pub mod postgres;
-pub mod redb_store;
+pub mod journal;
+pub mod store;
 
 pub use idemkit_core as core;
 pub use idemkit_core::{

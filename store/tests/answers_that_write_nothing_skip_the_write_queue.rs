@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::redb_store::{Claim, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 fn scope() -> Scope {

@@ -1,8 +1,9 @@
-//! The backend conformance suite (`idemkit::conformance`) against the redb store,
-//! in memory and file-backed.
+//! The conformance suite (`idemkit::conformance`): the decision table through
+//! the engine over the redb adapter (in memory, file-backed, shared) and the
+//! memory adapter, and the seam checks on each adapter itself.
 
 use idemkit::conformance;
-use idemkit::redb_store::Store;
+use idemkit::store::Store;
 
 #[test]
 fn redb_in_memory_conforms() {
@@ -33,5 +34,32 @@ fn redb_shared_file_conforms() {
         counter.set(counter.get() + 1);
         let path = dir.path().join(format!("shared-{}.redb", counter.get()));
         Store::open_shared(path, Default::default()).unwrap()
+    });
+}
+
+#[test]
+fn memory_adapter_conforms() {
+    use std::sync::Arc;
+    let made = std::cell::Cell::new(0);
+    conformance::run_all(|| {
+        made.set(made.get() + 1);
+        Store::new(Arc::new(idemkit::adapters::memory::MemoryAdapter::default()))
+    });
+    assert_eq!(made.get(), conformance::checks::<Store>().len());
+}
+
+#[test]
+fn every_adapter_keeps_the_seam() {
+    use idemkit::adapters::memory::MemoryAdapter;
+    use idemkit::adapters::redb::{LockRetry, RedbAdapter};
+    use std::sync::Arc;
+    conformance::seam::run_all(|| Arc::new(MemoryAdapter::default()));
+    conformance::seam::run_all(|| Arc::new(RedbAdapter::in_memory().unwrap()));
+    let dir = tempfile::tempdir().unwrap();
+    let counter = std::cell::Cell::new(0);
+    conformance::seam::run_all(|| {
+        counter.set(counter.get() + 1);
+        let path = dir.path().join(format!("seam-{}.redb", counter.get()));
+        Arc::new(RedbAdapter::open_shared(path, LockRetry::default()).unwrap())
     });
 }

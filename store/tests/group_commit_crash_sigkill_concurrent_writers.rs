@@ -21,7 +21,7 @@ mod crash_support;
 use crash_support::{Acked, check, open_retrying};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::redb_store::Claim;
+use idemkit::store::Claim;
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const DB_ENV: &str = "IDEMKIT_GROUP_CRASH_DB";

@@ -3,11 +3,14 @@
 //! Workers whose lease was taken over try to complete with their stale fencing
 //! token (the state machine refuses) while, at the same moment, the new lease
 //! holders complete the same records and other callers claim and complete
-//! fresh keys. A refusal is decided on the snapshot read, before the write
-//! queue: it never enters a group, so no group is aborted and nothing runs
-//! again (`CommitStats::reruns` stays 0, every transaction commits, and the
-//! refused completions are not even submitted). Before, the refusals ran
-//! inside the groups and aborted them: 99 transactions for 168 operations.
+//! fresh keys. A guard writes its transition conditionally on the version its
+//! own last write left: a stale guard's write is refused by the version check
+//! inside the group (it writes nothing and fails alone), the engine reads the
+//! newer record, and the state machine refuses the stale token there. No group
+//! is aborted and nothing runs again (`CommitStats::reruns` stays 0); only a
+//! group in which every write was refused ends without a commit. Before the
+//! conditional writes, the refusals ran inside the groups and aborted them:
+//! 99 transactions for 168 operations.
 //! Afterwards, in the reopened file: every acknowledged completion is there,
 //! and no stale write left a trace.
 
@@ -21,7 +24,7 @@ use idemkit::UnixMillis;
 use idemkit::clock::ManualClock;
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, RecordState, StoredResponse};
-use idemkit::redb_store::{Claim, ExecutionGuard, Store, WorkerError};
+use idemkit::store::{Claim, ExecutionGuard, Store, WorkerError};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const PER_KIND: usize = 24;
@@ -114,17 +117,17 @@ fn stale_completions_in_a_group_leave_the_others_durable_and_write_nothing() {
     let stats = store.commit_stats();
     eprintln!("{rounds} rounds: {stats:?}");
     // Per round: the claims of the stale and of the current leases (one by
-    // one), then at once the current completions and the fresh claims and
-    // completions. The stale completions submit nothing.
+    // one), then at once the current completions, the fresh claims and
+    // completions, and the stale completions' refused conditional writes.
     assert_eq!(
         stats.operations,
-        (ROUNDS * 5 * PER_KIND) as u64,
+        (ROUNDS * 6 * PER_KIND) as u64,
         "{stats:?}"
     );
     assert_eq!(stats.reruns, 0, "a refusal aborted a group: {stats:?}");
-    assert_eq!(
-        stats.transactions, stats.commits,
-        "every group's transaction committed: {stats:?}"
+    assert!(
+        stats.transactions - stats.commits <= (ROUNDS * PER_KIND) as u64,
+        "only groups of refused writes end without a commit: {stats:?}"
     );
 
     drop(store);

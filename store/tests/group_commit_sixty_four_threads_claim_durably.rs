@@ -16,7 +16,7 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, RecordState, StoredResponse};
-use idemkit::redb_store::{Claim, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const THREADS: usize = 64;

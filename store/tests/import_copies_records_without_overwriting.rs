@@ -10,7 +10,7 @@ mod pg_support;
 
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::redb_store::{Claim, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 fn scope() -> Scope {
@@ -21,7 +21,7 @@ fn key(name: &str) -> IdempotencyKey {
     IdempotencyKey::new(name).unwrap()
 }
 
-fn execute(store: &Store, name: &str) -> idemkit::redb_store::ExecutionGuard {
+fn execute(store: &Store, name: &str) -> idemkit::store::ExecutionGuard {
     let policy = Policy::default().with_effect(EffectKind::External);
     match store
         .claim(

@@ -8,9 +8,10 @@
 use std::fs::OpenOptions;
 use std::path::Path;
 
+use idemkit::adapters::redb::{FaultSwitch, FaultyBackend};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::redb_store::{Claim, FaultSwitch, FaultyBackend, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 #[derive(Clone, Copy, Debug)]
@@ -49,7 +50,7 @@ fn open_faulty(path: &Path, switch: &FaultSwitch) -> Store {
     Store::with_backend(FaultyBackend::new(backend, switch.clone())).unwrap()
 }
 
-fn execute(store: &Store, k: &str) -> idemkit::redb_store::ExecutionGuard {
+fn execute(store: &Store, k: &str) -> idemkit::store::ExecutionGuard {
     match store
         .claim(
             &scope(),

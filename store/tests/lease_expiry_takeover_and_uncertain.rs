@@ -12,7 +12,7 @@ use std::time::Duration;
 use idemkit::clock::ManualClock;
 use idemkit::core::machine::{Policy, Resolution, TransitionError};
 use idemkit::core::record::{EffectKind, RecordState, StateName, StoredResponse, UnknownReason};
-use idemkit::redb_store::{Claim, ExecutionGuard, Store, WorkerError};
+use idemkit::store::{Claim, ExecutionGuard, Store, WorkerError};
 use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
 
 fn setup() -> (Store, ManualClock, Scope, IdempotencyKey) {

@@ -19,7 +19,7 @@ use idemkit::core::http::{Answer, Refusal};
 use idemkit::core::machine::{MismatchStatus, Policy, StepStart};
 use idemkit::core::record::EffectKind;
 use idemkit::http::{Execution, IdempotencyLayer, KeyRequirement, RouteConfig};
-use idemkit::redb_store::Store;
+use idemkit::store::Store;
 use idemkit::{IdempotencyKey, KeyError, Scope, UnixMillis};
 use tokio::sync::Notify;
 use tower::{Layer, ServiceExt};

@@ -22,7 +22,7 @@ use http::{Response, StatusCode};
 use idemkit::core::http::{Answer, Refusal};
 use idemkit::core::record::{EffectKind, RecordState};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig};
-use idemkit::redb_store::Store;
+use idemkit::store::Store;
 use idemkit::{IdempotencyKey, KeyError, Scope};
 
 const OP: &str = "reports.export";

@@ -16,7 +16,7 @@ use axum::body::Body;
 use http::{Request, Response};
 use idemkit::core::record::{EffectKind, StateName};
 use idemkit::http::{Execution, IdempotencyLayer, OnDisconnect, RouteConfig};
-use idemkit::redb_store::Store;
+use idemkit::store::Store;
 use idemkit::{IdempotencyKey, Scope};
 use tower::{Layer, ServiceExt};
 

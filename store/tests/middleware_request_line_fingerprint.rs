@@ -29,7 +29,7 @@ use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::core::{ContentKind, FingerprintSpec};
 use idemkit::http::{IdempotencyLayer, RouteConfig};
-use idemkit::redb_store::{Claim, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{IdempotencyKey, Scope};
 use support::{Reply, request};
 

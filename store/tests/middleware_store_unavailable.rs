@@ -11,10 +11,11 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Request, Response};
 use http_body_util::BodyExt;
+use idemkit::adapters::redb::{FaultSwitch, FaultyBackend};
 use idemkit::core::http::Refusal;
 use idemkit::core::record::EffectKind;
 use idemkit::http::{IdempotencyLayer, RouteConfig};
-use idemkit::redb_store::{FaultSwitch, FaultyBackend, Store};
+use idemkit::store::Store;
 use tower::{Layer, ServiceExt};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

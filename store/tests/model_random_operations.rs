@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use idemkit::backend::IdempotencyBackend;
 use idemkit::core::machine::{self, ClaimOutcome, ClaimRequest, GcAction, Policy, Resolution};
 use idemkit::core::record::{EffectKind, FencingToken, Record, StoredResponse, UnknownReason};
-use idemkit::redb_store::Store;
+use idemkit::store::IdempotencyBackend;
+use idemkit::store::Store;
 use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
 use proptest::prelude::*;
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use idemkit::clock::{Clock, ManualClock, SystemClock};
-use idemkit::redb_store::{LockRetry, Store};
+use idemkit::store::{LockRetry, Store};
 use idemkit::{IdempotencyKey, Scope};
 use operators_support as scenario;
 use redb::{Database, ReadableDatabase, TableDefinition};

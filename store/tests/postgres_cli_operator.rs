@@ -10,10 +10,11 @@ mod pg_support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use idemkit::backend::IdempotencyBackend;
+use idemkit::adapters::postgres::{Migrations, PgOptions, PgStore};
 use idemkit::core::machine::{ClaimOutcome, Policy};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse, UnknownReason};
-use idemkit::postgres::{Migrations, PgOptions, PgStore};
+use idemkit::store::IdempotencyBackend;
+use idemkit::store::Store;
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 fn idemkit(args: &[&str]) -> Output {
@@ -55,14 +56,16 @@ fn operator_commands_work_on_postgres() {
     );
 
     // One record completed with tiny windows (GC food), one Unknown.
-    let store = PgStore::connect_with(
-        &url,
-        PgOptions {
-            migrations: Migrations::CheckOnly,
-            ..pg_support::options(&schema, 2)
-        },
-    )
-    .unwrap();
+    let store = Store::postgres(
+        PgStore::connect_with(
+            &url,
+            PgOptions {
+                migrations: Migrations::CheckOnly,
+                ..pg_support::options(&schema, 2)
+            },
+        )
+        .unwrap(),
+    );
     let scope = Scope::new("acme", "invoice.send").unwrap();
     let fp = Fingerprint::from_bytes([9; 32]);
     let short = Policy::default()
@@ -70,9 +73,8 @@ fn operator_commands_work_on_postgres() {
         .with_replay_window(Duration::from_millis(1))
         .with_record_window(Duration::from_millis(1));
     let done = IdempotencyKey::new("inv-1").unwrap();
-    let ClaimOutcome::Execute { token, .. } = store
-        .claim(&scope, &done, fp, "w", &short, store.now().unwrap())
-        .unwrap()
+    let ClaimOutcome::Execute { token, .. } =
+        IdempotencyBackend::claim(&store, &scope, &done, fp, "w", &short, store.now()).unwrap()
     else {
         panic!("fresh key must execute")
     };
@@ -83,25 +85,19 @@ fn operator_commands_work_on_postgres() {
             token,
             StoredResponse::new(200, "sent"),
             &short,
-            store.now().unwrap(),
+            store.now(),
         )
         .unwrap();
     let unsure = IdempotencyKey::new("inv-2").unwrap();
     let external = Policy::default().with_effect(EffectKind::External);
-    let ClaimOutcome::Execute { token, .. } = store
-        .claim(&scope, &unsure, fp, "w", &external, store.now().unwrap())
-        .unwrap()
+    let ClaimOutcome::Execute { token, .. } =
+        IdempotencyBackend::claim(&store, &scope, &unsure, fp, "w", &external, store.now())
+            .unwrap()
     else {
         panic!("fresh key must execute")
     };
     store
-        .mark_unknown(
-            &scope,
-            &unsure,
-            token,
-            UnknownReason::Crash,
-            store.now().unwrap(),
-        )
+        .mark_unknown(&scope, &unsure, token, UnknownReason::Crash, store.now())
         .unwrap();
 
     let stats = json(&idemkit(&[&["stats", "--json"][..], &pg].concat()));

@@ -14,10 +14,11 @@ mod pg_support;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use idemkit::backend::IdempotencyBackend;
+use idemkit::adapters::postgres::{PgClock, PgStore};
 use idemkit::core::machine::{ClaimOutcome, Policy};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::postgres::{PgClock, PgStore};
+use idemkit::store::IdempotencyBackend;
+use idemkit::store::Store;
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const INSTANCES: usize = 4;
@@ -25,7 +26,7 @@ const THREADS_PER_INSTANCE: usize = 8;
 const KEYS: usize = 30;
 /// Four instances on one schema, deciding by the database's clock plus the
 /// offset of `clock` (shared, as one database's clock is).
-fn instances(clock: &PgClock) -> Vec<PgStore> {
+fn instances(clock: &PgClock) -> Vec<Store> {
     let url = pg_support::url();
     let schema = pg_support::unique_schema("race");
     (0..INSTANCES)
@@ -37,13 +38,14 @@ fn instances(clock: &PgClock) -> Vec<PgStore> {
             .unwrap()
             .with_clock(clock.clone())
         })
+        .map(Store::postgres)
         .collect()
 }
 
 /// Every thread claims `key` at once; returns the answers' names. (The stores
 /// decide by the database's clock: the trait's `now` argument is not used.)
-fn race(stores: &[PgStore], key: &IdempotencyKey, policy: &Policy) -> Vec<&'static str> {
-    let now = stores[0].now().unwrap();
+fn race(stores: &[Store], key: &IdempotencyKey, policy: &Policy) -> Vec<&'static str> {
+    let now = stores[0].now();
     let scope = Scope::new("acme", "charge").unwrap();
     let barrier = Arc::new(Barrier::new(INSTANCES * THREADS_PER_INSTANCE));
     std::thread::scope(|s| {
@@ -53,16 +55,16 @@ fn race(stores: &[PgStore], key: &IdempotencyKey, policy: &Policy) -> Vec<&'stat
                 let (scope, barrier) = (&scope, &barrier);
                 s.spawn(move || {
                     barrier.wait();
-                    let outcome = store
-                        .claim(
-                            scope,
-                            key,
-                            Fingerprint::from_bytes([1; 32]),
-                            &format!("t{t}"),
-                            policy,
-                            now,
-                        )
-                        .unwrap();
+                    let outcome = IdempotencyBackend::claim(
+                        store,
+                        scope,
+                        key,
+                        Fingerprint::from_bytes([1; 32]),
+                        &format!("t{t}"),
+                        policy,
+                        now,
+                    )
+                    .unwrap();
                     match outcome {
                         ClaimOutcome::Execute { token, .. } => {
                             store
@@ -117,16 +119,16 @@ fn racing_takeovers_of_an_expired_lease_yield_one_execute() {
     for k in 0..KEYS {
         let key = IdempotencyKey::new(&format!("stale-{k}")).unwrap();
         // A worker claims and crashes: the record stays Running until its lease ends.
-        match stores[0]
-            .claim(
-                &scope,
-                &key,
-                Fingerprint::from_bytes([1; 32]),
-                "crashed",
-                &policy,
-                stores[0].now().unwrap(),
-            )
-            .unwrap()
+        match IdempotencyBackend::claim(
+            &stores[0],
+            &scope,
+            &key,
+            Fingerprint::from_bytes([1; 32]),
+            "crashed",
+            &policy,
+            stores[0].now(),
+        )
+        .unwrap()
         {
             ClaimOutcome::Execute { .. } => {}
             other => panic!("expected Execute, got {other:?}"),

@@ -10,17 +10,23 @@
 
 mod pg_support;
 
+use idemkit::adapters::postgres::{Migrations, PgClock, PgError, PgStore, SCHEMA_VERSION};
 use idemkit::conformance;
-use idemkit::postgres::{Migrations, PgClock, PgError, PgStore, SCHEMA_VERSION};
+use idemkit::store::Store;
 
 #[test]
 fn postgres_conforms() {
     let made = std::cell::Cell::new(0);
     conformance::run_all(|| {
         made.set(made.get() + 1);
-        pg_support::fresh_store("conf").with_clock(PgClock::given_by_caller())
+        Store::postgres(pg_support::fresh_store("conf").with_clock(PgClock::given_by_caller()))
     });
-    assert_eq!(made.get(), conformance::checks::<PgStore>().len());
+    assert_eq!(made.get(), conformance::checks::<Store>().len());
+}
+
+#[test]
+fn postgres_keeps_the_seam() {
+    idemkit::conformance::seam::run_all(|| std::sync::Arc::new(pg_support::fresh_store("seam")));
 }
 
 #[test]
@@ -29,7 +35,7 @@ fn migrations_are_versioned_and_idempotent() {
     let schema = pg_support::unique_schema("mig");
     // A team that runs its own migrations: the store refuses an empty schema.
     let opts = pg_support::options(&schema, 2);
-    let check_only = idemkit::postgres::PgOptions {
+    let check_only = idemkit::adapters::postgres::PgOptions {
         migrations: Migrations::CheckOnly,
         ..opts.clone()
     };
@@ -57,14 +63,16 @@ fn the_printed_script_builds_the_same_schema() {
     let script = PgStore::migration_script(Some(&schema)).unwrap();
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client.batch_execute(&script).unwrap();
-    let opts = idemkit::postgres::PgOptions {
+    let opts = idemkit::adapters::postgres::PgOptions {
         migrations: Migrations::CheckOnly,
         ..pg_support::options(&schema, 2)
     };
-    let store = PgStore::connect_with(&url, opts)
-        .unwrap()
-        .with_clock(PgClock::given_by_caller());
-    conformance::checks::<PgStore>()
+    let store = Store::postgres(
+        PgStore::connect_with(&url, opts)
+            .unwrap()
+            .with_clock(PgClock::given_by_caller()),
+    );
+    conformance::checks::<Store>()
         .into_iter()
         .find(|(name, _)| *name == "completion_replays")
         .map(|(_, check)| check(&store))
@@ -74,7 +82,7 @@ fn the_printed_script_builds_the_same_schema() {
 #[test]
 fn unreachable_server_is_a_typed_unavailable_error() {
     // Port 1 on localhost: nothing listens there.
-    let opts = idemkit::postgres::PgOptions {
+    let opts = idemkit::adapters::postgres::PgOptions {
         connect_timeout: std::time::Duration::from_millis(300),
         ..pg_support::options("nowhere", 1)
     };

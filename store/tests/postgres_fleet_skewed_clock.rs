@@ -21,8 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
+use idemkit::adapters::postgres::PgStore;
 use idemkit::core::record::{RecordState, StateName};
-use idemkit::postgres::PgStore;
+use idemkit::store::Store;
 use support::{Reply, Service};
 
 const BODY: &[u8] = br#"{"customer_id":"c-9","slot_id":"2026-12-01T11:00"}"#;
@@ -93,7 +94,7 @@ fn clock_of(service: &Service) -> SystemTime {
 
 /// Waits until the record of the booking is Running with its `book` step begun:
 /// the honest instance is at the provider.
-fn wait_until_booking_runs(store: &PgStore) {
+fn wait_until_booking_runs(store: &Store) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let running = store.list(Some(StateName::Running)).unwrap();
@@ -131,7 +132,8 @@ fn retry_on_an_instance_two_minutes_ahead_waits_for_the_running_booking() {
         skew >= Duration::from_secs(SKEW_SECS - 10),
         "the skewed instance is only {skew:?} ahead"
     );
-    let observer = PgStore::connect_with(&url, pg_support::options(&schema, 1)).unwrap();
+    let observer =
+        Store::postgres(PgStore::connect_with(&url, pg_support::options(&schema, 1)).unwrap());
 
     // The first client books on the honest instance; the provider takes its time.
     let (first, retry_after) = std::thread::scope(|s| {

@@ -11,10 +11,10 @@ mod pg_support;
 
 use std::time::{Duration, Instant};
 
-use idemkit::backend::IdempotencyBackend;
 use idemkit::core::machine::{ClaimOutcome, Policy};
 use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::redb_store::Store;
+use idemkit::store::IdempotencyBackend;
+use idemkit::store::Store;
 use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
 
 const ROUNDS: usize = 300;
@@ -86,7 +86,7 @@ fn report(name: &str, (mut execute, mut replay): (Vec<Duration>, Vec<Duration>))
 fn claim_complete_latency_redb_and_postgres() {
     let dir = tempfile::tempdir().unwrap();
     let redb = Store::open(dir.path().join("latency.redb")).unwrap();
-    let pg = pg_support::fresh_store("latency");
+    let pg = Store::postgres(pg_support::fresh_store("latency"));
     // Warm both (pool connections, page cache) before measuring.
     let _ = measure(&redb, "warm");
     let _ = measure(&pg, "warm");

@@ -11,8 +11,8 @@ mod pg_support;
 
 use std::process::{Command, Output};
 
-use idemkit::postgres::{PgClock, PgStore};
-use idemkit::redb_store::Store;
+use idemkit::adapters::postgres::{PgClock, PgStore};
+use idemkit::store::Store;
 use idemkit::{IdempotencyKey, Scope};
 use operators_support as scenario;
 

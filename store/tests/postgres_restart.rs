@@ -22,10 +22,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idemkit::backend::IdempotencyBackend;
+use idemkit::adapters::postgres::PgError;
 use idemkit::core::machine::{ClaimOutcome, Policy};
 use idemkit::core::record::{EffectKind, RecordState, StateName, StoredResponse};
-use idemkit::postgres::PgError;
+use idemkit::store::IdempotencyBackend;
+use idemkit::store::{Error, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
 
 const KEYS: usize = 120;
@@ -70,6 +71,11 @@ fn start_server() {
     pg_ctl(&["-D", &data, "-l", &log, "-w", "-o", &opts, "start"]);
 }
 
+/// Whether the engine's error is PostgreSQL's `Unavailable` (503 and retry).
+fn unavailable_pg(e: &Error) -> bool {
+    matches!(e, Error::Storage(s) if s.downcast_ref::<PgError>().is_some_and(PgError::is_unavailable))
+}
+
 fn now() -> UnixMillis {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -82,7 +88,7 @@ fn now() -> UnixMillis {
 fn restart_mid_run_fails_typed_and_never_double_executes() {
     let _ = pg_support::url();
     let _ = env("IDEMKIT_TEST_PG_DATA");
-    let store = pg_support::fresh_store("restart");
+    let store = Store::postgres(pg_support::fresh_store("restart"));
     let scope = Scope::new("acme", "appointments.create").unwrap();
     // Local effect and a lease longer than the outage: a worker that lost its
     // completion to the outage still holds the lease when the server is back. (A
@@ -109,15 +115,23 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
                     let deadline = Instant::now() + Duration::from_secs(60);
                     loop {
                         assert!(Instant::now() < deadline, "appt-{k} never settled");
-                        let note = |e: &PgError| {
-                            if e.is_unavailable() {
+                        let note = |e: &Error| {
+                            if unavailable_pg(e) {
                                 unavailable.fetch_add(1, Ordering::Relaxed);
                             } else {
                                 other_errors.lock().unwrap().push(e.to_string());
                             }
                         };
                         let fp = Fingerprint::from_bytes([7; 32]);
-                        match store.claim(scope, &key, fp, &format!("c{c}"), policy, now()) {
+                        match IdempotencyBackend::claim(
+                            store,
+                            scope,
+                            &key,
+                            fp,
+                            &format!("c{c}"),
+                            policy,
+                            now(),
+                        ) {
                             Err(e) => note(&e), // 503: the client retries later
                             Ok(ClaimOutcome::Execute { token, .. }) => {
                                 *executions.lock().unwrap().entry(k).or_insert(0) += 1;
@@ -134,7 +148,7 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
                                         now(),
                                     ) {
                                         Ok(()) => break,
-                                        Err(e) if e.is_unavailable() => {
+                                        Err(e) if unavailable_pg(&e) => {
                                             note(&e);
                                             std::thread::sleep(Duration::from_millis(50));
                                         }
@@ -185,7 +199,8 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
         let down_at = completed.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(1_000));
         // While down, a direct call is a typed error too.
-        match store.claim(
+        match IdempotencyBackend::claim(
+            &store,
             &scope,
             &IdempotencyKey::new("probe").unwrap(),
             Fingerprint::from_bytes([1; 32]),
@@ -193,7 +208,7 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
             &policy,
             now(),
         ) {
-            Err(e) => assert!(e.is_unavailable(), "{e}"),
+            Err(e) => assert!(unavailable_pg(&e), "{e}"),
             Ok(o) => panic!("claimed while the server was down: {o:?}"),
         }
         assert!(

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use idemkit::clock::{ManualClock, SystemClock};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::EffectKind;
-use idemkit::redb_store::{Claim, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{IdempotencyKey, UnixMillis};
 use idemkit_benches::fsync::{Mode, RawLog};
 use idemkit_benches::scale::{self, fingerprint, response};
@@ -278,7 +278,7 @@ fn prepare(dir: &Path, records: u64, cache: Option<&Path>) -> Result<Prepared, E
     let policy = Policy::default().with_effect(EffectKind::Local);
     let name = format!(
         "scale-{records}-format{}.redb",
-        idemkit::redb_store::FORMAT_VERSION
+        idemkit::adapters::redb::FORMAT_VERSION
     );
     // With a cache the filled file is kept and measured in place: each run adds
     // only its own probe records (new keys, so never a replay), a negligible drift

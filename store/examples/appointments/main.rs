@@ -41,7 +41,7 @@ use idemkit::core::http::Refusal;
 use idemkit::core::machine::{Disposition, Policy, StepStart};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
-use idemkit::redb_store::{ExecutionGuard, ListedRecord, Store};
+use idemkit::store::{ExecutionGuard, ListedRecord, Store};
 use providers::{Booking, Message, ProviderError, Providers, Reschedule};
 
 /// The operation name of `POST /appointments` (part of every record's scope).
@@ -786,11 +786,11 @@ fn open_store(args: &Args) -> Result<Store, String> {
         None => Store::open(&args.db).map_err(|e| format!("{}: {e}", args.db.display())),
         #[cfg(feature = "postgres")]
         Some(url) => {
-            let options = idemkit::postgres::PgOptions {
+            let options = idemkit::adapters::postgres::PgOptions {
                 schema: args.pg_schema.clone(),
                 ..Default::default()
             };
-            idemkit::postgres::PgStore::connect_with(url, options)
+            idemkit::adapters::postgres::PgStore::connect_with(url, options)
                 .map(Store::postgres)
                 .map_err(|e| format!("--postgres: {e}"))
         }

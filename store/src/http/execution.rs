@@ -9,7 +9,7 @@ use idemkit_core::machine::{Dispatch, Disposition, StepStart};
 use idemkit_core::record::{FencingToken, Step};
 use idemkit_core::{LogRef, Scope};
 
-use crate::redb_store::{ExecutionGuard, WorkerError};
+use crate::store::{ExecutionGuard, WorkerError};
 
 /// The execution a request runs under, handed to the inner service as a request
 /// extension (`Extension<Execution>` in axum).

@@ -76,7 +76,7 @@
 //! use idemkit::core::machine::StepStart;
 //! use idemkit::core::record::EffectKind;
 //! use idemkit::http::{Execution, IdempotencyLayer, RouteConfig};
-//! use idemkit::redb_store::Store;
+//! use idemkit::store::Store;
 //!
 //! async fn charge(Extension(exec): Extension<Execution>) -> (axum::http::StatusCode, String) {
 //!     // Persist the provider key before calling the provider; a retry reuses it.
@@ -121,7 +121,7 @@ use tracing::Instrument;
 pub use execution::{Execution, ExecutionError};
 pub use metrics::{ClaimOutcomeLabel, Metrics};
 
-use crate::redb_store::{Claim, ExecutionGuard, Store, WorkerError};
+use crate::store::{Claim, ExecutionGuard, Store, WorkerError};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

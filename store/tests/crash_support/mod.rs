@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use idemkit::core::record::RecordState;
-use idemkit::redb_store::{OpenError, Store};
+use idemkit::store::{OpenError, Store};
 
 /// What a child printed `ACK` for, after the call returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

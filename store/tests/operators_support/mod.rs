@@ -13,7 +13,7 @@ use std::time::Duration;
 use idemkit::clock::{Clock, SystemClock};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::redb_store::{Claim, ExecutionGuard, Store};
+use idemkit::store::{Claim, ExecutionGuard, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 pub(crate) const DAY: Duration = Duration::from_secs(24 * 60 * 60);

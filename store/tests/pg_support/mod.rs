@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idemkit::postgres::{PgOptions, PgStore};
+use idemkit::adapters::postgres::{PgOptions, PgStore};
 
 /// The environment variable scripts/with-postgres.sh sets.
 pub(crate) const URL_VAR: &str = "IDEMKIT_TEST_POSTGRES_URL";

@@ -12,7 +12,7 @@ use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::{LogRef, UnixMillis};
 
-use idemkit::redb_store::{Claim, ExecutionGuard, LockRetry, Renewer, Store, WorkerError};
+use idemkit::store::{Claim, ExecutionGuard, LockRetry, Renewer, Store, WorkerError};
 use serde_json::json;
 
 use crate::store_args::{DbArg, record_address, storage_exit};
@@ -147,7 +147,7 @@ fn exec(args: ExecArgs) -> Result<u8, u8> {
         .map_err(|e| {
             eprintln!("idemkit: {e}");
             match e {
-                idemkit::redb_store::ClaimError::Storage(s) => storage_exit(&s),
+                idemkit::store::ClaimError::Storage(s) => storage_exit(&s),
                 _ => exit::IO_ERR,
             }
         })?;

@@ -32,7 +32,7 @@ pub(crate) struct MigrateArgs {
 
 #[cfg(feature = "postgres")]
 pub(crate) fn run(args: &MigrateArgs) -> ExitCode {
-    use idemkit::postgres::{PgError, PgOptions, PgStore, SCHEMA_VERSION};
+    use idemkit::adapters::postgres::{PgError, PgOptions, PgStore, SCHEMA_VERSION};
 
     let report = |e: &PgError| {
         eprintln!("idemkit: {e}");

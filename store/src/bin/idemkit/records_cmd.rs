@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use clap::{ArgGroup, Args};
 use idemkit::core::machine::{Policy, Resolution};
 use idemkit::core::record::{Record, RecordState, StateName, StepState, StoredResponse};
-use idemkit::redb_store::ListedRecord;
+use idemkit::store::ListedRecord;
 use serde_json::{Value, json};
 
 use crate::exit;
 use crate::store_args::{print_json, record_address};
-use crate::store_choice::StoreArg;
+use crate::store_choice::{StoreArg, operator_failed, query_failed};
 
 /// List records (never their response bodies).
 ///
@@ -176,7 +176,8 @@ pub(crate) fn list(args: ListArgs) -> ExitCode {
         store.list_unresolved()
     } else {
         store.list(args.state)
-    };
+    }
+    .map_err(|e| query_failed(&e));
     let records = match records {
         Ok(r) => r,
         Err(f) => return ExitCode::from(f.code),
@@ -227,7 +228,7 @@ pub(crate) fn show(args: ShowArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return ExitCode::from(code),
     };
-    let record = match store.get(&scope, &key) {
+    let record = match store.get(&scope, &key).map_err(|e| query_failed(&e)) {
         Ok(Some(r)) => r,
         Ok(None) => {
             eprintln!(
@@ -346,7 +347,10 @@ pub(crate) fn resolve(args: ResolveArgs) -> ExitCode {
     let before = store.get(&scope, &key).ok().flatten();
     // The record keeps the windows it was claimed under; the default policy's
     // windows apply only to records written before records carried theirs.
-    match store.resolve(&scope, &key, resolution, &Policy::default()) {
+    match store
+        .resolve(&scope, &key, resolution, &Policy::default())
+        .map_err(|e| operator_failed(&e))
+    {
         Ok(record) => {
             let log_ref = scope.record_id(&key).log_ref().to_string();
             let from = before.map(|r| r.state.name().to_string());
@@ -423,7 +427,10 @@ pub(crate) fn gc(args: GcArgs) -> ExitCode {
     };
     let (mut pruned, mut deleted, mut batches) = (0u64, 0u64, 0u64);
     let undecodable = loop {
-        match store.gc(args.max_batch.max(1)) {
+        match store
+            .gc(args.max_batch.max(1))
+            .map_err(|e| query_failed(&e))
+        {
             Ok(report) => {
                 pruned += report.pruned;
                 deleted += report.deleted;
@@ -461,7 +468,7 @@ pub(crate) fn stats(args: StatsArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return ExitCode::from(code),
     };
-    let stats = match store.stats() {
+    let stats = match store.stats().map_err(|e| query_failed(&e)) {
         Ok(s) => s,
         Err(f) => return ExitCode::from(f.code),
     };

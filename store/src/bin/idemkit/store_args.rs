@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use idemkit::redb_store::{LockRetry, OpenError, StorageError, Store};
+use idemkit::store::{LockRetry, OpenError, StorageError, Store};
 
 use crate::exit;
 
@@ -35,11 +35,18 @@ pub(crate) fn open_exit(e: &OpenError) -> u8 {
     }
 }
 
-/// The exit status for a storage failure.
+/// The exit status for a storage failure: 75 when trying again later may
+/// succeed (a file another process holds, a database that cannot be reached,
+/// a contended record), 64 for a bad PostgreSQL configuration, 74 otherwise.
 pub(crate) fn storage_exit(e: &StorageError) -> u8 {
-    match e {
-        StorageError::Open(open) => open_exit(open),
-        _ => exit::IO_ERR,
+    #[cfg(feature = "postgres")]
+    if let Some(idemkit::adapters::postgres::PgError::Config { .. }) = e.downcast_ref() {
+        return exit::USAGE;
+    }
+    if e.is_transient() {
+        exit::TEMP_FAIL
+    } else {
+        exit::IO_ERR
     }
 }
 

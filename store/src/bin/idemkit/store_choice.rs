@@ -1,13 +1,10 @@
 //! `--db PATH` or `--postgres URL`: the operator commands (`list`, `show`,
-//! `resolve`, `gc`, `stats`) work the same on either store.
+//! `resolve`, `gc`, `stats`) run the same engine over either adapter.
 
 use clap::Args;
-use idemkit::core::machine::{Policy, Resolution};
-use idemkit::core::record::{Record, StateName};
 #[cfg(feature = "postgres")]
-use idemkit::postgres::{Migrations, PgError, PgOptions, PgStore};
-use idemkit::redb_store::{GcReport, ListedRecord, OperatorError, QueryError, Stats, Store};
-use idemkit::{IdempotencyKey, Scope};
+use idemkit::adapters::postgres::{Migrations, PgError, PgOptions, PgStore};
+use idemkit::store::{OperatorError, QueryError, Store};
 
 use crate::exit;
 use crate::store_args::{DbArg, storage_exit};
@@ -27,13 +24,6 @@ pub(crate) struct StoreArg {
     pg_schema: Option<String>,
 }
 
-/// An opened store.
-pub(crate) enum Operated {
-    Redb(Store),
-    #[cfg(feature = "postgres")]
-    Pg(PgStore),
-}
-
 /// A failed store operation: the message is printed, the code is the exit status.
 pub(crate) struct Failed {
     pub(crate) code: u8,
@@ -44,10 +34,20 @@ fn failed(message: impl std::fmt::Display, code: u8) -> Failed {
     Failed { code }
 }
 
-fn query_failed(e: &QueryError) -> Failed {
+pub(crate) fn query_failed(e: &QueryError) -> Failed {
     let code = match e {
         QueryError::Storage(s) => storage_exit(s),
         _ => exit::IO_ERR,
+    };
+    failed(e, code)
+}
+
+/// A refused or failed `resolve`: 65 when the state machine refused (or there
+/// is no record), else per the storage failure.
+pub(crate) fn operator_failed(e: &OperatorError) -> Failed {
+    let code = match e {
+        OperatorError::Storage(s) => storage_exit(s),
+        _ => exit::DATA_ERR,
     };
     failed(e, code)
 }
@@ -56,7 +56,6 @@ fn query_failed(e: &QueryError) -> Failed {
 fn pg_failed(e: &PgError) -> Failed {
     let code = match e {
         PgError::Unavailable { .. } | PgError::Contention { .. } => exit::TEMP_FAIL,
-        PgError::NotFound { .. } | PgError::Rejected { .. } => exit::DATA_ERR,
         PgError::Config { .. } => exit::USAGE,
         _ => exit::IO_ERR,
     };
@@ -64,10 +63,11 @@ fn pg_failed(e: &PgError) -> Failed {
 }
 
 impl StoreArg {
-    /// Opens the chosen store, or reports why not.
-    pub(crate) fn open(&self) -> Result<Operated, u8> {
+    /// Opens the chosen store (the engine over the redb file or PostgreSQL),
+    /// or reports why not.
+    pub(crate) fn open(&self) -> Result<Store, u8> {
         match &self.postgres {
-            None => self.db.open().map(Operated::Redb),
+            None => self.db.open(),
             #[cfg(feature = "postgres")]
             Some(url) => {
                 let options = PgOptions {
@@ -78,7 +78,7 @@ impl StoreArg {
                     ..PgOptions::default()
                 };
                 PgStore::connect_with(url, options)
-                    .map(Operated::Pg)
+                    .map(Store::postgres)
                     .map_err(|e| pg_failed(&e).code)
             }
             #[cfg(not(feature = "postgres"))]
@@ -87,78 +87,6 @@ impl StoreArg {
                 exit::USAGE,
             )
             .code),
-        }
-    }
-}
-
-impl Operated {
-    pub(crate) fn list(&self, state: Option<StateName>) -> Result<Vec<ListedRecord>, Failed> {
-        match self {
-            Operated::Redb(s) => s.list(state).map_err(|e| query_failed(&e)),
-            #[cfg(feature = "postgres")]
-            Operated::Pg(s) => s.list(state).map_err(|e| pg_failed(&e)),
-        }
-    }
-
-    pub(crate) fn list_unresolved(&self) -> Result<Vec<ListedRecord>, Failed> {
-        match self {
-            Operated::Redb(s) => s.list_unresolved().map_err(|e| query_failed(&e)),
-            #[cfg(feature = "postgres")]
-            Operated::Pg(s) => s.list_unresolved_now().map_err(|e| pg_failed(&e)),
-        }
-    }
-
-    pub(crate) fn get(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<Record>, Failed> {
-        match self {
-            Operated::Redb(s) => s.get(scope, key).map_err(|e| query_failed(&e)),
-            #[cfg(feature = "postgres")]
-            Operated::Pg(s) => {
-                use idemkit::backend::IdempotencyBackend;
-                s.get(scope, key).map_err(|e| pg_failed(&e))
-            }
-        }
-    }
-
-    /// Settles the record; returns it as written.
-    pub(crate) fn resolve(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        resolution: Resolution,
-        policy: &Policy,
-    ) -> Result<Record, Failed> {
-        match self {
-            Operated::Redb(s) => s.resolve(scope, key, resolution, policy).map_err(|e| {
-                let code = match &e {
-                    OperatorError::Storage(s) => storage_exit(s),
-                    _ => exit::DATA_ERR,
-                };
-                failed(e, code)
-            }),
-            #[cfg(feature = "postgres")]
-            Operated::Pg(s) => s
-                .resolve_now(scope, key, resolution, policy)
-                .map_err(|e| pg_failed(&e)),
-        }
-    }
-
-    pub(crate) fn gc(&self, max_batch: usize) -> Result<GcReport, Failed> {
-        match self {
-            Operated::Redb(s) => s.gc(max_batch).map_err(|e| query_failed(&e)),
-            #[cfg(feature = "postgres")]
-            Operated::Pg(s) => s.gc_now(max_batch).map_err(|e| pg_failed(&e)),
-        }
-    }
-
-    pub(crate) fn stats(&self) -> Result<Stats, Failed> {
-        match self {
-            Operated::Redb(s) => s.stats().map_err(|e| query_failed(&e)),
-            #[cfg(feature = "postgres")]
-            Operated::Pg(s) => s.stats().map_err(|e| pg_failed(&e)),
         }
     }
 }

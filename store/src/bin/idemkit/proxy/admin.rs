@@ -13,7 +13,7 @@ use http::{HeaderMap, Response, StatusCode, header};
 use idemkit::core::machine::{Policy, Resolution};
 use idemkit::core::record::{StateName, StoredResponse};
 use idemkit::http::Metrics;
-use idemkit::redb_store::{ListedRecord, Store};
+use idemkit::store::{ListedRecord, Store};
 
 pub(crate) struct Admin {
     pub(crate) store: Store,
@@ -133,9 +133,7 @@ async fn records(
 
 async fn blocking_list(
     admin: &Admin,
-    list: impl FnOnce(&Store) -> Result<Vec<ListedRecord>, idemkit::redb_store::QueryError>
-    + Send
-    + 'static,
+    list: impl FnOnce(&Store) -> Result<Vec<ListedRecord>, idemkit::store::QueryError> + Send + 'static,
 ) -> Response<Body> {
     let store = admin.store.clone();
     match tokio::task::spawn_blocking(move || list(&store)).await {

@@ -20,7 +20,7 @@ use clap::Args;
 use http::Request;
 use http::request::Parts;
 use idemkit::http::{IdempotencyLayer, KeyRequirement, Metrics, RouteConfig};
-use idemkit::redb_store::Store;
+use idemkit::store::Store;
 
 use crate::exit;
 use config::{ProxyConfig, StoreChoice, TenantRule};
@@ -98,13 +98,13 @@ fn open_store(choice: &StoreChoice) -> Result<Store, String> {
             schema,
             pool_size,
         } => {
-            let defaults = idemkit::postgres::PgOptions::default();
-            let options = idemkit::postgres::PgOptions {
+            let defaults = idemkit::adapters::postgres::PgOptions::default();
+            let options = idemkit::adapters::postgres::PgOptions {
                 schema: schema.clone(),
                 pool_size: pool_size.unwrap_or(defaults.pool_size),
                 ..defaults
             };
-            idemkit::postgres::PgStore::connect_with(url, options)
+            idemkit::adapters::postgres::PgStore::connect_with(url, options)
                 .map(Store::postgres)
                 .map_err(|e| format!("store postgres: {e}"))
         }

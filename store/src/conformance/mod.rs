@@ -1,12 +1,13 @@
 //! The conformance suite: the decision table of DESIGN.md, checked through the
-//! [`IdempotencyBackend`] trait so that every backend (the redb store, file-backed,
-//! shared and in memory, in `tests/conformance.rs`; the PostgreSQL store, in
-//! `tests/postgres_conformance.rs`) gives the same answers. The JavaScript platform
+//! [`IdempotencyBackend`] trait of the engine, so that the engine over every
+//! adapter (redb file-backed, shared and in memory, and the memory adapter, in
+//! `tests/conformance.rs`; PostgreSQL, in `tests/postgres_conformance.rs`) gives
+//! the same answers; and [`seam`], what each adapter must do on its own. The JavaScript platform
 //! stores of the npm package have a conformance suite of their own, in JavaScript
 //! (`wasm/test/conformance.js`). Feature `testing`.
 //!
 //! ```no_run
-//! idemkit::conformance::run_all(|| idemkit::redb_store::Store::in_memory().unwrap());
+//! idemkit::conformance::run_all(|| idemkit::store::Store::in_memory().unwrap());
 //! ```
 //!
 //! Each check gets a fresh backend from `make` and drives virtual time itself
@@ -31,7 +32,9 @@ use idemkit_core::record::{
 };
 use idemkit_core::{Fingerprint, IdempotencyKey, RequestFingerprint, Scope, UnixMillis};
 
-use crate::backend::{BackendError, IdempotencyBackend};
+use crate::store::{BackendError, IdempotencyBackend};
+
+pub mod seam;
 
 /// One named check.
 pub type Check<B> = (&'static str, fn(&B));

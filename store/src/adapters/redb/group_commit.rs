@@ -1,8 +1,9 @@
 //! Group commit: concurrent writes to one store share a durable redb transaction.
 //!
-//! Every claim, completion, release, renewal, step, resolution and GC batch is a
-//! *read → decide → write* closure that must run under redb's single writer and
-//! be durable (`Durability::Immediate`, an fsync) before its caller is answered.
+//! Every conditional write of the adapter (an insert, update or delete the
+//! engine decided, a GC batch or an import as one `write_all`) is a job that
+//! must run under redb's single writer and be durable (`Durability::Immediate`,
+//! an fsync) before its caller is answered.
 //! With one transaction per operation, concurrent callers queue on redb's write
 //! lock and the store does one fsync per operation. Here they queue on a small
 //! in-process queue instead, and one of them commits a whole group at once.
@@ -38,7 +39,7 @@
 //! closure that returns `Err` or panics poisons its whole group's transaction.
 //! The leader then **aborts the transaction** (nothing of the group is written),
 //! answers the failed caller with its own error (a panic becomes
-//! [`StorageError::Corrupt`], as everywhere in this store), drops that job, and
+//! [`RedbError::Corrupt`], as everywhere in this store), drops that job, and
 //! **runs the rest again** in a new transaction, in the same order. Closures are
 //! therefore `FnMut`: they may run more than once, and only the run whose
 //! transaction committed is the one whose answer is delivered. The decisions are
@@ -48,12 +49,13 @@
 //! (Replay, InFlight, ...) simply commits with the others (or, if nobody in the
 //! group wrote, the transaction is aborted and no fsync is spent).
 //!
-//! Claims and worker transitions never fail that way: they decide on a
-//! snapshot before they queue (`claim.rs`) and submit only a conditional write
-//! (put this record if the stored bytes are still the ones decided on), which
-//! answers "lost" instead of failing when another writer came first. A refusal
-//! (a stale token) is answered before the queue. What can still fail inside a
-//! group is storage itself, and the operator and GC batches.
+//! The adapter's jobs never fail that way on their own: each is a conditional
+//! write given as data (`Write`, applied by `apply` in `mod.rs`), which answers
+//! "refused" instead of failing when its condition does not hold (the version
+//! moved, the key is taken, the token floor is too high): a refused write writes
+//! nothing and leaves its group alone. The engine decided before the queue, on
+//! a snapshot, so a refusal by the state machine (a stale token) never enters
+//! it. What can still fail inside a group is storage itself.
 //!
 //! ## Durability
 //!
@@ -62,14 +64,14 @@
 //! acknowledged before it is durable (invariant 2), no matter how many other
 //! operations share the commit. If beginning or committing the shared
 //! transaction fails, *every* caller of the group gets the error (a group of one
-//! gets redb's error itself, a larger group [`StorageError::GroupCommit`] with
+//! gets redb's error itself, a larger group [`RedbError::GroupCommit`] with
 //! the shared cause): none of them was acknowledged. A crash at any point loses
 //! only unacknowledged operations, as before. Claims stay atomic because all
 //! decisions of a group run one after the other under the single writer: two
 //! claims of one key in one group see each other (the second sees the first's
 //! lease), so there is still exactly one `Execute` (invariant 1).
 //!
-//! Only a database this process keeps open ([`super::Store::open`],
+//! Only a database this process keeps open ([`super::RedbAdapter::open`],
 //! `in_memory`, `with_backend`) batches; a store shared between processes
 //! (`open_shared`) and PostgreSQL keep one transaction per operation.
 
@@ -82,18 +84,18 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use redb::{Database, Durability, WriteTransaction};
 
 use super::db::panic_text;
-use super::error::StorageError;
+use super::error::RedbError;
 
 /// The most operations one group transaction decides.
 pub(crate) const MAX_BATCH: usize = 256;
 
 /// How a store's durable writes were grouped into transactions
-/// ([`Store::commit_stats`](super::Store::commit_stats)). Counted since the
+/// ([`RedbAdapter::commit_stats`](super::RedbAdapter::commit_stats)). Counted since the
 /// store was opened, over every clone of it.
 ///
 /// Only a store that keeps its database open groups writes (see
-/// [`Store::open`](super::Store::open)); a store opened with
-/// [`Store::open_shared`](super::Store::open_shared) or over PostgreSQL reports
+/// [`RedbAdapter::open`](super::RedbAdapter::open)); a store opened with
+/// [`RedbAdapter::open_shared`](super::RedbAdapter::open_shared) or over PostgreSQL reports
 /// zeros.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitStats {
@@ -163,7 +165,7 @@ impl GroupCommit {
     where
         F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send + 'static,
         T: Send + 'static,
-        E: From<StorageError> + Send + 'static,
+        E: From<RedbError> + Send + 'static,
     {
         count(&self.counters.operations, 1);
         let slot = Arc::new(Slot {
@@ -297,7 +299,7 @@ impl Drop for Handoff<'_> {
 
 /// Answers every job with `error`: the group's transaction could not be begun,
 /// committed or aborted, so none of them is acknowledged.
-fn fail_all(jobs: &mut Vec<Box<dyn Job>>, error: StorageError) {
+fn fail_all(jobs: &mut Vec<Box<dyn Job>>, error: RedbError) {
     let operations = jobs.len();
     if operations == 1 {
         // A group of one (the uncontended case) reports redb's error as it is.
@@ -308,7 +310,7 @@ fn fail_all(jobs: &mut Vec<Box<dyn Job>>, error: StorageError) {
     }
     let cause = Arc::new(error);
     for mut job in jobs.drain(..) {
-        job.fail(StorageError::GroupCommit {
+        job.fail(RedbError::GroupCommit {
             operations,
             cause: Arc::clone(&cause),
         });
@@ -316,15 +318,15 @@ fn fail_all(jobs: &mut Vec<Box<dyn Job>>, error: StorageError) {
 }
 
 /// redb documents panics on damaged pages; one must not take the leader down.
-fn guarded<T>(f: impl FnOnce() -> Result<T, StorageError>) -> Result<T, StorageError> {
+fn guarded<T>(f: impl FnOnce() -> Result<T, RedbError>) -> Result<T, RedbError> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        Err(StorageError::Corrupt {
+        Err(RedbError::Corrupt {
             detail: panic_text(payload.as_ref()),
         })
     })
 }
 
-fn begin(db: &Database) -> Result<WriteTransaction, StorageError> {
+fn begin(db: &Database) -> Result<WriteTransaction, RedbError> {
     guarded(|| {
         let mut txn = db.begin_write()?;
         txn.set_durability(Durability::Immediate)?;
@@ -332,11 +334,11 @@ fn begin(db: &Database) -> Result<WriteTransaction, StorageError> {
     })
 }
 
-fn commit(txn: WriteTransaction) -> Result<(), StorageError> {
+fn commit(txn: WriteTransaction) -> Result<(), RedbError> {
     guarded(|| Ok(txn.commit()?))
 }
 
-fn abort(txn: WriteTransaction) -> Result<(), StorageError> {
+fn abort(txn: WriteTransaction) -> Result<(), RedbError> {
     guarded(|| Ok(txn.abort()?))
 }
 
@@ -361,7 +363,7 @@ trait Job: Send {
     /// Hands the kept answer to the caller.
     fn deliver(&mut self);
     /// Answers the caller with `error` instead.
-    fn fail(&mut self, error: StorageError);
+    fn fail(&mut self, error: RedbError);
     /// Tells the waiting caller to lead the next group.
     fn promote(&self);
 }
@@ -376,7 +378,7 @@ impl<F, T, E> Job for Pending<F, T, E>
 where
     F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send,
     T: Send,
-    E: From<StorageError> + Send,
+    E: From<RedbError> + Send,
 {
     fn run(&mut self, txn: &WriteTransaction) -> Ran {
         let f = &mut self.f;
@@ -384,7 +386,7 @@ where
             Ok(Ok((value, wrote))) => (Ok(value), Ran::Decided { wrote }),
             Ok(Err(e)) => (Err(e), Ran::Failed),
             Err(payload) => (
-                Err(StorageError::Corrupt {
+                Err(RedbError::Corrupt {
                     detail: panic_text(payload.as_ref()),
                 }
                 .into()),
@@ -401,7 +403,7 @@ where
         }
     }
 
-    fn fail(&mut self, error: StorageError) {
+    fn fail(&mut self, error: RedbError) {
         self.result = None;
         self.slot.complete(Err(error.into()));
     }
@@ -435,7 +437,7 @@ enum SlotState<T, E> {
     Taken,
 }
 
-impl<T, E: From<StorageError>> Slot<T, E> {
+impl<T, E: From<RedbError>> Slot<T, E> {
     fn complete(&self, result: Result<T, E>) {
         *lock(&self.state) = SlotState::Done(result);
         self.changed.notify_one();
@@ -456,7 +458,7 @@ impl<T, E: From<StorageError>> Slot<T, E> {
             match std::mem::replace(&mut *state, SlotState::Taken) {
                 SlotState::Done(result) => return Some(result),
                 SlotState::Abandoned => {
-                    return Some(Err(StorageError::Corrupt {
+                    return Some(Err(RedbError::Corrupt {
                         detail: "a panic in the group commit leader left this write \
                                  unanswered; it was not acknowledged"
                             .to_owned(),

@@ -1,14 +1,29 @@
 //! [`IdempotencyBackend`] for the redb [`Store`].
 
 use idemkit_core::machine::{
-    ClaimOutcome, Policy, RecoverGrant, Resolution, StepStart, TransitionError,
+    Answer, ClaimOutcome, Op, Policy, RecoverGrant, Resolution, StepStart, TransitionError,
 };
 use idemkit_core::record::{FencingToken, Record, StoredResponse, UnknownReason};
 use idemkit_core::{IdempotencyKey, RequestFingerprint, Scope, UnixMillis};
 
+use super::backend::{BackendError, IdempotencyBackend};
 use super::error::{Error, TxError};
-use super::{GcReport, ListedRecord, Store};
-use crate::backend::{BackendError, IdempotencyBackend};
+use super::guard::unexpected;
+use super::{Applied, GcReport, ListedRecord, Store};
+
+impl Store {
+    /// One transition of `(scope, key)` at `now`, read first (no guard holds it).
+    fn transition_at(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        op: Op,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<Applied, TxError> {
+        self.run(&scope.record_id(key), op, policy, now, None)
+    }
+}
 
 impl BackendError for Error {
     fn transition_error(&self) -> Option<&TransitionError> {
@@ -42,15 +57,17 @@ impl IdempotencyBackend for Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<ClaimOutcome, Error> {
-        Ok(self
-            .claim_at(
-                &scope.record_id(key),
-                fingerprint.into(),
-                owner,
-                policy,
-                now,
-            )?
-            .0)
+        let applied = self.claim_at(
+            &scope.record_id(key),
+            fingerprint.into(),
+            owner,
+            policy,
+            now,
+        )?;
+        match applied.answer {
+            Answer::Claim(outcome) => Ok(outcome),
+            other => Err(unexpected("a claim", &other).into()),
+        }
     }
 
     fn complete(
@@ -62,7 +79,8 @@ impl IdempotencyBackend for Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), Error> {
-        Ok(self.complete_at(&scope.record_id(key), token, response, policy, now)?)
+        self.transition_at(scope, key, Op::Complete { token, response }, policy, now)?;
+        Ok(())
     }
 
     fn release(
@@ -73,7 +91,8 @@ impl IdempotencyBackend for Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<(), Error> {
-        Ok(self.release_at(&scope.record_id(key), token, policy, now)?)
+        self.transition_at(scope, key, Op::Release { token }, policy, now)?;
+        Ok(())
     }
 
     fn mark_unknown(
@@ -84,7 +103,9 @@ impl IdempotencyBackend for Store {
         reason: UnknownReason,
         now: UnixMillis,
     ) -> Result<(), Error> {
-        Ok(self.mark_unknown_at(&scope.record_id(key), token, reason, now)?)
+        let op = Op::MarkUnknown { token, reason };
+        self.transition_at(scope, key, op, &Policy::default(), now)?;
+        Ok(())
     }
 
     fn renew(
@@ -95,7 +116,12 @@ impl IdempotencyBackend for Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<UnixMillis, Error> {
-        Ok(self.renew_at(&scope.record_id(key), token, policy, now)?)
+        let applied = self.transition_at(scope, key, Op::Renew { token }, policy, now)?;
+        Ok(applied
+            .stored
+            .as_ref()
+            .and_then(|s| s.record.lease_expires_at())
+            .unwrap_or(applied.now))
     }
 
     fn begin_step(
@@ -107,13 +133,18 @@ impl IdempotencyBackend for Store {
         proposed_provider_key: &str,
         now: UnixMillis,
     ) -> Result<StepStart, Error> {
-        Ok(self.begin_step_at(
-            &scope.record_id(key),
+        let op = Op::BeginStep {
             token,
-            name,
-            proposed_provider_key,
-            now,
-        )?)
+            name: name.to_owned(),
+            proposed_provider_key: proposed_provider_key.to_owned(),
+        };
+        match self
+            .transition_at(scope, key, op, &Policy::default(), now)?
+            .answer
+        {
+            Answer::Step(start) => Ok(start),
+            other => Err(unexpected("begin_step", &other).into()),
+        }
     }
 
     fn complete_step(
@@ -125,7 +156,13 @@ impl IdempotencyBackend for Store {
         provider_ref: Option<String>,
         now: UnixMillis,
     ) -> Result<(), Error> {
-        Ok(self.complete_step_at(&scope.record_id(key), token, name, provider_ref, now)?)
+        let op = Op::CompleteStep {
+            token,
+            name: name.to_owned(),
+            provider_ref,
+        };
+        self.transition_at(scope, key, op, &Policy::default(), now)?;
+        Ok(())
     }
 
     fn resolve(
@@ -148,10 +185,10 @@ impl IdempotencyBackend for Store {
         policy: &Policy,
         now: UnixMillis,
     ) -> Result<RecoverGrant, Error> {
-        let (token, record) = self.recover_at(&scope.record_id(key), owner, policy, now)?;
+        let (token, stored) = self.recover_at(&scope.record_id(key), owner, policy, now)?;
         Ok(RecoverGrant {
             token,
-            steps: record.steps,
+            steps: stored.record.steps,
         })
     }
 

@@ -1,12 +1,11 @@
 //! The operations every idempotency store offers, as a trait, so one
 //! conformance suite (`idemkit::conformance`, feature `testing`) runs against each
-//! backend: the redb store and the PostgreSQL store (`postgres::PgStore`, feature
-//! `postgres`). The JavaScript platform stores of the npm package (wasm/) have a
+//! adapter through the engine. The JavaScript platform stores of the npm package (wasm/) have a
 //! conformance suite of their own, in JavaScript (`wasm/test/conformance.js`).
 //!
 //! The trait is token-based and takes `now` explicitly: a backend applies the
 //! core's decisions, and the suite drives time. Convenience layers (the
-//! [`ExecutionGuard`](crate::redb_store::ExecutionGuard), a clock) sit on top.
+//! [`ExecutionGuard`](crate::store::ExecutionGuard), a clock) sit on top.
 
 use idemkit_core::machine::{
     ClaimOutcome, Policy, RecoverGrant, Resolution, StepStart, TransitionError,
@@ -14,7 +13,7 @@ use idemkit_core::machine::{
 use idemkit_core::record::{FencingToken, Record, StoredResponse, UnknownReason};
 use idemkit_core::{IdempotencyKey, RequestFingerprint, Scope, UnixMillis};
 
-use crate::redb_store::{GcReport, ListedRecord};
+use super::{GcReport, ListedRecord};
 
 /// How the conformance suite recognises a backend's errors.
 pub trait BackendError: std::error::Error {

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redb::{
-    Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, StorageBackend,
-    TableHandle, WriteTransaction,
+    Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, ReadableTable,
+    StorageBackend, TableHandle, WriteTransaction,
 };
 
-use super::error::{OpenError, StorageError};
+use super::error::{OpenError, RedbError};
 use super::group_commit::{CommitStats, GroupCommit};
 use super::tables::{
     FORMAT_VERSION, GC_DUE, LEASE_EXPIRY, MAGIC, META, META_FORMAT, META_MAGIC, RECORDS, UNKNOWN,
@@ -49,10 +49,6 @@ pub(crate) enum Handle {
         path: PathBuf,
         retry: std::sync::Mutex<LockRetry>,
     },
-    /// No redb database: every operation is applied by PostgreSQL (the store's
-    /// methods dispatch before they reach a transaction).
-    #[cfg(feature = "postgres")]
-    Postgres(crate::postgres::PgStore),
 }
 
 /// A database this process keeps open, with its write queue.
@@ -80,8 +76,6 @@ impl Handle {
                 path: path.clone(),
                 retry: std::sync::Mutex::new(*retry.lock().unwrap_or_else(|p| p.into_inner())),
             },
-            #[cfg(feature = "postgres")]
-            Handle::Postgres(pg) => Handle::Postgres(pg.clone()),
         }
     }
 
@@ -110,8 +104,6 @@ impl Handle {
         match self {
             Handle::Open(_) => None,
             Handle::PerTransaction { path, .. } => Some(path),
-            #[cfg(feature = "postgres")]
-            Handle::Postgres(_) => None,
         }
     }
 
@@ -123,10 +115,6 @@ impl Handle {
                 let retry = *retry.lock().unwrap_or_else(|p| p.into_inner());
                 open_file_with_retry(path, retry, Integrity::Trust).map(Arc::new)
             }
-            #[cfg(feature = "postgres")]
-            Handle::Postgres(_) => Err(OpenError::NotIdemkit {
-                detail: "a PostgreSQL store has no redb database".into(),
-            }),
         }
     }
 
@@ -148,30 +136,29 @@ impl Handle {
     where
         F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send + 'static,
         T: Send + 'static,
-        E: From<StorageError> + Send + 'static,
+        E: From<RedbError> + Send + 'static,
     {
         if let Handle::Open(owned) = self {
             return owned.group.write(&owned.db, f);
         }
-        let db = self.database().map_err(StorageError::from)?;
-        let mut txn = db.begin_write().map_err(StorageError::from)?;
+        let db = self.database().map_err(RedbError::from)?;
+        let mut txn = db.begin_write().map_err(RedbError::from)?;
         txn.set_durability(Durability::Immediate)
-            .map_err(StorageError::from)?;
+            .map_err(RedbError::from)?;
         // redb may panic on pages damaged after the integrity check at open; a
         // panic here must not take the caller down. Dropping the transaction
         // during the unwind aborts it, so nothing is written.
-        let decided = catch_unwind(AssertUnwindSafe(|| f(&txn))).map_err(|payload| {
-            StorageError::Corrupt {
+        let decided =
+            catch_unwind(AssertUnwindSafe(|| f(&txn))).map_err(|payload| RedbError::Corrupt {
                 detail: panic_text(payload.as_ref()),
-            }
-        })?;
+            })?;
         match decided {
             Ok((value, true)) => {
-                txn.commit().map_err(StorageError::from)?;
+                txn.commit().map_err(RedbError::from)?;
                 Ok(value)
             }
             Ok((value, false)) => {
-                txn.abort().map_err(StorageError::from)?;
+                txn.abort().map_err(RedbError::from)?;
                 Ok(value)
             }
             Err(e) => {
@@ -188,12 +175,12 @@ impl Handle {
         f: impl FnOnce(&ReadTransaction) -> Result<T, E>,
     ) -> Result<T, E>
     where
-        E: From<StorageError>,
+        E: From<RedbError>,
     {
-        let db = self.database().map_err(StorageError::from)?;
-        let txn = db.begin_read().map_err(StorageError::from)?;
+        let db = self.database().map_err(RedbError::from)?;
+        let txn = db.begin_read().map_err(RedbError::from)?;
         catch_unwind(AssertUnwindSafe(|| f(&txn))).unwrap_or_else(|payload| {
-            Err(StorageError::Corrupt {
+            Err(RedbError::Corrupt {
                 detail: panic_text(payload.as_ref()),
             }
             .into())
@@ -355,27 +342,67 @@ fn ensure_format(db: &Database) -> Result<(), OpenError> {
             ),
         });
     }
-    let meta = read.open_table(META).map_err(redb_open)?;
-    let magic = meta.get(META_MAGIC).map_err(redb_open)?;
-    if magic.as_ref().map(|m| m.value()) != Some(MAGIC) {
-        return Err(OpenError::NotIdemkit {
-            detail: "the metadata table has no idemkit magic value".to_owned(),
-        });
-    }
-    let format = meta.get(META_FORMAT).map_err(redb_open)?;
-    let found = format
-        .as_ref()
-        .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
-        .map(u32::from_le_bytes)
-        .ok_or_else(|| OpenError::Corrupt {
-            detail: "the idemkit format version is missing or malformed".to_owned(),
-        })?;
-    if found != FORMAT_VERSION {
-        return Err(OpenError::UnsupportedFormat {
+    // Every guard on a page of the read transaction must be gone before the
+    // upgrade below writes (redb asserts it).
+    let found = {
+        let meta = read.open_table(META).map_err(redb_open)?;
+        let magic = meta.get(META_MAGIC).map_err(redb_open)?;
+        if magic.as_ref().map(|m| m.value()) != Some(MAGIC) {
+            return Err(OpenError::NotIdemkit {
+                detail: "the metadata table has no idemkit magic value".to_owned(),
+            });
+        }
+        let format = meta.get(META_FORMAT).map_err(redb_open)?;
+        format
+            .as_ref()
+            .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(|| OpenError::Corrupt {
+                detail: "the idemkit format version is missing or malformed".to_owned(),
+            })?
+    };
+    drop(read);
+    match found {
+        FORMAT_VERSION => Ok(()),
+        1 => upgrade_from_format_1(db),
+        _ => Err(OpenError::UnsupportedFormat {
             found,
             supported: FORMAT_VERSION,
-        });
+        }),
     }
+}
+
+/// Format 1 stored a record's bytes alone; format 2 puts its version in front
+/// ([`super::tables::RECORDS`]). One durable transaction rewrites every record
+/// with version 1 and sets the format, so a crash leaves either file whole. A
+/// format-1 file's token floor already exceeds the tokens of every record GC
+/// deleted; as no format-1 record had a version, version 1 collides with none.
+fn upgrade_from_format_1(db: &Database) -> Result<(), OpenError> {
+    let mut txn = db.begin_write().map_err(redb_open)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(redb_open)?;
+    {
+        let mut records = txn.open_table(RECORDS).map_err(redb_open)?;
+        let old: Vec<(Vec<u8>, Vec<u8>)> = records
+            .iter()
+            .map_err(redb_open)?
+            .map(|entry| {
+                entry
+                    .map(|(id, bytes)| (id.value().to_vec(), bytes.value().to_vec()))
+                    .map_err(redb_open)
+            })
+            .collect::<Result<_, _>>()?;
+        for (id, bytes) in old {
+            let value = super::tables::stored_value(super::tables::FIRST_MIGRATED_VERSION, &bytes);
+            records
+                .insert(id.as_slice(), value.as_slice())
+                .map_err(redb_open)?;
+        }
+        let mut meta = txn.open_table(META).map_err(redb_open)?;
+        meta.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())
+            .map_err(redb_open)?;
+    }
+    txn.commit().map_err(redb_open)?;
     Ok(())
 }
 
@@ -415,7 +442,7 @@ mod tests {
     const TEST: TableDefinition<&str, u64> = TableDefinition::new("group_commit_test");
 
     /// Writes `key` = 1 + the number of keys already written; answers that number.
-    fn put(txn: &WriteTransaction, key: &str) -> Result<u64, StorageError> {
+    fn put(txn: &WriteTransaction, key: &str) -> Result<u64, RedbError> {
         let mut table = txn.open_table(TEST)?;
         let n = table.len()? + 1;
         table.insert(key, n)?;
@@ -428,9 +455,9 @@ mod tests {
                 let table = match txn.open_table(TEST) {
                     Ok(table) => table,
                     Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                    Err(e) => return Err(StorageError::from(e)),
+                    Err(e) => return Err(RedbError::from(e)),
                 };
-                Ok::<_, StorageError>(table.get(key)?.map(|v| v.value()))
+                Ok::<_, RedbError>(table.get(key)?.map(|v| v.value()))
             })
             .unwrap()
     }
@@ -447,7 +474,7 @@ mod tests {
     fn held_leader(
         handle: &Arc<Handle>,
         key: Option<&'static str>,
-    ) -> (mpsc::Sender<()>, JoinHandle<Result<u64, StorageError>>) {
+    ) -> (mpsc::Sender<()>, JoinHandle<Result<u64, RedbError>>) {
         let (started_tx, started) = mpsc::channel();
         let (go, go_rx) = mpsc::channel::<()>();
         let h = Arc::clone(handle);
@@ -470,8 +497,8 @@ mod tests {
     /// queue in the order they are started.
     fn follower<T: Send + 'static>(
         handle: &Arc<Handle>,
-        f: impl FnMut(&WriteTransaction) -> Result<(T, bool), StorageError> + Send + 'static,
-    ) -> JoinHandle<Result<T, StorageError>> {
+        f: impl FnMut(&WriteTransaction) -> Result<(T, bool), RedbError> + Send + 'static,
+    ) -> JoinHandle<Result<T, RedbError>> {
         let before = group(handle).waiting();
         let h = Arc::clone(handle);
         let joined = std::thread::spawn(move || h.write_if_changed(f));
@@ -493,7 +520,7 @@ mod tests {
         let ran_on = handle
             .write_if_changed(move |txn| {
                 put(txn, "a")?;
-                Ok::<_, StorageError>((std::thread::current().id(), true))
+                Ok::<_, RedbError>((std::thread::current().id(), true))
             })
             .unwrap();
         assert_eq!(ran_on, me);
@@ -505,7 +532,7 @@ mod tests {
         );
         // Nothing written: aborted, no commit.
         handle
-            .write_if_changed(|_| Ok::<_, StorageError>(((), false)))
+            .write_if_changed(|_| Ok::<_, RedbError>(((), false)))
             .unwrap();
         let stats = handle.commit_stats();
         assert_eq!((stats.transactions, stats.commits), (2, 1));
@@ -545,11 +572,11 @@ mod tests {
         let a = follower(&handle, |txn| Ok((put(txn, "a")?, true)));
         let b = follower(&handle, |txn| {
             put(txn, "b")?;
-            Err::<(u64, bool), _>(StorageError::CorruptId {
+            Err::<(u64, bool), _>(RedbError::Corrupt {
                 detail: "b refuses after writing".into(),
             })
         });
-        let c = follower(&handle, |txn| -> Result<(u64, bool), StorageError> {
+        let c = follower(&handle, |txn| -> Result<(u64, bool), RedbError> {
             put(txn, "c")?;
             panic!("c panics after writing")
         });
@@ -559,11 +586,11 @@ mod tests {
         assert_eq!(a.join().unwrap().unwrap(), 1);
         assert!(matches!(
             b.join().unwrap(),
-            Err(StorageError::CorruptId { detail }) if detail == "b refuses after writing"
+            Err(RedbError::Corrupt { detail }) if detail == "b refuses after writing"
         ));
         assert!(matches!(
             c.join().unwrap(),
-            Err(StorageError::Corrupt { detail }) if detail.contains("c panics after writing")
+            Err(RedbError::Corrupt { detail }) if detail.contains("c panics after writing")
         ));
         // d decided after a's write only: b's and c's were rolled back.
         assert_eq!(d.join().unwrap().unwrap(), 2);
@@ -583,8 +610,8 @@ mod tests {
 
     #[test]
     fn a_failed_group_commit_answers_every_caller_with_the_error() {
-        let switch = crate::redb_store::FaultSwitch::default();
-        let backend = crate::redb_store::FaultyBackend::new(
+        let switch = crate::adapters::redb::FaultSwitch::default();
+        let backend = crate::adapters::redb::FaultyBackend::new(
             redb::backends::InMemoryBackend::new(),
             switch.clone(),
         );
@@ -601,11 +628,11 @@ mod tests {
         assert_eq!(leader.join().unwrap().unwrap(), 0);
         for f in followers {
             match f.join().unwrap() {
-                Err(StorageError::GroupCommit {
+                Err(RedbError::GroupCommit {
                     operations: 3,
                     cause,
                 }) => {
-                    assert!(matches!(*cause, StorageError::Redb(_)), "{cause:?}");
+                    assert!(matches!(*cause, RedbError::Redb(_)), "{cause:?}");
                 }
                 other => panic!("expected the shared commit's error, got {other:?}"),
             }

@@ -3,93 +3,28 @@
 //!
 //! | family | returned by |
 //! |---|---|
-//! | [`OpenError`] | `Store::open`, `Store::open_shared`, and every operation of a shared store (it opens the file per transaction) via [`StorageError::Open`] |
-//! | [`StorageError`] | the storage failures every operation can hit |
+//! | [`StorageError`] | the storage failures every operation can hit (an adapter's own error in [`StorageError::Adapter`]) |
 //! | [`ClaimError`] | `Store::claim` |
 //! | [`WorkerError`] | the execution guard: complete, release, mark_unknown, renew, steps |
 //! | [`OperatorError`] | `Store::resolve`, `Store::recover` |
 //! | [`QueryError`] | get, list, list_unresolved, stats, gc |
 
 use std::fmt;
-use std::time::Duration;
 
 use idemkit_core::LogRef;
 use idemkit_core::machine::TransitionError;
 
-/// The database file could not be opened as an idemkit store.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum OpenError {
-    /// The file is a redb database but not an idemkit store (no idemkit metadata, or
-    /// other tables), or not a redb database at all.
-    NotIdemkit {
-        /// What was found.
-        detail: String,
-    },
-    /// The store was written by a newer (or unknown) format version.
-    UnsupportedFormat {
-        /// The version in the file.
-        found: u32,
-        /// The version this build reads.
-        supported: u32,
-    },
-    /// The file is damaged: redb's checks failed while opening it.
-    Corrupt {
-        /// What redb reported.
-        detail: String,
-    },
-    /// Another process kept the file locked for longer than the retry budget.
-    Busy {
-        /// How long this process tried.
-        waited: Duration,
-    },
-    /// The file could not be read or created.
-    Io(std::io::Error),
-    /// Any other redb failure while opening.
-    Redb(redb::Error),
-}
+use crate::adapters::redb::OpenError;
+use crate::adapters::{AdapterError, CorruptRecord, FailureKind};
 
-impl fmt::Display for OpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OpenError::NotIdemkit { detail } => {
-                write!(f, "not an idemkit database: {detail}")
-            }
-            OpenError::UnsupportedFormat { found, supported } => write!(
-                f,
-                "idemkit database format {found} is not supported (this build reads format {supported})"
-            ),
-            OpenError::Corrupt { detail } => write!(f, "database file is corrupt: {detail}"),
-            OpenError::Busy { waited } => write!(
-                f,
-                "database is locked by another process (gave up after {} ms)",
-                waited.as_millis()
-            ),
-            OpenError::Io(e) => write!(f, "cannot open database file: {e}"),
-            OpenError::Redb(e) => write!(f, "cannot open database: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            OpenError::Io(e) => Some(e),
-            OpenError::Redb(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-/// A storage failure: nothing was acknowledged, and the transaction (if any) was
-/// rolled back.
+/// A storage failure: nothing was acknowledged, and nothing was written.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StorageError {
-    /// (Re)opening the database failed (shared stores open it for every transaction).
-    Open(OpenError),
-    /// redb failed to begin, read, write or commit (I/O error, full disk, ...).
-    Redb(redb::Error),
+    /// The adapter failed: its kind ([`AdapterError::kind`]) says whether to
+    /// try again later, and [`AdapterError::downcast_ref`] finds the adapter's
+    /// own error (`adapters::redb::OpenError`, `adapters::postgres::PgError`).
+    Adapter(AdapterError),
     /// A stored record does not decode (bytes damaged or written by an unknown version).
     CorruptRecord {
         /// The record's log reference (`None` when its id does not decode either).
@@ -97,25 +32,17 @@ pub enum StorageError {
         /// What the decoder reported.
         detail: String,
     },
-    /// redb failed on damaged pages while reading (found after the open).
-    Corrupt {
-        /// What redb reported.
-        detail: String,
-    },
     /// A stored record id does not decode.
     CorruptId {
         /// What the decoder reported.
         detail: String,
     },
-    /// This operation was decided in one write transaction together with other
-    /// callers' operations (group commit), and beginning or committing that shared
-    /// transaction failed: none of them was acknowledged. Every caller of the
-    /// group gets the same `cause`.
-    GroupCommit {
-        /// How many operations shared the transaction.
-        operations: usize,
-        /// What failed.
-        cause: std::sync::Arc<StorageError>,
+    /// The engine met something the state machine never produces (an answer
+    /// to another operation, a claim to execute that wrote no record): a bug,
+    /// reported instead of acted on.
+    Corrupt {
+        /// What was met.
+        detail: String,
     },
     /// The record kept changing between this operation's read and its
     /// conditional write, [`MAX_ATTEMPTS`](idemkit_core::machine::MAX_ATTEMPTS)
@@ -126,18 +53,34 @@ pub enum StorageError {
         /// How many times it was read and decided.
         attempts: u32,
     },
-    /// The store is a PostgreSQL store ([`Store::postgres`](super::Store::postgres))
-    /// and PostgreSQL failed; [`PgError::Unavailable`](crate::postgres::PgError::Unavailable)
-    /// when it could not be reached.
-    #[cfg(feature = "postgres")]
-    Postgres(crate::postgres::PgError),
+}
+
+impl StorageError {
+    /// The adapter's own error, if this is (or wraps) an `E`.
+    #[must_use]
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            StorageError::Adapter(e) => e.downcast_ref(),
+            _ => None,
+        }
+    }
+
+    /// Whether trying again later may succeed: the database was unavailable
+    /// (a busy file, a lost connection) or the record was contended.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StorageError::Adapter(e) => e.kind() == FailureKind::Unavailable,
+            StorageError::Contention { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for StorageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StorageError::Open(e) => e.fmt(f),
-            StorageError::Redb(e) => write!(f, "storage error: {e}"),
+            StorageError::Adapter(e) => e.fmt(f),
             StorageError::CorruptRecord {
                 log_ref: Some(log_ref),
                 detail,
@@ -147,19 +90,12 @@ impl fmt::Display for StorageError {
                 detail,
             } => write!(f, "a record with an undecodable id is corrupt: {detail}"),
             StorageError::CorruptId { detail } => write!(f, "a record id is corrupt: {detail}"),
-            StorageError::Corrupt { detail } => write!(f, "database file is corrupt: {detail}"),
+            StorageError::Corrupt { detail } => write!(f, "inconsistent store: {detail}"),
             StorageError::Contention { log_ref, attempts } => write!(
                 f,
                 "record {log_ref} changed under {attempts} attempts in a row to write it; \
                  nothing was written"
             ),
-            StorageError::GroupCommit { operations, cause } => write!(
-                f,
-                "the write transaction shared by {operations} operations (group commit) failed, \
-                 none of them was acknowledged: {cause}"
-            ),
-            #[cfg(feature = "postgres")]
-            StorageError::Postgres(e) => e.fmt(f),
         }
     }
 }
@@ -167,51 +103,34 @@ impl fmt::Display for StorageError {
 impl std::error::Error for StorageError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            StorageError::Open(e) => Some(e),
-            StorageError::Redb(e) => Some(e),
-            StorageError::GroupCommit { cause, .. } => Some(&**cause),
-            #[cfg(feature = "postgres")]
-            StorageError::Postgres(e) => Some(e),
+            StorageError::Adapter(e) => Some(e),
             _ => None,
         }
     }
 }
 
-#[cfg(feature = "postgres")]
-impl From<crate::postgres::PgError> for TxError {
-    fn from(e: crate::postgres::PgError) -> Self {
-        use crate::postgres::PgError;
-        match e {
-            PgError::NotFound { log_ref } => TxError::NotFound { log_ref },
-            PgError::Rejected { log_ref, error } => TxError::Rejected { log_ref, error },
-            other => TxError::Storage(StorageError::Postgres(other)),
+impl From<AdapterError> for StorageError {
+    fn from(e: AdapterError) -> Self {
+        // A record that does not decode is the engine's concern (GC skips it,
+        // `verify` names it), whatever adapter found it.
+        if let Some(corrupt) = e.downcast_ref::<CorruptRecord>() {
+            return StorageError::CorruptRecord {
+                log_ref: corrupt.log_ref,
+                detail: corrupt.detail.clone(),
+            };
         }
+        StorageError::Adapter(e)
     }
 }
 
-impl From<OpenError> for StorageError {
-    fn from(e: OpenError) -> Self {
-        StorageError::Open(e)
+impl From<CorruptRecord> for StorageError {
+    fn from(e: CorruptRecord) -> Self {
+        StorageError::CorruptRecord {
+            log_ref: e.log_ref,
+            detail: e.detail,
+        }
     }
 }
-
-macro_rules! redb_into_storage {
-    ($($t:ty),*) => {$(
-        impl From<$t> for StorageError {
-            fn from(e: $t) -> Self {
-                StorageError::Redb(e.into())
-            }
-        }
-    )*};
-}
-redb_into_storage!(
-    redb::Error,
-    redb::StorageError,
-    redb::TableError,
-    redb::TransactionError,
-    redb::CommitError,
-    redb::SetDurabilityError
-);
 
 /// A claim failed before an answer was durable; nothing was executed or written.
 #[derive(Debug)]
@@ -456,10 +375,7 @@ impl From<OpenError> for Error {
 
 impl From<StorageError> for Error {
     fn from(e: StorageError) -> Self {
-        match e {
-            StorageError::Open(e) => Error::Open(e),
-            other => Error::Storage(other),
-        }
+        Error::Storage(e)
     }
 }
 

@@ -1,14 +1,14 @@
-//! The PostgreSQL backend's error.
+//! The PostgreSQL adapter's error.
 //!
-//! One `#[non_exhaustive]` enum: every operation of [`PgStore`](super::PgStore)
-//! can lose its connection, and every write can be refused by the state machine,
-//! so the per-operation families of the redb store would all carry the same
-//! variants here. [`PgError::is_unavailable`] is what the HTTP layer maps to 503.
+//! One `#[non_exhaustive]` enum: every statement of [`PgStore`](super::PgStore)
+//! can lose its connection. The engine receives it inside a
+//! `StorageError::Adapter` (of kind `Unavailable` when
+//! [`PgError::is_unavailable`]); refusals of the state machine are the engine's
+//! own errors.
 
 use std::fmt;
 
 use idemkit_core::LogRef;
-use idemkit_core::machine::TransitionError;
 
 /// A PostgreSQL store operation failed. Whatever the variant, nothing was
 /// acknowledged: the caller must not execute (claim) or report success (writes).
@@ -24,24 +24,13 @@ pub enum PgError {
         /// What the driver or pool reported.
         detail: String,
     },
-    /// There is no record under this key.
-    NotFound {
-        /// The record's log reference.
-        log_ref: LogRef,
-    },
-    /// The state machine refused the transition (stale token, wrong state, ...).
-    Rejected {
-        /// The record's log reference.
-        log_ref: LogRef,
-        /// Why.
-        error: TransitionError,
-    },
-    /// Other writers kept changing the record (or the server kept reporting
-    /// serialization failures) for more than the retry bound; nothing was written.
+    /// The server reported a serialization failure or deadlock for a read;
+    /// nothing was written. (Of a conditional write, it counts as a lost race:
+    /// the engine reads and decides again.)
     Contention {
-        /// The record's log reference (`None` for GC batches).
+        /// The record's log reference, when known.
         log_ref: Option<LogRef>,
-        /// How many times the whole read → decide → write was tried.
+        /// How many times the statement was tried.
         attempts: u32,
     },
     /// A stored row does not decode (damaged, or written by an unknown record version).
@@ -81,23 +70,12 @@ impl PgError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, PgError::Unavailable { .. })
     }
-
-    /// The state machine's reason, when a transition was refused.
-    #[must_use]
-    pub fn transition_error(&self) -> Option<&TransitionError> {
-        match self {
-            PgError::Rejected { error, .. } => Some(error),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for PgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PgError::Unavailable { detail } => write!(f, "PostgreSQL unavailable: {detail}"),
-            PgError::NotFound { log_ref } => write!(f, "no record {log_ref}"),
-            PgError::Rejected { log_ref, error } => write!(f, "record {log_ref}: {error}"),
             PgError::Contention {
                 log_ref: Some(log_ref),
                 attempts,
@@ -140,14 +118,7 @@ impl fmt::Display for PgError {
     }
 }
 
-impl std::error::Error for PgError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PgError::Rejected { error, .. } => Some(error),
-            _ => None,
-        }
-    }
-}
+impl std::error::Error for PgError {}
 
 /// How one failed statement is handled.
 pub(crate) enum Failure {

@@ -3,7 +3,8 @@
 //! `FailingBackend` tests and its fuzzer's I/O-error backend).
 //!
 //! ```no_run
-//! use idemkit::redb_store::{FaultSwitch, FaultyBackend, Store};
+//! use idemkit::store::Store;
+//! use idemkit::adapters::redb::{FaultSwitch, FaultyBackend};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let file = std::fs::OpenOptions::new()
 //!     .read(true).write(true).create(true).truncate(false)
@@ -69,7 +70,7 @@ impl FaultSwitch {
     }
 
     /// Fails the next `n` write transactions of a store opened with
-    /// [`Store::with_faulty_backend`](super::Store::with_faulty_backend) before
+    /// [`RedbAdapter::with_faulty_backend`](super::RedbAdapter::with_faulty_backend) before
     /// they touch the database, then lets them through again: a transient store
     /// error (a dropped connection, a lock held too long), after which the store
     /// works as before. (A failed write or sync of the backend itself leaves redb

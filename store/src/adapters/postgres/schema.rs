@@ -65,7 +65,6 @@ pub(crate) struct Sql {
     /// import) makes the row version the floor + 1.
     pub(crate) insert: String,
     pub(crate) raise_floor: String,
-    pub(crate) select: String,
     /// `select` plus `now` by the store's clock and the token floor, one row even
     /// when the record is absent: `$4` the caller's time (or NULL), `$5` the
     /// clock's offset.
@@ -106,17 +105,16 @@ impl Sql {
         let cols = "fingerprint, state, lease_expires_at, gc_due_at, record";
         Ok(Sql {
             schema: schema.map(str::to_owned),
+            // $9 is the record's last token: refused unless above the floor;
+            // the version starts above the floor, so above every version a
+            // deleted row of the key had.
             insert: format!(
                 "INSERT INTO {records} (tenant, operation, key, {cols}, version) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::bigint, value + 1) \
-                 FROM {floor} WHERE $9::bigint IS NULL OR $9::bigint > value \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, value + 1 \
+                 FROM {floor} WHERE $9::bigint > value \
                  ON CONFLICT DO NOTHING RETURNING version"
             ),
             raise_floor: format!("UPDATE {floor} SET value = greatest(value, $1)"),
-            select: format!(
-                "SELECT record, version FROM {records} \
-                 WHERE tenant = $1 AND operation = $2 AND key = $3"
-            ),
             select_at: format!(
                 "SELECT c.now, r.record, r.version, c.floor \
                  FROM (SELECT {now} AS now, (SELECT value FROM {floor}) AS floor) AS c \

@@ -2,8 +2,8 @@
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `idemkit.meta` | `&str` | bytes | `magic` = [`MAGIC`], `format` = [`FORMAT_VERSION`] (u32 LE), `token_floor` (u64 LE, absent = 0) |
-//! | `idemkit.records` | record id bytes | `Record::encode()` | every record |
+//! | `idemkit.meta` | `&str` | bytes | `magic` = [`MAGIC`], `format` = [`FORMAT_VERSION`] (u32 LE), `token_floor` and `version_floor` (u64 LE, absent = 0) |
+//! | `idemkit.records` | record id bytes | version (u64 LE) + `Record::encode()` | every record |
 //! | `idemkit.gc_due` | `(due_at ms, id)` | `()` | Completed/Released records by next GC step |
 //! | `idemkit.lease_expiry` | `(expires_at ms, id)` | `()` | Running records by lease expiry |
 //! | `idemkit.unknown` | id | `since` ms | Unknown records |
@@ -29,7 +29,33 @@ pub(crate) const UNKNOWN: TableDefinition<&[u8], u64> = TableDefinition::new("id
 /// The `magic` value in [`META`]: this file is an idemkit store.
 pub(crate) const MAGIC: &[u8] = b"idemkit store";
 /// The store format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// | format | records hold |
+/// |---|---|
+/// | 1 | the encoded record |
+/// | 2 | its version (8 bytes, u64 LE), then the encoded record |
+///
+/// A format-1 file is upgraded in place when it is opened (one durable
+/// transaction; an older build then refuses the file as format 2).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The version every record of an upgraded format-1 file gets.
+pub(crate) const FIRST_MIGRATED_VERSION: u64 = 1;
+
+/// A record value: `version` then the encoded record.
+pub(crate) fn stored_value(version: u64, record: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(8 + record.len());
+    value.extend_from_slice(&version.to_le_bytes());
+    value.extend_from_slice(record);
+    value
+}
+
+/// Splits a record value into its version and the encoded record; `None` when
+/// it is too short to hold a version.
+pub(crate) fn split_value(value: &[u8]) -> Option<(u64, &[u8])> {
+    let (version, record) = value.split_first_chunk::<8>()?;
+    Some((u64::from_le_bytes(*version), record))
+}
 /// Meta key of the magic value.
 pub(crate) const META_MAGIC: &str = "magic";
 /// Meta key of the format version.
@@ -39,3 +65,7 @@ pub(crate) const META_FORMAT: &str = "format";
 /// a key even after its record was deleted. Absent in stores that never deleted
 /// a record (it reads as 0, so the file format did not change).
 pub(crate) const META_TOKEN_FLOOR: &str = "token_floor";
+/// Meta key of the version floor (format 2): the highest version of any record
+/// GC deleted. A fresh record's version is above it, so a version never
+/// repeats for an id. Absent (0) until GC deleted a record.
+pub(crate) const META_VERSION_FLOOR: &str = "version_floor";

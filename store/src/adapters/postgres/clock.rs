@@ -101,6 +101,13 @@ impl PgClock {
 
     /// The statement parameters `($given, $offset)` for a call that was given
     /// `caller_now` (`None`: a method without a `now`).
+    /// Whether decisions take the time the caller gives
+    /// ([`PgClock::given_by_caller`]) rather than the database's.
+    #[must_use]
+    pub fn is_given_by_caller(&self) -> bool {
+        self.given_by_caller
+    }
+
     pub(crate) fn params(&self, caller_now: Option<UnixMillis>) -> (Option<i64>, i64) {
         let given = caller_now
             .filter(|_| self.given_by_caller)

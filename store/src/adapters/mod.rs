@@ -1,0 +1,306 @@
+//! The storage seam: what a database must do for the engine ([`crate::store`]),
+//! and the adapters that do it.
+//!
+//! An adapter stores encoded records under their [`RecordId`] and knows nothing
+//! of the state machine. It offers five methods, each atomic on its own:
+//!
+//! | method | does | refuses (answers `None` / `false`, writes nothing) |
+//! |---|---|---|
+//! | [`get`](Adapter::get) | reads a record, its version and the token floor | — |
+//! | [`insert`](Adapter::insert) | writes a record where there is none | an entry exists, or the token floor is not below the record's last token |
+//! | [`update`](Adapter::update) | replaces the record that was read | the stored version is not the one read |
+//! | [`delete`](Adapter::delete) | removes the record that was read and raises the token floor to its last token | the stored version is not the one read |
+//! | [`scan`](Adapter::scan) | lists records by lease expiry, GC due time, Unknown, or all, in bounded pages | — |
+//!
+//! The engine reads, lets `idemkit_core::machine::apply` decide, and writes with
+//! one of the conditional methods; a refused write means another writer came
+//! first, and the engine reads and decides again. So an adapter needs no
+//! transactions across calls, no locks held while anything is decided, and no
+//! knowledge of what a record means beyond three derived keys (its GC due time,
+//! lease expiry and Unknown state) that [`scan`](Adapter::scan) orders by.
+//!
+//! **Versions never repeat for an id**, not even after a delete: the engine
+//! compares versions, never records, so a version reused by a re-inserted record
+//! would let a stale writer overwrite it (redb and memory keep the highest
+//! version of any deleted record and start fresh records above it). The
+//! **token floor** is at least the highest fencing token of any deleted record;
+//! a fresh record's first token is above it, so tokens never repeat for a key
+//! either (DESIGN.md, invariant 4).
+//!
+//! | adapter | what |
+//! |---|---|
+//! | [`redb`] | the embedded default: snapshot reads, group commit of the conditional writes, one file |
+//! | `postgres` (feature `postgres`) | five statements over a connection pool, for fleets; the database's clock |
+//! | [`memory`] | a map under a mutex: for tests and caches |
+
+pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod redb;
+
+use std::any::Any;
+use std::fmt;
+
+use idemkit_core::record::Record;
+use idemkit_core::{LogRef, RecordId, UnixMillis};
+
+/// The version of a stored record: changes with every write, never repeats for
+/// an id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version(pub u64);
+
+/// A record as stored, with the version it was read at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The decoded record.
+    pub record: Record,
+    /// Its version.
+    pub version: Version,
+}
+
+/// What [`Adapter::get`] read: one committed state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    /// The record, if there is one.
+    pub stored: Option<Stored>,
+    /// The store's token floor (0 until a record was deleted).
+    pub token_floor: u64,
+    /// The database's time at the read, for an adapter whose database keeps the
+    /// time every instance decides by (PostgreSQL); `None`: the engine's clock.
+    pub now: Option<UnixMillis>,
+}
+
+/// Which records a [`Scan`] lists, and in what order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanBy {
+    /// Every record, in id order.
+    All,
+    /// Records whose next GC step is due at or before the instant, by due time.
+    GcDue(UnixMillis),
+    /// Running records whose lease expired at or before the instant, by expiry.
+    LeaseExpired(UnixMillis),
+    /// Unknown records, in id order.
+    Unknown,
+}
+
+/// One bounded page of a scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scan {
+    /// Which records.
+    pub by: ScanBy,
+    /// At most this many entries.
+    pub limit: usize,
+    /// Continue after this cursor (from [`ScanPage::next`]).
+    pub after: Option<Cursor>,
+}
+
+/// Where a scan continues: opaque to the engine, meaningful to its adapter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor(pub Vec<u8>);
+
+/// One record of a scan page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scanned {
+    /// The record's id bytes ([`RecordId::as_bytes`]).
+    pub id: Vec<u8>,
+    /// The record, or why its stored bytes do not decode (such a record is
+    /// listed, never skipped silently: GC leaves it alone, `verify` names it).
+    pub stored: Result<Stored, String>,
+}
+
+/// A page of scanned records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanPage {
+    /// The records, in the scan's order.
+    pub entries: Vec<Scanned>,
+    /// Where the next page starts; `None` when this page is the last.
+    pub next: Option<Cursor>,
+}
+
+/// One conditional write, as data: what [`Adapter::write_all`] applies.
+#[derive(Clone, Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a batch of writes lives for one call; boxing every record would add an allocation per write"
+)]
+pub enum Write {
+    /// [`Adapter::insert`].
+    Insert(RecordId, Record),
+    /// [`Adapter::update`] of the record read as `.1` to `.2`.
+    Update(RecordId, Stored, Record),
+    /// [`Adapter::delete`] of the record read as `.1`.
+    Delete(RecordId, Stored),
+}
+
+/// What failed in an adapter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The database cannot be used right now (a file another process holds, a
+    /// lost connection, a pool timeout): try again later. Nothing was written.
+    Unavailable,
+    /// Stored data is damaged (bytes that do not decode, pages that fail their
+    /// checksum).
+    Corrupt,
+    /// Anything else (an I/O error, a full disk, a refused statement).
+    Failed,
+}
+
+/// Stored record bytes that do not decode (damaged, or written by an unknown
+/// version). Adapters report it inside an [`AdapterError`] of kind
+/// [`FailureKind::Corrupt`]; the engine turns it into
+/// `StorageError::CorruptRecord`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CorruptRecord {
+    /// The record's log reference (`None` when its id does not decode either).
+    pub log_ref: Option<LogRef>,
+    /// What the decoder reported.
+    pub detail: String,
+}
+
+impl CorruptRecord {
+    /// The failure to decode `bytes`, stored under `id` bytes.
+    #[must_use]
+    pub fn of(id: &[u8], detail: impl fmt::Display) -> Self {
+        CorruptRecord {
+            log_ref: RecordId::decode(id)
+                .ok()
+                .map(|(scope, key)| scope.record_id(&key).log_ref()),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for CorruptRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.log_ref {
+            Some(log_ref) => write!(f, "record {log_ref} is corrupt: {}", self.detail),
+            None => write!(
+                f,
+                "a record with an undecodable id is corrupt: {}",
+                self.detail
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CorruptRecord {}
+
+/// Decodes stored record bytes; a failure names the record.
+pub fn decode_record(id: &[u8], bytes: &[u8]) -> Result<Record, CorruptRecord> {
+    Record::decode(bytes).map_err(|e| CorruptRecord::of(id, e))
+}
+
+/// An adapter's failure: its own error, and what kind of failure it is.
+#[derive(Debug)]
+pub struct AdapterError {
+    kind: FailureKind,
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl AdapterError {
+    /// An adapter failure of `kind`, caused by `source` (the database's error).
+    pub fn new(
+        kind: FailureKind,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        AdapterError {
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// What kind of failure.
+    #[must_use]
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// The adapter's own error, if it is (or wraps, through `source()`) an `E`:
+    /// `e.downcast_ref::<redb::OpenError>()`, `e.downcast_ref::<postgres::PgError>()`.
+    #[must_use]
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&*self.source);
+        while let Some(error) = next {
+            if let Some(found) = error.downcast_ref::<E>() {
+                return Some(found);
+            }
+            next = error.source();
+        }
+        None
+    }
+}
+
+impl fmt::Display for AdapterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.source.fmt(f)
+    }
+}
+
+impl std::error::Error for AdapterError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// The five-method seam between the engine and a database. See the module
+/// documentation for the contract each method keeps.
+///
+/// Implementations are `Send + Sync` (one adapter serves every thread) and
+/// `Any`, so a caller that knows which adapter it built can reach its own
+/// methods through [`Store::adapter_as`](crate::store::Store::adapter_as).
+pub trait Adapter: Any + Send + Sync + fmt::Debug {
+    /// The committed record of `id` (if any), its version, the token floor.
+    fn get(&self, id: &RecordId) -> Result<Read, AdapterError>;
+
+    /// Writes `record` under `id` if there is no record there and the token
+    /// floor is below `record.last_token`; its version, or `None` if refused.
+    fn insert(&self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError>;
+
+    /// Replaces the record `read` (as [`get`](Adapter::get) returned it) with
+    /// `next` if the stored version is still `read.version`; the new version,
+    /// or `None` if refused.
+    fn update(
+        &self,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+    ) -> Result<Option<Version>, AdapterError>;
+
+    /// Deletes the record `read` if the stored version is still `read.version`,
+    /// raising the token floor to at least its last token (before or in the
+    /// same atomic step); `false` if refused.
+    fn delete(&self, id: &RecordId, read: &Stored) -> Result<bool, AdapterError>;
+
+    /// One page of records, per `scan`.
+    fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError>;
+
+    /// Applies several conditional writes, each refused or applied on its own
+    /// (the answers are in order: `Some` for an applied write, with the new
+    /// version; `Some(Version(0))` for an applied delete). The default writes
+    /// one at a time; redb commits them all with one fsync, which is what a GC
+    /// batch or an import wants.
+    fn write_all(&self, writes: &[Write]) -> Result<Vec<Option<Version>>, AdapterError> {
+        writes
+            .iter()
+            .map(|write| match write {
+                Write::Insert(id, record) => self.insert(id, record),
+                Write::Update(id, read, next) => self.update(id, read, next),
+                Write::Delete(id, read) => Ok(self.delete(id, read)?.then_some(Version(0))),
+            })
+            .collect()
+    }
+}
+
+/// The version of a fresh record: above `deleted`, the highest version any
+/// deleted record had.
+#[must_use]
+pub fn first_version(deleted: u64) -> Version {
+    Version(deleted.saturating_add(1))
+}
+
+/// The version after `read`.
+#[must_use]
+pub fn next_version(read: Version) -> Version {
+    Version(read.0.saturating_add(1))
+}

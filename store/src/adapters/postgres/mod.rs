@@ -1,0 +1,651 @@
+//! The PostgreSQL adapter (feature `postgres`): for fleets that outgrew one machine.
+//!
+//! The five methods of the seam ([`crate::adapters`]) as five statements over
+//! one table (see the [`schema`](self) docs in `schema.rs`) and a pool; the
+//! engine ([`Store::postgres`](crate::store::Store::postgres)) decides:
+//!
+//! - **get** is one `SELECT` of the row, its version, the token floor and the
+//!   database's time.
+//! - **insert** is one `INSERT … SELECT … WHERE $token > floor ON CONFLICT DO
+//!   NOTHING RETURNING version`: only one concurrent insert of a key wins, and
+//!   never one whose first token is at or below the floor.
+//! - **update** is `UPDATE … WHERE version = $read`; **delete** raises the floor,
+//!   then `DELETE … WHERE version = $read`. A writer that lost (0 rows) is told
+//!   so, and the engine reads and decides again, at most [`MAX_ATTEMPTS`] times.
+//! - **scan** is a `SELECT … ORDER BY` on the indexed column, from a cursor.
+//! - **serialization failures and deadlocks** (SQLSTATE 40001, 40P01) of a
+//!   conditional write count as a lost race; of a read, as
+//!   [`PgError::Contention`].
+//! - **time** is the database's: each read → decide → write reads `now` from
+//!   PostgreSQL in the statement that reads the record (GC, the unresolved list
+//!   and `stats` in one statement per batch), never from the calling node, so a
+//!   fleet whose clocks disagree still agrees on every lease. See [`PgClock`].
+//! - **a lost connection** is [`PgError::Unavailable`]: nothing is acknowledged, and
+//!   the caller must not execute. Each statement runs in autocommit, so a statement
+//!   the server committed is durable (`synchronous_commit` as the server has it).
+//!
+//! The pool is `r2d2` over the synchronous `postgres` driver, because the
+//! adapter seam is synchronous; async services call the store from
+//! `spawn_blocking`, as they do over redb.
+
+mod clock;
+mod error;
+mod schema;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idemkit_core::record::Record;
+use idemkit_core::{IdempotencyKey, RecordId, Scope, UnixMillis};
+use postgres::NoTls;
+use postgres::types::ToSql;
+use r2d2_postgres::PostgresConnectionManager;
+
+pub use clock::PgClock;
+pub use error::PgError;
+pub use schema::SCHEMA_VERSION;
+
+use crate::adapters::{
+    Adapter, AdapterError, CorruptRecord, Cursor, FailureKind, Read, Scan, ScanBy, ScanPage,
+    Scanned, Stored, Version, Write, decode_record,
+};
+use crate::clock::{Clock, ClockError, SystemClock};
+use error::{Failure, classify, fail};
+use schema::Sql;
+
+/// How many times the engine tries one read → decide → write before it gives
+/// up (lost version races and serialization failures): core's bound, the one
+/// every adapter (and the JavaScript ones) shares.
+pub use idemkit_core::machine::MAX_ATTEMPTS;
+
+type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+type Conn = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
+
+/// How [`PgStore::connect_with`] treats the schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Migrations {
+    /// Create or upgrade it (under an advisory lock, so instances may start together).
+    #[default]
+    Run,
+    /// Only check it is at [`SCHEMA_VERSION`]: for teams that apply
+    /// `idemkit migrate --print` themselves.
+    CheckOnly,
+}
+
+/// Options of a [`PgStore`].
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// The PostgreSQL schema holding the tables; `None`: the connection's search path.
+    pub schema: Option<String>,
+    /// Connections in the pool (default 16).
+    pub pool_size: u32,
+    /// How long to wait for a connection (connect or pool) before
+    /// [`PgError::Unavailable`] (default 2 s).
+    pub connect_timeout: Duration,
+    /// Whether to run or only check migrations (default: run).
+    pub migrations: Migrations,
+    /// Whether the pool checks a connection (one empty query) before handing it
+    /// out (default: yes). Without it, after a server restart every stale pooled
+    /// connection fails one operation with [`PgError::Unavailable`] before the pool
+    /// replaces it; with it, that costs one round trip per operation.
+    pub validate_connections: bool,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            schema: None,
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(2),
+            migrations: Migrations::Run,
+            validate_connections: true,
+        }
+    }
+}
+
+/// An idemkit store in PostgreSQL. Cheap to clone (clones share the pool).
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+    sql: Arc<Sql>,
+    clock: PgClock,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("records", &self.sql.records)
+            .field("pool_size", &self.pool.max_size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://user@host:port/db` or key=value form) with the
+    /// default [`PgOptions`], running migrations.
+    pub fn connect(url: &str) -> Result<PgStore, PgError> {
+        PgStore::connect_with(url, PgOptions::default())
+    }
+
+    /// Connects to `url` with `options`. Fails with [`PgError::Unavailable`] when
+    /// the server cannot be reached within `options.connect_timeout`.
+    pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, PgError> {
+        let sql = Sql::new(options.schema.as_deref())?;
+        let mut config = postgres::Config::from_str(url).map_err(|e| PgError::Config {
+            detail: format!("bad PostgreSQL URL: {e}"),
+        })?;
+        config.connect_timeout(options.connect_timeout);
+        config.application_name("idemkit");
+        let manager = PostgresConnectionManager::new(config, NoTls);
+        let pool = r2d2::Pool::builder()
+            .max_size(options.pool_size.max(1))
+            .min_idle(Some(0))
+            .connection_timeout(options.connect_timeout)
+            .test_on_check_out(options.validate_connections)
+            .build_unchecked(manager);
+        let store = PgStore {
+            pool,
+            sql: Arc::new(sql),
+            clock: PgClock::database(),
+        };
+        {
+            let mut conn = store.conn()?;
+            match options.migrations {
+                Migrations::Run => {
+                    store.sql.migrate(&mut conn)?;
+                }
+                Migrations::CheckOnly => store.sql.check(&mut conn)?,
+            }
+        }
+        Ok(store)
+    }
+
+    /// The SQL script that creates the schema (version [`SCHEMA_VERSION`]) in an
+    /// empty database, for teams that run their own migrations.
+    pub fn migration_script(schema: Option<&str>) -> Result<String, PgError> {
+        Ok(Sql::new(schema)?.script())
+    }
+
+    /// Runs pending migrations; returns the schema version found before.
+    pub fn migrate(&self) -> Result<u32, PgError> {
+        let mut conn = self.conn()?;
+        self.sql.migrate(&mut conn)
+    }
+
+    /// This store deciding by `clock`: the database's time plus a test offset
+    /// ([`PgClock::advance`]), or the callers' virtual time for the conformance
+    /// suite ([`PgClock::given_by_caller`]). The default is [`PgClock::database`].
+    #[must_use]
+    pub fn with_clock(mut self, clock: PgClock) -> PgStore {
+        self.clock = clock;
+        self
+    }
+
+    /// The current time by this store's clock: the database server's, plus the
+    /// clock's offset (0 unless a test moved it).
+    pub fn now(&self) -> Result<UnixMillis, PgError> {
+        let mut conn = self.conn()?;
+        self.decision_time(&mut conn, None)
+    }
+
+    /// `now` for a decision that reads no single record (GC, the unresolved
+    /// list, a guard's write): one statement, answered by the database's clock.
+    fn decision_time(
+        &self,
+        conn: &mut Conn,
+        caller_now: Option<UnixMillis>,
+    ) -> Result<UnixMillis, PgError> {
+        let (given, offset) = self.clock.params(caller_now);
+        let row = conn
+            .query_one(
+                &format!("SELECT {}", clock::now_sql(1, 2)),
+                &[&given, &offset],
+            )
+            .map_err(|e| fail(&e))?;
+        let now: i64 = row.try_get(0).map_err(|e| clock_unreadable(&e))?;
+        Ok(clock::from_db(now))
+    }
+
+    fn conn(&self) -> Result<Conn, PgError> {
+        Ok(self.pool.get()?)
+    }
+
+    /// The clock an engine over this adapter decides by: the database's (plus
+    /// the [`PgClock`]'s test offset), read with one statement; see
+    /// [`Store::postgres`](crate::store::Store::postgres).
+    #[must_use]
+    pub fn database_clock(&self) -> DatabaseClock {
+        DatabaseClock {
+            store: self.clone(),
+        }
+    }
+
+    /// Reads the row of `id`, its version, the token floor and the database's
+    /// time, in one statement.
+    fn read(&self, id: &RecordId) -> Result<Read, PgError> {
+        let (scope, key) = address(id)?;
+        let (given, offset) = self.clock.params(None);
+        let mut conn = self.conn()?;
+        let row = conn
+            .query_one(
+                &self.sql.select_at,
+                &[
+                    &scope.tenant(),
+                    &scope.operation(),
+                    &key.as_str(),
+                    &given,
+                    &offset,
+                ],
+            )
+            .map_err(|e| fail(&e))?;
+        let now: i64 = row.try_get(0).map_err(|e| clock_unreadable(&e))?;
+        let corrupt = |detail: String| PgError::CorruptRecord {
+            log_ref: Some(id.log_ref()),
+            detail,
+        };
+        let bytes: Option<Vec<u8>> = row.try_get(1).map_err(|e| corrupt(e.to_string()))?;
+        let version: Option<i64> = row.try_get(2).map_err(|e| corrupt(e.to_string()))?;
+        let floor: i64 = row.try_get(3).map_err(|e| fail_read_floor(&e))?;
+        let stored = match (bytes, version) {
+            (Some(bytes), Some(version)) => Some(Stored {
+                record: decode_record(id.as_bytes(), &bytes).map_err(corrupt_record)?,
+                version: Version(u64::try_from(version).unwrap_or(0)),
+            }),
+            _ => None,
+        };
+        Ok(Read {
+            stored,
+            token_floor: u64::try_from(floor).unwrap_or(0),
+            // A clock given by the caller (the conformance suite's virtual time)
+            // leaves the decision's time to the engine.
+            now: (!self.clock.is_given_by_caller()).then(|| clock::from_db(now)),
+        })
+    }
+
+    /// `INSERT` of a fresh row, refused if the key is taken or the floor is not
+    /// below the record's last token.
+    fn insert_row(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        id: &RecordId,
+        record: &Record,
+    ) -> Result<Option<Version>, PgError> {
+        let (scope, key) = address(id)?;
+        let cols = Columns::of(record);
+        let token = i64::try_from(record.last_token.get()).unwrap_or(i64::MAX);
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &scope.tenant(),
+            &scope.operation(),
+            &key.as_str(),
+            &cols.fingerprint,
+            &cols.state,
+            &cols.lease_expires_at,
+            &cols.gc_due_at,
+            &cols.record,
+            &token,
+        ];
+        match client.query_opt(&self.sql.insert, &params) {
+            Ok(row) => Ok(row.map(|row| version_of(&row)).transpose()?),
+            Err(e) => lost_or_fail(&e),
+        }
+    }
+
+    /// `UPDATE … WHERE version = $read`.
+    fn update_row(
+        &self,
+        conn: &mut Conn,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+    ) -> Result<Option<Version>, PgError> {
+        let (scope, key) = address(id)?;
+        let cols = Columns::of(next);
+        let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &scope.tenant(),
+            &scope.operation(),
+            &key.as_str(),
+            &cols.fingerprint,
+            &cols.state,
+            &cols.lease_expires_at,
+            &cols.gc_due_at,
+            &cols.record,
+            &version,
+        ];
+        match conn.execute(&self.sql.update, &params) {
+            Ok(1) => Ok(Some(Version(read.version.0.saturating_add(1)))),
+            Ok(_) => Ok(None),
+            Err(e) => lost_or_fail(&e),
+        }
+    }
+
+    /// Raises the token floor to `to` (committed on its own, before any delete
+    /// it covers: an INSERT that can succeed on a deleted key starts after its
+    /// delete, so it sees the floor).
+    fn raise_floor(&self, conn: &mut Conn, to: u64) -> Result<(), PgError> {
+        let to = i64::try_from(to).unwrap_or(i64::MAX);
+        conn.execute(&self.sql.raise_floor, &[&to])
+            .map_err(|e| fail(&e))?;
+        Ok(())
+    }
+
+    /// `DELETE … WHERE version = $read` (the floor raised before).
+    fn delete_row(&self, conn: &mut Conn, id: &RecordId, read: &Stored) -> Result<bool, PgError> {
+        let (scope, key) = address(id)?;
+        let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
+        match conn.execute(
+            &self.sql.delete,
+            &[&scope.tenant(), &scope.operation(), &key.as_str(), &version],
+        ) {
+            Ok(n) => Ok(n == 1),
+            Err(e) => lost_or_fail(&e).map(|lost: Option<Version>| lost.is_some()),
+        }
+    }
+
+    /// One page of a scan: a `SELECT … ORDER BY` on the scan's column.
+    fn scan_rows(&self, scan: &Scan) -> Result<ScanPage, PgError> {
+        let records = &self.sql.records;
+        let limit = i64::try_from(scan.limit).unwrap_or(i64::MAX);
+        let mut conn = self.conn()?;
+        let cols = "tenant, operation, key, record, version";
+        let rows = match scan.by {
+            ScanBy::All | ScanBy::Unknown => {
+                let filter = if scan.by == ScanBy::Unknown {
+                    "state = 'unknown'"
+                } else {
+                    "TRUE"
+                };
+                match scan.after.as_ref().map(id_cursor).transpose()? {
+                    None => conn.query(
+                        &format!(
+                            "SELECT {cols} FROM {records} WHERE {filter} \
+                             ORDER BY tenant, operation, key LIMIT $1"
+                        ),
+                        &[&limit],
+                    ),
+                    Some((scope, key)) => conn.query(
+                        &format!(
+                            "SELECT {cols} FROM {records} WHERE {filter} \
+                             AND (tenant, operation, key) > ($2, $3, $4) \
+                             ORDER BY tenant, operation, key LIMIT $1"
+                        ),
+                        &[&limit, &scope.tenant(), &scope.operation(), &key.as_str()],
+                    ),
+                }
+            }
+            ScanBy::GcDue(by) | ScanBy::LeaseExpired(by) => {
+                let column = if matches!(scan.by, ScanBy::GcDue(_)) {
+                    "gc_due_at"
+                } else {
+                    "lease_expires_at"
+                };
+                let by = millis(by);
+                let cols = format!("{cols}, {column}");
+                match scan.after.as_ref().map(timed_cursor).transpose()? {
+                    None => conn.query(
+                        &format!(
+                            "SELECT {cols} FROM {records} WHERE {column} <= $2 \
+                             ORDER BY {column}, tenant, operation, key LIMIT $1"
+                        ),
+                        &[&limit, &by],
+                    ),
+                    Some((at, scope, key)) => conn.query(
+                        &format!(
+                            "SELECT {cols} FROM {records} WHERE {column} <= $2 \
+                             AND ({column}, tenant, operation, key) > ($3, $4, $5, $6) \
+                             ORDER BY {column}, tenant, operation, key LIMIT $1"
+                        ),
+                        &[
+                            &limit,
+                            &by,
+                            &at,
+                            &scope.tenant(),
+                            &scope.operation(),
+                            &key.as_str(),
+                        ],
+                    ),
+                }
+            }
+        }
+        .map_err(|e| fail(&e))?;
+        let mut entries = Vec::with_capacity(rows.len());
+        let mut next = None;
+        for row in &rows {
+            let (id, stored) = scanned(row)?;
+            let mut cursor = Vec::new();
+            if !matches!(scan.by, ScanBy::All | ScanBy::Unknown) {
+                let at: i64 = row.try_get(5).map_err(|e| fail(&e))?;
+                cursor.extend_from_slice(&at.to_be_bytes());
+            }
+            cursor.extend_from_slice(id.as_bytes());
+            next = Some(Cursor(cursor));
+            entries.push(Scanned {
+                id: id.as_bytes().to_vec(),
+                stored,
+            });
+        }
+        if entries.len() < scan.limit {
+            next = None;
+        }
+        Ok(ScanPage { entries, next })
+    }
+}
+
+impl Adapter for PgStore {
+    fn get(&self, id: &RecordId) -> Result<Read, AdapterError> {
+        Ok(self.read(id)?)
+    }
+
+    fn insert(&self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError> {
+        let mut conn = self.conn()?;
+        Ok(self.insert_row(&mut *conn, id, record)?)
+    }
+
+    fn update(
+        &self,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+    ) -> Result<Option<Version>, AdapterError> {
+        let mut conn = self.conn()?;
+        Ok(self.update_row(&mut conn, id, read, next)?)
+    }
+
+    fn delete(&self, id: &RecordId, read: &Stored) -> Result<bool, AdapterError> {
+        let mut conn = self.conn()?;
+        self.raise_floor(&mut conn, floor_after_delete(read))?;
+        Ok(self.delete_row(&mut conn, id, read)?)
+    }
+
+    fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError> {
+        Ok(self.scan_rows(scan)?)
+    }
+
+    /// One connection for the batch; the floor raised once, above every
+    /// delete of it, before the first one. Each write is still its own
+    /// statement (autocommit), refused or applied alone.
+    fn write_all(&self, writes: &[Write]) -> Result<Vec<Option<Version>>, AdapterError> {
+        let mut conn = self.conn()?;
+        let floor = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Delete(_, read) => Some(floor_after_delete(read)),
+                _ => None,
+            })
+            .max();
+        if let Some(floor) = floor {
+            self.raise_floor(&mut conn, floor)?;
+        }
+        let mut answers = Vec::with_capacity(writes.len());
+        for write in writes {
+            answers.push(match write {
+                Write::Insert(id, record) => self.insert_row(&mut *conn, id, record)?,
+                Write::Update(id, read, next) => self.update_row(&mut conn, id, read, next)?,
+                Write::Delete(id, read) => {
+                    self.delete_row(&mut conn, id, read)?.then_some(Version(0))
+                }
+            });
+        }
+        Ok(answers)
+    }
+}
+
+/// The database's clock, as the engine's [`Clock`]: see
+/// [`PgStore::database_clock`].
+#[derive(Clone, Debug)]
+pub struct DatabaseClock {
+    store: PgStore,
+}
+
+impl Clock for DatabaseClock {
+    /// The database's time; the local clock if the database cannot be reached
+    /// (every decision uses [`try_now`](Clock::try_now), which fails instead).
+    fn now(&self) -> UnixMillis {
+        self.try_now().unwrap_or_else(|_| SystemClock.now())
+    }
+
+    fn try_now(&self) -> Result<UnixMillis, ClockError> {
+        let mut conn = self.store.conn()?;
+        Ok(self.store.decision_time(&mut conn, None)?)
+    }
+}
+
+impl From<PgError> for AdapterError {
+    fn from(e: PgError) -> Self {
+        let kind = match &e {
+            PgError::Unavailable { .. } | PgError::Contention { .. } => FailureKind::Unavailable,
+            PgError::CorruptRecord { .. } => FailureKind::Corrupt,
+            _ => FailureKind::Failed,
+        };
+        match e {
+            // The engine's own shape for a record that does not decode.
+            PgError::CorruptRecord { log_ref, detail } => {
+                AdapterError::new(kind, CorruptRecord { log_ref, detail })
+            }
+            other => AdapterError::new(kind, other),
+        }
+    }
+}
+
+/// The floor a delete of `stored` raises the table's one floor to: above its
+/// last token (a later fresh row's tokens are new) and its version (a later
+/// fresh row's version, the floor + 1, is new).
+fn floor_after_delete(stored: &Stored) -> u64 {
+    stored.record.last_token.get().max(stored.version.0)
+}
+
+fn corrupt_record(e: CorruptRecord) -> PgError {
+    PgError::CorruptRecord {
+        log_ref: e.log_ref,
+        detail: e.detail,
+    }
+}
+
+/// The scope and key of `id` (rows are addressed by them).
+fn address(id: &RecordId) -> Result<(Scope, IdempotencyKey), PgError> {
+    RecordId::decode(id.as_bytes()).map_err(|e| PgError::CorruptRecord {
+        log_ref: None,
+        detail: format!("a record id does not decode: {e}"),
+    })
+}
+
+/// A cursor of an id-ordered scan: the id bytes.
+fn id_cursor(cursor: &Cursor) -> Result<(Scope, IdempotencyKey), PgError> {
+    RecordId::decode(&cursor.0).map_err(|e| PgError::Config {
+        detail: format!("a scan cursor is not a record id: {e}"),
+    })
+}
+
+/// A cursor of a timed scan: the instant (i64 BE) then the id bytes.
+fn timed_cursor(cursor: &Cursor) -> Result<(i64, Scope, IdempotencyKey), PgError> {
+    let bad = || PgError::Config {
+        detail: "a scan cursor is not an instant and a record id".into(),
+    };
+    let (at, id) = cursor.0.split_first_chunk::<8>().ok_or_else(bad)?;
+    let (scope, key) = RecordId::decode(id).map_err(|_| bad())?;
+    Ok((i64::from_be_bytes(*at), scope, key))
+}
+
+/// A `(tenant, operation, key, record, version, ..)` row: its id, and the
+/// record with its version or why it does not decode.
+fn scanned(row: &postgres::Row) -> Result<(RecordId, Result<Stored, String>), PgError> {
+    let corrupt = |detail: String| PgError::CorruptRecord {
+        log_ref: None,
+        detail,
+    };
+    let tenant: &str = row.try_get(0).map_err(|e| corrupt(e.to_string()))?;
+    let operation: &str = row.try_get(1).map_err(|e| corrupt(e.to_string()))?;
+    let key: &str = row.try_get(2).map_err(|e| corrupt(e.to_string()))?;
+    let scope = Scope::new(tenant, operation).map_err(|e| corrupt(e.to_string()))?;
+    let key = IdempotencyKey::new(key).map_err(|e| corrupt(e.to_string()))?;
+    let id = scope.record_id(&key);
+    let stored = (|| {
+        let bytes: &[u8] = row.try_get(3).map_err(|e| e.to_string())?;
+        let version: i64 = row.try_get(4).map_err(|e| e.to_string())?;
+        Ok(Stored {
+            record: decode_record(id.as_bytes(), bytes).map_err(|e| e.to_string())?,
+            version: Version(u64::try_from(version).unwrap_or(0)),
+        })
+    })();
+    Ok((id, stored))
+}
+
+/// The `version` an `INSERT … RETURNING version` gave.
+fn version_of(row: &postgres::Row) -> Result<Version, PgError> {
+    let version: i64 = row.try_get(0).map_err(|e| fail(&e))?;
+    Ok(Version(u64::try_from(version).unwrap_or(0)))
+}
+
+/// A serialization failure or deadlock of a conditional write is a lost race
+/// (the engine reads again); anything else fails.
+fn lost_or_fail<T>(e: &postgres::Error) -> Result<Option<T>, PgError> {
+    match classify(e) {
+        Failure::Retry => Ok(None),
+        Failure::Fail(err) => Err(err),
+    }
+}
+
+/// The derived columns of a record, as written.
+struct Columns {
+    fingerprint: Vec<u8>,
+    state: &'static str,
+    lease_expires_at: Option<i64>,
+    gc_due_at: Option<i64>,
+    record: Vec<u8>,
+}
+
+impl Columns {
+    fn of(record: &Record) -> Columns {
+        Columns {
+            fingerprint: record.fingerprint.as_bytes().to_vec(),
+            state: record.state.name().as_str(),
+            lease_expires_at: record.lease_expires_at().map(millis),
+            gc_due_at: record.gc_due_at().map(millis),
+            record: record.encode(),
+        }
+    }
+}
+
+/// The token floor could not be read from a row (a schema older than version 2).
+fn fail_read_floor(e: &postgres::Error) -> PgError {
+    PgError::Database {
+        code: None,
+        detail: format!("reading the token floor (run `idemkit migrate`?): {e}"),
+    }
+}
+
+/// The database's clock could not be read from a row (a driver-level mismatch).
+fn clock_unreadable(e: &postgres::Error) -> PgError {
+    PgError::Database {
+        code: None,
+        detail: format!("reading the database's clock: {e}"),
+    }
+}
+
+/// Milliseconds as PostgreSQL's `bigint`; "never" (`UnixMillis::MAX`) sorts last.
+fn millis(t: UnixMillis) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}

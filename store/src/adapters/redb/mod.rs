@@ -1,0 +1,518 @@
+//! The redb adapter: the embedded default, one file (or memory) per store.
+//!
+//! - **Reads** ([`Adapter::get`], [`Adapter::scan`]) are redb read transactions:
+//!   snapshots of the last commit, taken without waiting for the writer.
+//! - **Conditional writes** ([`Adapter::insert`], `update`, `delete`,
+//!   `write_all`) check their condition (no entry / the version read / the
+//!   token floor) inside redb's single write transaction and write only if it
+//!   holds. Concurrent writes share one transaction and one fsync (group
+//!   commit, `group_commit.rs`); a refused condition writes nothing and answers
+//!   `None` without failing anything else of its group.
+//! - **Durability**: a write is answered only after its transaction committed
+//!   with `Durability::Immediate`.
+//!
+//! | file | what |
+//! |---|---|
+//! | `tables.rs` | the tables (records + three indexes + meta), the value layout, the format version |
+//! | `db.rs` | a database for the store's life or per transaction (shared files, lock retries), the format check and upgrade, panics turned into errors |
+//! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
+//! | `records.rs` | reading and writing records with their index entries |
+//! | `error.rs` | [`OpenError`], [`RedbError`] |
+//! | `fault.rs` | `FaultyBackend`: I/O failure injection for tests (feature `testing`) |
+//!
+//! ## Sharing a file between processes
+//!
+//! [`RedbAdapter::open`] keeps the file open and locked (redb's exclusive
+//! writer) for the life of the adapter: the fastest choice for one service
+//! process. [`RedbAdapter::open_shared`] opens the file around each transaction
+//! and retries redb's lock with jittered backoff ([`LockRetry`]), so several
+//! processes (the `idemkit` CLI) take turns.
+
+mod db;
+mod error;
+#[cfg(any(test, feature = "testing"))]
+mod fault;
+mod group_commit;
+mod records;
+mod tables;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use idemkit_core::RecordId;
+use idemkit_core::record::{Record, RecordState};
+use redb::{ReadableTable, ReadableTableMetadata};
+
+pub use db::LockRetry;
+pub use error::{OpenError, RedbError};
+#[cfg(any(test, feature = "testing"))]
+pub use fault::{FaultSwitch, FaultyBackend};
+pub use group_commit::CommitStats;
+pub use tables::FORMAT_VERSION;
+
+use super::{
+    Adapter, AdapterError, Cursor, Read, Scan, ScanBy, ScanPage, Scanned, Stored, Version, Write,
+    first_version, next_version,
+};
+use db::Handle;
+use records::{Floors, Tables, decode, load_from, token_floor_in};
+use tables::{GC_DUE, LEASE_EXPIRY, META, RECORDS, UNKNOWN};
+
+/// Records in a redb database; see the module documentation.
+#[derive(Debug)]
+pub struct RedbAdapter {
+    handle: Handle,
+    /// The file, when there is one.
+    path: Option<PathBuf>,
+    /// Transient failures armed by a test ([`RedbAdapter::with_faulty_backend`]).
+    #[cfg(any(test, feature = "testing"))]
+    faults: Option<FaultSwitch>,
+}
+
+impl RedbAdapter {
+    /// Opens the database in `path`, creating the file if it does not exist,
+    /// and keeps it open (and locked against other processes) until dropped.
+    ///
+    /// A file that is not an idemkit database, has an unknown format version, or
+    /// is damaged gives an [`OpenError`], never a panic: the open runs redb's
+    /// integrity check (every page's checksum), which reads the whole file once.
+    /// A format-1 file is upgraded to format 2 (see [`FORMAT_VERSION`]).
+    pub fn open(path: impl AsRef<Path>) -> Result<RedbAdapter, OpenError> {
+        let path = path.as_ref();
+        let db = db::open_file_once(path, db::Integrity::Check)?;
+        Ok(RedbAdapter::from_handle(
+            Handle::owned(db),
+            Some(path.to_owned()),
+        ))
+    }
+
+    /// Like [`RedbAdapter::open`], but the file is opened for each transaction and
+    /// closed right after, so several processes can use it in turn (the `idemkit`
+    /// CLI does this). While another process holds the file, each operation
+    /// retries per `retry` and then fails with [`OpenError::Busy`].
+    pub fn open_shared(path: impl AsRef<Path>, retry: LockRetry) -> Result<RedbAdapter, OpenError> {
+        let path = path.as_ref();
+        // Check (or create, or upgrade) the file once now, with redb's full
+        // integrity check, so a bad file is reported here; the per-transaction
+        // opens trust it.
+        drop(db::open_file_with_retry(path, retry, db::Integrity::Check)?);
+        Ok(RedbAdapter::from_handle(
+            Handle::PerTransaction {
+                path: path.to_owned(),
+                retry: std::sync::Mutex::new(retry),
+            },
+            Some(path.to_owned()),
+        ))
+    }
+
+    /// A database in memory (redb's `InMemoryBackend`): for tests and caches.
+    pub fn in_memory() -> Result<RedbAdapter, OpenError> {
+        RedbAdapter::with_backend(redb::backends::InMemoryBackend::new())
+    }
+
+    /// A database on any redb [`redb::StorageBackend`] (for example a
+    /// `FaultyBackend`, feature `testing`).
+    pub fn with_backend(backend: impl redb::StorageBackend) -> Result<RedbAdapter, OpenError> {
+        let db = db::open_backend(backend)?;
+        Ok(RedbAdapter::from_handle(Handle::owned(db), None))
+    }
+
+    /// Like [`RedbAdapter::with_backend`] over a [`FaultyBackend`], and the
+    /// adapter also honours [`FaultSwitch::fail_next_transactions`]: transient
+    /// failures of whole write transactions. Feature `testing`.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn with_faulty_backend<B: redb::StorageBackend>(
+        backend: FaultyBackend<B>,
+    ) -> Result<RedbAdapter, OpenError> {
+        let switch = backend.switch().clone();
+        let db = db::open_backend(backend)?;
+        let mut adapter = RedbAdapter::from_handle(Handle::owned(db), None);
+        adapter.faults = Some(switch);
+        Ok(adapter)
+    }
+
+    fn from_handle(handle: Handle, path: Option<PathBuf>) -> RedbAdapter {
+        RedbAdapter {
+            handle,
+            path,
+            #[cfg(any(test, feature = "testing"))]
+            faults: None,
+        }
+    }
+
+    /// Another adapter on the same database (an open one shares its handle and
+    /// write queue), whose lock retry budget is `budget` for a shared file.
+    #[must_use]
+    pub fn with_lock_budget(&self, budget: std::time::Duration) -> RedbAdapter {
+        let handle = self.handle.share();
+        handle.set_lock_budget(budget);
+        RedbAdapter {
+            handle,
+            path: self.path.clone(),
+            #[cfg(any(test, feature = "testing"))]
+            faults: self.faults.clone(),
+        }
+    }
+
+    /// Changes how long a shared file ([`RedbAdapter::open_shared`]) waits for
+    /// its lock. No effect on a database kept open.
+    pub fn set_lock_retry(&self, retry: LockRetry) {
+        self.handle.set_lock_retry(retry);
+    }
+
+    /// How durable writes were grouped into transactions so far (zeros unless
+    /// the database is kept open). See [`CommitStats`].
+    #[must_use]
+    pub fn commit_stats(&self) -> CommitStats {
+        self.handle.commit_stats()
+    }
+
+    /// The database file, if there is one.
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref().or(self.handle.path())
+    }
+
+    /// A transient failure armed by a test, if the transaction starting now must fail.
+    #[cfg(any(test, feature = "testing"))]
+    fn injected_failure(&self) -> Result<(), RedbError> {
+        match &self.faults {
+            Some(switch) if switch.take_transient_failure() => {
+                Err(RedbError::Redb(redb::Error::from(std::io::Error::other(
+                    "idemkit fault injection: transient transaction failure",
+                ))))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Without the `testing` feature nothing can arm a failure.
+    #[cfg(not(any(test, feature = "testing")))]
+    #[inline(always)]
+    #[allow(clippy::unused_self, reason = "the same call as with the feature")]
+    fn injected_failure(&self) -> Result<(), RedbError> {
+        Ok(())
+    }
+
+    /// Checks that every record and id decodes and that the three indexes hold
+    /// exactly the entries the records imply: one line per problem, empty when
+    /// the database is consistent. Used after crashes and I/O faults.
+    pub fn verify(&self) -> Result<(u64, Vec<String>), RedbError> {
+        self.handle.read(|txn| {
+            let records = txn.open_table(RECORDS)?;
+            let mut checked = 0;
+            let mut problems = Vec::new();
+            let mut expected_gc = BTreeSet::new();
+            let mut expected_lease = BTreeSet::new();
+            let mut expected_unknown = BTreeMap::new();
+            for entry in records.iter()? {
+                let (id, value) = entry?;
+                let id = id.value().to_vec();
+                checked += 1;
+                if let Err(e) = RecordId::decode(&id) {
+                    problems.push(format!("record id does not decode: {e}"));
+                }
+                let record = match decode(&id, value.value()) {
+                    Ok(stored) => stored.record,
+                    Err(e) => {
+                        problems.push(e.to_string());
+                        continue;
+                    }
+                };
+                if let Some(due) = record.gc_due_at() {
+                    expected_gc.insert((due.as_millis(), id.clone()));
+                }
+                if let Some(at) = record.lease_expires_at() {
+                    expected_lease.insert((at.as_millis(), id.clone()));
+                }
+                if let RecordState::Unknown { since, .. } = &record.state {
+                    expected_unknown.insert(id.clone(), since.as_millis());
+                }
+            }
+            let timed = |table: redb::TableDefinition<(u64, &[u8]), ()>| -> Result<BTreeSet<(u64, Vec<u8>)>, RedbError> {
+                let table = txn.open_table(table)?;
+                let mut found = BTreeSet::new();
+                for entry in table.iter()? {
+                    let (key, ()) = entry.map(|(k, _)| (k, ()))?;
+                    let (at, id) = key.value();
+                    found.insert((at, id.to_vec()));
+                }
+                Ok(found)
+            };
+            compare("gc_due", &expected_gc, &timed(GC_DUE)?, &mut problems);
+            compare(
+                "lease_expiry",
+                &expected_lease,
+                &timed(LEASE_EXPIRY)?,
+                &mut problems,
+            );
+            let mut found_unknown = BTreeMap::new();
+            for entry in txn.open_table(UNKNOWN)?.iter()? {
+                let (id, since) = entry?;
+                found_unknown.insert(id.value().to_vec(), since.value());
+            }
+            if expected_unknown != found_unknown {
+                problems.push(format!(
+                    "unknown index holds {} entries, records imply {}",
+                    found_unknown.len(),
+                    expected_unknown.len()
+                ));
+            }
+            // Sizes too, in case a table's own metadata disagrees with its entries.
+            let n = records.len()?;
+            if n != checked {
+                problems.push(format!(
+                    "records table says {n} entries, iteration found {checked}"
+                ));
+            }
+            Ok((checked, problems))
+        })
+    }
+
+    /// Applies `writes` in one write transaction (possibly shared with other
+    /// callers': group commit), each checked and applied or refused on its own.
+    fn write_in_one_transaction(
+        &self,
+        writes: Vec<Write>,
+    ) -> Result<Vec<Option<Version>>, RedbError> {
+        self.injected_failure()?;
+        self.handle.write_if_changed(move |txn| {
+            let before = Floors::read(txn)?;
+            let mut floors = before;
+            let mut tables = Tables::open(txn)?;
+            let mut answers = Vec::with_capacity(writes.len());
+            for write in &writes {
+                answers.push(apply(&mut tables, &mut floors, write)?);
+            }
+            drop(tables);
+            if floors != before {
+                floors.write(txn)?;
+            }
+            let wrote = answers.iter().any(Option::is_some);
+            Ok((answers, wrote))
+        })
+    }
+}
+
+/// One conditional write in `tables`; `floors` are raised by a delete (the
+/// caller stores them once for the transaction).
+fn apply(
+    tables: &mut Tables<'_>,
+    floors: &mut Floors,
+    write: &Write,
+) -> Result<Option<Version>, RedbError> {
+    match write {
+        Write::Insert(id, record) => {
+            let id = id.as_bytes();
+            if tables.version_of(id)?.is_some() || floors.token >= record.last_token.get() {
+                return Ok(None);
+            }
+            let version = first_version(floors.version);
+            tables.put(id, None, record, version.0)?;
+            Ok(Some(version))
+        }
+        Write::Update(id, read, next) => {
+            let id = id.as_bytes();
+            if tables.version_of(id)? != Some(read.version.0) {
+                return Ok(None);
+            }
+            // The version is the one read, so the stored record is `read`'s:
+            // its index entries are derived from it without decoding it again.
+            let version = next_version(read.version);
+            tables.put(id, Some(&read.record), next, version.0)?;
+            Ok(Some(version))
+        }
+        Write::Delete(id, read) => {
+            let id = id.as_bytes();
+            if tables.version_of(id)? != Some(read.version.0) {
+                return Ok(None);
+            }
+            tables.remove(id, &read.record)?;
+            floors.token = floors.token.max(read.record.last_token.get());
+            floors.version = floors.version.max(read.version.0);
+            Ok(Some(Version(0)))
+        }
+    }
+}
+
+impl Adapter for RedbAdapter {
+    fn get(&self, id: &RecordId) -> Result<Read, AdapterError> {
+        Ok(self.handle.read(|txn| {
+            let records = txn.open_table(RECORDS)?;
+            Ok::<_, RedbError>(Read {
+                stored: load_from(&records, id.as_bytes())?,
+                token_floor: token_floor_in(&txn.open_table(META)?)?,
+                now: None,
+            })
+        })?)
+    }
+
+    fn insert(&self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError> {
+        let answers =
+            self.write_in_one_transaction(vec![Write::Insert(id.clone(), record.clone())])?;
+        Ok(answers.into_iter().next().flatten())
+    }
+
+    fn update(
+        &self,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+    ) -> Result<Option<Version>, AdapterError> {
+        let answers = self.write_in_one_transaction(vec![Write::Update(
+            id.clone(),
+            read.clone(),
+            next.clone(),
+        )])?;
+        Ok(answers.into_iter().next().flatten())
+    }
+
+    fn delete(&self, id: &RecordId, read: &Stored) -> Result<bool, AdapterError> {
+        let answers =
+            self.write_in_one_transaction(vec![Write::Delete(id.clone(), read.clone())])?;
+        Ok(answers.into_iter().next().flatten().is_some())
+    }
+
+    fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError> {
+        Ok(self.handle.read(|txn| scan_in(txn, scan))?)
+    }
+
+    fn write_all(&self, writes: &[Write]) -> Result<Vec<Option<Version>>, AdapterError> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.write_in_one_transaction(writes.to_vec())?)
+    }
+}
+
+/// One page of `scan`, read in `txn`: the indexes give the order, the records
+/// table the records.
+fn scan_in(txn: &redb::ReadTransaction, scan: &Scan) -> Result<ScanPage, RedbError> {
+    let records = txn.open_table(RECORDS)?;
+    let mut entries = Vec::new();
+    let mut next = None;
+    let mut push =
+        |id: &[u8], cursor: Vec<u8>, entries: &mut Vec<Scanned>| -> Result<bool, RedbError> {
+            if entries.len() == scan.limit {
+                return Ok(false);
+            }
+            let Some(value) = records.get(id)? else {
+                // An index entry without its record: `verify` reports it.
+                return Ok(true);
+            };
+            entries.push(Scanned {
+                id: id.to_vec(),
+                stored: decode(id, value.value()).map_err(|e| e.to_string()),
+            });
+            next = Some(Cursor(cursor));
+            Ok(true)
+        };
+    let after = scan.after.as_ref().map(|c| c.0.as_slice());
+    match scan.by {
+        ScanBy::All | ScanBy::Unknown => {
+            let ids: Vec<Vec<u8>> = if scan.by == ScanBy::All {
+                let range = match after {
+                    Some(after) => records.range::<&[u8]>((
+                        std::ops::Bound::Excluded(after),
+                        std::ops::Bound::Unbounded,
+                    ))?,
+                    None => records.range::<&[u8]>(..)?,
+                };
+                collect_ids(
+                    range.map(|e| e.map(|(k, _)| k.value().to_vec())),
+                    scan.limit,
+                )?
+            } else {
+                let unknown = txn.open_table(UNKNOWN)?;
+                let range = match after {
+                    Some(after) => unknown.range::<&[u8]>((
+                        std::ops::Bound::Excluded(after),
+                        std::ops::Bound::Unbounded,
+                    ))?,
+                    None => unknown.range::<&[u8]>(..)?,
+                };
+                collect_ids(
+                    range.map(|e| e.map(|(k, _)| k.value().to_vec())),
+                    scan.limit,
+                )?
+            };
+            for id in ids {
+                if !push(&id, id.clone(), &mut entries)? {
+                    break;
+                }
+            }
+        }
+        ScanBy::GcDue(by) | ScanBy::LeaseExpired(by) => {
+            let index = txn.open_table(if matches!(scan.by, ScanBy::GcDue(_)) {
+                GC_DUE
+            } else {
+                LEASE_EXPIRY
+            })?;
+            let start = after.and_then(timed_cursor);
+            let range = match &start {
+                Some((at, id)) => index.range::<(u64, &[u8])>((
+                    std::ops::Bound::Excluded((*at, id.as_slice())),
+                    std::ops::Bound::Unbounded,
+                ))?,
+                None => index.range::<(u64, &[u8])>(..)?,
+            };
+            for entry in range {
+                let (key, _) = entry?;
+                let (at, id) = key.value();
+                if at > by.as_millis() {
+                    break;
+                }
+                let mut cursor = at.to_be_bytes().to_vec();
+                cursor.extend_from_slice(id);
+                if !push(id, cursor, &mut entries)? {
+                    break;
+                }
+            }
+        }
+    }
+    if entries.len() < scan.limit {
+        next = None;
+    }
+    Ok(ScanPage { entries, next })
+}
+
+/// At most `limit` ids (one more than a page needs is never read).
+fn collect_ids(
+    ids: impl Iterator<Item = Result<Vec<u8>, redb::StorageError>>,
+    limit: usize,
+) -> Result<Vec<Vec<u8>>, RedbError> {
+    Ok(ids.take(limit).collect::<Result<_, _>>()?)
+}
+
+/// A cursor of a timed index: the instant (u64 BE) then the id.
+fn timed_cursor(cursor: &[u8]) -> Option<(u64, Vec<u8>)> {
+    let (at, id) = cursor.split_first_chunk::<8>()?;
+    Some((u64::from_be_bytes(*at), id.to_vec()))
+}
+
+fn compare(
+    name: &str,
+    expected: &BTreeSet<(u64, Vec<u8>)>,
+    found: &BTreeSet<(u64, Vec<u8>)>,
+    problems: &mut Vec<String>,
+) {
+    for (at, id) in expected.difference(found) {
+        problems.push(format!(
+            "{name} index misses record {} at {at}",
+            display_log_ref(id)
+        ));
+    }
+    for (at, id) in found.difference(expected) {
+        problems.push(format!(
+            "{name} index has a stray entry for {} at {at}",
+            display_log_ref(id)
+        ));
+    }
+}
+
+fn display_log_ref(id: &[u8]) -> String {
+    RecordId::decode(id).map_or_else(
+        |_| "(undecodable id)".to_owned(),
+        |(scope, key)| scope.record_id(&key).log_ref().to_string(),
+    )
+}

@@ -1,0 +1,159 @@
+//! Reading and writing records with their indexes, inside one transaction.
+
+use idemkit_core::record::{Record, RecordState};
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use super::error::RedbError;
+use super::tables::{
+    GC_DUE, LEASE_EXPIRY, META, META_TOKEN_FLOOR, META_VERSION_FLOOR, RECORDS, UNKNOWN,
+    split_value, stored_value,
+};
+use crate::adapters::{CorruptRecord, Stored, Version, decode_record};
+
+/// The four data tables of one write transaction.
+pub(crate) struct Tables<'txn> {
+    pub(crate) records: Table<'txn, &'static [u8], &'static [u8]>,
+    pub(crate) gc_due: Table<'txn, (u64, &'static [u8]), ()>,
+    pub(crate) lease_expiry: Table<'txn, (u64, &'static [u8]), ()>,
+    pub(crate) unknown: Table<'txn, &'static [u8], u64>,
+}
+
+impl<'txn> Tables<'txn> {
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, RedbError> {
+        Ok(Tables {
+            records: txn.open_table(RECORDS)?,
+            gc_due: txn.open_table(GC_DUE)?,
+            lease_expiry: txn.open_table(LEASE_EXPIRY)?,
+            unknown: txn.open_table(UNKNOWN)?,
+        })
+    }
+
+    /// Writes `new` under `id` at `version`, in place of `old` (the record
+    /// stored there now, as the caller read it; `None` when there is none),
+    /// keeping the three indexes in step.
+    pub(crate) fn put(
+        &mut self,
+        id: &[u8],
+        old: Option<&Record>,
+        new: &Record,
+        version: u64,
+    ) -> Result<(), RedbError> {
+        if let Some(old) = old {
+            self.unindex(id, old)?;
+        }
+        let value = stored_value(version, &new.encode());
+        self.records.insert(id, value.as_slice())?;
+        self.index(id, new)
+    }
+
+    /// Removes the record `old` stored under `id`, with its index entries.
+    pub(crate) fn remove(&mut self, id: &[u8], old: &Record) -> Result<(), RedbError> {
+        self.unindex(id, old)?;
+        self.records.remove(id)?;
+        Ok(())
+    }
+
+    /// The version of the record stored under `id`, if any.
+    pub(crate) fn version_of(&self, id: &[u8]) -> Result<Option<u64>, RedbError> {
+        match self.records.get(id)? {
+            None => Ok(None),
+            Some(value) => Ok(Some(
+                split_value(value.value()).ok_or_else(|| too_short(id))?.0,
+            )),
+        }
+    }
+
+    fn unindex(&mut self, id: &[u8], record: &Record) -> Result<(), RedbError> {
+        if let Some(due) = record.gc_due_at() {
+            self.gc_due.remove((due.as_millis(), id))?;
+        }
+        if let Some(expires) = record.lease_expires_at() {
+            self.lease_expiry.remove((expires.as_millis(), id))?;
+        }
+        if matches!(record.state, RecordState::Unknown { .. }) {
+            self.unknown.remove(id)?;
+        }
+        Ok(())
+    }
+
+    fn index(&mut self, id: &[u8], record: &Record) -> Result<(), RedbError> {
+        if let Some(due) = record.gc_due_at() {
+            self.gc_due.insert((due.as_millis(), id), ())?;
+        }
+        if let Some(expires) = record.lease_expires_at() {
+            self.lease_expiry.insert((expires.as_millis(), id), ())?;
+        }
+        if let RecordState::Unknown { since, .. } = &record.state {
+            self.unknown.insert(id, since.as_millis())?;
+        }
+        Ok(())
+    }
+}
+
+/// The two floors a delete raises (see [`META_TOKEN_FLOOR`] and
+/// [`META_VERSION_FLOOR`]): 0 until GC deleted a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Floors {
+    pub(crate) token: u64,
+    pub(crate) version: u64,
+}
+
+impl Floors {
+    pub(crate) fn read(txn: &WriteTransaction) -> Result<Floors, RedbError> {
+        let meta = txn.open_table(META)?;
+        Ok(Floors {
+            token: u64_in(&meta, META_TOKEN_FLOOR)?,
+            version: u64_in(&meta, META_VERSION_FLOOR)?,
+        })
+    }
+
+    pub(crate) fn write(&self, txn: &WriteTransaction) -> Result<(), RedbError> {
+        let mut meta = txn.open_table(META)?;
+        meta.insert(META_TOKEN_FLOOR, self.token.to_le_bytes().as_slice())?;
+        meta.insert(META_VERSION_FLOOR, self.version.to_le_bytes().as_slice())?;
+        Ok(())
+    }
+}
+
+/// The token floor as stored in the meta table (of a read or a write
+/// transaction).
+pub(crate) fn token_floor_in(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<u64, RedbError> {
+    u64_in(meta, META_TOKEN_FLOOR)
+}
+
+/// A u64 (LE) meta value; absent reads as 0.
+fn u64_in(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+) -> Result<u64, RedbError> {
+    let value = meta.get(key)?;
+    Ok(value
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes.value()).ok())
+        .map_or(0, u64::from_le_bytes))
+}
+
+/// Decodes the record stored under `id` in `table`, with its version.
+pub(crate) fn load_from(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    id: &[u8],
+) -> Result<Option<Stored>, RedbError> {
+    match table.get(id)? {
+        None => Ok(None),
+        Some(value) => Ok(Some(decode(id, value.value())?)),
+    }
+}
+
+/// Decodes a stored value (version + record); a failure names the record.
+pub(crate) fn decode(id: &[u8], value: &[u8]) -> Result<Stored, CorruptRecord> {
+    let (version, bytes) = split_value(value).ok_or_else(|| too_short(id))?;
+    Ok(Stored {
+        record: decode_record(id, bytes)?,
+        version: Version(version),
+    })
+}
+
+fn too_short(id: &[u8]) -> CorruptRecord {
+    CorruptRecord::of(id, "the stored value is shorter than its 8-byte version")
+}

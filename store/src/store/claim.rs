@@ -1,0 +1,140 @@
+//! Claims: the first operation on a key.
+
+use std::time::Duration;
+
+use idemkit_core::machine::{Answer, ClaimOutcome, ClaimRequest, Op, Policy};
+use idemkit_core::record::StoredResponse;
+use idemkit_core::{IdempotencyKey, LogRef, RecordId, RequestFingerprint, Scope, UnixMillis};
+
+use super::error::{ClaimError, StorageError, TxError};
+use super::guard::ExecutionGuard;
+use super::{Applied, Store};
+
+/// The answer to [`Store::claim`]. Only [`Claim::Execute`] lets the caller run
+/// the operation; every other answer is final for this request.
+#[must_use = "a claim must be acted on: Execute runs the operation, the rest are answers"]
+#[derive(Debug)]
+pub enum Claim {
+    /// Run the operation, then report its outcome through the guard.
+    Execute(ExecutionGuard),
+    /// Completed within the replay window: answer the stored response.
+    Replay {
+        /// The stored response, body included.
+        response: StoredResponse,
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// Completed, but the response is no longer kept: answer that it completed,
+    /// with the resource reference. Never a new execution.
+    ResponseExpired {
+        /// The stored status.
+        status: u16,
+        /// What was created, if known.
+        resource_ref: Option<String>,
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// Another attempt holds a live lease.
+    InFlight {
+        /// When to try again (for `Retry-After`).
+        retry_after: Duration,
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// The key was used with another payload; nothing executed or overwritten.
+    Mismatch {
+        /// The status to answer (422 or 409, per policy).
+        status: u16,
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
+    /// The outcome is ambiguous: only `resolve` (or a reconciler's `recover`)
+    /// moves it on.
+    Uncertain {
+        /// Since when.
+        since: UnixMillis,
+        /// The record's log reference, for the operator.
+        log_ref: LogRef,
+    },
+}
+
+impl Store {
+    /// Claims `(scope, key)` for a request with `fingerprint`: read the record,
+    /// let the core decide, write its decision (durable before this returns).
+    ///
+    /// `fingerprint` is a [`RequestFingerprint`] (what the middleware computes:
+    /// the request line counts, and records written before it did are compared
+    /// under their own scheme) or a plain `Fingerprint` (scheme 1: operation and
+    /// body only). `owner` names the worker for operators. Time comes from the
+    /// store's clock (or the database's, for an adapter that keeps it).
+    pub fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: impl Into<RequestFingerprint>,
+        owner: &str,
+        policy: &Policy,
+    ) -> Result<Claim, ClaimError> {
+        let id = scope.record_id(key);
+        let now = self.now();
+        let Applied { answer, stored, .. } =
+            self.claim_at(&id, fingerprint.into(), owner, policy, now)?;
+        let log_ref = id.log_ref();
+        let Answer::Claim(outcome) = answer else {
+            return Err(super::guard::unexpected("a claim", &answer).into());
+        };
+        Ok(match outcome {
+            ClaimOutcome::Execute { token, .. } => {
+                let stored = stored.ok_or_else(|| StorageError::Corrupt {
+                    detail: "a claim to execute wrote no record".into(),
+                })?;
+                Claim::Execute(ExecutionGuard::new(self.clone(), id, token, stored, policy))
+            }
+            ClaimOutcome::Replay { response } => Claim::Replay { response, log_ref },
+            ClaimOutcome::ResponseExpired {
+                status,
+                resource_ref,
+            } => Claim::ResponseExpired {
+                status,
+                resource_ref,
+                log_ref,
+            },
+            ClaimOutcome::InFlight { retry_after } => Claim::InFlight {
+                retry_after,
+                log_ref,
+            },
+            ClaimOutcome::Mismatch { status } => Claim::Mismatch { status, log_ref },
+            ClaimOutcome::Uncertain { since } => Claim::Uncertain { since, log_ref },
+        })
+    }
+
+    /// The claim, deciding at `now` (unless the adapter's read carries its
+    /// database's time). Answers that write nothing (a replay, a request in
+    /// flight, a mismatch, an uncertain or expired outcome) are answered from
+    /// the read and never reach the adapter's write path.
+    pub(crate) fn claim_at(
+        &self,
+        id: &RecordId,
+        fingerprint: RequestFingerprint,
+        owner: &str,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<Applied, ClaimError> {
+        let op = Op::Claim {
+            request: ClaimRequest {
+                fingerprint,
+                owner: owner.to_owned(),
+            },
+            // Set from each read (see `Store::run`).
+            token_floor: 0,
+        };
+        self.run(id, op, policy, now, None).map_err(|e| match e {
+            TxError::Storage(e) => ClaimError::Storage(e),
+            // A claim needs no record and refuses nothing: the core answering
+            // otherwise is a bug, reported rather than hidden.
+            other => ClaimError::Storage(StorageError::Corrupt {
+                detail: format!("a claim was refused by the state machine: {other:?}"),
+            }),
+        })
+    }
+}

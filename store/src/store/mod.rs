@@ -1,0 +1,335 @@
+//! The engine: one [`Store`] over any [`Adapter`].
+//!
+//! Every operation is one loop: **get** the record (a committed snapshot, its
+//! version and the token floor) → let `idemkit_core::machine::apply` **decide**
+//! → **write** the decision with the adapter's conditional write (insert if
+//! absent, update or delete if the version is still the one read). A refused
+//! write means another writer came first: the loop reads and decides again, at
+//! most [`MAX_ATTEMPTS`] times
+//! ([`StorageError::Contention`]). The engine never decides anything itself,
+//! knows no database, and an answer that writes nothing (a replay, a request in
+//! flight, a mismatch, a refusal) is answered from the read alone.
+//!
+//! The [`ExecutionGuard`] keeps the record and version its claim wrote, so a
+//! worker's transition (complete, release, renew, a step) costs one conditional
+//! write and no read, unless another writer changed the record meanwhile.
+//!
+//! ## Using it
+//!
+//! ```
+//! use idemkit::core::machine::Policy;
+//! use idemkit::core::record::{EffectKind, StoredResponse};
+//! use idemkit::store::{Claim, Store};
+//! use idemkit::{Fingerprint, IdempotencyKey, Scope};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::in_memory()?; // or Store::open("idemkit.redb")?
+//! let scope = Scope::new("acme", "appointments.create")?;
+//! let key = IdempotencyKey::new("8e03978e")?;
+//! let policy = Policy::default().with_effect(EffectKind::Local);
+//! let fingerprint = Fingerprint::from_bytes([7; 32]); // from idemkit-core's fingerprints
+//!
+//! match store.claim(&scope, &key, fingerprint, "worker-1", &policy)? {
+//!     Claim::Execute(guard) => {
+//!         // ... do the work; then record the outcome (durable before this returns):
+//!         guard.complete(StoredResponse::new(201, b"{\"id\":\"appt_1\"}".to_vec()))?;
+//!     }
+//!     Claim::Replay { response, .. } => { /* answer the stored response */ }
+//!     Claim::InFlight { retry_after, .. } => { /* 409 + Retry-After */ }
+//!     Claim::Mismatch { status, .. } => { /* 422: key reused with another payload */ }
+//!     Claim::Uncertain { log_ref, .. } => { /* 409 outcome-uncertain; operator resolves */ }
+//!     Claim::ResponseExpired { resource_ref, .. } => { /* completed; body no longer kept */ }
+//! }
+//! // A retry with the same key and payload replays, executing nothing.
+//! assert!(matches!(
+//!     store.claim(&scope, &key, fingerprint, "worker-2", &policy)?,
+//!     Claim::Replay { .. }
+//! ));
+//! # Ok(()) }
+//! ```
+//!
+//! ## Where things are
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`Store`], its constructors, the read → decide → write loop |
+//! | `claim.rs` | [`Store::claim`], [`Claim`] |
+//! | `guard.rs` | [`ExecutionGuard`], [`Renewer`] |
+//! | `operator.rs` | get, list, list_unresolved, resolve, recover, import, gc, stats, verify |
+//! | `error.rs` | one error enum per operation family, the umbrella [`Error`] |
+//! | `backend.rs`, `backend_impl.rs` | [`IdempotencyBackend`]: every operation with an explicit `now` (what the conformance suite drives) |
+
+mod backend;
+mod backend_impl;
+mod claim;
+mod error;
+mod guard;
+mod operator;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use idemkit_core::machine::{self, Answer, MAX_ATTEMPTS, Op, Policy, TransitionError, Write};
+use idemkit_core::{RecordId, UnixMillis};
+
+/// The redb adapter's types that [`Store::open`] and friends take or return.
+pub use crate::adapters::redb::{CommitStats, LockRetry, OpenError};
+pub use backend::{BackendError, IdempotencyBackend};
+pub use claim::Claim;
+pub use error::{ClaimError, Error, OperatorError, QueryError, StorageError, WorkerError};
+pub use guard::{ExecutionGuard, Renewer};
+pub use operator::{GcReport, ImportReport, ListedRecord, Stats, VerifyReport};
+
+use crate::adapters::redb::RedbAdapter;
+use crate::adapters::{Adapter, Stored};
+use crate::clock::{Clock, SystemClock};
+use error::TxError;
+
+/// An idemkit store: the engine over one [`Adapter`]. Cheap to clone (clones
+/// share the adapter).
+#[derive(Clone, Debug)]
+pub struct Store {
+    adapter: Arc<dyn Adapter>,
+    clock: Arc<dyn Clock>,
+}
+
+/// What one read → decide → write gave.
+pub(crate) struct Applied {
+    /// The core's answer.
+    pub(crate) answer: Answer,
+    /// The record as it now stands (written, or read when nothing was written),
+    /// with its version.
+    pub(crate) stored: Option<Stored>,
+    /// The instant the decision was taken at.
+    pub(crate) now: UnixMillis,
+}
+
+impl Store {
+    /// The engine over `adapter`, deciding by the system clock.
+    #[must_use]
+    pub fn new(adapter: Arc<dyn Adapter>) -> Store {
+        Store {
+            adapter,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// A store in the redb file `path` ([`RedbAdapter::open`]): created if
+    /// absent, kept open and locked for the life of the store.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        Ok(Store::new(Arc::new(RedbAdapter::open(path)?)))
+    }
+
+    /// A store in the redb file `path`, opened around each transaction so that
+    /// several processes take turns ([`RedbAdapter::open_shared`]).
+    pub fn open_shared(path: impl AsRef<Path>, retry: LockRetry) -> Result<Store, OpenError> {
+        Ok(Store::new(Arc::new(RedbAdapter::open_shared(path, retry)?)))
+    }
+
+    /// A store in memory (redb's `InMemoryBackend`): for tests and caches.
+    pub fn in_memory() -> Result<Store, OpenError> {
+        Ok(Store::new(Arc::new(RedbAdapter::in_memory()?)))
+    }
+
+    /// A store on any redb [`redb::StorageBackend`] ([`RedbAdapter::with_backend`]).
+    pub fn with_backend(backend: impl redb::StorageBackend) -> Result<Store, OpenError> {
+        Ok(Store::new(Arc::new(RedbAdapter::with_backend(backend)?)))
+    }
+
+    /// A store over a [`FaultyBackend`](crate::adapters::redb::FaultyBackend),
+    /// honouring its transient transaction failures
+    /// ([`RedbAdapter::with_faulty_backend`]). Feature `testing`.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn with_faulty_backend<B: redb::StorageBackend>(
+        backend: crate::adapters::redb::FaultyBackend<B>,
+    ) -> Result<Store, OpenError> {
+        Ok(Store::new(Arc::new(RedbAdapter::with_faulty_backend(
+            backend,
+        )?)))
+    }
+
+    /// The engine over PostgreSQL (feature `postgres`), so several instances
+    /// share one database. Every decision is still the core's, at the
+    /// database's time: see [`crate::adapters::postgres`].
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn postgres(store: crate::adapters::postgres::PgStore) -> Store {
+        let clock = store.database_clock();
+        Store {
+            adapter: Arc::new(store),
+            clock: Arc::new(clock),
+        }
+    }
+
+    /// The PostgreSQL adapter behind this store, if it is one.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn as_postgres(&self) -> Option<&crate::adapters::postgres::PgStore> {
+        self.adapter_as()
+    }
+
+    /// This store reading time from `clock` (a [`crate::clock::ManualClock`] in
+    /// tests). An adapter whose database keeps the time (PostgreSQL) decides by
+    /// the database's clock instead, at every read.
+    #[must_use]
+    pub fn with_clock(self, clock: impl Clock + 'static) -> Store {
+        Store {
+            adapter: self.adapter,
+            clock: Arc::new(clock),
+        }
+    }
+
+    /// The adapter under this store.
+    #[must_use]
+    pub fn adapter(&self) -> &Arc<dyn Adapter> {
+        &self.adapter
+    }
+
+    /// The adapter under this store as an `A`, if it is one: its own methods
+    /// (a redb file's [`RedbAdapter::commit_stats`], say).
+    #[must_use]
+    pub fn adapter_as<A: Adapter>(&self) -> Option<&A> {
+        let any: &dyn std::any::Any = &*self.adapter;
+        any.downcast_ref::<A>()
+    }
+
+    fn redb(&self) -> Option<&RedbAdapter> {
+        self.adapter_as()
+    }
+
+    /// Changes how long a shared redb file ([`Store::open_shared`]) waits for
+    /// its lock, for every clone of this store. No effect otherwise.
+    pub fn set_lock_retry(&self, retry: LockRetry) {
+        if let Some(redb) = self.redb() {
+            redb.set_lock_retry(retry);
+        }
+    }
+
+    /// Another handle on this store whose redb lock retry budget is `budget`,
+    /// without changing this one's. The same store for other adapters.
+    pub(crate) fn with_lock_budget(&self, budget: std::time::Duration) -> Store {
+        match self.redb() {
+            Some(redb) => Store {
+                adapter: Arc::new(redb.with_lock_budget(budget)),
+                clock: Arc::clone(&self.clock),
+            },
+            None => self.clone(),
+        }
+    }
+
+    /// How a redb store's durable writes were grouped into transactions so far
+    /// (group commit: concurrent claims and completions share one fsync); zeros
+    /// for other adapters. See [`CommitStats`].
+    #[must_use]
+    pub fn commit_stats(&self) -> CommitStats {
+        self.redb()
+            .map(RedbAdapter::commit_stats)
+            .unwrap_or_default()
+    }
+
+    /// The current time by this store's clock.
+    #[must_use]
+    pub fn now(&self) -> UnixMillis {
+        self.clock.now()
+    }
+
+    /// The current time by this store's clock, or why it cannot be read (a
+    /// database clock whose database is unreachable).
+    pub(crate) fn try_now(&self) -> Result<UnixMillis, StorageError> {
+        self.clock.try_now().map_err(|e| {
+            // A clock that cannot be read is a database that cannot be reached.
+            StorageError::Adapter(crate::adapters::AdapterError::new(
+                crate::adapters::FailureKind::Unavailable,
+                e,
+            ))
+        })
+    }
+
+    /// The database file, if the store has one.
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        self.redb().and_then(RedbAdapter::path)
+    }
+
+    /// The one loop: decide `op` on the record of `id` and write the decision
+    /// conditionally; a refused write reads and decides again.
+    ///
+    /// `held` is the record and version this caller wrote last (a guard's), used
+    /// instead of a first read: when it is still current, the transition costs
+    /// one conditional write. `now` is the instant to decide at unless the
+    /// adapter's read carries its database's time.
+    pub(crate) fn run(
+        &self,
+        id: &RecordId,
+        mut op: Op,
+        policy: &Policy,
+        now: UnixMillis,
+        mut held: Option<Stored>,
+    ) -> Result<Applied, TxError> {
+        let log_ref = id.log_ref();
+        for _ in 0..MAX_ATTEMPTS {
+            let (existing, now) = match held.take() {
+                Some(stored) => (Some(stored), now),
+                None => {
+                    let read = self.adapter.get(id).map_err(StorageError::from)?;
+                    if let Op::Claim { token_floor, .. } = &mut op {
+                        *token_floor = read.token_floor;
+                    }
+                    (read.stored, read.now.unwrap_or(now))
+                }
+            };
+            let decision = machine::apply(existing.as_ref().map(|s| &s.record), &op, policy, now)
+                .map_err(|error| match error {
+                TransitionError::NotFound => TxError::NotFound { log_ref },
+                error => TxError::Rejected { log_ref, error },
+            })?;
+            let written = match (decision.write, existing) {
+                (Write::Keep, existing) => Some(existing),
+                (Write::Put(next), None) => self
+                    .adapter
+                    .insert(id, &next)
+                    .map_err(StorageError::from)?
+                    .map(|version| {
+                        Some(Stored {
+                            record: next,
+                            version,
+                        })
+                    }),
+                (Write::Put(next), Some(read)) => {
+                    if next == read.record {
+                        Some(Some(read))
+                    } else {
+                        self.adapter
+                            .update(id, &read, &next)
+                            .map_err(StorageError::from)?
+                            .map(|version| {
+                                Some(Stored {
+                                    record: next,
+                                    version,
+                                })
+                            })
+                    }
+                }
+                (Write::Delete, Some(read)) => self
+                    .adapter
+                    .delete(id, &read)
+                    .map_err(StorageError::from)?
+                    .then_some(None),
+                (Write::Delete, None) => Some(None),
+            };
+            if let Some(stored) = written {
+                return Ok(Applied {
+                    answer: decision.answer,
+                    stored,
+                    now,
+                });
+            }
+            // Lost the race: read the newer record and decide again.
+        }
+        Err(StorageError::Contention {
+            log_ref,
+            attempts: MAX_ATTEMPTS,
+        }
+        .into())
+    }
+}

@@ -1,0 +1,421 @@
+//! Operator and maintenance operations: get, list, resolve, recover, GC, stats, verify.
+
+use std::collections::BTreeMap;
+
+use idemkit_core::machine::{self, Answer, GcAction, Op, Policy, Resolution};
+use idemkit_core::record::{FencingToken, Record, RecordState, StateName};
+use idemkit_core::{IdempotencyKey, LogRef, RecordId, Scope, UnixMillis};
+
+use super::Store;
+use super::error::{OperatorError, QueryError, StorageError, TxError};
+use super::guard::{ExecutionGuard, unexpected};
+use crate::adapters::redb::RedbAdapter;
+use crate::adapters::{Scan, ScanBy, ScanPage, Scanned, Stored, Write};
+
+/// How many records one scan page asks its adapter for (listing, stats, verify).
+const PAGE: usize = 1_024;
+
+/// A record with the scope and key it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedRecord {
+    /// Tenant and operation.
+    pub scope: Scope,
+    /// The idempotency key.
+    pub key: IdempotencyKey,
+    /// The record.
+    pub record: Record,
+}
+
+impl ListedRecord {
+    /// The record's log reference.
+    #[must_use]
+    pub fn log_ref(&self) -> LogRef {
+        self.scope.record_id(&self.key).log_ref()
+    }
+}
+
+/// What one [`Store::gc`] batch did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Completed records whose response body was dropped (replay window over).
+    pub pruned: u64,
+    /// Completed or Released records deleted (record window over).
+    pub deleted: u64,
+    /// Whether more records are due: call again.
+    pub more: bool,
+    /// Due records whose stored bytes do not decode: left untouched (never
+    /// deleted: their state cannot be read) and skipped, so GC keeps going.
+    /// `verify` names them; an operator repairs or removes them.
+    pub undecodable: u64,
+}
+
+/// What one [`Store::import`] call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Records written.
+    pub imported: u64,
+    /// Records left alone because the store already held their scope and key.
+    pub skipped: u64,
+}
+
+/// Counts per state and the file size.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records per state.
+    pub by_state: BTreeMap<StateName, u64>,
+    /// All records.
+    pub total: u64,
+    /// Running records whose lease has expired (also counted as Running).
+    pub expired_leases: u64,
+    /// The database file's size in bytes, when the store is a file.
+    pub file_size: Option<u64>,
+}
+
+/// Problems found by [`Store::verify`]; empty when the store is consistent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Records checked.
+    pub records: u64,
+    /// One line per problem (an undecodable record or id, an index entry without
+    /// its record, a record missing from an index).
+    pub problems: Vec<String>,
+}
+
+impl Store {
+    /// The record of `(scope, key)`, if any.
+    pub fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, QueryError> {
+        let read = self
+            .adapter
+            .get(&scope.record_id(key))
+            .map_err(StorageError::from)?;
+        Ok(read.stored.map(|s| s.record))
+    }
+
+    /// Every page of `by`, handed to `each` in order; stops early when `each`
+    /// says so.
+    fn scan_all(
+        &self,
+        by: ScanBy,
+        mut each: impl FnMut(Scanned) -> Result<bool, QueryError>,
+    ) -> Result<(), QueryError> {
+        let mut after = None;
+        loop {
+            let ScanPage { entries, next } = self
+                .adapter
+                .scan(&Scan {
+                    by,
+                    limit: PAGE,
+                    after,
+                })
+                .map_err(StorageError::from)?;
+            for entry in entries {
+                if !each(entry)? {
+                    return Ok(());
+                }
+            }
+            match next {
+                Some(cursor) => after = Some(cursor),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// All records, or those in `state`, in storage order (grouped by tenant).
+    pub fn list(&self, state: Option<StateName>) -> Result<Vec<ListedRecord>, QueryError> {
+        let mut out = Vec::new();
+        self.scan_all(ScanBy::All, |entry| {
+            let (id, stored) = decoded(entry)?;
+            if state.is_none_or(|s| s == stored.record.state.name()) {
+                out.push(listed(&id, stored.record)?);
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Records that need an operator or reconciler (by the store's clock).
+    pub fn list_unresolved(&self) -> Result<Vec<ListedRecord>, QueryError> {
+        self.list_unresolved_at(self.try_now()?)
+    }
+
+    /// Unknown records and Running records past their lease, from the scans by
+    /// lease expiry and Unknown: expired leases first, by expiry, then Unknown
+    /// records.
+    pub(crate) fn list_unresolved_at(
+        &self,
+        now: UnixMillis,
+    ) -> Result<Vec<ListedRecord>, QueryError> {
+        let mut out = Vec::new();
+        self.scan_all(ScanBy::LeaseExpired(now), |entry| {
+            let (id, stored) = decoded(entry)?;
+            if stored.record.is_unresolved(now) {
+                out.push(listed(&id, stored.record)?);
+            }
+            Ok(true)
+        })?;
+        self.scan_all(ScanBy::Unknown, |entry| {
+            let (id, stored) = decoded(entry)?;
+            out.push(listed(&id, stored.record)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Settles an unresolved record (Unknown, or Running past its lease):
+    /// `Applied(response)` → Completed, `NotApplied` → Released. Returns the
+    /// record as written.
+    pub fn resolve(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        policy: &Policy,
+    ) -> Result<Record, OperatorError> {
+        let now = self.try_now()?;
+        Ok(self.resolve_at(&scope.record_id(key), resolution, policy, now)?)
+    }
+
+    pub(crate) fn resolve_at(
+        &self,
+        id: &RecordId,
+        resolution: Resolution,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<Record, TxError> {
+        let applied = self.run(id, Op::Resolve { resolution }, policy, now, None)?;
+        Ok(written(applied.stored)?.record)
+    }
+
+    /// Takes a new lease on an unresolved record so a reconciler can re-drive its
+    /// persisted steps (their provider keys are reused by
+    /// [`ExecutionGuard::begin_step`]). The old token is fenced off.
+    pub fn recover(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        owner: &str,
+        policy: &Policy,
+    ) -> Result<ExecutionGuard, OperatorError> {
+        let id = scope.record_id(key);
+        let now = self.try_now()?;
+        let (token, stored) = self.recover_at(&id, owner, policy, now)?;
+        Ok(ExecutionGuard::new(self.clone(), id, token, stored, policy))
+    }
+
+    pub(crate) fn recover_at(
+        &self,
+        id: &RecordId,
+        owner: &str,
+        policy: &Policy,
+        now: UnixMillis,
+    ) -> Result<(FencingToken, Stored), TxError> {
+        let op = Op::Recover {
+            owner: owner.to_owned(),
+        };
+        let applied = self.run(id, op, policy, now, None)?;
+        match applied.answer {
+            Answer::Recovered(grant) => Ok((grant.token, written(applied.stored)?)),
+            other => Err(unexpected("recover", &other).into()),
+        }
+    }
+
+    /// Writes records this store does not hold yet, with one call of the
+    /// adapter's [`write_all`](crate::adapters::Adapter::write_all) (one
+    /// durable transaction on redb): for copying a store (redb ↔ PostgreSQL),
+    /// restoring a backup, or filling a store for a benchmark without paying
+    /// one commit per record.
+    ///
+    /// A record whose scope and key are already present is **kept as it is** and
+    /// counted in [`ImportReport::skipped`]: an import never overwrites a live
+    /// record, so replaying an import, or importing into a store in use, cannot
+    /// turn a completed operation back into a running one. So is a record whose
+    /// last fencing token is not above the store's token floor (GC deleted a
+    /// record of this store with a token as high: importing it could hand out
+    /// a token twice). Records are taken as they are (their state, lease and
+    /// windows). Batches of some thousands of records per call keep each
+    /// transaction's memory bounded.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idemkit::store::Store;
+    ///
+    /// let (old, new) = (Store::in_memory()?, Store::in_memory()?);
+    /// let records = old.list(None)?;
+    /// let report = new.import(records.iter().map(|r| (&r.scope, &r.key, &r.record)))?;
+    /// assert_eq!(report.imported + report.skipped, records.len() as u64);
+    /// # Ok(()) }
+    /// ```
+    pub fn import<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a Scope, &'a IdempotencyKey, &'a Record)>,
+    ) -> Result<ImportReport, QueryError> {
+        let writes: Vec<Write> = records
+            .into_iter()
+            .map(|(scope, key, record)| Write::Insert(scope.record_id(key), record.clone()))
+            .collect();
+        let answers = self
+            .adapter
+            .write_all(&writes)
+            .map_err(StorageError::from)?;
+        let imported = answers.iter().filter(|a| a.is_some()).count();
+        Ok(ImportReport {
+            imported: count(imported),
+            skipped: count(answers.len() - imported),
+        })
+    }
+
+    /// One bounded GC batch by the store's clock: see [`GcReport`].
+    pub fn gc(&self, max_batch: usize) -> Result<GcReport, QueryError> {
+        self.gc_at(self.try_now()?, max_batch)
+    }
+
+    /// Reads the records due for GC at `now` (at most `max_batch`), lets the
+    /// core decide each (prune the body after the replay window, delete after
+    /// the record window) and writes the decisions with one call of the
+    /// adapter's `write_all`, each conditional on the version read. Running
+    /// and Unknown records are never due. A record whose write was refused
+    /// (it changed since the read) is left for the next batch.
+    pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, QueryError> {
+        let mut report = GcReport::default();
+        let mut writes = Vec::new();
+        let mut kinds = Vec::new();
+        let mut after = None;
+        // Undecodable records do not take a place in the batch (GC must
+        // progress past them), so a page may need refilling; one entry more
+        // than the batch says whether another batch is due.
+        'pages: loop {
+            let page = self
+                .adapter
+                .scan(&Scan {
+                    by: ScanBy::GcDue(now),
+                    limit: max_batch - writes.len() + 1,
+                    after,
+                })
+                .map_err(StorageError::from)?;
+            for entry in page.entries {
+                let (Ok(stored), Ok((scope, key))) = (entry.stored, RecordId::decode(&entry.id))
+                else {
+                    // A record GC cannot read is never deleted (its state is
+                    // unknown: it may be Running or Unknown) and never stops
+                    // GC: it is counted, left as it is, and `verify` names it.
+                    report.undecodable += 1;
+                    continue;
+                };
+                if writes.len() == max_batch {
+                    report.more = true;
+                    break 'pages;
+                }
+                let id = scope.record_id(&key);
+                match machine::gc(&stored.record, now) {
+                    GcAction::Delete => {
+                        writes.push(Write::Delete(id, stored));
+                        kinds.push(GcAction::Delete);
+                    }
+                    GcAction::PruneBody => {
+                        let pruned = machine::prune_body(&stored.record);
+                        writes.push(Write::Update(id, stored, pruned));
+                        kinds.push(GcAction::PruneBody);
+                    }
+                    GcAction::Keep => {}
+                }
+            }
+            match page.next {
+                Some(cursor) => after = Some(cursor),
+                None => break 'pages,
+            }
+        }
+        let answers = self
+            .adapter
+            .write_all(&writes)
+            .map_err(StorageError::from)?;
+        for (answer, kind) in answers.iter().zip(kinds) {
+            match (answer, kind) {
+                (Some(_), GcAction::Delete) => report.deleted += 1,
+                (Some(_), GcAction::PruneBody) => report.pruned += 1,
+                _ => {}
+            }
+        }
+        Ok(report)
+    }
+
+    /// Counts per state (a scan of the records) and the file size.
+    pub fn stats(&self) -> Result<Stats, QueryError> {
+        let now = self.try_now()?;
+        let mut stats = Stats::default();
+        self.scan_all(ScanBy::All, |entry| {
+            let (_, stored) = decoded(entry)?;
+            let record = stored.record;
+            *stats.by_state.entry(record.state.name()).or_insert(0) += 1;
+            stats.total += 1;
+            if matches!(record.state, RecordState::Running { .. }) && record.is_unresolved(now) {
+                stats.expired_leases += 1;
+            }
+            Ok(true)
+        })?;
+        stats.file_size = self
+            .path()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len());
+        Ok(stats)
+    }
+
+    /// Checks that every record and id decodes and, on redb, that the three
+    /// indexes hold exactly the entries the records imply. Used after crashes
+    /// and I/O faults.
+    ///
+    /// Other adapters derive their ordering keys in the statement that writes the
+    /// record, so there is no separate index to compare: every record must decode.
+    pub fn verify(&self) -> Result<VerifyReport, QueryError> {
+        if let Some(redb) = self.adapter_as::<RedbAdapter>() {
+            let (records, problems) = redb
+                .verify()
+                .map_err(|e| StorageError::from(crate::adapters::AdapterError::from(e)))?;
+            return Ok(VerifyReport { records, problems });
+        }
+        let mut report = VerifyReport::default();
+        self.scan_all(ScanBy::All, |entry| {
+            report.records += 1;
+            if let Err(e) = RecordId::decode(&entry.id) {
+                report
+                    .problems
+                    .push(format!("record id does not decode: {e}"));
+            }
+            if let Err(e) = entry.stored {
+                report.problems.push(e);
+            }
+            Ok(true)
+        })?;
+        Ok(report)
+    }
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// The record a transition wrote (an accepted transition always leaves one).
+fn written(stored: Option<Stored>) -> Result<Stored, StorageError> {
+    stored.ok_or_else(|| StorageError::Corrupt {
+        detail: "a transition left no record".into(),
+    })
+}
+
+/// A scanned record that decoded, or the error that names it.
+fn decoded(entry: Scanned) -> Result<(Vec<u8>, Stored), StorageError> {
+    match entry.stored {
+        Ok(stored) => Ok((entry.id, stored)),
+        Err(detail) => Err(StorageError::CorruptRecord {
+            log_ref: RecordId::decode(&entry.id)
+                .ok()
+                .map(|(scope, key)| scope.record_id(&key).log_ref()),
+            detail,
+        }),
+    }
+}
+
+fn listed(id: &[u8], record: Record) -> Result<ListedRecord, StorageError> {
+    let (scope, key) = RecordId::decode(id).map_err(|e| StorageError::CorruptId {
+        detail: e.to_string(),
+    })?;
+    Ok(ListedRecord { scope, key, record })
+}
