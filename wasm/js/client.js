@@ -9,7 +9,8 @@
 // decided by core's `client` module in wasm, the code `idemkit call` runs, so the
 // rules have one implementation. This file only moves bytes and sends requests.
 import * as wasm from "./idemkit_wasm.js";
-import { canonicalize, fingerprint, maxRaces } from "./api.js";
+import { readDecideWrite } from "./adapters/loop.js";
+import { canonicalize, fingerprint } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 
 /** The journal entry format; a reader refuses any other. */
@@ -222,17 +223,23 @@ export function createJournal(options) {
     return current === null ? null : { entry: decode(actionId, current.record), version: current.version };
   }
 
-  /** Read, change, compare-and-set; reads again on a lost race. */
+  /** Read, change, compare-and-set (the one loop, ./adapters/loop.js). */
   async function modify(actionId, change) {
-    for (let race = 0; race < maxRaces(); race++) {
-      const current = await read(actionId);
-      if (current === null) {
-        throw new IdemkitError("action-unknown", `no action ${JSON.stringify(actionId)} in the journal`);
-      }
-      const answer = change(current.entry);
-      if (await storeCall(() => adapter.update(ID_PREFIX + actionId, encode(current.entry), current.version))) return answer;
-    }
-    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on action ${JSON.stringify(actionId)}`);
+    const { answer } = await readDecideWrite({
+      adapter,
+      id: ID_PREFIX + actionId,
+      call: storeCall,
+      what: `action ${JSON.stringify(actionId)}`,
+      decide: (row) => {
+        if (row === null) {
+          throw new IdemkitError("action-unknown", `no action ${JSON.stringify(actionId)} in the journal`);
+        }
+        const entry = decode(actionId, row.record);
+        const answer = change(entry);
+        return { write: encode(entry), answer };
+      },
+    });
+    return answer;
   }
 
   async function begin(actionId, payload, options = {}) {
@@ -240,34 +247,41 @@ export function createJournal(options) {
     const canonical = canonicalPayload(payload);
     const fp = fingerprint(canonical, { operation: PAYLOAD_OPERATION });
     const chosen = options?.key === undefined ? undefined : wasmCall(() => wasm.checkKey(checkString(options.key, "key")));
-    for (let race = 0; race < maxRaces(); race++) {
-      const current = await read(actionId);
-      if (current !== null) {
-        if (current.entry.fingerprint !== fp) {
-          const err = new IdemkitError(
-            "action-payload-changed",
-            `action ${JSON.stringify(actionId)} was begun with a different payload; a new action needs a new action id`,
-          );
-          err.actionId = actionId;
-          throw err;
+    const { answer } = await readDecideWrite({
+      adapter,
+      id: ID_PREFIX + actionId,
+      call: storeCall,
+      what: `action ${JSON.stringify(actionId)}`,
+      decide: (row) => {
+        if (row !== null) {
+          const current = decode(actionId, row.record);
+          if (current.fingerprint !== fp) {
+            const err = new IdemkitError(
+              "action-payload-changed",
+              `action ${JSON.stringify(actionId)} was begun with a different payload; a new action needs a new action id`,
+            );
+            err.actionId = actionId;
+            throw err;
+          }
+          // A resumed action keeps the key it was created with.
+          return { write: null, answer: actionView(current, true) };
         }
-        // A resumed action keeps the key it was created with.
-        return actionView(current.entry, true);
-      }
-      const entry = {
-        format: FORMAT,
-        actionId,
-        key: chosen ?? randomKey(),
-        payload: canonical,
-        fingerprint: fp,
-        createdAt: clock(),
-        attempts: [],
-      };
-      // Durable before anything is sent: the caller gets the key only once it is stored.
-      if (await storeCall(() => adapter.insert(ID_PREFIX + actionId, encode(entry)))) return actionView(entry, false);
-      // Another worker began it first: read its entry and compare payloads.
-    }
-    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on action ${JSON.stringify(actionId)}`);
+        const entry = {
+          format: FORMAT,
+          actionId,
+          key: chosen ?? randomKey(),
+          payload: canonical,
+          fingerprint: fp,
+          createdAt: clock(),
+          attempts: [],
+        };
+        // Durable before anything is sent: the caller gets the key only once it
+        // is stored. Another worker that began it first makes this insert lose:
+        // its entry is read and the payloads compared.
+        return { write: encode(entry), answer: actionView(entry, false) };
+      },
+    });
+    return answer;
   }
 
   async function get(actionId) {

@@ -1,14 +1,16 @@
 // createIdempotency: DESIGN.md's HTTP contract for fetch-style handlers.
 //
-// Every decision comes from the Rust state machine (./idemkit_wasm.js): the claim
-// decision and each transition take the stored record bytes and return the bytes
-// to write. This file only moves bytes between the machine and an adapter, whose
-// writes are atomic: insert-if-absent for a new record, compare-and-set on the
-// version it read for an existing one. A lost race is never overwritten: the
-// loser reads again and asks the machine again. Every write passes the record's GC
-// due time (`meta`, from core) so the adapter can index it for `gc`.
+// Every decision comes from the Rust state machine (./idemkit_wasm.js): core's one
+// entry point, `apply(existing, op, policy, now)`, takes the stored record bytes
+// and an operation and returns what to write and what to answer. This file only
+// moves bytes between the machine and an adapter through the one loop
+// (./adapters/loop.js): insert-if-absent for a new record, compare-and-set on the
+// version read for an existing one, delete-if-version for GC. A lost race is never
+// overwritten: the loser reads again and asks the machine again. Every write
+// passes the record's GC due time (`meta`, from core) so the adapter can index it.
 import * as wasm from "./idemkit_wasm.js";
-import { fingerprint, logRef, maxRaces, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
+import { readDecideWrite } from "./adapters/loop.js";
+import { fingerprint, logRef, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 
 
@@ -181,36 +183,37 @@ export function createIdempotency(options) {
     return requestFingerprint(bytes, { ...options, ...line });
   }
 
-  /** Reads, asks the machine, writes with insert-if-absent / CAS; loops on a lost race. */
+  /**
+   * Core's decision of `op` on `current` (the row read, or null), with the
+   * write's index meta: what `readDecideWrite` asks for.
+   */
+  function decideOn(current, op) {
+    const { write, ...answer } = wasmCall(() => wasm.apply(current?.record, op, policy, clock()));
+    return { write, answer, meta: write instanceof Uint8Array ? metaOf(write) : undefined };
+  }
+
+  /** Claims: read, let core decide, insert-if-absent / CAS; loops on a lost race. */
   async function claimPrepared(tenantId, key, fp, owner) {
     const id = recordId(tenantId, operation, key);
     const ref = logRef(tenantId, operation, key);
     const claimOwner = owner ?? crypto.randomUUID();
-    for (let race = 0; race < maxRaces(); race++) {
-      const current = await storeCall(() => adapter.get(id));
+    const op = { op: "claim", fingerprint: fp.value, scheme: fp.scheme, bodyOnly: fp.bodyOnly ?? undefined, owner: claimOwner };
+    const { answer, current } = await readDecideWrite({
+      adapter,
+      id,
+      call: storeCall,
+      what: `record ${ref}`,
       // A fresh record's tokens start above every token of a record GC deleted
       // (read after the record: GC raises the floor before it deletes).
-      const floor = current ? undefined : await readTokenFloor();
-      const decision = wasmCall(() =>
-        wasm.claim(current?.record, fp.value, fp.scheme, fp.bodyOnly ?? undefined, claimOwner, policy, clock(), floor),
-      );
-      const base = { ...decision, id, logRef: ref, owner: claimOwner };
-      delete base.write;
-      if (decision.write === null) return base;
-      const written = await storeCall(() =>
-        current
-          ? adapter.update(id, decision.write, current.version, metaOf(decision.write))
-          : adapter.insert(id, decision.write, metaOf(decision.write)),
-      );
-      if (written) {
-        // The bytes and version this claim wrote: the next transition's CAS expects them.
-        return Object.defineProperties(base, {
-          record: { value: decision.write, writable: true },
-          version: { value: written.version, writable: true },
-        });
-      }
-    }
-    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on record ${ref}`);
+      decide: async (row) => decideOn(row, row === null ? { ...op, tokenFloor: await readTokenFloor() } : op),
+    });
+    const base = { ...answer, id, logRef: ref, owner: claimOwner };
+    if (answer.outcome !== "execute") return base;
+    // The bytes and version this claim wrote: the next transition's CAS expects them.
+    return Object.defineProperties(base, {
+      record: { value: current.record, writable: true },
+      version: { value: current.version, writable: true },
+    });
   }
 
   function claim({ tenant: tenantId, key, body, contentType, owner, method, path, query }) {
@@ -219,29 +222,31 @@ export function createIdempotency(options) {
   }
 
   /**
-   * Applies a worker transition to the record this claim wrote. On a lost race the
-   * current bytes are read and the machine decides again (it refuses a stale token).
+   * Applies a worker transition (`op`, with the lease's token) to the record
+   * this claim wrote, without reading first; on a lost race the current bytes
+   * are read and core decides again (it refuses a stale token). `fit` may
+   * replace an op whose record would be too large.
    */
-  async function transition(held, apply) {
+  async function transition(held, op, fit) {
     if (held?.outcome !== "execute" || held.record === undefined) {
       throw new IdemkitError("invalid-argument", "expected a claim whose outcome is \"execute\"");
     }
-    let record = held.record;
-    let version = held.version;
-    for (let race = 0; race < maxRaces(); race++) {
-      const next = wasmCall(() => apply(record));
-      const written = await storeCall(() => adapter.update(held.id, next, version, metaOf(next)));
-      if (written) {
-        held.record = next;
-        held.version = written.version;
-        return wasm.decodeRecord(next);
-      }
-      const current = await storeCall(() => adapter.get(held.id));
-      if (current === null) throw new IdemkitError("record-missing", `record ${held.logRef} disappeared while leased`);
-      record = current.record;
-      version = current.version;
-    }
-    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on record ${held.logRef}`);
+    const full = { ...op, token: held.token };
+    const { answer, current } = await readDecideWrite({
+      adapter,
+      id: held.id,
+      held: { record: held.record, version: held.version },
+      call: storeCall,
+      what: `record ${held.logRef}`,
+      decide: (row) => {
+        if (row === null) throw new IdemkitError("record-missing", `record ${held.logRef} disappeared while leased`);
+        const decided = decideOn(row, full);
+        return fit === undefined ? decided : fit(row, decided, full);
+      },
+    });
+    held.record = current.record;
+    held.version = current.version;
+    return { answer, record: wasm.decodeRecord(current.record) };
   }
 
   /**
@@ -250,19 +255,20 @@ export function createIdempotency(options) {
    * without it (status, headers and resource reference stay), so a retry gets 410
    * response-expired with the reference, never a second execution.
    */
-  const complete = (held, response) => {
+  const complete = async (held, response) => {
     const stored = toStored(response);
     const bodiless = { ...stored, body: null };
     const kept = stored.body !== null && stored.body.length > maxStoredResponseBytes ? bodiless : stored;
-    return transition(held, (r) => {
-      const next = wasm.complete(r, held.token, kept, policy, clock());
-      return next.length > maxRecordBytes && kept.body !== null ? wasm.complete(r, held.token, bodiless, policy, clock()) : next;
-    });
+    const fit = (row, decided, op) =>
+      decided.write instanceof Uint8Array && decided.write.length > maxRecordBytes && op.response.body !== null
+        ? decideOn(row, { ...op, response: bodiless })
+        : decided;
+    return (await transition(held, { op: "complete", response: kept }, fit)).record;
   };
-  const release = (held) => transition(held, (r) => wasm.release(r, held.token, policy, clock()));
-  const markUnknown = (held, reason) =>
-    transition(held, (r) => wasm.markUnknown(r, held.token, String(reason ?? "marked by worker"), clock()));
-  const renew = (held) => transition(held, (r) => wasm.renew(r, held.token, policy, clock()));
+  const release = async (held) => (await transition(held, { op: "release" })).record;
+  const markUnknown = async (held, reason) =>
+    (await transition(held, { op: "markUnknown", reason: String(reason ?? "marked by worker") })).record;
+  const renew = async (held) => (await transition(held, { op: "renew" })).record;
 
   /**
    * Persists step `name` before it is dispatched. The provider key is the one an
@@ -271,30 +277,34 @@ export function createIdempotency(options) {
    * dispatched again.
    */
   async function beginStep(held, name, proposedProviderKey = crypto.randomUUID()) {
-    let started;
-    await transition(held, (r) => {
-      started = wasm.beginStep(r, held.token, String(name), String(proposedProviderKey), clock());
-      return started.write;
+    const { answer } = await transition(held, {
+      op: "beginStep",
+      name: String(name),
+      proposedProviderKey: String(proposedProviderKey),
     });
-    return started.start === "dispatch"
-      ? { dispatch: true, providerKey: started.providerKey }
-      : { dispatch: false, providerRef: started.providerRef };
+    return answer.start === "dispatch"
+      ? { dispatch: true, providerKey: answer.providerKey }
+      : { dispatch: false, providerRef: answer.providerRef };
   }
 
-  const completeStep = (held, name, providerRef) =>
-    transition(held, (r) => wasm.completeStep(r, held.token, String(name), providerRef ?? undefined, clock()));
+  const completeStep = async (held, name, providerRef) =>
+    (await transition(held, { op: "completeStep", name: String(name), providerRef: providerRef ?? undefined })).record;
 
   /** Operator: settle an Unknown record. `applied` is the real response, or null if nothing happened. */
   async function resolve({ tenant: tenantId, key }, applied) {
     const id = recordId(tenantId, operation, key);
-    const stored = applied == null ? null : toStored(applied);
-    for (let race = 0; race < maxRaces(); race++) {
-      const current = await storeCall(() => adapter.get(id));
-      if (current === null) throw new IdemkitError("record-missing", `no record for this key`);
-      const next = wasmCall(() => wasm.resolve(current.record, stored, policy, clock()));
-      if (await storeCall(() => adapter.update(id, next, current.version, metaOf(next)))) return wasm.decodeRecord(next);
-    }
-    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races`);
+    const op = { op: "resolve", applied: applied == null ? null : toStored(applied) };
+    const { current } = await readDecideWrite({
+      adapter,
+      id,
+      call: storeCall,
+      what: `record ${logRef(tenantId, operation, key)}`,
+      decide: (row) => {
+        if (row === null) throw new IdemkitError("record-missing", `no record for this key`);
+        return decideOn(row, op);
+      },
+    });
+    return wasm.decodeRecord(current.record);
   }
 
   /** The decoded record of a key, or null. */
@@ -324,17 +334,15 @@ export function createIdempotency(options) {
 
   /** Raises the token floor to at least `token` (compare-and-set; a lost race reads again). */
   async function raiseTokenFloor(token) {
-    for (let race = 0; race < maxRaces(); race++) {
-      const row = await storeCall(() => adapter.get(TOKEN_FLOOR_ID));
-      if (floorOf(row) >= token) return;
-      const bytes = utf8.encode(String(token));
+    await readDecideWrite({
+      adapter,
+      id: TOKEN_FLOOR_ID,
+      call: storeCall,
+      what: "the token floor",
       // Never due: the floor row is not a record, GC must not see it.
-      const written = await storeCall(() =>
-        row === null ? adapter.insert(TOKEN_FLOOR_ID, bytes, { gcDueAt: null }) : adapter.update(TOKEN_FLOOR_ID, bytes, row.version, { gcDueAt: null }),
-      );
-      if (written) return;
-    }
-    throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on the token floor`);
+      decide: (row) =>
+        floorOf(row) >= token ? { write: null } : { write: utf8.encode(String(token)), meta: { gcDueAt: null } },
+    });
   }
 
   async function gc({ maxBatch = 1000, after } = {}) {
@@ -352,7 +360,7 @@ export function createIdempotency(options) {
     for (const { id, record, version, gcDueAt } of page.entries.slice(0, maxBatch)) {
       let step;
       try {
-        step = wasmCall(() => wasm.gcRecord(record, now));
+        step = wasmCall(() => wasm.apply(record, { op: "gc" }, policy, now));
       } catch (err) {
         if (!(err instanceof IdemkitError) || !err.code.startsWith("record-")) throw err;
         report.undecodable++;

@@ -33,16 +33,21 @@ use idemkit_core::client::{
     ActionStatus, AttemptClass, AttemptResult, BreakerConfig, BreakerState, RetryDecision,
     RetryPolicy,
 };
-use idemkit_core::fingerprint::{FingerprintError, FormError, RequestFingerprint, SpecError};
+use idemkit_core::fingerprint::{
+    FingerprintError, FormError, RequestFingerprint, SCHEME_BODY, SCHEME_REQUEST_LINE, SpecError,
+};
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
-    ClaimDecision, ClaimOutcome, Disposition, GcAction, MismatchStatus, Policy, StepStart,
-    StorePolicy, TransitionError,
+    Answer, ClaimOutcome, ClaimRequest, Decision, Disposition, GcAction, MismatchStatus, Op,
+    Policy, Resolution, StepStart, StorePolicy, TransitionError, Write,
 };
 use idemkit_core::record::{
     DecodeError, EffectKind, FencingToken, Record, RecordState, StepState, StoredResponse,
+    UnknownReason,
 };
-use idemkit_core::{KeyError, ParseFingerprintError, RecordIdError, ScopeError, UnixMillis};
+use idemkit_core::{
+    Fingerprint, KeyError, ParseFingerprintError, RecordIdError, ScopeError, UnixMillis,
+};
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
@@ -624,30 +629,6 @@ pub fn gc_due_millis(due: Option<UnixMillis>) -> Option<f64> {
     due.map(|t| millis(UnixMillis::from_millis(t.as_millis().min(MAX_SAFE_MILLIS))))
 }
 
-/// `{ action: "keep" | "pruneBody" | "delete", write, gcDueAt }`: what GC does with
-/// one record; `write` is the pruned record's bytes (for `"pruneBody"`, else
-/// `null`), `gcDueAt` the due time of the record left behind (`null`: never due,
-/// or deleted).
-#[must_use]
-pub fn gc_step(
-    action: GcAction,
-    write: Option<&[u8]>,
-    gc_due_at: Option<UnixMillis>,
-    last_token: u64,
-) -> JsValue {
-    let name = match action {
-        GcAction::Keep => "keep",
-        GcAction::PruneBody => "pruneBody",
-        GcAction::Delete => "delete",
-    };
-    ObjectBuilder::new()
-        .set("action", name)
-        .set_opt("write", write.map(bytes))
-        .set_opt("gcDueAt", gc_due_millis(gc_due_at))
-        .set("lastToken", last_token)
-        .build()
-}
-
 struct ObjectBuilder(Object);
 
 impl ObjectBuilder {
@@ -726,15 +707,61 @@ fn steps(record_steps: &[idemkit_core::record::Step]) -> Array {
     out
 }
 
-/// `{ outcome, write, ... }` for a claim decision. `write` is the encoded record
-/// (`Uint8Array`) or `null`. Per outcome:
-/// `execute`: `token` (bigint), `attempt`, `leaseExpiresAt`, `steps`;
-/// `replay`: `response`; `responseExpired`: `status`, `resourceRef`;
-/// `inFlight`: `retryAfterSeconds`; `mismatch`: `status`; `uncertain`: `since`.
-pub fn claim_decision(decision: &ClaimDecision) -> JsResult<JsValue> {
-    let out =
-        ObjectBuilder::new().set_opt("write", decision.write.as_ref().map(|r| bytes(&r.encode())));
-    let out = match &decision.outcome {
+/// What `apply` decided, for JavaScript: `{ write, ... }` where `write` is the
+/// encoded record to put (`Uint8Array`: insert if none was read, else
+/// compare-and-set on the version read), `"delete"` (delete if the version read
+/// is current), or `null` (write nothing), and the answer's fields:
+///
+/// | op | fields |
+/// |---|---|
+/// | `claim` | `outcome`, and per outcome: `execute`: `token` (bigint), `attempt`, `leaseExpiresAt`, `steps`; `replay`: `response`; `responseExpired`: `status`, `resourceRef`; `inFlight`: `retryAfterSeconds`; `mismatch`: `status`; `uncertain`: `since` |
+/// | `beginStep` | `start` (`"dispatch"` with `providerKey`, `"alreadyDone"` with `providerRef`) |
+/// | `recover` | `token` (bigint), `steps` |
+/// | `gc` | `action` (`"keep"`, `"pruneBody"`, `"delete"`), `gcDueAt` of the record that stays, `lastToken` of the record read |
+/// | the others | nothing more |
+pub fn decision(decision: &Decision, existing: Option<&Record>) -> JsResult<JsValue> {
+    let out = match &decision.write {
+        Write::Keep => ObjectBuilder::new().set("write", JsValue::NULL),
+        Write::Put(next) => ObjectBuilder::new().set("write", bytes(&next.encode())),
+        Write::Delete => ObjectBuilder::new().set("write", "delete"),
+    };
+    let out = match &decision.answer {
+        Answer::Claim(outcome) => claim_outcome(out, outcome)?,
+        Answer::Step(StepStart::Dispatch { provider_key }) => out
+            .set("start", "dispatch")
+            .set("providerKey", provider_key.as_str()),
+        Answer::Step(StepStart::AlreadyDone { provider_ref }) => out
+            .set("start", "alreadyDone")
+            .set_opt("providerRef", provider_ref.clone()),
+        Answer::Recovered(grant) => out
+            .set("token", grant.token.get())
+            .set("steps", steps(&grant.steps)),
+        Answer::Gc(action) => {
+            let stays = match &decision.write {
+                Write::Put(next) => Some(next),
+                Write::Delete => None,
+                Write::Keep => existing,
+            };
+            out.set(
+                "action",
+                match action {
+                    GcAction::Keep => "keep",
+                    GcAction::PruneBody => "pruneBody",
+                    GcAction::Delete => "delete",
+                },
+            )
+            .set_opt("gcDueAt", gc_due_millis(stays.and_then(Record::gc_due_at)))
+            .set("lastToken", existing.map_or(0, |r| r.last_token.get()))
+        }
+        Answer::Done => out,
+        #[allow(unreachable_patterns, reason = "future answers of core")]
+        _ => return Err(argument("internal error: unknown answer")),
+    };
+    Ok(out.build())
+}
+
+fn claim_outcome(out: ObjectBuilder, outcome: &ClaimOutcome) -> JsResult<ObjectBuilder> {
+    Ok(match outcome {
         ClaimOutcome::Execute {
             token,
             attempt,
@@ -771,8 +798,115 @@ pub fn claim_decision(decision: &ClaimDecision) -> JsResult<JsValue> {
         }
         #[allow(unreachable_patterns, reason = "future outcomes of core")]
         _ => return Err(argument("internal error: unknown claim outcome")),
+    })
+}
+
+/// The operation `{ op, ... }` JavaScript asks `apply` to decide:
+///
+/// | `op` | fields |
+/// |---|---|
+/// | `"claim"` | `fingerprint` (64 hex), `scheme` (1 or 2), `bodyOnly` (scheme 2: the scheme-1 fingerprint), `owner`, `tokenFloor` (bigint, optional) |
+/// | `"complete"` | `token`, `response` |
+/// | `"release"`, `"renew"` | `token` |
+/// | `"markUnknown"` | `token`, `reason` |
+/// | `"beginStep"` | `token`, `name`, `proposedProviderKey` |
+/// | `"completeStep"` | `token`, `name`, `providerRef` (optional) |
+/// | `"resolve"` | `applied`: the response that was produced, or `null` |
+/// | `"recover"` | `owner` |
+/// | `"gc"` | — |
+pub fn op(value: &JsValue) -> JsResult<Op> {
+    let kind = get_string(value, "op", "the operation")?;
+    let token = || -> JsResult<FencingToken> {
+        let raw = get(value, "token")?;
+        let token = u64::try_from(raw)
+            .map_err(|_| argument(format!("{kind}: token must be a bigint fencing token")))?;
+        self::token(token)
     };
-    Ok(out.build())
+    let text = |field: &str| get_string(value, field, &kind);
+    let optional_text = |field: &str| -> JsResult<Option<String>> {
+        match get_opt(value, field)? {
+            None => Ok(None),
+            Some(v) => v
+                .as_string()
+                .map(Some)
+                .ok_or_else(|| argument(format!("{kind}.{field} must be a string"))),
+        }
+    };
+    Ok(match kind.as_str() {
+        "claim" => Op::Claim {
+            request: ClaimRequest {
+                fingerprint: claim_fingerprint(value)?,
+                owner: text("owner")?,
+            },
+            token_floor: match get_opt(value, "tokenFloor")? {
+                None => 0,
+                Some(v) => u64::try_from(v)
+                    .map_err(|_| argument("claim.tokenFloor must be a non-negative bigint"))?,
+            },
+        },
+        "complete" => Op::Complete {
+            token: token()?,
+            response: stored_response(&get(value, "response")?)?,
+        },
+        "release" => Op::Release { token: token()? },
+        "renew" => Op::Renew { token: token()? },
+        "markUnknown" => Op::MarkUnknown {
+            token: token()?,
+            reason: UnknownReason::MarkedByWorker(text("reason")?),
+        },
+        "beginStep" => Op::BeginStep {
+            token: token()?,
+            name: text("name")?,
+            proposed_provider_key: text("proposedProviderKey")?,
+        },
+        "completeStep" => Op::CompleteStep {
+            token: token()?,
+            name: text("name")?,
+            provider_ref: optional_text("providerRef")?,
+        },
+        "resolve" => Op::Resolve {
+            resolution: match get_opt(value, "applied")? {
+                None => Resolution::NotApplied,
+                Some(applied) => Resolution::Applied(stored_response(&applied)?),
+            },
+        },
+        "recover" => Op::Recover {
+            owner: text("owner")?,
+        },
+        "gc" => Op::Gc,
+        other => return Err(argument(format!("unknown operation {other:?}"))),
+    })
+}
+
+/// A claim's request fingerprint: `fingerprint` under `scheme`; scheme 2 also
+/// carries `bodyOnly`, the same request's scheme-1 fingerprint.
+fn claim_fingerprint(value: &JsValue) -> JsResult<RequestFingerprint> {
+    let parse = |hex: String| hex.parse::<Fingerprint>().map_err(error);
+    let fingerprint = parse(get_string(value, "fingerprint", "claim")?)?;
+    let scheme = get(value, "scheme")?.as_f64();
+    let body_only = match get_opt(value, "bodyOnly")? {
+        None => None,
+        Some(v) => {
+            Some(parse(v.as_string().ok_or_else(|| {
+                argument("claim.bodyOnly must be 64 hex characters")
+            })?)?)
+        }
+    };
+    match (scheme, body_only) {
+        (Some(s), None) if s == f64::from(SCHEME_BODY) => {
+            Ok(RequestFingerprint::body_only(fingerprint))
+        }
+        (Some(s), Some(body_only)) if s == f64::from(SCHEME_REQUEST_LINE) => Ok(
+            RequestFingerprint::with_request_line(fingerprint, body_only),
+        ),
+        (Some(s), _) if s == f64::from(SCHEME_REQUEST_LINE) => Err(argument(
+            "fingerprint scheme 2 needs its scheme-1 fingerprint (bodyOnly)",
+        )),
+        (Some(s), _) if s == f64::from(SCHEME_BODY) => Err(argument(
+            "fingerprint scheme 1 needs no bodyOnly fingerprint",
+        )),
+        _ => Err(argument("claim.scheme must be 1 or 2")),
+    }
 }
 
 /// `{ status, headers: [name, value][], body: Uint8Array }` of a ready-made answer.
@@ -790,21 +924,6 @@ pub fn answer(a: &idemkit_core::http::Answer) -> JsValue {
         .set("headers", headers)
         .set("body", bytes(&a.body))
         .build()
-}
-
-/// `{ write, start, providerKey | providerRef }` for a begun step.
-#[must_use]
-pub fn step_start(write: &[u8], start: &StepStart) -> JsValue {
-    let out = ObjectBuilder::new().set("write", bytes(write));
-    match start {
-        StepStart::Dispatch { provider_key } => out
-            .set("start", "dispatch")
-            .set("providerKey", provider_key.as_str()),
-        StepStart::AlreadyDone { provider_ref } => out
-            .set("start", "alreadyDone")
-            .set_opt("providerRef", provider_ref.clone()),
-    }
-    .build()
 }
 
 /// `{ scheme, value, bodyOnly }` of a request fingerprint (64 hex each).

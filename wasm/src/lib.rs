@@ -14,17 +14,19 @@
 //!
 //! ## How JavaScript drives it
 //!
-//! Records cross the boundary only as their encoded bytes ([`Record::encode`]):
-//! [`claim`] takes the bytes the adapter read (or `undefined`) and returns the
-//! answer plus the bytes to write with insert-if-absent / compare-and-set; each
-//! transition ([`complete`], [`release`], [`mark_unknown`], [`resolve`], [`renew`])
-//! takes the current bytes and returns the bytes to write. A JavaScript object is
-//! never turned back into a record, so JavaScript cannot forge a state.
+//! Records cross the boundary only as their encoded bytes ([`Record::encode`]).
+//! One export decides every operation, as core does: [`apply`] takes the bytes
+//! the adapter read (or `undefined`) and an operation (claim, complete, release,
+//! mark unknown, renew, a step, resolve, recover, gc) and returns the answer plus
+//! what to write: bytes (insert-if-absent / compare-and-set on the version read),
+//! `"delete"` (delete-if-version), or nothing. JavaScript runs the one loop
+//! around it (`wasm/js/adapters/loop.js`). A JavaScript object is never turned
+//! back into a record, so JavaScript cannot forge a state.
 //!
 //! GC (DESIGN.md, retention): every write passes [`gc_due_at`] of its bytes to the
 //! adapter, which indexes it; `idempotency.gc()` scans the due records and asks
-//! [`gc_record`] about each (keep, prune the body, or delete), then writes or
-//! deletes on the version it read.
+//! [`apply`] about each (`{ op: "gc" }`: keep, prune the body, or delete), then
+//! writes or deletes on the version it read.
 //!
 //! ## Layout
 //!
@@ -51,15 +53,12 @@ pub mod interop;
 use core::time::Duration;
 
 use idemkit_core::client::{ActionStatus, CircuitBreaker};
-use idemkit_core::fingerprint::{
-    ContentKind, FingerprintSpec, RequestFingerprint, RequestLine, SCHEME_BODY, SCHEME_REQUEST_LINE,
-};
+use idemkit_core::fingerprint::{ContentKind, FingerprintSpec, RequestLine};
 use idemkit_core::http::Refusal;
 use idemkit_core::json::CanonicalizeOptions;
-use idemkit_core::machine::{self, ClaimRequest, Resolution};
-use idemkit_core::record::{Record, UnknownReason};
-use idemkit_core::{Fingerprint, IdempotencyKey, Scope};
-use js_sys::Uint8Array;
+use idemkit_core::machine;
+use idemkit_core::record::Record;
+use idemkit_core::{IdempotencyKey, Scope};
 use wasm_bindgen::prelude::*;
 
 use interop::{ArgumentError, JsResult};
@@ -210,205 +209,35 @@ pub fn fingerprint_request(
     Ok(interop::request_fingerprint(&fp))
 }
 
-/// The claim decision for a request with `fingerprint` (64 hex, computed under
-/// `scheme`; for scheme 2 `bodyOnly` is the same request's scheme-1 fingerprint)
-/// on the record the adapter read (`existing`, or `undefined` when there is none).
+/// Decides `op` (see `interop::op`: `{ op: "claim" | "complete" | "release" |
+/// "markUnknown" | "renew" | "beginStep" | "completeStep" | "resolve" |
+/// "recover" | "gc", ... }`) on the record the adapter read (`existing`, its
+/// encoded bytes, or `undefined` when there is none) at `now`, under `policy`:
+/// core's one entry point, `machine::apply`.
 ///
-/// Returns `{ outcome, write?, ... }` (see `interop::claim_decision`): the adapter
-/// writes `write` with insert-if-absent (no `existing`) or compare-and-set on the
-/// version it read, and only then acts on `outcome`. `tokenFloor` (a BigInt, or
-/// `undefined` for 0) is the highest fencing token of any record GC deleted: a
-/// fresh record's first token is above it, so tokens never repeat for a key.
+/// Returns `{ write, ...answer }` (see `interop::decision`): the adapter writes
+/// `write` (a record: insert if nothing was read, else compare-and-set on the
+/// version read; `"delete"`: delete if that version is current; `null`:
+/// nothing) and only then acts on the answer. A refused transition (a stale
+/// token, a wrong state, no record) throws an `IdemkitError` whose code names it.
 #[wasm_bindgen]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-#[allow(
-    clippy::too_many_arguments,
-    reason = "a flat JS call: the handler passes what it read and computed, positionally"
-)]
-pub fn claim(
+pub fn apply(
     existing: Option<Vec<u8>>,
-    fingerprint: &str,
-    scheme: u8,
-    body_only: Option<String>,
-    owner: &str,
+    op: &JsValue,
     policy: &JsValue,
     now: f64,
-    token_floor: Option<u64>,
 ) -> JsResult<JsValue> {
     let existing = existing.as_deref().map(decode).transpose()?;
-    let value = fingerprint.parse::<Fingerprint>().map_err(interop::error)?;
-    let body_only = body_only
-        .map(|fp| fp.parse::<Fingerprint>())
-        .transpose()
-        .map_err(interop::error)?;
-    let fingerprint = match (scheme, body_only) {
-        (SCHEME_BODY, None) => RequestFingerprint::body_only(value),
-        (SCHEME_REQUEST_LINE, Some(body_only)) => {
-            RequestFingerprint::with_request_line(value, body_only)
-        }
-        _ => {
-            return Err(interop::error(ArgumentError(format!(
-                "fingerprint scheme {scheme} needs {} scheme-1 fingerprint",
-                if scheme == SCHEME_REQUEST_LINE {
-                    "its"
-                } else {
-                    "no"
-                }
-            ))));
-        }
-    };
-    let request = ClaimRequest {
-        fingerprint,
-        owner: owner.to_owned(),
-    };
-    let policy = interop::policy(policy)?;
-    let decision = machine::claim_above(
+    let op = interop::op(op)?;
+    let decision = machine::apply(
         existing.as_ref(),
-        &request,
-        &policy,
-        interop::now(now)?,
-        token_floor.unwrap_or(0),
-    );
-    interop::claim_decision(&decision)
-}
-
-/// Completes the record under `token` with `response`
-/// (`{ status, headers: [name, Uint8Array][], body, resourceRef }`); returns the
-/// bytes to write.
-#[wasm_bindgen]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn complete(
-    record: &[u8],
-    token: u64,
-    response: &JsValue,
-    policy: &JsValue,
-    now: f64,
-) -> JsResult<Uint8Array> {
-    let next = machine::complete(
-        &decode(record)?,
-        interop::token(token)?,
-        interop::stored_response(response)?,
+        &op,
         &interop::policy(policy)?,
         interop::now(now)?,
     )
     .map_err(interop::error)?;
-    Ok(encode(&next))
-}
-
-/// Releases the record under `token` (the attempt had no effect; a retry
-/// executes again); returns the bytes to write.
-#[wasm_bindgen]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn release(record: &[u8], token: u64, policy: &JsValue, now: f64) -> JsResult<Uint8Array> {
-    let next = machine::release(
-        &decode(record)?,
-        interop::token(token)?,
-        &interop::policy(policy)?,
-        interop::now(now)?,
-    )
-    .map_err(interop::error)?;
-    Ok(encode(&next))
-}
-
-/// Marks the outcome under `token` as unknown (`reason` is for operators);
-/// returns the bytes to write.
-#[wasm_bindgen(js_name = markUnknown)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn mark_unknown(record: &[u8], token: u64, reason: &str, now: f64) -> JsResult<Uint8Array> {
-    let next = machine::mark_unknown(
-        &decode(record)?,
-        interop::token(token)?,
-        UnknownReason::MarkedByWorker(reason.to_owned()),
-        interop::now(now)?,
-    )
-    .map_err(interop::error)?;
-    Ok(encode(&next))
-}
-
-/// Extends the lease under `token`; returns the bytes to write.
-#[wasm_bindgen]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn renew(record: &[u8], token: u64, policy: &JsValue, now: f64) -> JsResult<Uint8Array> {
-    let next = machine::renew(
-        &decode(record)?,
-        interop::token(token)?,
-        &interop::policy(policy)?,
-        interop::now(now)?,
-    )
-    .map_err(interop::error)?;
-    Ok(encode(&next))
-}
-
-/// Persists step `name` under `token` *before* the worker dispatches it. Returns
-/// `{ write, start: "dispatch", providerKey }` — the key an earlier attempt
-/// persisted, else `proposedProviderKey` — or `{ write, start: "alreadyDone",
-/// providerRef }` when an earlier attempt finished the step.
-#[wasm_bindgen(js_name = beginStep)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn begin_step(
-    record: &[u8],
-    token: u64,
-    name: &str,
-    proposed_provider_key: &str,
-    now: f64,
-) -> JsResult<JsValue> {
-    let (next, start) = machine::begin_step(
-        &decode(record)?,
-        interop::token(token)?,
-        name,
-        proposed_provider_key,
-        interop::now(now)?,
-    )
-    .map_err(interop::error)?;
-    Ok(interop::step_start(&next.encode(), &start))
-}
-
-/// Records that step `name` finished under `token`, with the provider's
-/// reference; returns the bytes to write.
-#[wasm_bindgen(js_name = completeStep)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn complete_step(
-    record: &[u8],
-    token: u64,
-    name: &str,
-    provider_ref: Option<String>,
-    now: f64,
-) -> JsResult<Uint8Array> {
-    let next = machine::complete_step(
-        &decode(record)?,
-        interop::token(token)?,
-        name,
-        provider_ref,
-        interop::now(now)?,
-    )
-    .map_err(interop::error)?;
-    Ok(encode(&next))
-}
-
-/// Settles an Unknown (or Running-past-lease) record: `applied` is the response
-/// that was in fact produced, or `null` when the effect did not happen; returns
-/// the bytes to write.
-#[wasm_bindgen]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn resolve(
-    record: &[u8],
-    applied: &JsValue,
-    policy: &JsValue,
-    now: f64,
-) -> JsResult<Uint8Array> {
-    let resolution = if applied.is_null() || applied.is_undefined() {
-        Resolution::NotApplied
-    } else {
-        Resolution::Applied(interop::stored_response(applied)?)
-    };
-    let next = machine::resolve(
-        &decode(record)?,
-        resolution,
-        &interop::policy(policy)?,
-        interop::now(now)?,
-    )
-    .map_err(interop::error)?;
-    Ok(encode(&next))
+    interop::decision(&decision, existing.as_ref())
 }
 
 /// How a finished attempt with `status` is recorded under `policy`:
@@ -457,33 +286,6 @@ pub fn decode_record(record: &[u8]) -> JsResult<JsValue> {
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn gc_due_at(record: &[u8]) -> JsResult<Option<f64>> {
     Ok(interop::gc_due_millis(decode(record)?.gc_due_at()))
-}
-
-/// What GC does with the record `record` at `now` (core's `machine::gc`):
-/// `{ action: "keep" | "pruneBody" | "delete", write, gcDueAt }`. For
-/// `"pruneBody"`, `write` holds the bytes to write with compare-and-set (the
-/// record without its response body); `gcDueAt` is the GC due time of the record
-/// that stays (`null` when never due or deleted). Running and Unknown records are
-/// always `"keep"`.
-#[wasm_bindgen(js_name = gcRecord)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn gc_record(record: &[u8], now: f64) -> JsResult<JsValue> {
-    let record = decode(record)?;
-    let action = machine::gc(&record, interop::now(now)?);
-    let last_token = record.last_token.get();
-    Ok(match action {
-        machine::GcAction::Keep => interop::gc_step(action, None, record.gc_due_at(), last_token),
-        machine::GcAction::PruneBody => {
-            let pruned = machine::prune_body(&record);
-            interop::gc_step(
-                action,
-                Some(&pruned.encode()),
-                pruned.gc_due_at(),
-                last_token,
-            )
-        }
-        machine::GcAction::Delete => interop::gc_step(action, None, None, last_token),
-    })
 }
 
 // ---- HTTP answers: core's `http` module, so the JavaScript handler answers with the
@@ -769,8 +571,4 @@ pub fn breaker_record(
 
 fn decode(bytes: &[u8]) -> JsResult<Record> {
     Record::decode(bytes).map_err(interop::error)
-}
-
-fn encode(record: &Record) -> Uint8Array {
-    Uint8Array::from(record.encode().as_slice())
 }

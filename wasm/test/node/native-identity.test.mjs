@@ -280,29 +280,35 @@ function scenarios(seed, count) {
   return out;
 }
 
+/** The steps through core's one entry point, `apply`, as the package runs them. */
 function runInWasm(steps) {
   const lines = [];
   let current;
+  const opOf = (s) => {
+    switch (s.op) {
+      case "claim": {
+        const fp = s.fingerprint;
+        return { op: "claim", fingerprint: fp.value, scheme: fp.scheme, bodyOnly: fp.bodyOnly ?? undefined, owner: s.owner };
+      }
+      case "complete": return { op: "complete", token: BigInt(s.token), response: toWasmResponse(s.response) };
+      case "release": return { op: "release", token: BigInt(s.token) };
+      case "markUnknown": return { op: "markUnknown", token: BigInt(s.token), reason: s.reason };
+      case "renew": return { op: "renew", token: BigInt(s.token) };
+      case "resolve": return { op: "resolve", applied: s.applied === null ? null : toWasmResponse(s.applied) };
+      default: throw new Error(`unknown step ${s.op}`);
+    }
+  };
   for (const s of steps) {
     try {
-      let next;
-      switch (s.op) {
-        case "claim": {
-          const fp = s.fingerprint;
-          const decision = glue.claim(current, fp.value, fp.scheme, fp.bodyOnly ?? undefined, s.owner, s.policy, s.now);
-          next = decision.write ?? undefined;
-          lines.push(next === undefined ? "-" : hex(next));
-          if (next !== undefined) current = next;
-          continue;
-        }
-        case "complete": next = glue.complete(current, BigInt(s.token), toWasmResponse(s.response), s.policy, s.now); break;
-        case "release": next = glue.release(current, BigInt(s.token), s.policy, s.now); break;
-        case "markUnknown": next = glue.markUnknown(current, BigInt(s.token), s.reason, s.now); break;
-        case "renew": next = glue.renew(current, BigInt(s.token), s.policy, s.now); break;
-        case "resolve": next = glue.resolve(current, s.applied === null ? null : toWasmResponse(s.applied), s.policy, s.now); break;
+      const { write } = glue.apply(current, opOf(s), s.policy, s.now);
+      if (s.op === "claim") {
+        lines.push(write === null ? "-" : hex(write));
+        if (write !== null) current = write;
+        continue;
       }
-      current = next;
-      lines.push(hex(next));
+      // A transition that changes nothing writes nothing: the record stays.
+      if (write !== null) current = write;
+      lines.push(hex(current));
     } catch (err) {
       if (err?.name !== "IdemkitError") throw err;
       lines.push(`error:${err.code}`);
