@@ -55,6 +55,8 @@ pub mod conformance;
 #[cfg(feature = "axum")]
 pub mod http;
 pub mod journal;
+#[cfg(feature = "postgres")]
+mod postgres;
 pub mod store;
 
 pub use idemkit_core as core;

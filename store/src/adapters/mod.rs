@@ -12,6 +12,11 @@
 //! | [`delete`](Adapter::delete) | removes the record that was read and raises the token floor to its last token | the stored version is not the one read |
 //! | [`scan`](Adapter::scan) | lists records by lease expiry, GC due time, Unknown, or all, in bounded pages | — |
 //!
+//! Three provided methods have defaults an adapter may improve on:
+//! [`write_all`](Adapter::write_all) (several writes at once: one fsync on
+//! redb), [`clock`](Adapter::clock) (a database that keeps the time) and
+//! [`bytes_on_disk`](Adapter::bytes_on_disk) (for `stats`).
+//!
 //! The engine reads, lets `idemkit_core::machine::apply` decide, and writes with
 //! one of the conditional methods; a refused write means another writer came
 //! first, and the engine reads and decides again. So an adapter needs no
@@ -40,9 +45,12 @@ pub mod redb;
 
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 
 use idemkit_core::record::Record;
 use idemkit_core::{LogRef, RecordId, UnixMillis};
+
+use crate::clock::Clock;
 
 /// The version of a stored record: changes with every write, never repeats for
 /// an id.
@@ -274,6 +282,21 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
 
     /// One page of records, per `scan`.
     fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError>;
+
+    /// The clock every decision on this adapter's records must take, when its
+    /// database keeps the time for every instance that shares it (PostgreSQL's);
+    /// `None` (the default): the engine's own clock. [`Read::now`] carries the
+    /// same clock at each read.
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        None
+    }
+
+    /// How many bytes the records take on disk (a file's size, a table's with
+    /// its indexes), for `stats`; `None` (the default) when there is no such
+    /// figure.
+    fn bytes_on_disk(&self) -> Result<Option<u64>, AdapterError> {
+        Ok(None)
+    }
 
     /// Applies several conditional writes, each refused or applied on its own
     /// (the answers are in order: `Some` for an applied write, with the new

@@ -105,13 +105,13 @@ pub(crate) struct Applied {
 }
 
 impl Store {
-    /// The engine over `adapter`, deciding by the system clock.
+    /// The engine over `adapter`, deciding by the adapter's clock when its
+    /// database keeps the time ([`Adapter::clock`]: PostgreSQL's), else by the
+    /// system clock.
     #[must_use]
     pub fn new(adapter: Arc<dyn Adapter>) -> Store {
-        Store {
-            adapter,
-            clock: Arc::new(SystemClock),
-        }
+        let clock = adapter.clock().unwrap_or_else(|| Arc::new(SystemClock));
+        Store { adapter, clock }
     }
 
     /// A store in the redb file `path` ([`RedbAdapter::open`]): created if
@@ -148,29 +148,9 @@ impl Store {
         )?)))
     }
 
-    /// The engine over PostgreSQL (feature `postgres`), so several instances
-    /// share one database. Every decision is still the core's, at the
-    /// database's time: see [`crate::adapters::postgres`].
-    #[cfg(feature = "postgres")]
-    #[must_use]
-    pub fn postgres(store: crate::adapters::postgres::PgStore) -> Store {
-        let clock = store.database_clock();
-        Store {
-            adapter: Arc::new(store),
-            clock: Arc::new(clock),
-        }
-    }
-
-    /// The PostgreSQL adapter behind this store, if it is one.
-    #[cfg(feature = "postgres")]
-    #[must_use]
-    pub fn as_postgres(&self) -> Option<&crate::adapters::postgres::PgStore> {
-        self.adapter_as()
-    }
-
     /// This store reading time from `clock` (a [`crate::clock::ManualClock`] in
-    /// tests). An adapter whose database keeps the time (PostgreSQL) decides by
-    /// the database's clock instead, at every read.
+    /// tests). An adapter whose database keeps the time (PostgreSQL) still
+    /// decides by the database's clock at every read of a record.
     #[must_use]
     pub fn with_clock(self, clock: impl Clock + 'static) -> Store {
         Store {

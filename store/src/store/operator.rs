@@ -67,7 +67,8 @@ pub struct Stats {
     pub total: u64,
     /// Running records whose lease has expired (also counted as Running).
     pub expired_leases: u64,
-    /// The database file's size in bytes, when the store is a file.
+    /// The bytes the records take on disk: the redb file, the PostgreSQL table
+    /// with its indexes (`None` in memory).
     pub file_size: Option<u64>,
 }
 
@@ -338,7 +339,7 @@ impl Store {
         Ok(report)
     }
 
-    /// Counts per state (a scan of the records) and the file size.
+    /// Counts per state (a scan of the records) and the size on disk.
     pub fn stats(&self) -> Result<Stats, QueryError> {
         let now = self.try_now()?;
         let mut stats = Stats::default();
@@ -352,10 +353,7 @@ impl Store {
             }
             Ok(true)
         })?;
-        stats.file_size = self
-            .path()
-            .and_then(|p| std::fs::metadata(p).ok())
-            .map(|m| m.len());
+        stats.file_size = self.adapter.bytes_on_disk().map_err(StorageError::from)?;
         Ok(stats)
     }
 

@@ -2,7 +2,7 @@
 //!
 //! The five methods of the seam ([`crate::adapters`]) as five statements over
 //! one table (see the [`schema`](self) docs in `schema.rs`) and a pool; the
-//! engine ([`Store::postgres`](crate::store::Store::postgres)) decides:
+//! engine (`Store::postgres`, in `store/src/postgres.rs`) decides:
 //!
 //! - **get** is one `SELECT` of the row, its version, the token floor and the
 //!   database's time.
@@ -214,8 +214,7 @@ impl PgStore {
     }
 
     /// The clock an engine over this adapter decides by: the database's (plus
-    /// the [`PgClock`]'s test offset), read with one statement; see
-    /// [`Store::postgres`](crate::store::Store::postgres).
+    /// the [`PgClock`]'s test offset), read with one statement.
     #[must_use]
     pub fn database_clock(&self) -> DatabaseClock {
         DatabaseClock {
@@ -462,6 +461,24 @@ impl Adapter for PgStore {
 
     fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError> {
         Ok(self.scan_rows(scan)?)
+    }
+
+    /// The records table's size with its indexes (`pg_total_relation_size`).
+    fn bytes_on_disk(&self) -> Result<Option<u64>, AdapterError> {
+        let mut conn = self.conn()?;
+        let size: i64 = conn
+            .query_one(
+                "SELECT pg_total_relation_size($1::text::regclass)",
+                &[&self.sql.records],
+            )
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| fail(&e))?;
+        Ok(u64::try_from(size).ok())
+    }
+
+    /// The database's: every instance of a fleet decides by one clock.
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(Arc::new(self.database_clock()))
     }
 
     /// One connection for the batch; the floor raised once, above every

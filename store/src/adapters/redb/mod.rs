@@ -377,6 +377,14 @@ impl Adapter for RedbAdapter {
         Ok(self.handle.read(|txn| scan_in(txn, scan))?)
     }
 
+    /// The file's size (`None` in memory or when the file cannot be read).
+    fn bytes_on_disk(&self) -> Result<Option<u64>, AdapterError> {
+        Ok(self
+            .path()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len()))
+    }
+
     fn write_all(&self, writes: &[Write]) -> Result<Vec<Option<Version>>, AdapterError> {
         if writes.is_empty() {
             return Ok(Vec::new());
