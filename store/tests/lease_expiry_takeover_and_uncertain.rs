@@ -5,7 +5,8 @@
 //! - Local: an expired lease is taken over with a higher fencing token, and the
 //!   old owner's completion is refused with the stale-token error.
 //! - A guard dropped without an outcome: Released (Local) or Unknown (External).
-//! - A long task that renews its lease is never taken over.
+//! - A long task that renews its lease is never taken over; a fenced guard is
+//!   refused even where its answer would write nothing.
 
 use std::time::Duration;
 
@@ -171,6 +172,36 @@ fn a_renewing_worker_is_never_taken_over() {
         ));
     }
     g.complete(StoredResponse::new(200, Vec::new())).unwrap();
+}
+
+/// A guard decides its next transition on the record it wrote last, without a
+/// read; only a write is checked against the stored version. An answer that
+/// writes nothing (a step begun before: dispatch it again) must not come from
+/// that record after another worker took the lease over: the fenced worker is
+/// told its token is stale, and does not dispatch.
+#[test]
+fn a_fenced_guard_is_refused_even_where_its_answer_would_write_nothing() {
+    let (store, clock, scope, key) = setup();
+    let policy = policy(EffectKind::Local);
+    let mut fenced = guard(claim(&store, &scope, &key, &policy));
+    assert!(matches!(
+        fenced.begin_step("charge", "pk-1").unwrap(),
+        idemkit::core::machine::StepStart::Dispatch { .. }
+    ));
+    clock.advance(Duration::from_secs(31));
+    let current = guard(claim(&store, &scope, &key, &policy));
+    assert!(current.token() > fenced.token());
+    match fenced.begin_step("charge", "pk-1") {
+        Err(WorkerError::Rejected {
+            error: TransitionError::StaleToken { .. },
+            ..
+        }) => {}
+        other => panic!("a fenced worker must not be told to dispatch: {other:?}"),
+    }
+    fenced.abandon();
+    current
+        .complete(StoredResponse::new(200, Vec::new()))
+        .unwrap();
 }
 
 #[test]

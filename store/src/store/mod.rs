@@ -236,7 +236,8 @@ impl Store {
     ///
     /// `held` is the record and version this caller wrote last (a guard's), used
     /// instead of a first read: when it is still current, the transition costs
-    /// one conditional write. `now` is the instant to decide at unless the
+    /// one conditional write (a refusal, or an answer that writes nothing, is
+    /// decided again on a read). `now` is the instant to decide at unless the
     /// adapter's read carries its database's time.
     pub(crate) fn run(
         &self,
@@ -248,6 +249,7 @@ impl Store {
     ) -> Result<Applied, TxError> {
         let log_ref = id.log_ref();
         for _ in 0..MAX_ATTEMPTS {
+            let from_held = held.is_some();
             let (existing, now) = match held.take() {
                 Some(stored) => (Some(stored), now),
                 None => {
@@ -258,8 +260,20 @@ impl Store {
                     (read.stored, read.now.unwrap_or(now))
                 }
             };
-            let decision = machine::apply(existing.as_ref().map(|s| &s.record), &op, policy, now)
-                .map_err(|error| match error {
+            let decision = machine::apply(existing.as_ref().map(|s| &s.record), &op, policy, now);
+            // The held record is trusted only for a write, which its version
+            // check verifies. A refusal or an answer without a write taken on
+            // it may be stale (another worker took the lease over, and a step
+            // begun before would be answered "dispatch" to the fenced one): it
+            // is decided again on the record as read.
+            let answers_unwritten = match &decision {
+                Ok(decision) => decision.writes_nothing(),
+                Err(_) => true,
+            };
+            if from_held && answers_unwritten {
+                continue;
+            }
+            let decision = decision.map_err(|error| match error {
                 TransitionError::NotFound => TxError::NotFound { log_ref },
                 error => TxError::Rejected { log_ref, error },
             })?;

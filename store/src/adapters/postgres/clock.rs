@@ -14,7 +14,7 @@
 //! - `$offset` is [`PgClock`]'s offset: 0 in production; tests move time without
 //!   sleeping by [`PgClock::advance`] (the database's time plus that offset).
 //! - `$given` is `NULL` unless the clock is [`PgClock::given_by_caller`]: then the
-//!   `now` passed to the [`IdempotencyBackend`](crate::backend::IdempotencyBackend)
+//!   `now` passed to the [`IdempotencyBackend`](crate::store::IdempotencyBackend)
 //!   methods is used as it is (the conformance suite's exact virtual time).
 //!
 //! Whatever the clock, the same statement yields `now` and the same code decides
@@ -50,14 +50,14 @@ pub struct PgClock {
 impl PgClock {
     /// The database server's clock (`clock_timestamp()`), the one every instance
     /// of a fleet shares: the default. The `now` arguments of the
-    /// [`IdempotencyBackend`](crate::backend::IdempotencyBackend) methods are ignored.
+    /// [`IdempotencyBackend`](crate::store::IdempotencyBackend) methods are ignored.
     #[must_use]
     pub fn database() -> PgClock {
         PgClock::default()
     }
 
     /// Virtual time for tests: decisions take the `now` given to each
-    /// [`IdempotencyBackend`](crate::backend::IdempotencyBackend) method (and to
+    /// [`IdempotencyBackend`](crate::store::IdempotencyBackend) method (and to
     /// `Store`'s `*_at` internals, from the `Store`'s clock); the methods without
     /// a `now` ([`PgStore::now`](super::PgStore::now), `resolve_now`, `gc_now`,
     /// `stats`) still read the database's clock plus the offset. Never for a
