@@ -371,6 +371,9 @@ export function conformanceCases(idemkit, makeAdapter) {
       const again = await idem.beginStep(second, "charge", "pk-second");
       assert.equal(again.providerKey, "pk-first", "the persisted key, never a new one");
       await assert.rejects(idem.beginStep(first, "notify", "pk-x"), "stale-token");
+      // A step the fenced worker had begun: answered from its own record, that
+      // would be "dispatch again" with nothing written (so nothing checked).
+      await assert.rejects(idem.beginStep(first, "charge", "pk-first"), "stale-token");
       await idem.completeStep(second, "charge", "ch_81");
       const done = await idem.beginStep(second, "charge", "pk-third");
       assert.equal(done.dispatch, false);

@@ -21,7 +21,10 @@ import { IdemkitError } from "../errors.js";
  *   for the adapter's index), or `"delete"` (delete if the version read is
  *   current). It may throw: a refusal ends the loop.
  * - `held` is the row this caller wrote last (a lease's): the first decision
- *   is taken on it, without a read, so a transition costs one write.
+ *   is taken on it, without a read, so a transition costs one write. Only a
+ *   write is checked against the stored version, so a refusal or an answer
+ *   that writes nothing taken on `held` is decided again on a read (after a
+ *   takeover, a fenced worker must be refused, not told to dispatch again).
  * - `call` wraps every adapter call (turns adapter failures into coded errors).
  *
  * Returns `{ answer, current }`, `current` being the row as it now stands
@@ -35,9 +38,22 @@ import { IdemkitError } from "../errors.js";
 export async function readDecideWrite({ adapter, id, decide, held, call, what }) {
   let current = held;
   for (let race = 0; race < maxRaces(); race++) {
+    const fromHeld = current !== undefined;
     if (current === undefined) current = await call(() => adapter.get(id));
-    const { write, answer, meta } = await decide(current);
-    if (write === null || write === undefined) return { answer, current };
+    let decided;
+    try {
+      decided = await decide(current);
+    } catch (err) {
+      if (!fromHeld) throw err;
+      current = undefined;
+      continue;
+    }
+    const { write, answer, meta } = decided;
+    if (write === null || write === undefined) {
+      if (!fromHeld) return { answer, current };
+      current = undefined;
+      continue;
+    }
     if (write === "delete") {
       if (current !== null && (await call(() => adapter.delete(id, current.version)))) return { answer, current: null };
     } else {

@@ -14,8 +14,9 @@
 //! - `$offset` is [`PgClock`]'s offset: 0 in production; tests move time without
 //!   sleeping by [`PgClock::advance`] (the database's time plus that offset).
 //! - `$given` is `NULL` unless the clock is [`PgClock::given_by_caller`]: then the
-//!   `now` passed to the [`IdempotencyBackend`](crate::store::IdempotencyBackend)
-//!   methods is used as it is (the conformance suite's exact virtual time).
+//!   adapter's reads leave the time to the engine, and the `now` passed to the
+//!   [`IdempotencyBackend`](crate::store::IdempotencyBackend) methods is used as
+//!   it is (the conformance suite's exact virtual time).
 //!
 //! Whatever the clock, the same statement yields `now` and the same code decides
 //! with it: there is one decision path.
@@ -56,11 +57,11 @@ impl PgClock {
         PgClock::default()
     }
 
-    /// Virtual time for tests: decisions take the `now` given to each
-    /// [`IdempotencyBackend`](crate::store::IdempotencyBackend) method (and to
-    /// `Store`'s `*_at` internals, from the `Store`'s clock); the methods without
-    /// a `now` ([`PgStore::now`](super::PgStore::now), `resolve_now`, `gc_now`,
-    /// `stats`) still read the database's clock plus the offset. Never for a
+    /// Virtual time for tests: the adapter's reads carry no time, so decisions
+    /// take the `now` given to each
+    /// [`IdempotencyBackend`](crate::store::IdempotencyBackend) method, or the
+    /// engine's clock (for `Store::postgres`, the database's clock plus the
+    /// offset, as [`PgStore::now`](super::PgStore::now) reads it). Never for a
     /// fleet: a node's clock then decides.
     #[must_use]
     pub fn given_by_caller() -> PgClock {
