@@ -223,23 +223,28 @@ export function createJournal(options) {
     return current === null ? null : { entry: decode(actionId, current.record), version: current.version };
   }
 
-  /** Read, change, compare-and-set (the one loop, ./adapters/loop.js). */
-  async function modify(actionId, change) {
+  /** The one loop (./adapters/loop.js) on the entry of `actionId`; its answer. */
+  async function onEntry(actionId, decide) {
     const { answer } = await readDecideWrite({
       adapter,
       id: ID_PREFIX + actionId,
       call: storeCall,
       what: `action ${JSON.stringify(actionId)}`,
-      decide: (row) => {
-        if (row === null) {
-          throw new IdemkitError("action-unknown", `no action ${JSON.stringify(actionId)} in the journal`);
-        }
-        const entry = decode(actionId, row.record);
-        const answer = change(entry);
-        return { write: encode(entry), answer };
-      },
+      decide,
     });
     return answer;
+  }
+
+  /** Read, change, compare-and-set. */
+  function modify(actionId, change) {
+    return onEntry(actionId, (row) => {
+      if (row === null) {
+        throw new IdemkitError("action-unknown", `no action ${JSON.stringify(actionId)} in the journal`);
+      }
+      const entry = decode(actionId, row.record);
+      const answer = change(entry);
+      return { write: encode(entry), answer };
+    });
   }
 
   async function begin(actionId, payload, options = {}) {
@@ -247,41 +252,34 @@ export function createJournal(options) {
     const canonical = canonicalPayload(payload);
     const fp = fingerprint(canonical, { operation: PAYLOAD_OPERATION });
     const chosen = options?.key === undefined ? undefined : wasmCall(() => wasm.checkKey(checkString(options.key, "key")));
-    const { answer } = await readDecideWrite({
-      adapter,
-      id: ID_PREFIX + actionId,
-      call: storeCall,
-      what: `action ${JSON.stringify(actionId)}`,
-      decide: (row) => {
-        if (row !== null) {
-          const current = decode(actionId, row.record);
-          if (current.fingerprint !== fp) {
-            const err = new IdemkitError(
-              "action-payload-changed",
-              `action ${JSON.stringify(actionId)} was begun with a different payload; a new action needs a new action id`,
-            );
-            err.actionId = actionId;
-            throw err;
-          }
-          // A resumed action keeps the key it was created with.
-          return { write: null, answer: actionView(current, true) };
+    return onEntry(actionId, (row) => {
+      if (row !== null) {
+        const current = decode(actionId, row.record);
+        if (current.fingerprint !== fp) {
+          const err = new IdemkitError(
+            "action-payload-changed",
+            `action ${JSON.stringify(actionId)} was begun with a different payload; a new action needs a new action id`,
+          );
+          err.actionId = actionId;
+          throw err;
         }
-        const entry = {
-          format: FORMAT,
-          actionId,
-          key: chosen ?? randomKey(),
-          payload: canonical,
-          fingerprint: fp,
-          createdAt: clock(),
-          attempts: [],
-        };
-        // Durable before anything is sent: the caller gets the key only once it
-        // is stored. Another worker that began it first makes this insert lose:
-        // its entry is read and the payloads compared.
-        return { write: encode(entry), answer: actionView(entry, false) };
-      },
+        // A resumed action keeps the key it was created with.
+        return { write: null, answer: actionView(current, true) };
+      }
+      const entry = {
+        format: FORMAT,
+        actionId,
+        key: chosen ?? randomKey(),
+        payload: canonical,
+        fingerprint: fp,
+        createdAt: clock(),
+        attempts: [],
+      };
+      // Durable before anything is sent: the caller gets the key only once it
+      // is stored. Another worker that began it first makes this insert lose:
+      // its entry is read and the payloads compared.
+      return { write: encode(entry), answer: actionView(entry, false) };
     });
-    return answer;
   }
 
   async function get(actionId) {

@@ -117,14 +117,18 @@ impl ExecutionGuard {
         self.id.log_ref()
     }
 
-    /// Stores the outcome; retries replay it from now on.
-    pub fn complete(mut self, response: StoredResponse) -> Result<(), WorkerError> {
-        self.transition(Op::Complete {
-            token: self.token,
-            response,
-        })?;
+    /// Records an outcome (`op`): once it is durable the guard is finished and
+    /// dropping it does nothing; if it fails, the guard stays unfinished.
+    fn record(&mut self, op: Op) -> Result<(), WorkerError> {
+        self.transition(op)?;
         self.finished = true;
         Ok(())
+    }
+
+    /// Stores the outcome; retries replay it from now on.
+    pub fn complete(mut self, response: StoredResponse) -> Result<(), WorkerError> {
+        let token = self.token;
+        self.record(Op::Complete { token, response })
     }
 
     /// Like [`complete`](Self::complete), but a failed write leaves the guard in
@@ -132,40 +136,34 @@ impl ExecutionGuard {
     /// again or record the outcome another way. After `Ok` the guard is finished
     /// and dropping it does nothing.
     pub fn try_complete(&mut self, response: &StoredResponse) -> Result<(), WorkerError> {
-        self.transition(Op::Complete {
+        self.record(Op::Complete {
             token: self.token,
             response: response.clone(),
-        })?;
-        self.finished = true;
-        Ok(())
+        })
     }
 
     /// Like [`mark_unknown`](Self::mark_unknown), but a failed write leaves the
     /// guard in the caller's hands (see [`try_complete`](Self::try_complete)).
     pub fn try_mark_unknown(&mut self, reason: &str) -> Result<(), WorkerError> {
-        self.transition(Op::MarkUnknown {
+        self.record(Op::MarkUnknown {
             token: self.token,
             reason: UnknownReason::MarkedByWorker(reason.to_owned()),
-        })?;
-        self.finished = true;
-        Ok(())
+        })
     }
 
     /// The attempt had no effect: a retry with the same key executes again.
     pub fn release(mut self) -> Result<(), WorkerError> {
-        self.transition(Op::Release { token: self.token })?;
-        self.finished = true;
-        Ok(())
+        let token = self.token;
+        self.record(Op::Release { token })
     }
 
     /// The outcome is ambiguous: retries get `Uncertain` until an operator resolves it.
     pub fn mark_unknown(mut self, reason: impl Into<String>) -> Result<(), WorkerError> {
-        self.transition(Op::MarkUnknown {
-            token: self.token,
+        let token = self.token;
+        self.record(Op::MarkUnknown {
+            token,
             reason: UnknownReason::MarkedByWorker(reason.into()),
-        })?;
-        self.finished = true;
-        Ok(())
+        })
     }
 
     /// Records `response` as the policy classifies its status

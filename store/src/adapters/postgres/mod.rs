@@ -272,21 +272,9 @@ impl PgStore {
         id: &RecordId,
         record: &Record,
     ) -> Result<Option<Version>, PgError> {
-        let (scope, key) = address(id)?;
-        let cols = Columns::of(record);
+        let row = Columns::of(id, record)?;
         let token = i64::try_from(record.last_token.get()).unwrap_or(i64::MAX);
-        let params: [&(dyn ToSql + Sync); 9] = [
-            &scope.tenant(),
-            &scope.operation(),
-            &key.as_str(),
-            &cols.fingerprint,
-            &cols.state,
-            &cols.lease_expires_at,
-            &cols.gc_due_at,
-            &cols.record,
-            &token,
-        ];
-        match client.query_opt(&self.sql.insert, &params) {
+        match client.query_opt(&self.sql.insert, &row.params(&token)) {
             Ok(row) => Ok(row.map(|row| version_of(&row)).transpose()?),
             Err(e) => lost_or_fail(&e),
         }
@@ -300,21 +288,9 @@ impl PgStore {
         read: &Stored,
         next: &Record,
     ) -> Result<Option<Version>, PgError> {
-        let (scope, key) = address(id)?;
-        let cols = Columns::of(next);
+        let row = Columns::of(id, next)?;
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
-        let params: [&(dyn ToSql + Sync); 9] = [
-            &scope.tenant(),
-            &scope.operation(),
-            &key.as_str(),
-            &cols.fingerprint,
-            &cols.state,
-            &cols.lease_expires_at,
-            &cols.gc_due_at,
-            &cols.record,
-            &version,
-        ];
-        match conn.execute(&self.sql.update, &params) {
+        match conn.execute(&self.sql.update, &row.params(&version)) {
             Ok(1) => Ok(Some(Version(read.version.0.saturating_add(1)))),
             Ok(_) => Ok(None),
             Err(e) => lost_or_fail(&e),
@@ -625,8 +601,11 @@ fn lost_or_fail<T>(e: &postgres::Error) -> Result<Option<T>, PgError> {
     }
 }
 
-/// The derived columns of a record, as written.
+/// A record's row, as written: its address, derived columns and bytes.
 struct Columns {
+    tenant: String,
+    operation: String,
+    key: String,
     fingerprint: Vec<u8>,
     state: &'static str,
     lease_expires_at: Option<i64>,
@@ -635,14 +614,34 @@ struct Columns {
 }
 
 impl Columns {
-    fn of(record: &Record) -> Columns {
-        Columns {
+    fn of(id: &RecordId, record: &Record) -> Result<Columns, PgError> {
+        let (scope, key) = address(id)?;
+        Ok(Columns {
+            tenant: scope.tenant().to_owned(),
+            operation: scope.operation().to_owned(),
+            key: key.as_str().to_owned(),
             fingerprint: record.fingerprint.as_bytes().to_vec(),
             state: record.state.name().as_str(),
             lease_expires_at: record.lease_expires_at().map(millis),
             gc_due_at: record.gc_due_at().map(millis),
             record: record.encode(),
-        }
+        })
+    }
+
+    /// `$1`…`$9` of the INSERT and the UPDATE: the address, the derived columns,
+    /// the record, and `last` (the INSERT's token, the UPDATE's version read).
+    fn params<'a>(&'a self, last: &'a i64) -> [&'a (dyn ToSql + Sync); 9] {
+        [
+            &self.tenant,
+            &self.operation,
+            &self.key,
+            &self.fingerprint,
+            &self.state,
+            &self.lease_expires_at,
+            &self.gc_due_at,
+            &self.record,
+            last,
+        ]
     }
 }
 

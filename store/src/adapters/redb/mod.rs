@@ -418,31 +418,10 @@ fn scan_in(txn: &redb::ReadTransaction, scan: &Scan) -> Result<ScanPage, RedbErr
     let after = scan.after.as_ref().map(|c| c.0.as_slice());
     match scan.by {
         ScanBy::All | ScanBy::Unknown => {
-            let ids: Vec<Vec<u8>> = if scan.by == ScanBy::All {
-                let range = match after {
-                    Some(after) => records.range::<&[u8]>((
-                        std::ops::Bound::Excluded(after),
-                        std::ops::Bound::Unbounded,
-                    ))?,
-                    None => records.range::<&[u8]>(..)?,
-                };
-                collect_ids(
-                    range.map(|e| e.map(|(k, _)| k.value().to_vec())),
-                    scan.limit,
-                )?
+            let ids = if scan.by == ScanBy::All {
+                ids_after(&records, after, scan.limit)?
             } else {
-                let unknown = txn.open_table(UNKNOWN)?;
-                let range = match after {
-                    Some(after) => unknown.range::<&[u8]>((
-                        std::ops::Bound::Excluded(after),
-                        std::ops::Bound::Unbounded,
-                    ))?,
-                    None => unknown.range::<&[u8]>(..)?,
-                };
-                collect_ids(
-                    range.map(|e| e.map(|(k, _)| k.value().to_vec())),
-                    scan.limit,
-                )?
+                ids_after(&txn.open_table(UNKNOWN)?, after, scan.limit)?
             };
             for id in ids {
                 if !push(&id, id.clone(), &mut entries)? {
@@ -484,12 +463,22 @@ fn scan_in(txn: &redb::ReadTransaction, scan: &Scan) -> Result<ScanPage, RedbErr
     Ok(ScanPage { entries, next })
 }
 
-/// At most `limit` ids (one more than a page needs is never read).
-fn collect_ids(
-    ids: impl Iterator<Item = Result<Vec<u8>, redb::StorageError>>,
+/// At most `limit` ids of an id-keyed table, in order, after `after`.
+fn ids_after<V: redb::Value + 'static>(
+    table: &impl ReadableTable<&'static [u8], V>,
+    after: Option<&[u8]>,
     limit: usize,
 ) -> Result<Vec<Vec<u8>>, RedbError> {
-    Ok(ids.take(limit).collect::<Result<_, _>>()?)
+    let range = match after {
+        Some(after) => {
+            table.range::<&[u8]>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))?
+        }
+        None => table.range::<&[u8]>(..)?,
+    };
+    Ok(range
+        .take(limit)
+        .map(|entry| entry.map(|(id, _)| id.value().to_vec()))
+        .collect::<Result<_, _>>()?)
 }
 
 /// A cursor of a timed index: the instant (u64 BE) then the id.
