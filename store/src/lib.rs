@@ -10,6 +10,8 @@
 //!   (the embedded default), `adapters::postgres` (feature `postgres`, for fleets),
 //!   [`adapters::memory`] (tests).
 //! - [`http`] (feature `axum`, on by default) — the tower/axum middleware.
+//! - [`local`] — exactly once for local effects: the business write and the
+//!   outcome in one transaction (redb's, or the caller's PostgreSQL one).
 //! - [`journal`] — the client side: one durable idempotency key per logical action,
 //!   its attempts, and a circuit breaker per origin.
 //! - [`clock`] — where the store reads `now` from (system or virtual time).
@@ -55,6 +57,7 @@ pub mod conformance;
 #[cfg(feature = "axum")]
 pub mod http;
 pub mod journal;
+pub mod local;
 #[cfg(feature = "postgres")]
 mod postgres;
 pub mod store;

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use idemkit_core::machine::{Dispatch, Disposition, StepStart};
-use idemkit_core::record::{FencingToken, Step};
+use idemkit_core::record::{FencingToken, Step, StoredResponse};
 use idemkit_core::{LogRef, Scope};
 
+use crate::local::LocalError;
 use crate::store::{ExecutionGuard, WorkerError};
 
 /// The execution a request runs under, handed to the inner service as a request
@@ -20,7 +21,10 @@ use crate::store::{ExecutionGuard, WorkerError};
 /// runs on tokio's blocking pool, never on the async executor.
 ///
 /// The middleware records the attempt when the handler returns; the handler does
-/// not complete the record itself. Clones share one lease.
+/// not complete the record itself, except to commit a Local effect in the same
+/// transaction as the outcome ([`complete_with`](Self::complete_with) on redb,
+/// `complete_in` on PostgreSQL): the layer then answers the response stored
+/// there. Clones share one lease.
 #[derive(Clone)]
 pub struct Execution {
     shared: Arc<Shared>,
@@ -40,6 +44,9 @@ struct Shared {
     /// `begin_step` was called by this attempt (set before the store call, so a
     /// step persisted whose answer was lost still counts as begun).
     began_step: AtomicBool,
+    /// The response the handler completed the record with, in its own
+    /// transaction ([`Execution::complete_with`]): what the layer answers.
+    completed: Mutex<Option<StoredResponse>>,
     span: tracing::Span,
 }
 
@@ -94,6 +101,7 @@ impl Execution {
                 resource_ref: Mutex::new(None),
                 nothing_dispatched: AtomicBool::new(false),
                 began_step: AtomicBool::new(false),
+                completed: Mutex::new(None),
                 span,
             }),
         }
@@ -238,6 +246,89 @@ impl Execution {
     /// Takes the guard out: the attempt is being recorded by the middleware.
     pub(crate) fn take_guard(&self) -> Option<ExecutionGuard> {
         lock(&self.shared.guard).take()
+    }
+
+    /// The response the handler completed the record with itself, if it did.
+    pub(crate) fn completed(&self) -> Option<StoredResponse> {
+        lock(&self.shared.completed).clone()
+    }
+
+    /// Completes the record with `response` and runs `writes` (the handler's
+    /// writes to its own tables in the store's redb database) in the same
+    /// write transaction: both or neither
+    /// ([`ExecutionGuard::complete_with`], [`crate::local`]). Exactly once
+    /// for a Local route.
+    ///
+    /// After `Ok` the layer answers `response` (status, replayable headers and
+    /// body, exactly what a retry replays) whatever the handler returns. On
+    /// `Err` nothing was committed and the lease is still held: the handler's
+    /// response is recorded as usual (a 5xx releases a Local record).
+    pub async fn complete_with<T, E, F>(
+        &self,
+        writes: F,
+        response: StoredResponse,
+    ) -> Result<T, LocalError<E>>
+    where
+        F: FnMut(&redb::WriteTransaction) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let execution = self.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            execution.complete_locally(
+                |guard, response| guard.try_complete_with(writes, response),
+                response,
+            )
+        })
+        .await;
+        match done {
+            Ok(done) => done,
+            // The handler's writes panicked: the panic is the handler's.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(LocalError::Store(WorkerError::Storage(
+                crate::store::StorageError::Corrupt {
+                    detail: format!("the blocking task of the completion did not finish: {e}"),
+                },
+            ))),
+        }
+    }
+
+    /// Completes the record with `response` inside the handler's PostgreSQL
+    /// transaction `txn` ([`ExecutionGuard::try_complete_in`]): commit `txn`
+    /// after `Ok`, roll it back after `Err`. **Blocking**: call it where the
+    /// handler runs its synchronous `postgres` transaction, on tokio's blocking
+    /// pool (`spawn_blocking`). Feature `postgres`.
+    ///
+    /// After `Ok` the layer answers `response`, as for
+    /// [`complete_with`](Self::complete_with). If `txn` is rolled back after
+    /// `Ok`, the record stays Running until its lease expires and a retry then
+    /// executes again (nothing was kept).
+    #[cfg(feature = "postgres")]
+    pub fn complete_in(
+        &self,
+        txn: &mut postgres::Transaction<'_>,
+        response: StoredResponse,
+    ) -> Result<(), LocalError> {
+        self.complete_locally(
+            |guard, response| guard.try_complete_in(txn, response),
+            response,
+        )
+    }
+
+    /// Runs one local completion on the guard in place; after `Ok` takes the
+    /// guard (finished) and keeps `response` for the layer to answer.
+    fn complete_locally<T, E>(
+        &self,
+        complete: impl FnOnce(&mut ExecutionGuard, &StoredResponse) -> Result<T, LocalError<E>>,
+        response: StoredResponse,
+    ) -> Result<T, LocalError<E>> {
+        let mut slot = lock(&self.shared.guard);
+        let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
+        let value = complete(guard, &response)?;
+        *lock(&self.shared.completed) = Some(response);
+        // Finished: dropping it writes nothing.
+        drop(slot.take());
+        Ok(value)
     }
 
     async fn with_guard<T: Send + 'static>(

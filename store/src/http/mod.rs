@@ -497,6 +497,16 @@ fn answer_response(answer: Answer) -> Response<Body> {
 }
 
 fn replay_response(stored: StoredResponse) -> Response<Body> {
+    let mut response = stored_response(stored);
+    response.headers_mut().insert(
+        HeaderName::from_static(IDEMPOTENT_REPLAYED),
+        HeaderValue::from_static("true"),
+    );
+    response
+}
+
+/// The response `stored`: its status, replayable headers and body.
+fn stored_response(stored: StoredResponse) -> Response<Body> {
     let mut response = Response::new(Body::from(stored.body.unwrap_or_default()));
     *response.status_mut() =
         StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -508,10 +518,6 @@ fn replay_response(stored: StoredResponse) -> Response<Body> {
             response.headers_mut().append(name, value);
         }
     }
-    response.headers_mut().insert(
-        HeaderName::from_static(IDEMPOTENT_REPLAYED),
-        HeaderValue::from_static("true"),
-    );
     response
 }
 
@@ -871,6 +877,21 @@ where
         Ok::<_, S::Error>((head, collected))
     };
     let outcome = CatchUnwind(Box::pin(run)).await;
+    if let Some(stored) = execution.completed() {
+        // The handler committed its outcome with its own writes: that is the
+        // answer, now and on every retry, whatever happened after it.
+        if !matches!(outcome, Ok(Ok((_, Ok(_))))) {
+            tracing::error!(
+                "the handler failed after completing its execution; answering the stored response"
+            );
+        }
+        if let Some(m) = &config.metrics {
+            m.execution(&config.operation, started.elapsed());
+            m.outcome(&config.operation, Disposition::Store);
+        }
+        tracing::info!(status = stored.status, "attempt recorded by the handler");
+        return Ok(stored_response(stored));
+    }
     let (head, body) = match outcome {
         Ok(Ok((head, Ok(body)))) => (head, body),
         Ok(Ok((_, Err(_)))) => {

@@ -5,7 +5,7 @@ use idemkit_core::record::{EffectKind, FencingToken, Step, StoredResponse, Unkno
 use idemkit_core::{LogRef, RecordId, UnixMillis};
 
 use super::error::{StorageError, TxError, WorkerError};
-use super::{Applied, Store};
+use super::{Applied, Seam, Store};
 use crate::adapters::Stored;
 
 /// The right to execute one claimed operation, fenced by its token.
@@ -123,6 +123,44 @@ impl ExecutionGuard {
         self.transition(op)?;
         self.finished = true;
         Ok(())
+    }
+
+    /// Records this lease's completion with `response` through `seam` instead
+    /// of the store's adapter: an adapter transaction that also holds the
+    /// caller's own writes ([`crate::local`]). Decided at `now` unless the
+    /// seam's read carries its database's time; on the held record first when
+    /// `from_held` (the seam's update checks its version), else on a read
+    /// through the seam.
+    ///
+    /// `Ok` means the seam applied the completion: finished, and dropping the
+    /// guard does nothing (for a caller's transaction, even before that
+    /// transaction commits: a drop must not write the record on another
+    /// connection while the caller's transaction holds its row).
+    pub(crate) fn complete_through(
+        &mut self,
+        seam: &mut dyn Seam,
+        response: &StoredResponse,
+        now: UnixMillis,
+        from_held: bool,
+    ) -> Result<(), WorkerError> {
+        let op = Op::Complete {
+            token: self.token,
+            response: response.clone(),
+        };
+        let held = if from_held {
+            self.held.take().map(|b| *b)
+        } else {
+            None
+        };
+        let applied = super::run_on(seam, &self.id, op, &self.policy, now, held)?;
+        self.held = applied.stored.map(Box::new);
+        self.finished = true;
+        Ok(())
+    }
+
+    /// The store this guard's lease is in.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Stores the outcome; retries replay it from now on.

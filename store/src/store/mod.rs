@@ -81,9 +81,10 @@ pub use guard::{ExecutionGuard, Renewer};
 pub use operator::{GcReport, ImportReport, ListedRecord, Stats, VerifyReport};
 
 use crate::adapters::redb::RedbAdapter;
-use crate::adapters::{Adapter, Stored};
+use crate::adapters::{Adapter, AdapterError, Read, Stored, Version};
 use crate::clock::{Clock, SystemClock};
 use error::TxError;
+use idemkit_core::record::Record;
 
 /// An idemkit store: the engine over one [`Adapter`]. Cheap to clone (clones
 /// share the adapter).
@@ -231,99 +232,152 @@ impl Store {
         self.redb().and_then(RedbAdapter::path)
     }
 
-    /// The one loop: decide `op` on the record of `id` and write the decision
-    /// conditionally; a refused write reads and decides again.
-    ///
-    /// `held` is the record and version this caller wrote last (a guard's), used
-    /// instead of a first read: when it is still current, the transition costs
-    /// one conditional write (a refusal, or an answer that writes nothing, is
-    /// decided again on a read). `now` is the instant to decide at unless the
-    /// adapter's read carries its database's time.
+    /// The one loop over this store's adapter: see [`run_on`].
     pub(crate) fn run(
         &self,
         id: &RecordId,
-        mut op: Op,
+        op: Op,
         policy: &Policy,
         now: UnixMillis,
-        mut held: Option<Stored>,
+        held: Option<Stored>,
     ) -> Result<Applied, TxError> {
-        let log_ref = id.log_ref();
-        for _ in 0..MAX_ATTEMPTS {
-            let from_held = held.is_some();
-            let (existing, now) = match held.take() {
-                Some(stored) => (Some(stored), now),
-                None => {
-                    let read = self.adapter.get(id).map_err(StorageError::from)?;
-                    if let Op::Claim { token_floor, .. } = &mut op {
-                        *token_floor = read.token_floor;
-                    }
-                    (read.stored, read.now.unwrap_or(now))
+        let mut adapter: &dyn Adapter = &*self.adapter;
+        run_on(&mut adapter, id, op, policy, now, held)
+    }
+}
+
+/// Where one read → decide → write reads and writes: the store's adapter, or
+/// for an outcome committed with the caller's own writes ([`crate::local`]) the
+/// adapter's transaction that holds them.
+pub(crate) trait Seam {
+    /// [`Adapter::get`].
+    fn get(&mut self, id: &RecordId) -> Result<Read, AdapterError>;
+    /// [`Adapter::insert`].
+    fn insert(&mut self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError>;
+    /// [`Adapter::update`].
+    fn update(
+        &mut self,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+    ) -> Result<Option<Version>, AdapterError>;
+    /// [`Adapter::delete`].
+    fn delete(&mut self, id: &RecordId, read: &Stored) -> Result<bool, AdapterError>;
+}
+
+impl Seam for &dyn Adapter {
+    fn get(&mut self, id: &RecordId) -> Result<Read, AdapterError> {
+        Adapter::get(*self, id)
+    }
+
+    fn insert(&mut self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError> {
+        Adapter::insert(*self, id, record)
+    }
+
+    fn update(
+        &mut self,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+    ) -> Result<Option<Version>, AdapterError> {
+        Adapter::update(*self, id, read, next)
+    }
+
+    fn delete(&mut self, id: &RecordId, read: &Stored) -> Result<bool, AdapterError> {
+        Adapter::delete(*self, id, read)
+    }
+}
+
+/// The one loop: decide `op` on the record of `id` and write the decision
+/// conditionally through `seam`; a refused write reads and decides again.
+///
+/// `held` is the record and version this caller wrote last (a guard's), used
+/// instead of a first read: when it is still current, the transition costs
+/// one conditional write (a refusal, or an answer that writes nothing, is
+/// decided again on a read). `now` is the instant to decide at unless the
+/// read carries its database's time.
+pub(crate) fn run_on(
+    seam: &mut dyn Seam,
+    id: &RecordId,
+    mut op: Op,
+    policy: &Policy,
+    now: UnixMillis,
+    mut held: Option<Stored>,
+) -> Result<Applied, TxError> {
+    let log_ref = id.log_ref();
+    for _ in 0..MAX_ATTEMPTS {
+        let from_held = held.is_some();
+        let (existing, now) = match held.take() {
+            Some(stored) => (Some(stored), now),
+            None => {
+                let read = seam.get(id).map_err(StorageError::from)?;
+                if let Op::Claim { token_floor, .. } = &mut op {
+                    *token_floor = read.token_floor;
                 }
-            };
-            let decision = machine::apply(existing.as_ref().map(|s| &s.record), &op, policy, now);
-            // The held record is trusted only for a write, which its version
-            // check verifies. A refusal or an answer without a write taken on
-            // it may be stale (another worker took the lease over, and a step
-            // begun before would be answered "dispatch" to the fenced one): it
-            // is decided again on the record as read.
-            let answers_unwritten = match &decision {
-                Ok(decision) => decision.writes_nothing(),
-                Err(_) => true,
-            };
-            if from_held && answers_unwritten {
-                continue;
+                (read.stored, read.now.unwrap_or(now))
             }
-            let decision = decision.map_err(|error| match error {
-                TransitionError::NotFound => TxError::NotFound { log_ref },
-                error => TxError::Rejected { log_ref, error },
-            })?;
-            let written = match (decision.write, existing) {
-                (Write::Keep, existing) => Some(existing),
-                (Write::Put(next), None) => self
-                    .adapter
-                    .insert(id, &next)
+        };
+        let decision = machine::apply(existing.as_ref().map(|s| &s.record), &op, policy, now);
+        // The held record is trusted only for a write, which its version
+        // check verifies. A refusal or an answer without a write taken on
+        // it may be stale (another worker took the lease over, and a step
+        // begun before would be answered "dispatch" to the fenced one): it
+        // is decided again on the record as read.
+        let answers_unwritten = match &decision {
+            Ok(decision) => decision.writes_nothing(),
+            Err(_) => true,
+        };
+        if from_held && answers_unwritten {
+            continue;
+        }
+        let decision = decision.map_err(|error| match error {
+            TransitionError::NotFound => TxError::NotFound { log_ref },
+            error => TxError::Rejected { log_ref, error },
+        })?;
+        let written = match (decision.write, existing) {
+            (Write::Keep, existing) => Some(existing),
+            (Write::Put(next), None) => {
+                seam.insert(id, &next)
                     .map_err(StorageError::from)?
                     .map(|version| {
                         Some(Stored {
                             record: next,
                             version,
                         })
-                    }),
-                (Write::Put(next), Some(read)) => {
-                    if next == read.record {
-                        Some(Some(read))
-                    } else {
-                        self.adapter
-                            .update(id, &read, &next)
-                            .map_err(StorageError::from)?
-                            .map(|version| {
-                                Some(Stored {
-                                    record: next,
-                                    version,
-                                })
-                            })
-                    }
-                }
-                (Write::Delete, Some(read)) => self
-                    .adapter
-                    .delete(id, &read)
-                    .map_err(StorageError::from)?
-                    .then_some(None),
-                (Write::Delete, None) => Some(None),
-            };
-            if let Some(stored) = written {
-                return Ok(Applied {
-                    answer: decision.answer,
-                    stored,
-                    now,
-                });
+                    })
             }
-            // Lost the race: read the newer record and decide again.
+            (Write::Put(next), Some(read)) => {
+                if next == read.record {
+                    Some(Some(read))
+                } else {
+                    seam.update(id, &read, &next)
+                        .map_err(StorageError::from)?
+                        .map(|version| {
+                            Some(Stored {
+                                record: next,
+                                version,
+                            })
+                        })
+                }
+            }
+            (Write::Delete, Some(read)) => seam
+                .delete(id, &read)
+                .map_err(StorageError::from)?
+                .then_some(None),
+            (Write::Delete, None) => Some(None),
+        };
+        if let Some(stored) = written {
+            return Ok(Applied {
+                answer: decision.answer,
+                stored,
+                now,
+            });
         }
-        Err(StorageError::Contention {
-            log_ref,
-            attempts: MAX_ATTEMPTS,
-        }
-        .into())
+        // Lost the race: read the newer record and decide again.
     }
+    Err(StorageError::Contention {
+        log_ref,
+        attempts: MAX_ATTEMPTS,
+    }
+    .into())
 }

@@ -213,6 +213,22 @@ impl PgStore {
         Ok(self.pool.get()?)
     }
 
+    /// A connection from this store's pool, for the caller's own statements in
+    /// the same database: open a transaction on it, write, and complete the
+    /// execution inside it ([`ExecutionGuard::complete_in`](crate::store::ExecutionGuard::complete_in)).
+    /// Back to the pool when dropped.
+    pub fn connection(
+        &self,
+    ) -> Result<impl std::ops::DerefMut<Target = postgres::Client>, PgError> {
+        self.conn()
+    }
+
+    /// The schema holding idemkit's tables, if one was configured.
+    #[must_use]
+    pub fn schema(&self) -> Option<&str> {
+        self.sql.schema.as_deref()
+    }
+
     /// The clock an engine over this adapter decides by: the database's (plus
     /// the [`PgClock`]'s test offset), read with one statement.
     #[must_use]
@@ -225,10 +241,25 @@ impl PgStore {
     /// Reads the row of `id`, its version, the token floor and the database's
     /// time, in one statement.
     fn read(&self, id: &RecordId) -> Result<Read, PgError> {
+        let mut conn = self.conn()?;
+        let (mut read, now) = self.read_on(&mut *conn, id)?;
+        // A clock given by the caller (the conformance suite's virtual time)
+        // leaves the decision's time to the engine.
+        read.now = (!self.clock.is_given_by_caller()).then_some(now);
+        Ok(read)
+    }
+
+    /// [`read`](Self::read) on `client` (a pooled connection, or a caller's
+    /// transaction: [`crate::local`]), with the database's time beside it
+    /// (`Read::now` is left `None`).
+    pub(crate) fn read_on(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        id: &RecordId,
+    ) -> Result<(Read, UnixMillis), PgError> {
         let (scope, key) = address(id)?;
         let (given, offset) = self.clock.params(None);
-        let mut conn = self.conn()?;
-        let row = conn
+        let row = client
             .query_one(
                 &self.sql.select_at,
                 &[
@@ -255,13 +286,12 @@ impl PgStore {
             }),
             _ => None,
         };
-        Ok(Read {
+        let read = Read {
             stored,
             token_floor: u64::try_from(floor).unwrap_or(0),
-            // A clock given by the caller (the conformance suite's virtual time)
-            // leaves the decision's time to the engine.
-            now: (!self.clock.is_given_by_caller()).then(|| clock::from_db(now)),
-        })
+            now: None,
+        };
+        Ok((read, clock::from_db(now)))
     }
 
     /// `INSERT` of a fresh row, refused if the key is taken or the floor is not
@@ -280,7 +310,8 @@ impl PgStore {
         }
     }
 
-    /// `UPDATE … WHERE version = $read`.
+    /// `UPDATE … WHERE version = $read` on a pooled connection: a
+    /// serialization failure is a lost race (the engine reads again).
     fn update_row(
         &self,
         conn: &mut Conn,
@@ -288,13 +319,28 @@ impl PgStore {
         read: &Stored,
         next: &Record,
     ) -> Result<Option<Version>, PgError> {
-        let row = Columns::of(id, next)?;
-        let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
-        match conn.execute(&self.sql.update, &row.params(&version)) {
-            Ok(1) => Ok(Some(Version(read.version.0.saturating_add(1)))),
-            Ok(_) => Ok(None),
+        match self.update_on(&mut **conn, id, read, next)? {
+            Ok(updated) => Ok(updated),
             Err(e) => lost_or_fail(&e),
         }
+    }
+
+    /// `UPDATE … WHERE version = $read` on `client`: the new version, `None`
+    /// when the version moved, or the statement's own error (the caller says
+    /// what a serialization failure means: in a caller's transaction it
+    /// aborted the transaction, so it cannot be retried there).
+    pub(crate) fn update_on(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+    ) -> Result<Result<Option<Version>, postgres::Error>, PgError> {
+        let row = Columns::of(id, next)?;
+        let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
+        Ok(client
+            .execute(&self.sql.update, &row.params(&version))
+            .map(|n| (n == 1).then(|| Version(read.version.0.saturating_add(1)))))
     }
 
     /// Raises the token floor to `to` (committed on its own, before any delete
@@ -483,6 +529,15 @@ impl Adapter for PgStore {
             });
         }
         Ok(answers)
+    }
+}
+
+impl PgError {
+    /// The error of a statement that failed in a caller's transaction (a
+    /// serialization failure is [`PgError::Contention`] there: the
+    /// transaction is aborted, and only the caller can retry it).
+    pub(crate) fn from_statement(e: &postgres::Error) -> PgError {
+        fail(e)
     }
 }
 

@@ -100,6 +100,11 @@ pub enum RedbError {
         /// What failed.
         cause: Arc<RedbError>,
     },
+    /// The caller's own writes, run in the transaction of a record's write
+    /// ([`LocalWrites`](super::LocalWrites)), failed: the transaction was
+    /// aborted, so neither they nor the record's write were kept. The caller
+    /// kept its own error ([`crate::local`]).
+    LocalWrites,
 }
 
 impl fmt::Display for RedbError {
@@ -114,6 +119,9 @@ impl fmt::Display for RedbError {
                 "the write transaction shared by {operations} operations (group commit) failed, \
                  none of them was acknowledged: {cause}"
             ),
+            RedbError::LocalWrites => f.write_str(
+                "the caller's writes in the record's transaction failed; nothing was written",
+            ),
         }
     }
 }
@@ -125,7 +133,7 @@ impl std::error::Error for RedbError {
             RedbError::Redb(e) => Some(e),
             RedbError::CorruptRecord(e) => Some(e),
             RedbError::GroupCommit { cause, .. } => Some(&**cause),
-            RedbError::Corrupt { .. } => None,
+            RedbError::Corrupt { .. } | RedbError::LocalWrites => None,
         }
     }
 }

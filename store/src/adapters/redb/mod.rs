@@ -38,6 +38,7 @@ mod tables;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use idemkit_core::RecordId;
 use idemkit_core::record::{Record, RecordState};
@@ -271,9 +272,13 @@ impl RedbAdapter {
 
     /// Applies `writes` in one write transaction (possibly shared with other
     /// callers': group commit), each checked and applied or refused on its own.
+    /// `local`, if given, runs in the same transaction once every write of
+    /// `writes` applied (not at all if one was refused); its failure aborts
+    /// the transaction.
     fn write_in_one_transaction(
         &self,
         writes: Vec<Write>,
+        local: Option<LocalWrites>,
     ) -> Result<Vec<Option<Version>>, RedbError> {
         self.injected_failure()?;
         self.handle.write_if_changed(move |txn| {
@@ -288,11 +293,79 @@ impl RedbAdapter {
             if floors != before {
                 floors.write(txn)?;
             }
+            let all_applied = answers.iter().all(Option::is_some);
+            if let Some(local) = &local
+                && all_applied
+            {
+                // A poisoned lock: the caller's closure panicked in an earlier
+                // run, whose transaction was aborted; it is the caller's to run again.
+                let mut local = local.lock().unwrap_or_else(PoisonError::into_inner);
+                (*local)(txn)?;
+                return Ok((answers, true));
+            }
             let wrote = answers.iter().any(Option::is_some);
             Ok((answers, wrote))
         })
     }
+
+    /// The conditional update of `read` to `next`, with `local` in its
+    /// transaction if given.
+    fn update_if(
+        &self,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+        local: Option<LocalWrites>,
+    ) -> Result<Option<Version>, RedbError> {
+        let answers = self.write_in_one_transaction(
+            vec![Write::Update(id.clone(), read.clone(), next.clone())],
+            local,
+        )?;
+        Ok(answers.into_iter().next().flatten())
+    }
+
+    /// Replaces the record `read` with `next`, like [`Adapter::update`], and
+    /// runs `local` (the caller's writes to its own tables) in the same
+    /// transaction, so both commit with one fsync or neither does: `None` if
+    /// the version moved (then `local` did not run), [`RedbError::LocalWrites`]
+    /// if `local` failed (then nothing was written). `local` may run more than
+    /// once (group commit repeats a group whose transaction another caller's
+    /// failure aborted); only the run of the transaction that committed counts.
+    pub fn update_with(
+        &self,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+        local: &LocalWrites,
+    ) -> Result<Option<Version>, RedbError> {
+        self.update_if(id, read, next, Some(Arc::clone(local)))
+    }
+
+    /// Runs `local` (the caller's writes to its own tables) in a durable write
+    /// transaction of this database, group-committed with the store's own
+    /// writes. [`RedbError::LocalWrites`] if it failed (nothing written).
+    pub fn write_local(&self, local: &LocalWrites) -> Result<(), RedbError> {
+        self.write_in_one_transaction(Vec::new(), Some(Arc::clone(local)))
+            .map(drop)
+    }
+
+    /// Runs `f` on a read transaction of this database: a snapshot of the last
+    /// commit, for the caller's own tables (the store's are `idemkit.*`).
+    pub fn read_local<T>(
+        &self,
+        f: impl FnOnce(&redb::ReadTransaction) -> T,
+    ) -> Result<T, RedbError> {
+        self.handle.read(|txn| Ok(f(txn)))
+    }
 }
+
+/// The caller's writes to its own tables of a redb store's database, run inside
+/// one of the store's write transactions ([`RedbAdapter::update_with`],
+/// [`RedbAdapter::write_local`]). `Err(RedbError::LocalWrites)` (or any error)
+/// aborts that transaction. Shared because group commit may run it again on
+/// another caller's thread (see `group_commit.rs`).
+pub type LocalWrites =
+    Arc<Mutex<dyn FnMut(&redb::WriteTransaction) -> Result<(), RedbError> + Send>>;
 
 /// One conditional write in `tables`; `floors` are raised by a delete (the
 /// caller stores them once for the transaction).
@@ -349,7 +422,7 @@ impl Adapter for RedbAdapter {
 
     fn insert(&self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError> {
         let answers =
-            self.write_in_one_transaction(vec![Write::Insert(id.clone(), record.clone())])?;
+            self.write_in_one_transaction(vec![Write::Insert(id.clone(), record.clone())], None)?;
         Ok(answers.into_iter().next().flatten())
     }
 
@@ -359,17 +432,12 @@ impl Adapter for RedbAdapter {
         read: &Stored,
         next: &Record,
     ) -> Result<Option<Version>, AdapterError> {
-        let answers = self.write_in_one_transaction(vec![Write::Update(
-            id.clone(),
-            read.clone(),
-            next.clone(),
-        )])?;
-        Ok(answers.into_iter().next().flatten())
+        Ok(self.update_if(id, read, next, None)?)
     }
 
     fn delete(&self, id: &RecordId, read: &Stored) -> Result<bool, AdapterError> {
         let answers =
-            self.write_in_one_transaction(vec![Write::Delete(id.clone(), read.clone())])?;
+            self.write_in_one_transaction(vec![Write::Delete(id.clone(), read.clone())], None)?;
         Ok(answers.into_iter().next().flatten().is_some())
     }
 
@@ -389,7 +457,7 @@ impl Adapter for RedbAdapter {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.write_in_one_transaction(writes.to_vec())?)
+        Ok(self.write_in_one_transaction(writes.to_vec(), None)?)
     }
 }
 
