@@ -80,7 +80,8 @@ scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
   --test postgres_latency --test postgres_appointments_two_instances \
   --test postgres_fleet_skewed_clock --test postgres_operators_gc_resolve_tokens \
   --test postgres_cli_operator --test import_copies_records_without_overwriting \
-  --test postgres_proxy_fleet -- --nocapture
+  --test postgres_proxy_fleet --test postgres_local_complete_in_the_callers_transaction \
+  --test postgres_appointments_notes_sigkill -- --nocapture
 # -----------------------------------------------------------------------------------
 
 step "doc tests and docs build without warnings"

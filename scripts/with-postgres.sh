@@ -76,6 +76,7 @@ if [ $# -eq 0 ]; then
     --test postgres_latency --test postgres_appointments_two_instances \
     --test postgres_fleet_skewed_clock --test postgres_operators_gc_resolve_tokens \
     --test postgres_cli_operator --test import_copies_records_without_overwriting \
-    --test postgres_proxy_fleet
+    --test postgres_proxy_fleet --test postgres_local_complete_in_the_callers_transaction \
+    --test postgres_appointments_notes_sigkill
 fi
 "$@"

@@ -7,6 +7,7 @@
 //! cargo run --release -p idemkit --example appointments -- \
 //!     [--db appointments.redb] [--provider-db provider.redb] [--listen 127.0.0.1:8080] \
 //!     [--provider-latency-ms N] [--provider-timeout-ms N] [--crash-after-provider] [--fail-notify N]
+//!     [--crash-after-note-write] [--note-write-delay-ms N]
 //! ```
 //!
 //! With `--features postgres`, `--postgres URL [--pg-schema NAME]` keeps the
@@ -20,8 +21,12 @@
 //! `POST /appointments/{id}/reschedule` (Idempotency-Key required, effect
 //! External: moves the tenant's booking to another slot at the calendar
 //! provider under a persisted provider key), `GET /appointments` (the calendar
-//! provider's bookings for the tenant), `GET /health`. The OpenAPI document is `openapi.json` beside this file.
+//! provider's bookings for the tenant), `POST /appointments/{id}/notes`
+//! (Idempotency-Key required, effect **Local**: the note is written in the same
+//! transaction as the record's completion, so it is exactly once; see
+//! `notes.rs`), `GET /appointments/{id}/notes`, `GET /health`. The OpenAPI document is `openapi.json` beside this file.
 
+mod notes;
 mod providers;
 
 use std::net::SocketAddr;
@@ -42,7 +47,7 @@ use idemkit::core::machine::{Disposition, Policy, StepStart};
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
 use idemkit::store::{ExecutionGuard, ListedRecord, Store};
-use providers::{Booking, Message, ProviderError, Providers, Reschedule};
+use providers::{Booking, Crash, Message, ProviderError, Providers, Reschedule};
 
 /// The operation name of `POST /appointments` (part of every record's scope).
 const CREATE: &str = "appointments.create";
@@ -81,6 +86,15 @@ struct Args {
     /// booking and before the outcome is recorded.
     #[arg(long)]
     crash_after_provider: bool,
+    /// Abort the process once, after a note is written inside its transaction
+    /// (with the record's completion on redb) and before that transaction
+    /// commits: nothing of the attempt is kept.
+    #[arg(long)]
+    crash_after_note_write: bool,
+    /// Hold each note's transaction open this long after the note is written,
+    /// before it commits (widens the window crash tests kill the process in).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    note_write_delay_ms: u64,
     /// The messaging step fails for the first N attempts.
     #[arg(long, default_value_t = 0)]
     fail_notify: u64,
@@ -99,6 +113,8 @@ struct App {
     latency: Duration,
     provider_timeout: Option<Duration>,
     crash_after_provider: bool,
+    crash_after_note_write: bool,
+    note_write_delay: Duration,
 }
 
 /// The body of `POST /appointments`. Unknown members are refused (422), as the
@@ -339,7 +355,10 @@ where
     };
     if step.crash_switch && app.crash_after_provider {
         let a = Arc::clone(app);
-        if matches!(blocking(move || a.providers.take_crash()).await, Ok(true)) {
+        if matches!(
+            blocking(move || a.providers.take_crash(Crash::AfterProvider)).await,
+            Ok(true)
+        ) {
             eprintln!(
                 "appointments: --crash-after-provider: aborting after {} {}",
                 step.effect,
@@ -816,7 +835,10 @@ fn run(args: Args) -> Result<(), String> {
         latency: Duration::from_millis(args.provider_latency_ms),
         provider_timeout: args.provider_timeout_ms.map(Duration::from_millis),
         crash_after_provider: args.crash_after_provider,
+        crash_after_note_write: args.crash_after_note_write,
+        note_write_delay: Duration::from_millis(args.note_write_delay_ms),
     });
+    notes::prepare(&store)?;
 
     // With PostgreSQL, live leases may belong to other running instances: the
     // periodic reconciliation takes over only those that really expire.
@@ -841,7 +863,17 @@ async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
         .policy(app.policy)
         .principal(|parts| bearer_tenant(&parts.headers))
         .body_limit(16 * 1024);
+    let note = RouteConfig::new(notes::NOTE, EffectKind::Local)
+        .policy(app.policy.with_effect(EffectKind::Local))
+        .principal(|parts| bearer_tenant(&parts.headers))
+        .body_limit(16 * 1024);
     let router = Router::new()
+        .route(
+            "/appointments/{id}/notes",
+            post(notes::add_note)
+                .route_layer(IdempotencyLayer::new(app.store.clone(), note))
+                .get(notes::list_notes),
+        )
         .route(
             "/appointments/{id}/reschedule",
             post(reschedule_appointment)

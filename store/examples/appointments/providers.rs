@@ -30,7 +30,24 @@ const RESCHEDULE_IDS: TableDefinition<&str, &str> = TableDefinition::new("calend
 /// Counters and the crash switch's "already crashed" mark.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-const CRASHED: &str = "crash_after_provider_done";
+/// A crash switch of the service, fired at most once per provider database.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Crash {
+    /// `--crash-after-provider`.
+    AfterProvider,
+    /// `--crash-after-note-write`.
+    AfterNoteWrite,
+}
+
+impl Crash {
+    /// The mark in `META` that it fired.
+    fn mark(self) -> &'static str {
+        match self {
+            Crash::AfterProvider => "crash_after_provider_done",
+            Crash::AfterNoteWrite => "crash_after_note_write_done",
+        }
+    }
+}
 
 /// One booking in the calendar.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -327,13 +344,13 @@ impl Providers {
 
     /// The crash switch: true exactly once per provider database (the mark is
     /// durable before the caller aborts, so a restarted process never crashes again).
-    pub(crate) fn take_crash(&self) -> Result<bool, ProviderError> {
+    pub(crate) fn take_crash(&self, crash: Crash) -> Result<bool, ProviderError> {
         let txn = self.db.begin_write().map_err(storage)?;
         let first = {
             let mut meta = txn.open_table(META).map_err(storage)?;
-            let done = meta.get(CRASHED).map_err(storage)?.is_some();
+            let done = meta.get(crash.mark()).map_err(storage)?.is_some();
             if !done {
-                meta.insert(CRASHED, 1).map_err(storage)?;
+                meta.insert(crash.mark(), 1).map_err(storage)?;
             }
             !done
         };
