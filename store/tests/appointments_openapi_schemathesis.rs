@@ -80,7 +80,11 @@ fn schemathesis_finds_nothing_the_openapi_document_does_not_describe() {
         .args(["--header", "Authorization: Bearer schemathesis-tenant"])
         .args(["--max-examples", MAX_EXAMPLES])
         .args(["--seed", "20261201"])
-        .args(["--workers", "2"])
+        // One worker: with two threads, hypothesis parses lambda sources with
+        // `ast.parse` concurrently, which CPython before 3.11.8 (this machine's
+        // 3.11.7) can fail with "AST constructor recursion depth mismatch"
+        // (CPython gh-106905): a crash of the tool, not a finding.
+        .args(["--workers", "1"])
         .args(["--request-timeout", "10"])
         .args(["--warnings", "off"])
         // Test values only: show the keys and tokens that failed.
@@ -105,7 +109,7 @@ fn schemathesis_finds_nothing_the_openapi_document_does_not_describe() {
         .values()
         .map(|item| item.as_object().unwrap().len())
         .sum();
-    assert_eq!(operations, 4);
+    assert_eq!(operations, 6);
     let tested = stdout
         .lines()
         .find_map(|l| l.trim().strip_prefix("Tested: "))
