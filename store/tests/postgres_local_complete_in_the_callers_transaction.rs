@@ -74,7 +74,10 @@ fn fresh(tag: &str) -> (Store, PgStore, PgClock, String) {
 fn notes(pg: &PgStore, schema: &str) -> Vec<String> {
     pg.connection()
         .unwrap()
-        .query(&format!("SELECT id FROM \"{schema}\".notes ORDER BY id"), &[])
+        .query(
+            &format!("SELECT id FROM \"{schema}\".notes ORDER BY id"),
+            &[],
+        )
         .unwrap()
         .iter()
         .map(|row| row.get(0))
@@ -163,7 +166,10 @@ fn postgres_a_lost_lease_is_refused_in_the_transaction() {
     insert_note(&mut txn, &schema, "note_old");
     match first.complete_in(&mut txn, created("note_old")) {
         Err(LocalError::Store(WorkerError::Rejected { error, .. })) => {
-            assert!(matches!(error, TransitionError::StaleToken { .. }), "{error:?}");
+            assert!(
+                matches!(error, TransitionError::StaleToken { .. }),
+                "{error:?}"
+            );
         }
         other => panic!("expected the stale token, got {other:?}"),
     }
@@ -190,7 +196,10 @@ fn postgres_a_renewal_waits_for_the_transaction_and_finds_the_outcome() {
     txn.commit().unwrap();
     match renewal.join().unwrap() {
         Err(WorkerError::Rejected { error, .. }) => {
-            assert!(matches!(error, TransitionError::WrongState { .. }), "{error:?}");
+            assert!(
+                matches!(error, TransitionError::WrongState { .. }),
+                "{error:?}"
+            );
         }
         other => panic!("expected the renewal refused (completed), got {other:?}"),
     }

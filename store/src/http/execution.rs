@@ -274,13 +274,8 @@ impl Execution {
         E: Send + 'static,
     {
         let execution = self.clone();
-        let done = tokio::task::spawn_blocking(move || {
-            execution.complete_locally(
-                |guard, response| guard.try_complete_with(writes, response),
-                response,
-            )
-        })
-        .await;
+        let done =
+            tokio::task::spawn_blocking(move || execution.complete_locally(writes, response)).await;
         match done {
             Ok(done) => done,
             // The handler's writes panicked: the panic is the handler's.
@@ -294,37 +289,56 @@ impl Execution {
     }
 
     /// Completes the record with `response` inside the handler's PostgreSQL
-    /// transaction `txn` ([`ExecutionGuard::try_complete_in`]): commit `txn`
-    /// after `Ok`, roll it back after `Err`. **Blocking**: call it where the
-    /// handler runs its synchronous `postgres` transaction, on tokio's blocking
-    /// pool (`spawn_blocking`). Feature `postgres`.
+    /// transaction `txn`, after the handler's own statements in it
+    /// ([`ExecutionGuard::try_complete_in`]), and **commits `txn`**: the
+    /// statements and the outcome commit together or not at all. **Blocking**:
+    /// call it where the handler runs its synchronous `postgres` transaction,
+    /// on tokio's blocking pool (`spawn_blocking`). Feature `postgres`.
     ///
     /// After `Ok` the layer answers `response`, as for
-    /// [`complete_with`](Self::complete_with). If `txn` is rolled back after
-    /// `Ok`, the record stays Running until its lease expires and a retry then
-    /// executes again (nothing was kept).
+    /// [`complete_with`](Self::complete_with). If the completion is refused or
+    /// fails, `txn` is rolled back, the lease is still held, and the handler's
+    /// response is recorded as usual. If the **commit** fails, whether it took
+    /// effect is unknown: the guard is abandoned (its lease expires, then a
+    /// retry replays the outcome if the commit took effect, or executes again
+    /// if it did not) and the layer answers 409 `outcome-uncertain`, never the
+    /// handler's response.
     #[cfg(feature = "postgres")]
     pub fn complete_in(
         &self,
-        txn: &mut postgres::Transaction<'_>,
+        mut txn: postgres::Transaction<'_>,
         response: StoredResponse,
     ) -> Result<(), LocalError> {
-        self.complete_locally(
-            |guard, response| guard.try_complete_in(txn, response),
-            response,
-        )
-    }
-
-    /// Runs one local completion on the guard in place; after `Ok` takes the
-    /// guard (finished) and keeps `response` for the layer to answer.
-    fn complete_locally<T, E>(
-        &self,
-        complete: impl FnOnce(&mut ExecutionGuard, &StoredResponse) -> Result<T, LocalError<E>>,
-        response: StoredResponse,
-    ) -> Result<T, LocalError<E>> {
         let mut slot = lock(&self.shared.guard);
         let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
-        let value = complete(guard, &response)?;
+        // Refused or failed: `txn` is dropped, which rolls it back.
+        guard.try_complete_in(&mut txn, &response)?;
+        // Finished by the completion; from here on only the commit decides.
+        drop(slot.take());
+        txn.commit().map_err(|e| {
+            LocalError::Store(WorkerError::Storage(crate::store::StorageError::Adapter(
+                crate::adapters::AdapterError::new(crate::adapters::FailureKind::Failed, e),
+            )))
+        })?;
+        *lock(&self.shared.completed) = Some(response);
+        Ok(())
+    }
+
+    /// Runs `complete_with` on the guard in place; after `Ok` takes the guard
+    /// (finished) and keeps `response` for the layer to answer.
+    fn complete_locally<T, E, F>(
+        &self,
+        writes: F,
+        response: StoredResponse,
+    ) -> Result<T, LocalError<E>>
+    where
+        F: FnMut(&redb::WriteTransaction) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let mut slot = lock(&self.shared.guard);
+        let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
+        let value = guard.try_complete_with(writes, &response)?;
         *lock(&self.shared.completed) = Some(response);
         // Finished: dropping it writes nothing.
         drop(slot.take());
