@@ -63,8 +63,8 @@ fn openapi_paths_and_methods_are_the_routes() {
             if documented.contains(&(path.clone(), method.to_owned())) {
                 // A routed path answers its own 404 for an id that does not
                 // exist (the literal `{id}`); only the fallback's is `not-found`.
-                let unrouted = reply.status == 405
-                    || (reply.status == 404 && reply.problem() == "not-found");
+                let unrouted =
+                    reply.status == 405 || (reply.status == 404 && reply.problem() == "not-found");
                 assert!(
                     !unrouted,
                     "{method} {path} is documented but answered {}",
@@ -99,7 +99,9 @@ fn openapi_paths_and_methods_are_the_routes() {
         (
             "/appointments/{id}/notes",
             "201",
-            &["400", "401", "404", "409", "410", "413", "422", "502", "503"][..],
+            &[
+                "400", "401", "404", "409", "410", "413", "422", "502", "503",
+            ][..],
         ),
     ] {
         let post = &doc["paths"][path]["post"];
