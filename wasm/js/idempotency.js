@@ -8,6 +8,8 @@
 // version read for an existing one, delete-if-version for GC. A lost race is never
 // overwritten: the loser reads again and asks the machine again. Every write
 // passes the record's GC due time (`meta`, from core) so the adapter can index it.
+// `completeWith` completes a record through the adapter's `updateWith`, so the
+// caller's local writes commit in the same transaction as the completion.
 import * as wasm from "./idemkit_wasm.js";
 import { readDecideWrite } from "./adapters/loop.js";
 import { fingerprint, logRef, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
@@ -225,14 +227,15 @@ export function createIdempotency(options) {
    * Applies a worker transition (`op`, with the lease's token) to the record
    * this claim wrote, without reading first; on a lost race the current bytes
    * are read and core decides again (it refuses a stale token). `fit` may
-   * replace an op whose record would be too large.
+   * replace an op whose record would be too large. `local` writes commit with
+   * the transition's write or not at all (see readDecideWrite).
    */
-  async function transition(held, op, fit) {
+  async function transition(held, op, fit, local) {
     if (held?.outcome !== "execute" || held.record === undefined) {
       throw new IdemkitError("invalid-argument", "expected a claim whose outcome is \"execute\"");
     }
     const full = { ...op, token: held.token };
-    const { answer, current } = await readDecideWrite({
+    const { answer, current, local: applied } = await readDecideWrite({
       adapter,
       id: held.id,
       held: { record: held.record, version: held.version },
@@ -243,10 +246,11 @@ export function createIdempotency(options) {
         const decided = decideOn(row, full);
         return fit === undefined ? decided : fit(row, decided, full);
       },
+      local,
     });
     held.record = current.record;
     held.version = current.version;
-    return { answer, record: wasm.decodeRecord(current.record) };
+    return { answer, record: wasm.decodeRecord(current.record), local: applied };
   }
 
   /**
@@ -255,7 +259,7 @@ export function createIdempotency(options) {
    * without it (status, headers and resource reference stay), so a retry gets 410
    * response-expired with the reference, never a second execution.
    */
-  const complete = async (held, response) => {
+  function completeHeld(held, response, local) {
     const stored = toStored(response);
     const bodiless = { ...stored, body: null };
     const kept = stored.body !== null && stored.body.length > maxStoredResponseBytes ? bodiless : stored;
@@ -263,8 +267,23 @@ export function createIdempotency(options) {
       decided.write instanceof Uint8Array && decided.write.length > maxRecordBytes && op.response.body !== null
         ? decideOn(row, { ...op, response: bodiless })
         : decided;
-    return (await transition(held, { op: "complete", response: kept }, fit)).record;
-  };
+    return transition(held, { op: "complete", response: kept }, fit, local);
+  }
+  const complete = async (held, response) => (await completeHeld(held, response)).record;
+
+  /**
+   * `complete`, with the caller's local writes committed in the same transaction
+   * as the completion (the adapter's `updateWith`): both or neither. A lease that
+   * was taken over is refused by core (stale-token) and the writes are not
+   * applied; writes that fail leave the record as it was (local-writes-failed).
+   */
+  async function completeWith(held, response, local) {
+    if (local === undefined || local === null) {
+      throw new IdemkitError("invalid-argument", "completeWith needs the local writes (without any, use complete)");
+    }
+    const { record, local: applied } = await completeHeld(held, response, local);
+    return { record, result: applied.result };
+  }
   const release = async (held) => (await transition(held, { op: "release" })).record;
   const markUnknown = async (held, reason) =>
     (await transition(held, { op: "markUnknown", reason: String(reason ?? "marked by worker") })).record;
@@ -439,7 +458,7 @@ export function createIdempotency(options) {
       case "execute":
         return execute(held, forwarded, handler, tenantId, key);
       case "replay":
-        return replay(held.response);
+        return fromStored(held.response, { replayed: true });
       case "inFlight":
         return fromAnswer(wasm.refuseInProgress(held.retryAfterSeconds));
       case "mismatch":
@@ -464,11 +483,12 @@ export function createIdempotency(options) {
    * renewal succeeds or is refused (stale token, record no longer running: the
    * lease really ended). After `maxExecutionMs` no renewal starts, so a hung
    * handler's lease expires: an External record is then unresolved and retries
-   * get 409 outcome-uncertain. Returns a function that stops renewing and waits
-   * for a renewal in progress, so the final transition never races one.
+   * get 409 outcome-uncertain. Returns `stop()`, which stops renewing and waits
+   * for a renewal in progress, so the final transition never races one, and
+   * `resume()`, which renews again after a transition that did not happen.
    */
   function keepLeased(held) {
-    if (!autoRenew) return async () => {};
+    if (!autoRenew) return { stop: async () => {}, resume: () => {} };
     const every = Math.max(policy.leaseMs / 3, 10);
     const afterError = Math.max(every / 4, 10);
     const deadline = clock() + maxExecutionMs;
@@ -488,16 +508,50 @@ export function createIdempotency(options) {
       }, wait);
     };
     schedule(every);
-    return async () => {
-      stopped = true;
-      clearTimeout(timer);
-      await pending;
+    return {
+      async stop() {
+        stopped = true;
+        clearTimeout(timer);
+        await pending;
+      },
+      resume() {
+        if (!stopped) return;
+        stopped = false;
+        schedule(every);
+      },
     };
   }
 
+  /**
+   * The handler completes its record with its local writes. The response is a
+   * Response (recorded as `handle` records one: replayable headers, resource
+   * reference, body read here) or a ResponseInput. Renewal pauses so that it
+   * never races the completion's compare-and-set, and goes on if nothing was
+   * committed. Resolves to `{ record, result, answer }`, `answer` being the
+   * stored response with the body as given (a body too large to keep is answered
+   * once, as `handle` answers one).
+   */
+  async function completeInHandler(held, lease, response, local) {
+    const stored = toStored(response instanceof Response ? recordedOf(response, new Uint8Array(await response.arrayBuffer())) : response);
+    await lease.stop();
+    try {
+      const { record, result } = await withRetries(() => completeWith(held, stored, local));
+      return { record, result, answer: { ...record.response, body: record.response.body ?? stored.body } };
+    } catch (err) {
+      lease.resume();
+      throw err;
+    }
+  }
+
+  /** What `handle` records of a handler's Response whose body was read. */
+  function recordedOf(response, body) {
+    return { status: response.status, headers: replayableHeaders(response.headers), body, resourceRef: resourceRefOf(response) ?? null };
+  }
+
   /** The handler's view of its execution (the second argument of its call). */
-  function executionOf(held) {
-    const seen = { nothingDispatched: false, beganStep: false };
+  function executionOf(held, lease) {
+    // `completion`: the promise of the one completeWith call, once it was made.
+    const seen = { nothingDispatched: false, beganStep: false, completion: null };
     const execution = Object.freeze({
       logRef: held.logRef,
       attempt: held.attempt,
@@ -515,26 +569,54 @@ export function createIdempotency(options) {
         return beginStep(held, name, proposedProviderKey);
       },
       completeStep: (name, providerRef) => completeStep(held, name, providerRef),
+      /**
+       * Completes the record with `response` and the handler's local writes in one
+       * transaction (see `completeWith`); `handle` then answers the stored
+       * response, whatever the handler returns. Once per execution.
+       */
+      async completeWith(response, local) {
+        if (seen.completion !== null) throw new IdemkitError("invalid-argument", "completeWith was already called in this execution");
+        seen.completion = completeInHandler(held, lease, response, local);
+        const { record, result } = await seen.completion;
+        return { record, result };
+      },
     });
     return { execution, seen };
   }
 
+  /** The stored response if the handler completed its record itself, else null (never throws). */
+  async function completedByHandler(seen) {
+    return seen.completion === null ? null : seen.completion.then(({ answer }) => answer, () => null);
+  }
+
   async function execute(held, request, handler, tenantId, key) {
-    const stopRenewing = keepLeased(held);
-    const { execution, seen } = executionOf(held);
+    const lease = keepLeased(held);
+    const { execution, seen } = executionOf(held, lease);
     let response;
     let body;
+    let completed = null;
     try {
       response = await handler(request, execution);
-      if (response instanceof Response) body = new Uint8Array(await response.arrayBuffer());
+      completed = await completedByHandler(seen);
+      if (completed === null && response instanceof Response) body = new Uint8Array(await response.arrayBuffer());
     } catch (err) {
-      await stopRenewing();
+      // A completeWith still running settles first: when it fails it resumes renewal.
+      completed ??= await completedByHandler(seen);
+      await lease.stop();
+      // The handler completed its record, then threw: that outcome is durable
+      // (its local writes committed with it), so it is the answer.
+      if (completed !== null) return fromStored(completed, { replayed: false });
       // No response: nothing to replay. Local effects rolled back with the throw;
       // an external effect may have happened, so the outcome is unknown.
       await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, `handler threw: ${err?.message ?? err}`)));
       throw err;
     }
-    await stopRenewing();
+    await lease.stop();
+    if (completed !== null) {
+      // Recorded once, by completeWith: the client gets what a replay will get.
+      if (response instanceof Response && !response.bodyUsed) response.body?.cancel().catch(() => {});
+      return fromStored(completed, { replayed: false });
+    }
     if (!(response instanceof Response)) {
       await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, "handler returned no Response")));
       throw new IdemkitError("invalid-argument", "the handler must return a Response");
@@ -552,7 +634,7 @@ export function createIdempotency(options) {
     } else {
       try {
         if (disposition === "store") {
-          const stored = { status: response.status, headers: replayableHeaders(response.headers), body, resourceRef: resourceRefOf(response) ?? null };
+          const stored = recordedOf(response, body);
           try {
             await withRetries(() => complete(held, stored));
           } catch (err) {
@@ -582,6 +664,7 @@ export function createIdempotency(options) {
     handle,
     claim,
     complete,
+    completeWith,
     release,
     markUnknown,
     renew,
@@ -648,10 +731,11 @@ function replayableHeaders(headers) {
   return out;
 }
 
-function replay(stored) {
+/** A stored response as a client gets it; a replay is marked `Idempotent-Replayed: true`. */
+function fromStored(stored, { replayed }) {
   const headers = new Headers();
   for (const [name, value] of stored.headers) headers.append(name, fromUtf8.decode(value));
-  headers.set("idempotent-replayed", "true");
+  if (replayed) headers.set("idempotent-replayed", "true");
   return new Response(nullBodyStatus(stored.status) ? null : stored.body, { status: stored.status, headers });
 }
 

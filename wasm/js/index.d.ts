@@ -148,6 +148,12 @@ export interface ScanOptions {
 }
 
 /**
+ * What local writes come to once committed: a function's (awaited) return value, or
+ * for D1 (an array of statements) the batch results of those statements.
+ */
+export type LocalResult<L> = L extends (...args: any[]) => infer R ? Awaited<R> : L extends readonly unknown[] ? unknown[] : unknown;
+
+/**
  * Where records live: the five-method seam every backend implements (DESIGN.md).
  * Each method must be atomic for what it claims; idemkit never reads and then
  * writes without a check. `delete` and `scan` are needed only by `gc`: an adapter
@@ -157,14 +163,27 @@ export interface ScanOptions {
  * atomic step (an indexed column in SQLite and D1, a second key in Durable Objects
  * and Deno KV; NULL / no key when never due), so `scan` reads only due records. A
  * wrapping adapter must pass `meta` on.
+ *
+ * `L` is the kind of local writes `updateWith` commits with a record (`never`: the
+ * adapter has none, and `completeWith` is refused with `local-unsupported`).
  */
-export interface Adapter<V = unknown> {
+export interface Adapter<V = unknown, L = never> {
   /** The record and its version, or null. */
   get(id: string): Promise<{ record: Uint8Array; version: V } | null>;
   /** Insert if absent: the new version, or null when a record already exists. */
   insert(id: string, record: Uint8Array, meta?: WriteMeta): Promise<{ version: V } | null>;
   /** Compare-and-set: write only if the version is still `version`; null otherwise. */
   update(id: string, record: Uint8Array, version: V, meta?: WriteMeta): Promise<{ version: V } | null>;
+  /**
+   * Compare-and-set with the caller's local writes, in one transaction: both or
+   * neither. Refused (the version is no longer `version`): null, and nothing of
+   * `local` was applied. `local` failed: rejects with `IdemkitError`
+   * `local-writes-failed` (the caller's error as `cause`), and nothing was written.
+   * Otherwise the new version and what `local` came to. Used by `completeWith`.
+   */
+  updateWith?(id: string, record: Uint8Array, version: V, meta: WriteMeta | undefined, local: L): Promise<{ version: V; result: unknown } | null>;
+  /** The adapter's name, for errors (`sqliteAdapter`, `d1Adapter`, …). */
+  readonly name?: string;
   /**
    * Delete-if-version: delete only if the version is still `version`. `true` when
    * deleted, `false` when the record changed since it was read or is gone.
@@ -182,10 +201,28 @@ export interface Adapter<V = unknown> {
 }
 
 /** An adapter with the whole seam, as every adapter of this package is. */
-export type GcAdapter<V = unknown> = Adapter<V> & Required<Pick<Adapter<V>, "delete" | "scan">>;
+export type GcAdapter<V = unknown, L = never> = Adapter<V, L> & Required<Pick<Adapter<V, L>, "delete" | "scan">>;
 
-/** In-process records (tests, single-process servers). `scan` sorts on each call. */
-export function memoryAdapter(): GcAdapter<number> & { size(): number };
+/** An adapter with the whole seam whose `updateWith` commits local writes of kind `L`. */
+export type LocalAdapter<V, L> = GcAdapter<V, L> & Required<Pick<Adapter<V, L>, "updateWith">>;
+
+/**
+ * In-process records (tests, single-process servers). `scan` sorts on each call.
+ * Local writes: a synchronous `() => result`, run only when the compare-and-set
+ * holds; the record is written only if it returns (a memory store has no
+ * rollback for what `local` changed before it threw).
+ */
+export function memoryAdapter(): LocalAdapter<number, () => unknown> & { size(): number };
+
+/**
+ * The part of a better-sqlite3 or bun:sqlite Database the adapter uses; local
+ * writes also need its `transaction(fn)` (without it `completeWith` is
+ * `local-unsupported`).
+ */
+export interface SqliteDatabase {
+  prepare(sql: string): unknown;
+  exec(sql: string): unknown;
+}
 
 /**
  * A SQLite database: better-sqlite3 (Node) or bun:sqlite (Bun). Sets
@@ -198,18 +235,27 @@ export function memoryAdapter(): GcAdapter<number> & { size(): number };
  * created by an earlier release has none: the adapter adds it (`ALTER TABLE … ADD
  * COLUMN gc_due_at INTEGER DEFAULT 0`), so every row written before is due at once
  * and the first `gc` pass decodes each and deletes, prunes or indexes it as core says.
+ *
+ * Local writes: a synchronous `(db) => result` on this connection, run in one
+ * `db.transaction(...)` with the compare-and-set, after it changed the row.
  */
-export function sqliteAdapter(
-  db: { prepare(sql: string): unknown; exec(sql: string): unknown },
+export function sqliteAdapter<DB extends SqliteDatabase>(
+  db: DB,
   options?: { table?: string; busyTimeoutMs?: number },
-): GcAdapter<number>;
+): LocalAdapter<number, (db: DB) => unknown>;
 
 /**
  * Cloudflare D1 (`env.DB`); creates its table and GC index on first use, and adds
  * `gc_due_at` to a table from an earlier release (as `sqliteAdapter`), unless
  * `createTable: false` (then run `d1Schema`, or `d1Upgrade` for an old table, in a migration).
+ *
+ * Local writes: an array of bound statements (`env.DB.prepare(sql).bind(...)`),
+ * sent in one `batch` with the compare-and-set and a guard statement that fails
+ * the batch when the compare-and-set changed no row; the result is the batch
+ * results of these statements. Any other failure of the batch is reported as
+ * `local-writes-failed` with D1's error as `cause`.
  */
-export function d1Adapter(d1: unknown, options?: { table?: string; createTable?: boolean }): GcAdapter<number>;
+export function d1Adapter(d1: unknown, options?: { table?: string; createTable?: boolean }): LocalAdapter<number, readonly unknown[]>;
 /** The D1 adapter's `CREATE TABLE` and `CREATE INDEX` statements, for a migration file. */
 export function d1Schema(table?: string): string;
 /**
@@ -226,8 +272,15 @@ export function d1Upgrade(table?: string): string;
  * `<prefix>gc:<due>:<id>`, written in the record's transaction. Records written by
  * an earlier release have none: `scan` first walks the rows (at most `limit` per
  * call, progress under `<prefix>gc-backfill`) and indexes each as due at once.
+ *
+ * Local writes: a function `(txn) => result` (it may be async) given the
+ * `storage.transaction()` transaction the compare-and-set runs in; it writes
+ * through `txn`, and its throw rolls everything back.
  */
-export function durableObjectAdapter(storage: unknown, options?: { prefix?: string; maxRecordBytes?: number }): GcAdapter<number>;
+export function durableObjectAdapter(
+  storage: unknown,
+  options?: { prefix?: string; maxRecordBytes?: number },
+): LocalAdapter<number, (txn: any) => unknown>;
 
 /**
  * Deno KV (`await Deno.openKv()`); records must fit in a 64 KiB KV value, so its
@@ -235,7 +288,8 @@ export function durableObjectAdapter(storage: unknown, options?: { prefix?: stri
  * has a second key `[...prefix, "gc", due, id]`, set in the record's atomic
  * operation. Values written by an earlier release have none: `scan` first walks the
  * records (at most `limit` per call, progress under `[...prefix, "gc-backfill"]`)
- * and indexes each as due at once.
+ * and indexes each as due at once. It has no local writes: `completeWith` is
+ * refused with `local-unsupported`.
  */
 export function denoKvAdapter(kv: unknown, options?: { prefix?: unknown[] }): GcAdapter<string>;
 
@@ -258,8 +312,9 @@ export interface PolicyOptions {
   storeRetryAfterSeconds?: number;
 }
 
-export interface IdempotencyOptions {
-  adapter: Adapter<any>;
+export interface IdempotencyOptions<L = never> {
+  /** `L`: the adapter's kind of local writes (`completeWith`); `never` when it has none. */
+  adapter: Adapter<any, L>;
   /** The endpoint or action, e.g. `payments.capture`; part of every record's identity. */
   operation: string;
   /** `local`: the effect commits with the outcome; `external`: a downstream system was (maybe) written. */
@@ -328,8 +383,14 @@ export type Claim =
 
 export type ExecuteClaim = Extract<Claim, { outcome: "execute" }>;
 
+/** What `completeWith` resolves to: the completed record and what the local writes came to. */
+export interface LocalCompletion<T> {
+  record: RecordView;
+  result: LocalResult<T>;
+}
+
 /** The handler's view of its claimed execution (the second argument `handle` passes it). */
-export interface Execution {
+export interface Execution<L = never> {
   readonly logRef: string;
   readonly attempt: number;
   /** Steps persisted by earlier attempts, as they were when this lease began. */
@@ -344,11 +405,22 @@ export interface Execution {
   beginStep(name: string, proposedProviderKey?: string): Promise<{ dispatch: true; providerKey: string } | { dispatch: false; providerRef: string | null }>;
   /** Record that a step finished (as `Idempotency.completeStep` on this claim). */
   completeStep(name: string, providerRef?: string | null): Promise<RecordView>;
+  /**
+   * Completes the record with `response` and `local` (the adapter's kind of local
+   * writes) in one transaction, as `Idempotency.completeWith`. A Response is
+   * recorded as `handle` records a returned one (replayable headers, `resourceRef`,
+   * its body read here). Once it resolved, `handle` answers the stored response
+   * (without `Idempotent-Replayed`), whatever the handler then returns or throws,
+   * and records nothing more. When it rejects nothing was committed, and the
+   * response the handler returns is recorded as usual. Once per execution: a
+   * second call rejects with `invalid-argument`.
+   */
+  completeWith<T extends L>(response: Response | ResponseInput, local: T): Promise<LocalCompletion<T>>;
 }
 
-export interface Idempotency {
+export interface Idempotency<L = never> {
   /** DESIGN.md's HTTP contract around a fetch-style handler. */
-  handle(request: Request, handler: (request: Request, execution: Execution) => Promise<Response> | Response): Promise<Response>;
+  handle(request: Request, handler: (request: Request, execution: Execution<L>) => Promise<Response> | Response): Promise<Response>;
   /**
    * Ask the state machine for a claim and write its decision atomically. With
    * `method` and `path` the request line counts (scheme 2, as `handle`); without
@@ -366,6 +438,16 @@ export interface Idempotency {
   }): Promise<Claim>;
   /** Record the outcome under the claim's fencing token. */
   complete(claim: ExecuteClaim, response: ResponseInput): Promise<RecordView>;
+  /**
+   * `complete`, with the caller's local writes committed in the same transaction
+   * (the adapter's `updateWith`): both or neither, so a Local effect written this
+   * way happens exactly once. A lease that was taken over is refused by core
+   * (`stale-token`) and nothing of `local` is applied; `local` that fails rejects
+   * with `local-writes-failed` (the caller's error as `cause`) and the record stays
+   * as it was. An adapter without `updateWith` rejects with `local-unsupported`
+   * before anything is written.
+   */
+  completeWith<T extends L>(claim: ExecuteClaim, response: ResponseInput, local: T): Promise<LocalCompletion<T>>;
   /** The attempt had no effect: a retry executes again. */
   release(claim: ExecuteClaim): Promise<RecordView>;
   /** The outcome is ambiguous: retries get 409 outcome-uncertain until `resolve`. */
@@ -414,7 +496,7 @@ export interface Idempotency {
   readonly policy: Readonly<Required<Omit<PolicyOptions, "storeRetryAfterSeconds">> & { effect: "local" | "external" }>;
 }
 
-export function createIdempotency(options: IdempotencyOptions): Idempotency;
+export function createIdempotency<L = never>(options: IdempotencyOptions<L>): Idempotency<L>;
 
 /** What one `gc` pass did. */
 export interface GcReport {

@@ -1,7 +1,12 @@
 // A Cloudflare Worker that creates orders at most once per Idempotency-Key.
 //
 //   POST /orders       records in D1 (d1Adapter), orders in D1
-//   POST /do/orders    records in the tenant's Durable Object (durableObjectAdapter)
+//   POST /do/orders    records in the tenant's Durable Object (durableObjectAdapter), orders in it too
+//
+// Each order is written in the database that holds its record, by
+// `execution.completeWith`: the order and the record's completion commit in one
+// transaction (a D1 batch, a storage transaction), so an order is created exactly
+// once per key, even when the Worker dies mid-request.
 //
 // The tenant comes from the API key (never from the body or the Idempotency-Key).
 //
@@ -31,9 +36,9 @@ function ordersIdempotency(adapter) {
   return createIdempotency({
     adapter,
     operation: "orders.create",
-    // The order row and the idempotency record are two writes, not one
-    // transaction: if the Worker dies between them the outcome is unknown.
-    effect: "external",
+    // Local: the order commits with the outcome or not at all, so a request that
+    // died before the commit left nothing behind and its retry may run again.
+    effect: "local",
     tenant: tenantOf,
   });
 }
@@ -53,11 +58,14 @@ async function collectGarbage(idem) {
   return total;
 }
 
-async function createOrder(insert, request) {
+/** Creates the order with the record's completion; `orderWrites` gives the store's local writes of it. */
+async function createOrder(request, execution, orderWrites) {
   const { sku, quantity } = await request.json();
   const id = `ord_${crypto.randomUUID()}`;
-  await insert(id, sku, quantity);
-  return Response.json({ id, sku, quantity }, { status: 201, headers: { location: `/orders/${id}` } });
+  const created = Response.json({ id, sku, quantity }, { status: 201, headers: { location: `/orders/${id}` } });
+  await execution.completeWith(created, orderWrites(id, sku, quantity));
+  // Once completeWith succeeded, handle answers the stored response, whatever is returned.
+  return created;
 }
 
 export default {
@@ -65,12 +73,13 @@ export default {
     const url = new URL(request.url);
     if (request.method === "POST" && url.pathname === "/orders") {
       const idem = ordersIdempotency(d1Adapter(env.DB));
-      return idem.handle(request, (req) =>
-        createOrder(async (id, sku, quantity) => {
-          await env.DB.prepare("CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, sku TEXT, quantity INTEGER)").run();
-          await env.DB.prepare("INSERT INTO orders (id, sku, quantity) VALUES (?, ?, ?)").bind(id, sku, quantity).run();
-        }, req),
-      );
+      return idem.handle(request, async (req, execution) => {
+        await env.DB.prepare("CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, sku TEXT, quantity INTEGER)").run();
+        // D1: bound statements, sent in one batch with the record's compare-and-set.
+        return createOrder(req, execution, (id, sku, quantity) => [
+          env.DB.prepare("INSERT INTO orders (id, sku, quantity) VALUES (?, ?, ?)").bind(id, sku, quantity),
+        ]);
+      });
     }
     if (request.method === "POST" && url.pathname === "/do/orders") {
       const tenant = tenantOf(request);
@@ -111,8 +120,9 @@ export class OrderBook {
       return Response.json({ orders: (await this.storage.list({ prefix: "order:" })).size });
     }
     if ((await this.storage.getAlarm()) === null) await this.storage.setAlarm(Date.now() + HOUR);
-    return this.idem.handle(request, (req) =>
-      createOrder((id, sku, quantity) => this.storage.put(`order:${id}`, { sku, quantity }), req),
+    // A Durable Object: a function writing through the record's storage transaction.
+    return this.idem.handle(request, (req, execution) =>
+      createOrder(req, execution, (id, sku, quantity) => (txn) => txn.put(`order:${id}`, { sku, quantity })),
     );
   }
 }

@@ -3,7 +3,18 @@
 // UPDATE … WHERE version = ? (compare-and-set) and DELETE … WHERE version = ?
 // (delete-if-version); `meta.changes` says who won. The indexed `gc_due_at`
 // column (NULL: never due) lets GC read only the records whose time has come.
+//
+// Local writes (`updateWith`): D1 has no interactive transaction, but a batch is
+// one: if any statement of `d1.batch([...])` fails, none is committed. The
+// compare-and-set, a guard and the caller's bound statements go in one batch. A
+// compare-and-set that matches no row is no error, so the guard makes it one: right
+// after the UPDATE it evaluates `changes()` and, when that is not 1, asks
+// `json_extract` for a path that is not a JSON path, a runtime error whose message
+// carries the path (CAS_REFUSED). That error rolls back the caller's statements and
+// tells a refused compare-and-set (answered null, like `update`) from a failed
+// caller statement (local-writes-failed).
 import { dueOf, firstVersion, pageOf, scanLimit } from "./gc-index.js";
+import { localWritesFailed, requireLocal } from "./local-writes.js";
 
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -12,6 +23,16 @@ const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 // make a record larger (the response is answered once and a retry gets 410).
 const D1_MAX_ROW_BYTES = 2_000_000;
 const ROW_HEADROOM = 1024;
+
+// D1's authorizer allows changes() and json_extract (not raise(), which SQLite
+// allows only in triggers).
+const CAS_REFUSED = "idemkit: compare-and-set refused";
+const CAS_GUARD = `SELECT json_extract('{}', CASE WHEN changes() = 1 THEN '$' ELSE '${CAS_REFUSED}' END) AS cas_guard`;
+
+/** Whether a failed batch failed at the guard (D1 puts SQLite's message in `message`, and in `cause`). */
+function casRefused(err) {
+  return [err?.message, err?.cause?.message].some((message) => String(message).includes(CAS_REFUSED));
+}
 
 function checkTable(table) {
   if (!TABLE.test(table)) throw new TypeError(`invalid table name ${JSON.stringify(table)}`);
@@ -80,7 +101,10 @@ export function d1Adapter(d1, options = {}) {
     ready = null;
     throw err;
   }));
+  const compareAndSet = (id, record, version, meta) =>
+    d1.prepare(`UPDATE ${table} SET record = ?, version = version + 1, gc_due_at = ? WHERE id = ? AND version = ?`).bind(record, dueOf(meta), id, version);
   return {
+    name: "d1Adapter",
     maxRecordBytes: D1_MAX_ROW_BYTES - ROW_HEADROOM,
     async get(id) {
       await ensure();
@@ -98,11 +122,22 @@ export function d1Adapter(d1, options = {}) {
     },
     async update(id, record, version, meta) {
       await ensure();
-      const result = await d1
-        .prepare(`UPDATE ${table} SET record = ?, version = version + 1, gc_due_at = ? WHERE id = ? AND version = ?`)
-        .bind(record, dueOf(meta), id, version)
-        .run();
+      const result = await compareAndSet(id, record, version, meta).run();
       return result.meta.changes === 1 ? { version: version + 1 } : null;
+    },
+    async updateWith(id, record, version, meta, local) {
+      requireLocal(Array.isArray(local), "d1Adapter", "an array of bound D1 prepared statements");
+      await ensure();
+      let results;
+      try {
+        results = await d1.batch([compareAndSet(id, record, version, meta), d1.prepare(CAS_GUARD), ...local]);
+      } catch (err) {
+        if (casRefused(err)) return null;
+        // D1 names the failed statement only in its message: any other failure of
+        // the batch is reported as the caller's, with D1's error as the cause.
+        throw localWritesFailed(err);
+      }
+      return { version: version + 1, result: results.slice(2) };
     },
     async delete(id, version) {
       await ensure();

@@ -82,6 +82,8 @@ export function denoKvAdapter(kv, options = {}) {
     await kv.set(backfillKey, listed.length < limit ? "done" : { after: listed[listed.length - 1].key });
   }
   return {
+    // No updateWith: completeWith refuses this adapter (local-unsupported).
+    name: "denoKvAdapter",
     maxRecordBytes: KV_MAX_VALUE_BYTES - SERIALIZATION_HEADROOM,
     async get(id) {
       const entry = await kv.get(keyOf(id));

@@ -15,7 +15,12 @@
 // and value) with the SQLite backend. The adapter assumes the smaller cap unless
 // told otherwise (`maxRecordBytes`), and createIdempotency keeps no response body
 // that would make a record larger (answered once; a retry gets 410).
+//
+// Local writes (`updateWith`): the caller's `local(txn)` runs in the
+// compare-and-set's `storage.transaction()`, after it succeeded, and writes through
+// the same `txn`; when it throws, the transaction rolls back, the record included.
 import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
+import { localWritesFailed, requireLocal } from "./local-writes.js";
 
 const KV_BACKEND_MAX_VALUE_BYTES = 128 * 1024;
 // The value is `{ record, version, gcDueAt }` in V8 serialization: tags, three
@@ -74,7 +79,22 @@ export function durableObjectAdapter(storage, options = {}) {
     if (old !== null && old !== due) await txn.delete(gcKey(old, id));
     if (due !== null && old !== due) await txn.put(gcKey(due, id), id);
   }
+  /** Compare-and-set in one transaction, with the caller's `local(txn)` when given. */
+  function compareAndSet(id, record, version, meta, local) {
+    return storage.transaction(async (txn) => {
+      const row = await txn.get(prefix + id);
+      if (row === undefined || row.version !== version) return null;
+      await write(txn, id, record, version + 1, row, meta);
+      if (local === undefined) return { version: version + 1 };
+      try {
+        return { version: version + 1, result: await local(txn) };
+      } catch (err) {
+        throw localWritesFailed(err);
+      }
+    });
+  }
   return {
+    name: "durableObjectAdapter",
     maxRecordBytes,
     async get(id) {
       const row = await storage.get(prefix + id);
@@ -88,13 +108,10 @@ export function durableObjectAdapter(storage, options = {}) {
         return { version };
       });
     },
-    async update(id, record, version, meta) {
-      return storage.transaction(async (txn) => {
-        const row = await txn.get(prefix + id);
-        if (row === undefined || row.version !== version) return null;
-        await write(txn, id, record, version + 1, row, meta);
-        return { version: version + 1 };
-      });
+    update: (id, record, version, meta) => compareAndSet(id, record, version, meta),
+    async updateWith(id, record, version, meta, local) {
+      requireLocal(typeof local === "function", "durableObjectAdapter", "a function (txn) => result (it may be async and write through txn)");
+      return compareAndSet(id, record, version, meta, local);
     },
     async delete(id, version) {
       return storage.transaction(async (txn) => {

@@ -26,16 +26,29 @@ import { IdemkitError } from "../errors.js";
  *   that writes nothing taken on `held` is decided again on a read (after a
  *   takeover, a fenced worker must be refused, not told to dispatch again).
  * - `call` wraps every adapter call (turns adapter failures into coded errors).
+ * - `local`: the caller's local writes, committed with the write in one
+ *   transaction: the compare-and-set goes through `adapter.updateWith`, which
+ *   applies nothing of them when it is refused (the loop then reads and decides
+ *   again). Only an update can carry them: an adapter without `updateWith`
+ *   throws local-unsupported before anything is written, and a decision to
+ *   insert, delete or write nothing throws invalid-argument, never dropping them.
  *
- * Returns `{ answer, current }`, `current` being the row as it now stands
- * (`null` when deleted or absent). After `maxRaces()` lost races in a row it
- * throws `store-contention` naming `what`.
+ * Returns `{ answer, current, local }`, `current` being the row as it now stands
+ * (`null` when deleted or absent), `local` null without local writes, else
+ * `{ result }`: they were committed, and this is what `updateWith` said of them.
+ * After `maxRaces()` lost races in a row it throws `store-contention` naming `what`.
  *
  * @template A
- * @param {{ adapter: any, id: string, decide: (current: Row | null) => Decided | Promise<Decided>, held?: Row, call: <T>(fn: () => T | Promise<T>) => Promise<T>, what: string }} args
- * @returns {Promise<{ answer: A, current: Row | null }>}
+ * @param {{ adapter: any, id: string, decide: (current: Row | null) => Decided | Promise<Decided>, held?: Row, call: <T>(fn: () => T | Promise<T>) => Promise<T>, what: string, local?: unknown }} args
+ * @returns {Promise<{ answer: A, current: Row | null, local: { result: unknown } | null }>}
  */
-export async function readDecideWrite({ adapter, id, decide, held, call, what }) {
+export async function readDecideWrite({ adapter, id, decide, held, call, what, local }) {
+  if (local !== undefined && typeof adapter.updateWith !== "function") {
+    throw new IdemkitError(
+      "local-unsupported",
+      `${adapter.name ?? "the adapter"} has no updateWith: it cannot commit local writes in one transaction with ${what}, so nothing was written`,
+    );
+  }
   let current = held;
   for (let race = 0; race < maxRaces(); race++) {
     const fromHeld = current !== undefined;
@@ -49,18 +62,28 @@ export async function readDecideWrite({ adapter, id, decide, held, call, what })
       continue;
     }
     const { write, answer, meta } = decided;
-    if (write === null || write === undefined) {
-      if (!fromHeld) return { answer, current };
+    const writesNothing = write === null || write === undefined;
+    if (writesNothing && fromHeld) {
       current = undefined;
       continue;
     }
+    if (local !== undefined && (writesNothing || write === "delete" || current === null)) {
+      throw new IdemkitError("invalid-argument", `local writes go only with an update of ${what}, and this decision does not update it: nothing was written`);
+    }
+    if (writesNothing) return { answer, current, local: null };
     if (write === "delete") {
-      if (current !== null && (await call(() => adapter.delete(id, current.version)))) return { answer, current: null };
+      if (current !== null && (await call(() => adapter.delete(id, current.version)))) return { answer, current: null, local: null };
     } else {
       const written = await call(() =>
-        current === null ? adapter.insert(id, write, meta) : adapter.update(id, write, current.version, meta),
+        current === null
+          ? adapter.insert(id, write, meta)
+          : local === undefined
+            ? adapter.update(id, write, current.version, meta)
+            : adapter.updateWith(id, write, current.version, meta, local),
       );
-      if (written) return { answer, current: { record: write, version: written.version } };
+      if (written) {
+        return { answer, current: { record: write, version: written.version }, local: local === undefined ? null : { result: written.result } };
+      }
     }
     // Another writer came first: read the newer row and decide again.
     current = undefined;

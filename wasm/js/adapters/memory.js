@@ -2,9 +2,13 @@
 // lose their records on restart. Each method runs to completion without awaiting,
 // so insert-if-absent, compare-and-set and delete-if-version are atomic on
 // JavaScript's single thread. `scan` sorts the due records on each call (fine for
-// the record counts a process keeps in memory).
+// the record counts a process keeps in memory). `updateWith` runs the caller's
+// synchronous `local()` in the same step, only when the compare-and-set holds; the
+// record is written only if `local` returned (a memory store has no transaction
+// to roll back what `local` itself changed before it threw).
 
 import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
+import { requireLocal, runLocalSync } from "./local-writes.js";
 
 /**
  * @returns {import("../index.d.ts").Adapter & { size(): number }}
@@ -12,7 +16,17 @@ import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
 export function memoryAdapter() {
   /** @type {Map<string, { record: Uint8Array, version: number, gcDueAt: number | null }>} */
   const records = new Map();
+  /** Compare-and-set: writes `record` if the version is still `version` and `local` (if any) returned. */
+  function compareAndSet(id, record, version, meta, local) {
+    const row = records.get(id);
+    if (row === undefined || row.version !== version) return null;
+    const due = dueOf(meta);
+    const result = local === undefined ? undefined : runLocalSync(local);
+    records.set(id, { record: record.slice(), version: version + 1, gcDueAt: due });
+    return { version: version + 1, result };
+  }
   return {
+    name: "memoryAdapter",
     async get(id) {
       const row = records.get(id);
       return row === undefined ? null : { record: row.record.slice(), version: row.version };
@@ -24,10 +38,12 @@ export function memoryAdapter() {
       return { version };
     },
     async update(id, record, version, meta) {
-      const row = records.get(id);
-      if (row === undefined || row.version !== version) return null;
-      records.set(id, { record: record.slice(), version: version + 1, gcDueAt: dueOf(meta) });
-      return { version: version + 1 };
+      const written = compareAndSet(id, record, version, meta);
+      return written && { version: written.version };
+    },
+    async updateWith(id, record, version, meta, local) {
+      requireLocal(typeof local === "function", "memoryAdapter", "a synchronous function () => result");
+      return compareAndSet(id, record, version, meta, local);
     },
     async delete(id, version) {
       const row = records.get(id);

@@ -3,6 +3,11 @@
 // NOTHING (insert-if-absent) and UPDATE … WHERE version = ? (compare-and-set), so
 // they stay atomic even when several processes share the database file.
 //
+// Local writes (`updateWith`): the compare-and-set and the caller's synchronous
+// `local(db)` run in one `db.transaction(...)` on this connection, `local` only
+// after the compare-and-set changed the row, so the business write and the
+// record's completion commit together or not at all.
+//
 // Durability: a claim or completion is acknowledged once its statement returns, so
 // the commit must survive a power loss. With WAL and `synchronous=NORMAL` (a common
 // tuning) the last commits can roll back; the adapter therefore sets
@@ -16,6 +21,8 @@
 // `timeout` option (default 5 s) is kept.
 
 import { dueOf, firstVersion, pageOf, scanLimit } from "./gc-index.js";
+import { requireLocal, runLocalSync } from "./local-writes.js";
+import { IdemkitError } from "../errors.js";
 
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
@@ -103,7 +110,21 @@ export function sqliteAdapter(db, options = {}) {
   const scan = db.prepare(
     `SELECT id, record, version, gc_due_at FROM ${table} WHERE gc_due_at <= ? AND (gc_due_at, id) > (?, ?) ORDER BY gc_due_at, id LIMIT ?`,
   );
+  // better-sqlite3 and bun:sqlite both roll the transaction back when its function
+  // throws; a refused compare-and-set changed nothing, so it commits nothing. Made
+  // on first use: only updateWith needs `db.transaction`.
+  let updateWithin;
+  function localTransaction() {
+    if (typeof db.transaction !== "function") {
+      throw new IdemkitError("local-unsupported", "sqliteAdapter: this database has no transaction(fn), so local writes cannot commit with a record");
+    }
+    return (updateWithin ??= db.transaction((record, due, id, version, local) => {
+      if (update.run(record, due, id, version).changes !== 1) return null;
+      return { version: version + 1, result: runLocalSync(local, db) };
+    }));
+  }
   return {
+    name: "sqliteAdapter",
     async get(id) {
       const row = select.get(id);
       if (row === undefined || row === null) return null;
@@ -115,6 +136,10 @@ export function sqliteAdapter(db, options = {}) {
     },
     async update(id, record, version, meta) {
       return update.run(record, dueOf(meta), id, version).changes === 1 ? { version: version + 1 } : null;
+    },
+    async updateWith(id, record, version, meta, local) {
+      requireLocal(typeof local === "function", "sqliteAdapter", "a synchronous function (db) => result");
+      return localTransaction()(record, dueOf(meta), id, version, local);
     },
     async delete(id, version) {
       return remove.run(id, version).changes === 1;

@@ -1,5 +1,6 @@
-// Bun: the conformance suite over bun:sqlite (and the memory adapter), then 50
-// concurrent handle calls on one bun:sqlite database file.
+// Bun: the conformance suite over bun:sqlite (and the memory adapter), the
+// local-transaction cases over bun:sqlite, then 50 concurrent handle calls on one
+// bun:sqlite database file.
 import { Database } from "bun:sqlite";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -9,6 +10,7 @@ import { assert, run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
 import { checkConcurrency, concurrentHandles } from "../concurrency.js";
+import { localTransactionCases, sqliteOrders } from "../local-transactions.js";
 
 const started = Date.now();
 const dir = mkdtempSync(join(tmpdir(), "idemkit-bun-"));
@@ -19,6 +21,8 @@ const cases = [
   ...conformanceCases(idemkit, () => idemkit.sqliteAdapter(new Database(":memory:"))).map(([n, f]) => [`bun:sqlite: ${n}`, f]),
   ...conformanceCases(idemkit, () => idemkit.sqliteAdapter(new Database(join(dir, `c${files++}.db`)))).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
   ...journalCases(idemkit, () => idemkit.sqliteAdapter(new Database(join(dir, `j${files++}.db`)), { table: "idemkit_journal" })).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
+  ...localTransactionCases(idemkit, () => sqliteOrders(idemkit, new Database(":memory:"))).map(([n, f]) => [`bun:sqlite: ${n}`, f]),
+  ...localTransactionCases(idemkit, () => sqliteOrders(idemkit, new Database(join(dir, `l${files++}.db`)))).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
   ["bun:sqlite: the adapter sets a busy timeout (bun's default is none) and runs WAL with synchronous=FULL", async () => {
     const db = new Database(join(dir, "durable.db"));
     const value = (name) => Object.values(db.prepare(`PRAGMA ${name}`).get())[0];

@@ -1,5 +1,6 @@
-// Deno: the conformance suite over Deno KV (and the memory adapter), then 50
-// concurrent handle calls on one Deno KV database. Run with
+// Deno: the conformance suite over Deno KV (and the memory adapter), the
+// local-transaction cases over the memory adapter and their refusal over Deno KV
+// (no updateWith), then 50 concurrent handle calls on one Deno KV database. Run with
 // `deno run --unstable-kv --allow-read=. --allow-write=<tmp> test/deno/run.js`
 // (the package itself needs no permission: its .wasm is embedded).
 import * as idemkit from "idemkit";
@@ -8,6 +9,7 @@ import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
 import { checkConcurrency, concurrentHandles } from "../concurrency.js";
 import { legacyRowsAreCollected } from "../gc-legacy.js";
+import { localTransactionCases, localUnsupportedCases, memoryOrders, ordersWithout } from "../local-transactions.js";
 
 const started = Date.now();
 const kvs = [];
@@ -22,6 +24,8 @@ const cases = [
   ...conformanceCases(idemkit, async () => idemkit.denoKvAdapter(await openKv())).map(([n, f]) => [`deno kv: ${n}`, f]),
   ...journalCases(idemkit, () => idemkit.memoryAdapter()).map(([n, f]) => [`memory: ${n}`, f]),
   ...journalCases(idemkit, async () => idemkit.denoKvAdapter(await openKv(), { prefix: ["journal"] })).map(([n, f]) => [`deno kv: ${n}`, f]),
+  ...localTransactionCases(idemkit, () => memoryOrders(idemkit)).map(([n, f]) => [`memory: ${n}`, f]),
+  ...localUnsupportedCases(idemkit, async () => ordersWithout(idemkit.denoKvAdapter(await openKv()))).map(([n, f]) => [`deno kv: ${n}`, f]),
   ["deno kv: values the previous adapter wrote (bare bytes, no GC key) are indexed by scan and collected", async () => {
     const kv = await openKv();
     const total = await legacyRowsAreCollected(idemkit, idemkit.denoKvAdapter(kv), async (id, record) => {

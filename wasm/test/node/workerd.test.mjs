@@ -15,7 +15,7 @@ let example;
 before(async () => {
   const t = Date.now();
   suite = miniflare(
-    [join(here, "..", "workerd", "conformance-worker.js"), join(here, "..", "harness.js"), join(here, "..", "conformance.js"), join(here, "..", "journal.js"), join(here, "..", "gc-legacy.js")],
+    [join(here, "..", "workerd", "conformance-worker.js"), join(here, "..", "harness.js"), join(here, "..", "conformance.js"), join(here, "..", "journal.js"), join(here, "..", "gc-legacy.js"), join(here, "..", "local-transactions.js")],
     { d1Databases: ["DB"], durableObjects: { SUITE: "Suite" } },
   );
   example = miniflare([join(wasmDir, "examples", "workers", "worker.js")], {
@@ -30,14 +30,21 @@ after(async () => {
   await example?.dispose();
 });
 
-for (const store of ["d1", "do"]) {
-  test(`workerd conformance over ${store === "d1" ? "D1" : "a Durable Object"}`, async () => {
-    const result = await (await suite.dispatchFetch(`http://suite/conformance/${store}`)).json();
-    for (const line of result.lines) console.log(`  ${line.split("\n")[0]}`);
-    assert.equal(result.failed, 0, result.lines.filter((l) => l.startsWith("not ok")).join("\n"));
-    assert.ok(result.passed >= 30, `ran ${result.passed} cases`);
-  });
+/** Runs a shared suite in the suite Worker (its `path`), prints each case, and expects at least `cases` passed, none failed. */
+async function suiteInWorkerd(path, cases) {
+  const result = await (await suite.dispatchFetch(`http://suite${path}`)).json();
+  for (const line of result.lines) console.log(`  ${line.split("\n")[0]}`);
+  assert.equal(result.failed, 0, result.lines.filter((l) => l.startsWith("not ok")).join("\n"));
+  assert.ok(result.passed >= cases, `ran ${result.passed} cases`);
 }
+
+for (const store of ["d1", "do"]) {
+  test(`workerd conformance over ${store === "d1" ? "D1" : "a Durable Object"}`, () => suiteInWorkerd(`/conformance/${store}`, 30));
+}
+
+test("workerd local transactions over D1: one batch, whose guard fails a refused compare-and-set and so rolls back the orders", () =>
+  suiteInWorkerd("/local/d1", 7));
+test("workerd local transactions over a Durable Object: one storage transaction", () => suiteInWorkerd("/local/do", 7));
 
 for (const store of ["d1", "do"]) {
   test(`workerd, ${store === "d1" ? "D1" : "a Durable Object"}: 50 concurrent handle calls with one key execute once`, async () => {

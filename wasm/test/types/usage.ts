@@ -12,7 +12,10 @@ import {
   randomKey,
   sqliteAdapter,
   createIdempotency,
+  d1Adapter,
   d1Schema,
+  denoKvAdapter,
+  durableObjectAdapter,
   d1Upgrade,
   decodeRecord,
   fingerprint,
@@ -27,6 +30,7 @@ import {
   type Claim,
   type GcReport,
   type Journal,
+  type LocalCompletion,
   type RecordView,
 } from "idemkit";
 
@@ -150,6 +154,62 @@ async function agent(db: { prepare(sql: string): unknown; exec(sql: string): unk
   void [slot, derived, done.outcome, status, wrong, sameJournal, classifyAttempt(result), randomKey()];
 }
 
+// Exactly once for local effects: each adapter's kind of local writes.
+interface BetterSqlite {
+  prepare(sql: string): { run(...params: unknown[]): { changes: number } };
+  exec(sql: string): unknown;
+}
+async function localEffects(db: BetterSqlite, d1: unknown, storage: unknown, kv: unknown): Promise<void> {
+  const orders = createIdempotency({ adapter: sqliteAdapter(db), operation: "orders.create", effect: "local", tenant: () => "acme" });
+  const claim = await orders.claim({ tenant: "acme", key: "k", body: "{}" });
+  if (claim.outcome === "execute") {
+    // The connection is the Database the adapter was given; the result is what local returned.
+    const done: LocalCompletion<(conn: BetterSqlite) => number> = await orders.completeWith(claim, { status: 201 }, (conn) =>
+      conn.prepare("INSERT INTO orders (id) VALUES (?)").run("o-1").changes,
+    );
+    const changes: number = done.result;
+    void changes;
+    void done.record.state;
+    // @ts-expect-error SQLite's local writes are a function of the connection, not statements
+    await orders.completeWith(claim, { status: 201 }, ["INSERT INTO orders (id) VALUES ('o-1')"]);
+  }
+  await orders.handle(new Request("https://x.test"), async (_request, execution) => {
+    const { record } = await execution.completeWith(new Response("{}", { status: 201 }), (conn) => conn.prepare("INSERT INTO orders (id) VALUES ('o-2')").run());
+    void record.response;
+    await execution.completeWith({ status: 201, body: "{}" }, () => 1);
+    return new Response(null);
+  });
+
+  const onD1 = createIdempotency({ adapter: d1Adapter(d1), operation: "orders.create", effect: "local", tenant: () => "acme" });
+  await onD1.handle(new Request("https://x.test"), async (_request, execution) => {
+    const { result } = await execution.completeWith({ status: 201 }, [{ bound: "statement" }]);
+    const batchResults: unknown[] = result;
+    void batchResults;
+    // @ts-expect-error D1's local writes are bound statements, not a function
+    await execution.completeWith({ status: 201 }, () => 1);
+    return new Response(null);
+  });
+
+  const onDurableObject = createIdempotency({ adapter: durableObjectAdapter(storage), operation: "o", effect: "local", tenant: () => "acme" });
+  await onDurableObject.handle(new Request("https://x.test"), async (_request, execution) => {
+    const { result } = await execution.completeWith({ status: 201 }, async (txn) => {
+      await txn.put("order:1", { sku: "kettle" });
+      return "order:1";
+    });
+    const key: string = result;
+    void key;
+    return new Response(null);
+  });
+
+  const onKv = createIdempotency({ adapter: denoKvAdapter(kv), operation: "o", effect: "local", tenant: () => "acme" });
+  const kvClaim = await onKv.claim({ tenant: "acme", key: "k" });
+  if (kvClaim.outcome === "execute") {
+    // @ts-expect-error Deno KV has no local writes: completeWith is local-unsupported
+    await onKv.completeWith(kvClaim, { status: 201 }, () => 1);
+  }
+}
+
+void localEffects;
 void text;
 void fp;
 void agent;

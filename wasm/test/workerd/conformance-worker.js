@@ -1,10 +1,13 @@
 // Runs the shared conformance suite inside workerd: over D1 in the Worker, and over
-// a Durable Object's storage inside the object.
+// a Durable Object's storage inside the object. The local-transaction cases run the
+// same way, with order rows in a D1 table (bound statements in the adapter's batch)
+// and in the object's storage (written through the adapter's transaction).
 import * as idemkit from "idemkit";
 import { run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
 import { legacyRowsAreCollected } from "../gc-legacy.js";
+import { localTransactionCases } from "../local-transactions.js";
 
 let tables = 0;
 
@@ -16,6 +19,35 @@ function slowHandler(count) {
     const { sku } = await request.json();
     await new Promise((resolve) => setTimeout(resolve, 50));
     return Response.json({ order: "o-1", sku }, { status: 201 });
+  };
+}
+
+/** Orders in their own D1 table, inserted by statements the adapter batches with its compare-and-set. */
+async function d1Orders(db, n) {
+  const table = `orders_${n}`;
+  await db.prepare(`CREATE TABLE ${table} (id TEXT PRIMARY KEY NOT NULL)`).run();
+  return {
+    adapter: idemkit.d1Adapter(db, { table: `local_records_${n}` }),
+    insertOrders: (ids) => ids.map((id) => db.prepare(`INSERT INTO ${table} (id) VALUES (?)`).bind(id)),
+    orders: async () => (await db.prepare(`SELECT id FROM ${table} ORDER BY id`).all()).results.map((row) => row.id),
+    inserted: (results) => results.reduce((sum, result) => sum + result.meta.changes, 0),
+  };
+}
+
+/** Orders under their own prefix of a Durable Object's storage, put through the adapter's transaction. */
+function durableObjectOrders(storage, n) {
+  const prefix = `orders${n}:`;
+  return {
+    adapter: idemkit.durableObjectAdapter(storage, { prefix: `local${n}:` }),
+    insertOrders: (ids) => async (txn) => {
+      for (const id of ids) {
+        if ((await txn.get(prefix + id)) !== undefined) throw new Error(`order ${id} exists`);
+        await txn.put(prefix + id, { id });
+      }
+      return ids.length;
+    },
+    orders: async () => [...(await storage.list({ prefix })).keys()].map((key) => key.slice(prefix.length)),
+    inserted: (n) => n,
   };
 }
 
@@ -96,7 +128,10 @@ export default {
       const cases = [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)];
       return Response.json(await run(cases));
     }
-    if (pathname === "/conformance/do" || pathname.startsWith("/race/do") || pathname === "/gc/do-legacy") {
+    if (pathname === "/local/d1") {
+      return Response.json(await run(localTransactionCases(idemkit, () => d1Orders(env.DB, tables++))));
+    }
+    if (pathname === "/conformance/do" || pathname === "/local/do" || pathname.startsWith("/race/do") || pathname === "/gc/do-legacy") {
       return env.SUITE.get(env.SUITE.idFromName("suite")).fetch(request);
     }
     if (pathname === "/race/d1") {
@@ -135,6 +170,9 @@ export class Suite {
         this.storage.put(prefix + id, { record, version: 1 }),
       );
       return Response.json(total);
+    }
+    if (pathname === "/local/do") {
+      return Response.json(await run(localTransactionCases(idemkit, () => durableObjectOrders(this.storage, this.prefixes++))));
     }
     const make = () => idemkit.durableObjectAdapter(this.storage, { prefix: `case${this.prefixes++}:` });
     const cases = [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)];
