@@ -51,8 +51,13 @@ pub use codec::{DecodeError, FORMAT_VERSION, OLDEST_READABLE_FORMAT};
 /// [`StorePolicy::Definitive`](crate::machine::StorePolicy::Definitive)) means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EffectKind {
-    /// The mutation commits in the same transaction as the outcome: an attempt
-    /// whose lease expired did nothing durable, so another worker may take over.
+    /// The mutation is the service's own and commits in the same transaction
+    /// as the outcome: an attempt whose lease expired did nothing durable, so
+    /// another worker may take over. The store makes that true only when the
+    /// mutation is written through its local-transaction API (the `idemkit`
+    /// crate's `local` module: `complete_with` on redb, `complete_in` on
+    /// PostgreSQL); a Local mutation committed on its own, before the outcome,
+    /// runs again after a takeover (at least once).
     Local,
     /// A downstream system was (maybe) written: an expired lease or an
     /// unclassified failure becomes [`RecordState::Unknown`], never a silent

@@ -39,6 +39,14 @@
 //! a route declared [`RouteConfig::dispatches_only_through_steps`] whose record
 //! holds no step.
 //!
+//! **A Local route that writes the service's own database** completes its record
+//! itself, in the transaction that holds its write
+//! ([`Execution::complete_with`] on redb, `Execution::complete_in` on
+//! PostgreSQL; see [`crate::local`]): the layer then records nothing more and
+//! answers the stored response (what every retry replays), whatever the handler
+//! returns afterwards. Without it, a Local write and its outcome are two
+//! commits, and a crash between them runs the write again: at least once.
+//!
 //! **Timeout layers belong outside this layer.** A tower `TimeoutLayer` (or any
 //! layer that answers for the handler: load shedding, rate limiting) placed
 //! *inside* the idempotency layer answers 408/503 as if the handler had, while

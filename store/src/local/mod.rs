@@ -16,7 +16,7 @@
 //! | the records in | the business write | call |
 //! |---|---|---|
 //! | redb ([`Store::open`](crate::store::Store::open)) | your tables in the same redb database | [`ExecutionGuard::complete_with`]`(writes, response)`: `writes` runs inside the completion's write transaction (group-committed with the others: one fsync for both) |
-//! | PostgreSQL ([`Store::postgres`](crate::store::Store::postgres), feature `postgres`) | your tables in the same database | `ExecutionGuard::complete_in(&mut transaction, response)`: the completion's compare-and-set runs in your transaction, which you then commit |
+//! | PostgreSQL (`Store::postgres`, feature `postgres`) | your tables in the same database | `ExecutionGuard::complete_in(&mut transaction, response)`: the completion's compare-and-set runs in your transaction, which you then commit |
 //! | either, through the middleware | as above | [`Execution::complete_with`](crate::http::Execution::complete_with) / `Execution::complete_in`: the layer then answers the stored response instead of recording a second time |
 //!
 //! **When it is not exactly once.** A Local effect anywhere else (another
@@ -77,8 +77,11 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `redb.rs` | `complete_with` and its middleware twin, `Store::read_local` / `write_local` |
-//! | `postgres.rs` | `complete_in` (feature `postgres`) |
+//! | `redb.rs` | `complete_with`, `try_complete_with`, `Store::read_local` / `write_local` |
+//! | `postgres.rs` | `complete_in`, `try_complete_in` (feature `postgres`) |
+//!
+//! The middleware's twins ([`Execution::complete_with`](crate::http::Execution::complete_with),
+//! `Execution::complete_in`) are in `http/execution.rs`.
 
 #[cfg(feature = "postgres")]
 mod postgres;
