@@ -13,54 +13,24 @@
 //! - a Local write made *outside* the transaction runs again after a crash:
 //!   at least once, as `idemkit::local` documents.
 
+mod local_support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use idemkit::UnixMillis;
 use idemkit::adapters::memory::MemoryAdapter;
 use idemkit::clock::ManualClock;
-use idemkit::core::machine::{Policy, TransitionError};
-use idemkit::core::record::{EffectKind, StateName, StoredResponse};
+use idemkit::core::machine::TransitionError;
+use idemkit::core::record::{StateName, StoredResponse};
 use idemkit::local::LocalError;
 use idemkit::store::{Claim, ExecutionGuard, Store, WorkerError};
-use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+use local_support::{claim, created, guard, state};
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
 /// The service's own table: note id → text.
 const NOTES: TableDefinition<&str, &str> = TableDefinition::new("service.notes");
-
-fn scope() -> Scope {
-    Scope::new("acme", "notes.create").unwrap()
-}
-
-fn policy() -> Policy {
-    Policy::default()
-        .with_effect(EffectKind::Local)
-        .with_lease(Duration::from_secs(30))
-}
-
-fn claim(store: &Store, key: &str) -> Claim {
-    store
-        .claim(
-            &scope(),
-            &IdempotencyKey::new(key).unwrap(),
-            Fingerprint::from_bytes([9; 32]),
-            "worker",
-            &policy(),
-        )
-        .unwrap()
-}
-
-fn guard(claim: Claim) -> ExecutionGuard {
-    match claim {
-        Claim::Execute(guard) => guard,
-        other => panic!("expected Execute, got {other:?}"),
-    }
-}
-
-fn created(id: &str) -> StoredResponse {
-    StoredResponse::new(201, format!("{{\"id\":\"{id}\"}}").into_bytes())
-}
 
 /// The closure that writes note `id`, counting its runs in `runs`.
 fn write_note(
@@ -89,15 +59,6 @@ fn notes(store: &Store) -> Vec<String> {
         })
         .unwrap()
         .unwrap()
-}
-
-fn state(store: &Store, key: &str) -> StateName {
-    store
-        .get(&scope(), &IdempotencyKey::new(key).unwrap())
-        .unwrap()
-        .expect("the record exists")
-        .state
-        .name()
 }
 
 #[test]

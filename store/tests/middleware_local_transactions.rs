@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::Extension;
+use axum::response::IntoResponse;
 use axum::routing::post;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
@@ -34,6 +35,24 @@ fn app(store: &Store, handler: axum::routing::MethodRouter) -> Router {
         "/notes",
         handler.route_layer(IdempotencyLayer::new(store.clone(), route)),
     )
+}
+
+/// The app over `handler`, which gets the attempt number (0 first); and how
+/// many times it ran.
+fn counting_app<F, Fut>(store: &Store, handler: F) -> (Router, Arc<AtomicUsize>)
+where
+    F: Fn(Execution, usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output: IntoResponse> + Send + 'static,
+{
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let app = app(
+        store,
+        post(move |Extension(exec): Extension<Execution>| {
+            handler(exec, counted.fetch_add(1, Ordering::SeqCst))
+        }),
+    );
+    (app, runs)
 }
 
 struct Got {
@@ -89,20 +108,11 @@ async fn write_note(exec: &Execution) -> Result<(), LocalError<redb::Error>> {
 #[tokio::test]
 async fn the_layer_answers_and_replays_what_the_handler_committed() {
     let store = Store::in_memory().unwrap();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&runs);
-    let app = app(
-        &store,
-        post(move |Extension(exec): Extension<Execution>| {
-            let counted = Arc::clone(&counted);
-            async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                write_note(&exec).await.unwrap();
-                // What the handler returns after completing is not the answer.
-                (StatusCode::OK, "ignored")
-            }
-        }),
-    );
+    let (app, runs) = counting_app(&store, |exec, _| async move {
+        write_note(&exec).await.unwrap();
+        // What the handler returns after completing is not the answer.
+        (StatusCode::OK, "ignored")
+    });
     let first = send(&app, "k1").await;
     assert_eq!(first.status, 201);
     assert_eq!(first.body, br#"{"id":"note_1","text":"hello"}"#);
@@ -119,37 +129,28 @@ async fn the_layer_answers_and_replays_what_the_handler_committed() {
 #[tokio::test]
 async fn failing_writes_commit_nothing_and_the_handlers_500_releases() {
     let store = Store::in_memory().unwrap();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&runs);
-    let app = app(
-        &store,
-        post(move |Extension(exec): Extension<Execution>| {
-            let counted = Arc::clone(&counted);
-            async move {
-                let attempt = counted.fetch_add(1, Ordering::SeqCst);
-                let written = exec
-                    .complete_with(
-                        move |txn| -> Result<(), String> {
-                            txn.open_table(NOTES)
-                                .map_err(|e| e.to_string())?
-                                .insert("note_1", "hello")
-                                .map_err(|e| e.to_string())?;
-                            if attempt == 0 {
-                                return Err("the first attempt's writes fail".into());
-                            }
-                            Ok(())
-                        },
-                        created(),
-                    )
-                    .await;
-                match written {
-                    Ok(()) => (StatusCode::OK, String::new()),
-                    Err(LocalError::Writes(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e),
-                    Err(other) => panic!("expected the writes' error, got {other:?}"),
-                }
-            }
-        }),
-    );
+    let (app, runs) = counting_app(&store, |exec, attempt| async move {
+        let written = exec
+            .complete_with(
+                move |txn| -> Result<(), String> {
+                    txn.open_table(NOTES)
+                        .map_err(|e| e.to_string())?
+                        .insert("note_1", "hello")
+                        .map_err(|e| e.to_string())?;
+                    if attempt == 0 {
+                        return Err("the first attempt's writes fail".into());
+                    }
+                    Ok(())
+                },
+                created(),
+            )
+            .await;
+        match written {
+            Ok(()) => (StatusCode::OK, String::new()),
+            Err(LocalError::Writes(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e),
+            Err(other) => panic!("expected the writes' error, got {other:?}"),
+        }
+    });
     let first = send(&app, "k1").await;
     assert_eq!(first.status, 500);
     assert_eq!(first.body, b"the first attempt's writes fail");

@@ -14,45 +14,17 @@
 
 #![cfg(feature = "postgres")]
 
+mod local_support;
 mod pg_support;
 
 use std::time::Duration;
 
 use idemkit::adapters::postgres::{PgClock, PgStore};
-use idemkit::core::machine::{Policy, TransitionError};
-use idemkit::core::record::{EffectKind, StateName, StoredResponse};
+use idemkit::core::machine::TransitionError;
+use idemkit::core::record::StateName;
 use idemkit::local::LocalError;
 use idemkit::store::{Claim, ExecutionGuard, Store, WorkerError};
-use idemkit::{Fingerprint, IdempotencyKey, Scope};
-
-fn scope() -> Scope {
-    Scope::new("acme", "notes.create").unwrap()
-}
-
-fn policy() -> Policy {
-    Policy::default()
-        .with_effect(EffectKind::Local)
-        .with_lease(Duration::from_secs(30))
-}
-
-fn claim(store: &Store, key: &str) -> Claim {
-    store
-        .claim(
-            &scope(),
-            &IdempotencyKey::new(key).unwrap(),
-            Fingerprint::from_bytes([5; 32]),
-            "worker",
-            &policy(),
-        )
-        .unwrap()
-}
-
-fn guard(claim: Claim) -> ExecutionGuard {
-    match claim {
-        Claim::Execute(guard) => guard,
-        other => panic!("expected Execute, got {other:?}"),
-    }
-}
+use local_support::{claim, created, guard, state};
 
 /// A store in a fresh schema with the service's own `notes` table beside
 /// idemkit's, and the clock tests move.
@@ -82,19 +54,6 @@ fn notes(pg: &PgStore, schema: &str) -> Vec<String> {
         .iter()
         .map(|row| row.get(0))
         .collect()
-}
-
-fn state(store: &Store, key: &str) -> StateName {
-    store
-        .get(&scope(), &IdempotencyKey::new(key).unwrap())
-        .unwrap()
-        .expect("the record exists")
-        .state
-        .name()
-}
-
-fn created(id: &str) -> StoredResponse {
-    StoredResponse::new(201, format!("{{\"id\":\"{id}\"}}").into_bytes())
 }
 
 fn insert_note(txn: &mut postgres::Transaction<'_>, schema: &str, id: &str) {

@@ -273,9 +273,17 @@ impl Execution {
         T: Send + 'static,
         E: Send + 'static,
     {
-        let execution = self.clone();
-        let done =
-            tokio::task::spawn_blocking(move || execution.complete_locally(writes, response)).await;
+        let shared = Arc::clone(&self.shared);
+        let done = tokio::task::spawn_blocking(move || {
+            let mut slot = lock(&shared.guard);
+            let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
+            let value = guard.try_complete_with(writes, &response)?;
+            *lock(&shared.completed) = Some(response);
+            // Finished: dropping it writes nothing.
+            drop(slot.take());
+            Ok(value)
+        })
+        .await;
         match done {
             Ok(done) => done,
             // The handler's writes panicked: the panic is the handler's.
@@ -322,27 +330,6 @@ impl Execution {
         })?;
         *lock(&self.shared.completed) = Some(response);
         Ok(())
-    }
-
-    /// Runs `complete_with` on the guard in place; after `Ok` takes the guard
-    /// (finished) and keeps `response` for the layer to answer.
-    fn complete_locally<T, E, F>(
-        &self,
-        writes: F,
-        response: StoredResponse,
-    ) -> Result<T, LocalError<E>>
-    where
-        F: FnMut(&redb::WriteTransaction) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let mut slot = lock(&self.shared.guard);
-        let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
-        let value = guard.try_complete_with(writes, &response)?;
-        *lock(&self.shared.completed) = Some(response);
-        // Finished: dropping it writes nothing.
-        drop(slot.take());
-        Ok(value)
     }
 
     async fn with_guard<T: Send + 'static>(

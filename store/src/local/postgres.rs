@@ -12,7 +12,7 @@ use idemkit_core::{RecordId, UnixMillis};
 
 use super::LocalError;
 use crate::adapters::postgres::{PgError, PgStore};
-use crate::adapters::{AdapterError, FailureKind, Read, Stored, Version};
+use crate::adapters::{AdapterError, Read, Stored, Version};
 use crate::store::{ExecutionGuard, Seam};
 
 /// The engine's seam over a caller's transaction.
@@ -21,26 +21,12 @@ struct InTransaction<'a, 't> {
     txn: &'a mut postgres::Transaction<'t>,
 }
 
-/// An insert or a delete in the caller's transaction would break the token
-/// floor's ordering (its floor must commit before its delete), and a
-/// completion needs neither.
-fn only_updates() -> AdapterError {
-    AdapterError::new(
-        FailureKind::Failed,
-        "a completion in the caller's transaction only updates its record",
-    )
-}
-
 impl Seam for InTransaction<'_, '_> {
     fn get(&mut self, id: &RecordId) -> Result<Read, AdapterError> {
         let (mut read, now) = self.pg.read_on(self.txn, id)?;
         // The decision's time is the database's, read in this transaction.
         read.now = Some(now);
         Ok(read)
-    }
-
-    fn insert(&mut self, _: &RecordId, _: &Record) -> Result<Option<Version>, AdapterError> {
-        Err(only_updates())
     }
 
     fn update(
@@ -55,10 +41,6 @@ impl Seam for InTransaction<'_, '_> {
             .pg
             .update_on(self.txn, id, read, next)?
             .map_err(|e| PgError::from_statement(&e))?)
-    }
-
-    fn delete(&mut self, _: &RecordId, _: &Stored) -> Result<bool, AdapterError> {
-        Err(only_updates())
     }
 }
 

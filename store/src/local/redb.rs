@@ -23,7 +23,7 @@ use redb::{ReadTransaction, WriteTransaction};
 
 use super::LocalError;
 use crate::adapters::redb::{LocalWrites, RedbAdapter, RedbError};
-use crate::adapters::{Adapter, AdapterError, FailureKind, Read, Stored, Version};
+use crate::adapters::{Adapter, AdapterError, Read, Stored, Version};
 use crate::store::{ExecutionGuard, Seam, StorageError, Store, WorkerError};
 
 /// What one run of the caller's closure gave.
@@ -95,22 +95,9 @@ struct WithLocalWrites<'a, T, E> {
     slot: &'a Slot<T, E>,
 }
 
-/// A completion only updates its record; anything else would commit the
-/// record without the caller's writes.
-fn only_updates() -> AdapterError {
-    AdapterError::new(
-        FailureKind::Failed,
-        "a completion with local writes only updates its record",
-    )
-}
-
 impl<T, E> Seam for WithLocalWrites<'_, T, E> {
     fn get(&mut self, id: &RecordId) -> Result<Read, AdapterError> {
         Adapter::get(self.adapter, id)
-    }
-
-    fn insert(&mut self, _: &RecordId, _: &Record) -> Result<Option<Version>, AdapterError> {
-        Err(only_updates())
     }
 
     fn update(
@@ -125,10 +112,6 @@ impl<T, E> Seam for WithLocalWrites<'_, T, E> {
             lock(self.slot).take();
         }
         Ok(answer?)
-    }
-
-    fn delete(&mut self, _: &RecordId, _: &Stored) -> Result<bool, AdapterError> {
-        Err(only_updates())
     }
 }
 

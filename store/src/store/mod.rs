@@ -252,8 +252,6 @@ impl Store {
 pub(crate) trait Seam {
     /// [`Adapter::get`].
     fn get(&mut self, id: &RecordId) -> Result<Read, AdapterError>;
-    /// [`Adapter::insert`].
-    fn insert(&mut self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError>;
     /// [`Adapter::update`].
     fn update(
         &mut self,
@@ -261,8 +259,25 @@ pub(crate) trait Seam {
         read: &Stored,
         next: &Record,
     ) -> Result<Option<Version>, AdapterError>;
-    /// [`Adapter::delete`].
-    fn delete(&mut self, id: &RecordId, read: &Stored) -> Result<bool, AdapterError>;
+    /// [`Adapter::insert`]; refused by a seam that only completes a record
+    /// (the default): writing it there would commit it without the caller's
+    /// writes.
+    fn insert(&mut self, _: &RecordId, _: &Record) -> Result<Option<Version>, AdapterError> {
+        Err(only_updates())
+    }
+    /// [`Adapter::delete`]; refused by a seam that only completes a record
+    /// (the default).
+    fn delete(&mut self, _: &RecordId, _: &Stored) -> Result<bool, AdapterError> {
+        Err(only_updates())
+    }
+}
+
+/// What a seam that only completes a record answers to an insert or delete.
+fn only_updates() -> AdapterError {
+    AdapterError::new(
+        crate::adapters::FailureKind::Failed,
+        "a completion with the caller's writes only updates its record",
+    )
 }
 
 impl Seam for &dyn Adapter {
