@@ -7,7 +7,9 @@
 //! - a handler whose writes fail gets the error, nothing is committed, and its
 //!   own 500 is recorded as usual (a Local 5xx releases: the retry runs again);
 //! - a handler that fails after completing still answers the stored response;
-//! - a second `complete_with` is refused.
+//! - a second `complete_with` is refused;
+//! - a body over the route's stored-response bound is answered once and not
+//!   kept: the retry gets 410 with the resource reference, never a second note.
 #![cfg(feature = "axum")]
 
 use std::sync::Arc;
@@ -29,8 +31,15 @@ use tower::ServiceExt;
 
 const NOTES: TableDefinition<&str, &str> = TableDefinition::new("service.notes");
 
+fn route() -> RouteConfig {
+    RouteConfig::new("notes.create", EffectKind::Local).principal(|_| Some("t".into()))
+}
+
 fn app(store: &Store, handler: axum::routing::MethodRouter) -> Router {
-    let route = RouteConfig::new("notes.create", EffectKind::Local).principal(|_| Some("t".into()));
+    app_on(store, route(), handler)
+}
+
+fn app_on(store: &Store, route: RouteConfig, handler: axum::routing::MethodRouter) -> Router {
     Router::new().route(
         "/notes",
         handler.route_layer(IdempotencyLayer::new(store.clone(), route)),
@@ -183,5 +192,42 @@ async fn a_handler_failing_after_its_completion_still_answers_the_stored_respons
     assert_eq!(first.status, 201);
     assert_eq!(first.body, br#"{"id":"note_1","text":"hello"}"#);
     assert_eq!(send(&app, "k1").await.status, 201);
+    assert_eq!(note_count(&store), 1);
+}
+
+#[tokio::test]
+async fn a_body_over_the_stored_bound_is_answered_once_and_the_retry_gets_410() {
+    let store = Store::in_memory().unwrap();
+    let app = app_on(
+        &store,
+        route().max_stored_response_bytes(8),
+        post(|Extension(exec): Extension<Execution>| async move {
+            let mut response = created();
+            response.resource_ref = Some("note_1".into());
+            exec.complete_with(
+                |txn| -> Result<(), redb::Error> {
+                    txn.open_table(NOTES)?.insert("note_1", "hello")?;
+                    Ok(())
+                },
+                response,
+            )
+            .await
+            .unwrap();
+        }),
+    );
+    let first = send(&app, "k1").await;
+    assert_eq!(first.status, 201);
+    assert_eq!(
+        first.body, br#"{"id":"note_1","text":"hello"}"#,
+        "answered whole once"
+    );
+    let retry = send(&app, "k1").await;
+    assert_eq!(
+        retry.status,
+        410,
+        "{}",
+        String::from_utf8_lossy(&retry.body)
+    );
+    assert!(String::from_utf8_lossy(&retry.body).contains("note_1"));
     assert_eq!(note_count(&store), 1);
 }

@@ -47,6 +47,8 @@ struct Shared {
     /// The response the handler completed the record with, in its own
     /// transaction ([`Execution::complete_with`]): what the layer answers.
     completed: Mutex<Option<StoredResponse>>,
+    /// The route's [`RouteConfig::max_stored_response_bytes`](super::RouteConfig::max_stored_response_bytes).
+    max_stored_body: usize,
     span: tracing::Span,
 }
 
@@ -88,7 +90,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Execution {
-    pub(crate) fn new(scope: Scope, guard: ExecutionGuard, span: tracing::Span) -> Self {
+    pub(crate) fn new(
+        scope: Scope,
+        guard: ExecutionGuard,
+        span: tracing::Span,
+        max_stored_body: usize,
+    ) -> Self {
         Execution {
             shared: Arc::new(Shared {
                 scope,
@@ -102,6 +109,7 @@ impl Execution {
                 nothing_dispatched: AtomicBool::new(false),
                 began_step: AtomicBool::new(false),
                 completed: Mutex::new(None),
+                max_stored_body,
                 span,
             }),
         }
@@ -260,7 +268,10 @@ impl Execution {
     /// for a Local route.
     ///
     /// After `Ok` the layer answers `response` (status, replayable headers and
-    /// body, exactly what a retry replays) whatever the handler returns. On
+    /// body, what a retry replays) whatever the handler returns. A body over
+    /// the route's [`max_stored_response_bytes`](super::RouteConfig::max_stored_response_bytes)
+    /// is answered this once and not kept, as for a response the layer records:
+    /// a retry then gets 410 `response-expired` with the resource reference. On
     /// `Err` nothing was committed and the lease is still held: the handler's
     /// response is recorded as usual (a 5xx releases a Local record).
     pub async fn complete_with<T, E, F>(
@@ -277,7 +288,8 @@ impl Execution {
         let done = tokio::task::spawn_blocking(move || {
             let mut slot = lock(&shared.guard);
             let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
-            let value = guard.try_complete_with(writes, &response)?;
+            let value =
+                guard.try_complete_with(writes, &kept(&response, shared.max_stored_body))?;
             *lock(&shared.completed) = Some(response);
             // Finished: dropping it writes nothing.
             drop(slot.take());
@@ -320,7 +332,7 @@ impl Execution {
         let mut slot = lock(&self.shared.guard);
         let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
         // Refused or failed: `txn` is dropped, which rolls it back.
-        guard.try_complete_in(&mut txn, &response)?;
+        guard.try_complete_in(&mut txn, &kept(&response, self.shared.max_stored_body))?;
         // Finished by the completion; from here on only the commit decides.
         drop(slot.take());
         txn.commit().map_err(|e| {
@@ -345,6 +357,16 @@ impl Execution {
         .await
         .map_err(|e| ExecutionError::Blocking(e.to_string()))?
     }
+}
+
+/// What is stored of `response`: without its body when that is over `max_body`
+/// bytes (status, headers and resource reference stay).
+fn kept(response: &StoredResponse, max_body: usize) -> StoredResponse {
+    let mut kept = response.clone();
+    if kept.body.as_ref().is_some_and(|body| body.len() > max_body) {
+        kept.body = None;
+    }
+    kept
 }
 
 impl fmt::Debug for Execution {

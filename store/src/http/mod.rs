@@ -872,7 +872,7 @@ where
     let _renewal = spawn_renewal(&guard, config.policy.lease, config.max_execution);
     let started = std::time::Instant::now();
     let log_ref = guard.log_ref();
-    let execution = Execution::new(scope, guard, span);
+    let execution = Execution::new(scope, guard, span, config.max_stored_response_bytes);
     parts.extensions.insert(execution.clone());
     let request = Request::from_parts(parts, Body::from(bytes));
 
