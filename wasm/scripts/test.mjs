@@ -8,6 +8,7 @@
 //   deno             conformance and journal suites over Deno KV + 50 concurrent calls
 //   bun              conformance and journal suites over bun:sqlite + 50 concurrent calls
 //   types            the hand-written index.d.ts against a strict TypeScript usage file
+//   bench            a smoke run of bench/overhead.mjs against the peer (bench/smoke.mjs)
 //
 // Any failure, and any runtime that cannot start, fails the run: nothing is skipped.
 import { spawnSync } from "node:child_process";
@@ -28,6 +29,7 @@ const suites = [
   ["node", process.execPath, ["--test", "--test-reporter=spec", "--test-concurrency=1", ...nodeTests]],
   ["deno", bin("deno"), ["run", "--unstable-kv", "--allow-read", "--allow-write", "--allow-env", "test/deno/run.js"]],
   ["bun", bin("bun"), ["run", "test/bun/run.js"]],
+  ["bench", process.execPath, ["bench/smoke.mjs"]],
 ];
 
 const summary = [];

@@ -1,0 +1,142 @@
+"""The npm package against @node-idempotency/core: a section of the benchmark report.
+
+Reads `results / "npm.json"`, the one JSON document `node wasm/bench/overhead.mjs`
+prints (issue #18, part 4), and renders it as markdown. Standard library only.
+
+    render(results) -> list[str]    the section's markdown lines ([] when npm.json is missing)
+    targets(results) -> list[(name, measured, needed, higher_is_better, what)]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SECTION = "## The npm package against @node-idempotency/core (Node)"
+
+# (key in results, label, the peer figure it is compared with, or None)
+ROWS = [
+    ("peer_fresh", "peer: onRequest + onResponse, new key", None),
+    ("peer_replay", "peer: onRequest, key already answered", None),
+    ("idemkit_claim_complete", "idemkit: claim + complete, new key", "peer_fresh"),
+    ("idemkit_replay", "idemkit: claim, key already answered (replay)", "peer_replay"),
+    ("idemkit_fingerprint", "idemkit: fingerprint alone", None),
+    ("idemkit_decode", "idemkit: decodeRecord into a JS view", None),
+    ("bare_handler", "bare fetch handler (no idempotency)", None),
+    ("handle_fresh", "idemkit: handle(), new key", None),
+    ("handle_replay", "idemkit: handle(), replay", None),
+]
+
+# The issue's targets: rate ratios against the peer, and what handle() adds.
+RATIO_NEED = 1.5
+HANDLE_REPLAY_NEED_US = 30.0
+HANDLE_FRESH_NEED_US = 50.0
+
+
+def _load(results: Path) -> dict | None:
+    p = Path(results) / "npm.json"
+    if not p.exists():
+        return None
+    return json.loads(p.read_text())
+
+
+def _num(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _fmt(x: float | None, unit: str = "", digits: int = 2) -> str:
+    if x is None:
+        return "—"
+    if abs(x) >= 100:
+        s = f"{x:,.0f}"
+    elif abs(x) >= 10:
+        s = f"{x:.1f}"
+    else:
+        s = f"{x:.{digits}f}"
+    return s + unit
+
+
+def _rate_ratio(doc: dict, name: str, peer: str) -> float | None:
+    res = doc.get("results", {})
+    a = _num(res.get(name, {}).get("ops_per_s"))
+    b = _num(res.get(peer, {}).get("ops_per_s"))
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _added(doc: dict, name: str) -> float | None:
+    res = doc.get("results", {})
+    a = _num(res.get(name, {}).get("mean_us"))
+    b = _num(res.get("bare_handler", {}).get("mean_us"))
+    return None if a is None or b is None else a - b
+
+
+def render(results: Path) -> list[str]:
+    doc = _load(results)
+    if doc is None:
+        return []
+    res = doc.get("results", {})
+    peer = doc.get("peer", {})
+    out = [
+        SECTION,
+        "",
+        f"One Node process ({doc.get('node', '?')}, {doc.get('cpu', '?')}), the same "
+        f"{doc.get('body_bytes', '?')}-byte JSON body on both sides, in-memory stores on both sides "
+        f"(`{peer.get('package', '@node-idempotency/core')}@{peer.get('version', '?')}` with "
+        f"`{peer.get('adapter', '?')}`; idemkit's `memoryAdapter`), "
+        f"{doc.get('seconds_per_measurement', '?')} s per figure. "
+        "Command: `npm --prefix wasm run build && npm --prefix wasm/bench ci && node wasm/bench/overhead.mjs`. "
+        "The peer is given the body parsed (`JSON.parse` counted in its figure), idemkit the bytes.",
+        "",
+        "| operation | mean µs | p50 µs | ops/s | against the peer (rate) | added to the bare handler |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, label, against in ROWS:
+        row = res.get(key)
+        if row is None:
+            out.append(f"| {label} | — | — | — | — | — |")
+            continue
+        r = _rate_ratio(doc, key, against) if against else None
+        vs = "—" if r is None else f"{r:.2f}× ({against})"
+        added = _added(doc, key) if key.startswith("handle_") else None
+        add = "—" if added is None else f"{added:+.1f} µs"
+        out.append(
+            f"| {label} | {_fmt(_num(row.get('mean_us')))} | {_fmt(_num(row.get('p50_us')))} "
+            f"| {_fmt(_num(row.get('ops_per_s')))} | {vs} | {add} |"
+        )
+    out.append("")
+    out.append("| target | measured | needed | verdict |")
+    out.append("|---|---:|---:|---|")
+    for name, measured, need, higher, what in targets(results):
+        unit = "×" if name.startswith("ratio") or "rate" in name else " µs"
+        if measured is None:
+            verdict = "not measured"
+        elif higher:
+            verdict = "met" if measured >= need else "**missed**"
+        else:
+            verdict = "met" if measured <= need else "**missed**"
+        m = "—" if measured is None else f"{measured:.2f}{unit}"
+        n = ("≥ " if higher else "≤ ") + f"{need:g}{unit}"
+        out.append(f"| {name}: {what} | {m} | {n} | {verdict} |")
+    out.append("")
+    return out
+
+
+def targets(results: Path) -> list[tuple[str, float | None, float, bool, str]]:
+    doc = _load(results)
+    if doc is None:
+        return [
+            ("npm fresh rate vs peer", None, RATIO_NEED, True, "idemkit claim+complete ÷ @node-idempotency/core onRequest+onResponse (ops/s)"),
+            ("npm replay rate vs peer", None, RATIO_NEED, True, "idemkit replayed claim ÷ @node-idempotency/core replayed onRequest (ops/s)"),
+            ("npm handle() added, replay", None, HANDLE_REPLAY_NEED_US, False, "µs handle() adds to a bare fetch handler on a replay (memory adapter)"),
+            ("npm handle() added, fresh", None, HANDLE_FRESH_NEED_US, False, "µs handle() adds to a bare fetch handler on a new key (memory adapter)"),
+        ]
+    return [
+        ("npm fresh rate vs peer", _rate_ratio(doc, "idemkit_claim_complete", "peer_fresh"), RATIO_NEED, True,
+         "idemkit claim+complete ÷ @node-idempotency/core onRequest+onResponse (ops/s)"),
+        ("npm replay rate vs peer", _rate_ratio(doc, "idemkit_replay", "peer_replay"), RATIO_NEED, True,
+         "idemkit replayed claim ÷ @node-idempotency/core replayed onRequest (ops/s)"),
+        ("npm handle() added, replay", _added(doc, "handle_replay"), HANDLE_REPLAY_NEED_US, False,
+         "µs handle() adds to a bare fetch handler on a replay (memory adapter)"),
+        ("npm handle() added, fresh", _added(doc, "handle_fresh"), HANDLE_FRESH_NEED_US, False,
+         "µs handle() adds to a bare fetch handler on a new key (memory adapter)"),
+    ]

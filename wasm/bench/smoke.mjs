@@ -1,0 +1,37 @@
+// Smoke run of overhead.mjs, so the benchmark cannot rot: run by `npm --prefix wasm test`
+// (scripts/test.mjs). Installs the peer (wasm/bench/package-lock.json, about a second)
+// when it is missing, runs the benchmark with a tiny BENCH_SECONDS and checks that it
+// prints one JSON document whose every figure is a positive number. No time is asserted.
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const benchDir = dirname(fileURLToPath(import.meta.url));
+if (!existsSync(join(benchDir, "node_modules", "@node-idempotency", "core", "package.json"))) {
+  execFileSync("npm", ["ci", "--no-audit", "--no-fund", "--loglevel=error"], { cwd: benchDir, stdio: "inherit" });
+}
+const out = execFileSync(process.execPath, [join(benchDir, "overhead.mjs")], {
+  env: { ...process.env, BENCH_SECONDS: "0.005" },
+  encoding: "utf8",
+});
+const doc = JSON.parse(out);
+assert.equal(doc.figure, "npm_overhead");
+assert.equal(doc.body_bytes, 750);
+assert.equal(doc.peer.version, "1.0.11");
+const names = ["peer_fresh", "peer_replay", "idemkit_claim_complete", "idemkit_replay", "idemkit_fingerprint",
+  "idemkit_decode", "bare_handler", "handle_fresh", "handle_replay"];
+assert.deepEqual(Object.keys(doc.results).sort(), [...names].sort());
+for (const name of names) {
+  for (const field of ["mean_us", "p50_us", "ops_per_s", "iterations"]) {
+    const value = doc.results[name][field];
+    assert.ok(typeof value === "number" && Number.isFinite(value) && value > 0, `${name}.${field} = ${value}`);
+  }
+}
+for (const name of ["ratio_fresh", "ratio_replay"]) {
+  assert.ok(Number.isFinite(doc.derived[name]) && doc.derived[name] > 0, `${name} = ${doc.derived[name]}`);
+}
+// An added time is a difference of two means: finite, but its sign is not a property of the code.
+for (const name of ["handle_fresh_added_us", "handle_replay_added_us"]) assert.ok(Number.isFinite(doc.derived[name]), name);
+console.log(`bench smoke: ${names.length} figures, ratios ${doc.derived.ratio_fresh} / ${doc.derived.ratio_replay}`);
