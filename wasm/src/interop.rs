@@ -26,8 +26,10 @@
 //! - breaker state: `{ state: "closed", failures }`, `{ state: "open", until }` or
 //!   `{ state: "half-open", probing }`.
 
+use core::cell::RefCell;
 use core::fmt::Display;
 use core::time::Duration;
+use std::collections::HashMap;
 
 use idemkit_core::client::{
     ActionStatus, AttemptClass, AttemptResult, BreakerConfig, BreakerState, RetryDecision,
@@ -241,11 +243,27 @@ pub fn token(value: u64) -> JsResult<FencingToken> {
     FencingToken::new(value).ok_or_else(|| argument("a fencing token is at least 1"))
 }
 
-fn get(obj: &JsValue, field: &str) -> JsResult<JsValue> {
-    Reflect::get(obj, &JsValue::from_str(field))
+/// Runs `f` with the JavaScript string of the property name `field`, made once per
+/// name and kept: a fresh `JsValue::from_str` for every property read or written
+/// decoded the name's UTF-8 in JavaScript each time, which was most of what a
+/// call across the boundary cost (`apply` reads and builds a dozen properties).
+fn with_key<R>(field: &'static str, f: impl FnOnce(&JsValue) -> R) -> R {
+    thread_local! {
+        static KEYS: RefCell<HashMap<&'static str, JsValue>> = RefCell::new(HashMap::new());
+    }
+    KEYS.with(|keys| {
+        let mut keys = keys.borrow_mut();
+        f(keys
+            .entry(field)
+            .or_insert_with(|| JsValue::from_str(field)))
+    })
 }
 
-fn get_millis(obj: &JsValue, field: &str) -> JsResult<Duration> {
+fn get(obj: &JsValue, field: &'static str) -> JsResult<JsValue> {
+    with_key(field, |key| Reflect::get(obj, key))
+}
+
+fn get_millis(obj: &JsValue, field: &'static str) -> JsResult<Duration> {
     get(obj, field)?
         .as_f64()
         .and_then(millis_from_f64)
@@ -257,7 +275,7 @@ fn get_millis(obj: &JsValue, field: &str) -> JsResult<Duration> {
         })
 }
 
-fn get_string(obj: &JsValue, field: &str, what: &str) -> JsResult<String> {
+fn get_string(obj: &JsValue, field: &'static str, what: &str) -> JsResult<String> {
     get(obj, field)?
         .as_string()
         .ok_or_else(|| argument(format!("{what}.{field} must be a string")))
@@ -376,13 +394,18 @@ pub fn stored_response(value: &JsValue) -> JsResult<StoredResponse> {
 }
 
 /// An optional member: `undefined` and `null` are both "absent".
-fn get_opt(obj: &JsValue, field: &str) -> JsResult<Option<JsValue>> {
+fn get_opt(obj: &JsValue, field: &'static str) -> JsResult<Option<JsValue>> {
     let value = get(obj, field)?;
     Ok((!value.is_null() && !value.is_undefined()).then_some(value))
 }
 
 /// An optional non-negative integer member no larger than `max`.
-fn get_opt_integer(obj: &JsValue, field: &str, what: &str, max: f64) -> JsResult<Option<u64>> {
+fn get_opt_integer(
+    obj: &JsValue,
+    field: &'static str,
+    what: &str,
+    max: f64,
+) -> JsResult<Option<u64>> {
     let Some(value) = get_opt(obj, field)? else {
         return Ok(None);
     };
@@ -636,13 +659,14 @@ impl ObjectBuilder {
         ObjectBuilder(Object::new())
     }
 
-    fn set(self, field: &str, value: impl Into<JsValue>) -> Self {
+    fn set(self, field: &'static str, value: impl Into<JsValue>) -> Self {
+        let value = value.into();
         // Defining a data property on a fresh plain object cannot fail.
-        let _ = Reflect::set(&self.0, &JsValue::from_str(field), &value.into());
+        let _ = with_key(field, |key| Reflect::set(&self.0, key, &value));
         self
     }
 
-    fn set_opt<T: Into<JsValue>>(self, field: &str, value: Option<T>) -> Self {
+    fn set_opt<T: Into<JsValue>>(self, field: &'static str, value: Option<T>) -> Self {
         match value {
             Some(v) => self.set(field, v),
             None => self.set(field, JsValue::NULL),
@@ -822,8 +846,8 @@ pub fn op(value: &JsValue) -> JsResult<Op> {
             .map_err(|_| argument(format!("{kind}: token must be a bigint fencing token")))?;
         self::token(token)
     };
-    let text = |field: &str| get_string(value, field, &kind);
-    let optional_text = |field: &str| -> JsResult<Option<String>> {
+    let text = |field: &'static str| get_string(value, field, &kind);
+    let optional_text = |field: &'static str| -> JsResult<Option<String>> {
         match get_opt(value, field)? {
             None => Ok(None),
             Some(v) => v
