@@ -431,8 +431,6 @@ export function createIdempotency(options) {
     const hasBody = request.body !== null;
     const body = await readBounded(request, maxBodyBytes);
     if (body === null) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
-    // The body was read once, here; the handler gets a request carrying those bytes.
-    const forwarded = hasBody ? new Request(request, { body }) : request;
     let fp;
     try {
       // A request without a Content-Type is fingerprinted as the configured kind.
@@ -456,7 +454,9 @@ export function createIdempotency(options) {
     }
     switch (held.outcome) {
       case "execute":
-        return execute(held, forwarded, handler, tenantId, key);
+        // The body was read once, above; the handler gets a request carrying those
+        // bytes (made only when it runs: a Request copy is not cheap).
+        return execute(held, hasBody ? new Request(request, { body }) : request, handler, tenantId, key);
       case "replay":
         return fromStored(held.response, { replayed: true });
       case "inFlight":
