@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
+use idemkit::adapters::postgres::{PgOptions, PgStore};
 use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
@@ -24,6 +25,9 @@ pub enum Backend {
     Sqlite,
     /// The disk's floor: each thread appends 128 bytes to its own file and fdatasyncs.
     Fsync,
+    /// One shared `idemkit::store::Store` over `PgStore` (`--postgres URL`), the
+    /// pool sized to the clients, in a fresh schema dropped after the run.
+    Postgres,
 }
 
 impl Backend {
@@ -34,6 +38,7 @@ impl Backend {
             Backend::Redb => "redb",
             Backend::Sqlite => "sqlite",
             Backend::Fsync => "fsync",
+            Backend::Postgres => "postgres",
         }
     }
 }
@@ -96,6 +101,13 @@ pub struct Args {
     /// Size of the hot key set.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pub hot_keys: u32,
+    /// The PostgreSQL server of `--backend postgres` (`postgres://user@host:port/db`).
+    #[arg(long, env = "IDEMKIT_TEST_POSTGRES_URL", hide_env_values = true)]
+    pub postgres: Option<String>,
+    /// `--backend postgres`: skip the pool's check of a connection (one empty
+    /// query) before each adapter call (`PgOptions::validate_connections = false`).
+    #[arg(long)]
+    pub no_validate: bool,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -149,6 +161,8 @@ impl Report {
             "other": self.other,
             "replay_p50_us": self.replay_latencies.quantile_us(0.50),
             "replay_p99_us": self.replay_latencies.quantile_us(0.99),
+            "validate_connections": (self.args.backend == Backend::Postgres)
+                .then_some(!self.args.no_validate),
         })
     }
 }
@@ -209,7 +223,21 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
     let barrier = Arc::new(Barrier::new(clients + 1));
 
     let mut handles = Vec::with_capacity(clients);
+    let mut pg_schema = None;
     match args.backend {
+        Backend::Postgres => {
+            let (pg, schema) = postgres_store(args)?;
+            let store = Store::postgres(pg.clone());
+            pg_schema = Some((pg, schema));
+            for c in 0..clients {
+                let store = store.clone();
+                let barrier = Arc::clone(&barrier);
+                let hot = args.keys.hot_set_of(c, args.hot_keys);
+                handles.push(std::thread::spawn(move || {
+                    store_client(&store, c, hot, &barrier, duration)
+                }));
+            }
+        }
         Backend::Redb => {
             let store = Store::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?;
             for c in 0..clients {
@@ -217,7 +245,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
                 let barrier = Arc::clone(&barrier);
                 let hot = args.keys.hot_set_of(c, args.hot_keys);
                 handles.push(std::thread::spawn(move || {
-                    redb_client(&store, c, hot, &barrier, duration)
+                    store_client(&store, c, hot, &barrier, duration)
                 }));
             }
         }
@@ -272,6 +300,16 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
     }
     report.elapsed = start.elapsed();
     report.ops = report.executed + report.replayed + report.other;
+    if let Some((pg, schema)) = pg_schema {
+        let dropped = pg
+            .connection()
+            .map_err(|e| err("postgres", e))
+            .and_then(|mut c| {
+                c.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+                    .map_err(|e| err("postgres drop schema", e))
+            });
+        first_error = first_error.or(dropped.err());
+    }
     if let Some(e) = first_error {
         return Err(e);
     }
@@ -288,7 +326,7 @@ fn key_for(client: usize, i: u64, hot: Option<u32>) -> String {
     }
 }
 
-fn redb_client(
+fn store_client(
     store: &Store,
     client: usize,
     hot: Option<u32>,
@@ -329,6 +367,28 @@ fn redb_client(
         r.lat.record(t.elapsed());
     }
     Ok(r)
+}
+
+/// A migrated `PgStore` in a fresh schema, its pool sized to the clients.
+fn postgres_store(args: &Args) -> Result<(PgStore, String), LoadError> {
+    let url = args.postgres.as_deref().ok_or_else(|| {
+        LoadError(
+            "--backend postgres needs --postgres URL (or IDEMKIT_TEST_POSTGRES_URL)".into(),
+        )
+    })?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let schema = format!("loadgen_{}_{nanos}", std::process::id());
+    let options = PgOptions {
+        schema: Some(schema.clone()),
+        pool_size: args.clients,
+        connect_timeout: Duration::from_secs(10),
+        validate_connections: !args.no_validate,
+        ..PgOptions::default()
+    };
+    let pg = PgStore::connect_with(url, options).map_err(|e| err("postgres connect", e))?;
+    Ok((pg, schema))
 }
 
 /// Creates the SQLite database: WAL, and the records table.

@@ -39,6 +39,29 @@ fn loadgen_arguments_parse() {
     assert_eq!(a.keys, Keys::Hot);
     let d = parse(&["--backend", "redb"]).unwrap();
     assert_eq!((d.clients, d.keys, d.dir), (1, Keys::Unique, None));
+    assert!(!d.no_validate);
+    let p = parse(&[
+        "--backend",
+        "postgres",
+        "--postgres",
+        "postgres://u@127.0.0.1:5432/db",
+        "--clients",
+        "16",
+        "--no-validate",
+    ])
+    .unwrap();
+    assert_eq!(p.backend, Backend::Postgres);
+    assert_eq!(p.postgres.as_deref(), Some("postgres://u@127.0.0.1:5432/db"));
+    assert_eq!((p.clients, p.no_validate), (16, true));
+}
+
+#[test]
+fn loadgen_postgres_without_a_url_says_how_to_give_one() {
+    let mut a = parse(&["--backend", "postgres", "--seconds", "0.1"]).unwrap();
+    // Whatever the environment holds (IDEMKIT_TEST_POSTGRES_URL is its default).
+    a.postgres = None;
+    let e = loadgen::run(&a).unwrap_err().to_string();
+    assert!(e.contains("--postgres URL"), "{e}");
 }
 
 #[test]
@@ -46,7 +69,7 @@ fn loadgen_rejects_bad_flags_clearly() {
     let cases: &[(&[&str], &str)] = &[
         (
             &["--backend", "mysql"],
-            "possible values: redb, sqlite, fsync",
+            "possible values: redb, sqlite, fsync, postgres",
         ),
         (&["--clients", "4"], "--backend"),
         (&["--backend", "redb", "--clients", "0"], "--clients"),
@@ -77,6 +100,7 @@ fn quick(backend: Backend, keys: Keys) -> serde_json::Value {
             Backend::Redb => "redb",
             Backend::Sqlite => "sqlite",
             Backend::Fsync => "fsync",
+            Backend::Postgres => unreachable!("tests/postgres_loadgen.rs"),
         },
         "--clients",
         "3",
