@@ -9,6 +9,9 @@
 # If PostgreSQL is not installed it is installed with apt-get (CI runs as root).
 # If the server cannot be started the script FAILS with the reason: the PostgreSQL
 # tests are never skipped silently.
+#
+# IDEMKIT_PG_SERVER_OPTIONS (default empty) adds server options, e.g.
+# "-c max_connections=200" for benches/postgres/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,7 +59,7 @@ as_pg "$PG_BIN/initdb" -D "$DATA" -A trust -U postgres >"$DATA.initdb.log" 2>&1 
 }
 rm -f "$DATA.initdb.log"
 if ! as_pg "$PG_BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 30 \
-    -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DATA" start >/dev/null; then
+    -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DATA ${IDEMKIT_PG_SERVER_OPTIONS:-}" start >/dev/null; then
   cat "$DATA/server.log" >&2 || true
   echo "with-postgres: FAIL: PostgreSQL did not start on 127.0.0.1:$PORT" >&2
   exit 1
