@@ -250,8 +250,13 @@ export function createIdempotency(options) {
     });
     held.record = current.record;
     held.version = current.version;
-    return { answer, record: wasm.decodeRecord(current.record), local: applied };
+    // `current`, not a decoded view: building the view is left to the callers that
+    // return one (handle's own completion, release and renewal discard it).
+    return { answer, current, local: applied };
   }
+
+  /** The JS view of the record a transition wrote. */
+  const viewOf = ({ current }) => wasm.decodeRecord(current.record);
 
   /**
    * A body over `maxStoredResponseBytes`, or one that would make the record larger
@@ -269,7 +274,7 @@ export function createIdempotency(options) {
         : decided;
     return transition(held, { op: "complete", response: kept }, fit, local);
   }
-  const complete = async (held, response) => (await completeHeld(held, response)).record;
+  const complete = async (held, response) => viewOf(await completeHeld(held, response));
 
   /**
    * `complete`, with the caller's local writes committed in the same transaction
@@ -281,13 +286,16 @@ export function createIdempotency(options) {
     if (local === undefined || local === null) {
       throw new IdemkitError("invalid-argument", "completeWith needs the local writes (without any, use complete)");
     }
-    const { record, local: applied } = await completeHeld(held, response, local);
-    return { record, result: applied.result };
+    const done = await completeHeld(held, response, local);
+    return { record: viewOf(done), result: done.local.result };
   }
-  const release = async (held) => (await transition(held, { op: "release" })).record;
-  const markUnknown = async (held, reason) =>
-    (await transition(held, { op: "markUnknown", reason: String(reason ?? "marked by worker") })).record;
-  const renew = async (held) => (await transition(held, { op: "renew" })).record;
+  // handle's own transitions (the *Held forms) discard the record: no view is built.
+  const releaseHeld = (held) => transition(held, { op: "release" });
+  const markUnknownHeld = (held, reason) => transition(held, { op: "markUnknown", reason: String(reason ?? "marked by worker") });
+  const renewHeld = (held) => transition(held, { op: "renew" });
+  const release = async (held) => viewOf(await releaseHeld(held));
+  const markUnknown = async (held, reason) => viewOf(await markUnknownHeld(held, reason));
+  const renew = async (held) => viewOf(await renewHeld(held));
 
   /**
    * Persists step `name` before it is dispatched. The provider key is the one an
@@ -307,7 +315,7 @@ export function createIdempotency(options) {
   }
 
   const completeStep = async (held, name, providerRef) =>
-    (await transition(held, { op: "completeStep", name: String(name), providerRef: providerRef ?? undefined })).record;
+    viewOf(await transition(held, { op: "completeStep", name: String(name), providerRef: providerRef ?? undefined }));
 
   /** Operator: settle an Unknown record. `applied` is the real response, or null if nothing happened. */
   async function resolve({ tenant: tenantId, key }, applied) {
@@ -499,7 +507,7 @@ export function createIdempotency(options) {
       if (stopped || clock() + wait > deadline) return;
       timer = setTimeout(() => {
         if (stopped || clock() > deadline) return;
-        pending = renew(held).then(
+        pending = renewHeld(held).then(
           () => schedule(every),
           (err) => {
             if (transientStoreError(err)) schedule(afterError);
@@ -608,7 +616,7 @@ export function createIdempotency(options) {
       if (completed !== null) return fromStored(completed, { replayed: false });
       // No response: nothing to replay. Local effects rolled back with the throw;
       // an external effect may have happened, so the outcome is unknown.
-      await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, `handler threw: ${err?.message ?? err}`)));
+      await settleQuietly(() => (effect === "local" ? releaseHeld(held) : markUnknownHeld(held, `handler threw: ${err?.message ?? err}`)));
       throw err;
     }
     await lease.stop();
@@ -618,7 +626,7 @@ export function createIdempotency(options) {
       return fromStored(completed, { replayed: false });
     }
     if (!(response instanceof Response)) {
-      await settleQuietly(() => (effect === "local" ? release(held) : markUnknown(held, "handler returned no Response")));
+      await settleQuietly(() => (effect === "local" ? releaseHeld(held) : markUnknownHeld(held, "handler returned no Response")));
       throw new IdemkitError("invalid-argument", "the handler must return a Response");
     }
     // The evidence that nothing was dispatched: the handler's word, or (on a route
@@ -630,20 +638,20 @@ export function createIdempotency(options) {
     if (disposition === "release") {
       // Asked for: the attempt had no effect. If the store fails, the lease expires
       // and the machine treats the record by its effect kind.
-      await settleQuietly(() => release(held));
+      await settleQuietly(() => releaseHeld(held));
     } else {
       try {
         if (disposition === "store") {
           const stored = recordedOf(response, body);
           try {
-            await withRetries(() => complete(held, stored));
+            await withRetries(() => completeHeld(held, stored));
           } catch (err) {
             // The store failed, not refused: leave an honest Unknown behind if it can.
-            if (transientStoreError(err)) await settleQuietly(() => withRetries(() => markUnknown(held, `status ${response.status} not recorded`)));
+            if (transientStoreError(err)) await settleQuietly(() => withRetries(() => markUnknownHeld(held, `status ${response.status} not recorded`)));
             throw err;
           }
         } else {
-          await withRetries(() => markUnknown(held, `status ${response.status}`));
+          await withRetries(() => markUnknownHeld(held, `status ${response.status}`));
         }
       } catch (err) {
         if (!(err instanceof IdemkitError)) throw err;
