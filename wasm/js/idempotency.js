@@ -85,11 +85,6 @@ function checkAdapter(adapter) {
   }
 }
 
-/** The `meta` of a write of `record`: its GC due time from core (null: never due). */
-function metaOf(record) {
-  return { gcDueAt: wasmCall(() => wasm.gcDueAt(record)) ?? null };
-}
-
 /** Wraps an adapter failure: the store could not be reached or refused the write. */
 function storeError(err) {
   if (err instanceof IdemkitError) return err;
@@ -190,8 +185,9 @@ export function createIdempotency(options) {
    * write's index meta: what `readDecideWrite` asks for.
    */
   function decideOn(current, op) {
-    const { write, ...answer } = wasmCall(() => wasm.apply(current?.record, op, policy, clock()));
-    return { write, answer, meta: write instanceof Uint8Array ? metaOf(write) : undefined };
+    // `writeGcDueAt` comes with a written record: no second decode for its meta.
+    const { write, writeGcDueAt, ...answer } = wasmCall(() => wasm.apply(current?.record, op, policy, clock()));
+    return { write, answer, meta: write instanceof Uint8Array ? { gcDueAt: writeGcDueAt ?? null } : undefined };
   }
 
   /** Claims: read, let core decide, insert-if-absent / CAS; loops on a lost race. */

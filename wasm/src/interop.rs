@@ -733,7 +733,8 @@ fn steps(record_steps: &[idemkit_core::record::Step]) -> Array {
 
 /// What `apply` decided, for JavaScript: `{ write, ... }` where `write` is the
 /// encoded record to put (`Uint8Array`: insert if none was read, else
-/// compare-and-set on the version read), `"delete"` (delete if the version read
+/// compare-and-set on the version read; then `writeGcDueAt` is its GC due time,
+/// as `gcDueAt` gives it), `"delete"` (delete if the version read
 /// is current), or `null` (write nothing), and the answer's fields:
 ///
 /// | op | fields |
@@ -746,7 +747,11 @@ fn steps(record_steps: &[idemkit_core::record::Step]) -> Array {
 pub fn decision(decision: &Decision, existing: Option<&Record>) -> JsResult<JsValue> {
     let out = match &decision.write {
         Write::Keep => ObjectBuilder::new().set("write", JsValue::NULL),
-        Write::Put(next) => ObjectBuilder::new().set("write", bytes(&next.encode())),
+        // With the record's GC due time for the adapter's index (`writeGcDueAt`),
+        // so JavaScript need not decode the bytes again to ask for it.
+        Write::Put(next) => ObjectBuilder::new()
+            .set("write", bytes(&next.encode()))
+            .set_opt("writeGcDueAt", gc_due_millis(next.gc_due_at())),
         Write::Delete => ObjectBuilder::new().set("write", "delete"),
     };
     let out = match &decision.answer {

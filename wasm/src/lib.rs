@@ -215,7 +215,7 @@ pub fn fingerprint_request(
 /// encoded bytes, or `undefined` when there is none) at `now`, under `policy`:
 /// core's one entry point, `machine::apply`.
 ///
-/// Returns `{ write, ...answer }` (see `interop::decision`): the adapter writes
+/// Returns `{ write, writeGcDueAt, ...answer }` (see `interop::decision`): the adapter writes
 /// `write` (a record: insert if nothing was read, else compare-and-set on the
 /// version read; `"delete"`: delete if that version is current; `null`:
 /// nothing) and only then acts on the answer. A refused transition (a stale
