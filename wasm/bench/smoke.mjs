@@ -24,7 +24,7 @@ const names = ["peer_fresh", "peer_replay", "idemkit_claim_complete", "idemkit_r
   "idemkit_decode", "bare_handler", "handle_fresh", "handle_replay"];
 assert.deepEqual(Object.keys(doc.results).sort(), [...names].sort());
 for (const name of names) {
-  for (const field of ["mean_us", "p50_us", "ops_per_s", "iterations"]) {
+  for (const field of ["mean_us", "p50_us", "ops_per_s", "cpu_us", "iterations"]) {
     const value = doc.results[name][field];
     assert.ok(typeof value === "number" && Number.isFinite(value) && value > 0, `${name}.${field} = ${value}`);
   }
