@@ -3,6 +3,7 @@
 //! - [`bodies`]: deterministic request bodies (three shapes, three sizes).
 //! - [`stats`]: per-operation latency samples and their quantiles.
 //! - [`fsync`]: the disk's floor, `write(128 bytes) + fdatasync`.
+//! - [`http_overhead`]: one axum handler served bare and behind the idempotency layer.
 //! - [`loadgen`]: the `idemkit-loadgen` clients (redb, SQLite, raw fsync).
 //! - [`scale`]: filling a store with many records fast, through the public API.
 //!
@@ -11,6 +12,7 @@
 
 pub mod bodies;
 pub mod fsync;
+pub mod http_overhead;
 pub mod loadgen;
 pub mod scale;
 pub mod stats;
