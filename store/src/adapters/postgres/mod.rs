@@ -24,6 +24,11 @@
 //!   the caller must not execute. Each statement runs in autocommit, so a statement
 //!   the server committed is durable (`synchronous_commit` as the server has it).
 //!
+//! - **one round trip per statement**: the per-record statements (the read, the
+//!   insert, the update, the clock) are sent typed (`query_typed`: parse, bind
+//!   and execute of the unnamed statement in one message batch), never prepared
+//!   first in a round trip of their own.
+//!
 //! The pool is `r2d2` over the synchronous `postgres` driver, because the
 //! adapter seam is synchronous; async services call the store from
 //! `spawn_blocking`, as they do over redb.
@@ -40,7 +45,7 @@ use std::time::Duration;
 use idemkit_core::record::Record;
 use idemkit_core::{IdempotencyKey, RecordId, Scope, UnixMillis};
 use postgres::NoTls;
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 use r2d2_postgres::PostgresConnectionManager;
 
 pub use clock::PgClock;
@@ -200,9 +205,9 @@ impl PgStore {
     ) -> Result<UnixMillis, PgError> {
         let (given, offset) = self.clock.params(caller_now);
         let row = conn
-            .query_one(
-                &format!("SELECT {}", clock::now_sql(1, 2)),
-                &[&given, &offset],
+            .query_typed_one(
+                &self.sql.select_now,
+                &[(&given, Type::INT8), (&offset, Type::INT8)],
             )
             .map_err(|e| fail(&e))?;
         let now: i64 = row.try_get(0).map_err(|e| clock_unreadable(&e))?;
@@ -260,14 +265,14 @@ impl PgStore {
         let (scope, key) = address(id)?;
         let (given, offset) = self.clock.params(None);
         let row = client
-            .query_one(
+            .query_typed_one(
                 &self.sql.select_at,
                 &[
-                    &scope.tenant(),
-                    &scope.operation(),
-                    &key.as_str(),
-                    &given,
-                    &offset,
+                    (&scope.tenant(), Type::TEXT),
+                    (&scope.operation(), Type::TEXT),
+                    (&key.as_str(), Type::TEXT),
+                    (&given, Type::INT8),
+                    (&offset, Type::INT8),
                 ],
             )
             .map_err(|e| fail(&e))?;
@@ -304,7 +309,7 @@ impl PgStore {
     ) -> Result<Option<Version>, PgError> {
         let row = Columns::of(id, record)?;
         let token = i64::try_from(record.last_token.get()).unwrap_or(i64::MAX);
-        match client.query_opt(&self.sql.insert, &row.params(&token)) {
+        match client.query_typed_opt(&self.sql.insert, &row.params(&token)) {
             Ok(row) => Ok(row.map(|row| version_of(&row)).transpose()?),
             Err(e) => lost_or_fail(&e),
         }
@@ -339,7 +344,7 @@ impl PgStore {
         let row = Columns::of(id, next)?;
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
         Ok(client
-            .execute(&self.sql.update, &row.params(&version))
+            .execute_typed(&self.sql.update, &row.params(&version))
             .map(|n| (n == 1).then(|| Version(read.version.0.saturating_add(1)))))
     }
 
@@ -684,18 +689,20 @@ impl Columns {
     }
 
     /// `$1`…`$9` of the INSERT and the UPDATE: the address, the derived columns,
-    /// the record, and `last` (the INSERT's token, the UPDATE's version read).
-    fn params<'a>(&'a self, last: &'a i64) -> [&'a (dyn ToSql + Sync); 9] {
+    /// the record, and `last` (the INSERT's token, the UPDATE's version read),
+    /// typed, so each statement is parsed, bound and run in one round trip
+    /// (`query_typed`: the unnamed statement, no separate prepare).
+    fn params<'a>(&'a self, last: &'a i64) -> [(&'a (dyn ToSql + Sync), Type); 9] {
         [
-            &self.tenant,
-            &self.operation,
-            &self.key,
-            &self.fingerprint,
-            &self.state,
-            &self.lease_expires_at,
-            &self.gc_due_at,
-            &self.record,
-            last,
+            (&self.tenant, Type::TEXT),
+            (&self.operation, Type::TEXT),
+            (&self.key, Type::TEXT),
+            (&self.fingerprint, Type::BYTEA),
+            (&self.state, Type::TEXT),
+            (&self.lease_expires_at, Type::INT8),
+            (&self.gc_due_at, Type::INT8),
+            (&self.record, Type::BYTEA),
+            (last, Type::INT8),
         ]
     }
 }

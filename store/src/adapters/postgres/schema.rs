@@ -69,6 +69,7 @@ pub(crate) struct Sql {
     /// when the record is absent: `$4` the caller's time (or NULL), `$5` the
     /// clock's offset.
     pub(crate) select_at: String,
+    pub(crate) select_now: String,
     pub(crate) update: String,
     pub(crate) delete: String,
 }
@@ -122,6 +123,7 @@ impl Sql {
                  ON r.tenant = $1 AND r.operation = $2 AND r.key = $3",
                 now = super::clock::now_sql(4, 5)
             ),
+            select_now: format!("SELECT {}", super::clock::now_sql(1, 2)),
             update: format!(
                 "UPDATE {records} SET fingerprint = $4, state = $5, lease_expires_at = $6, \
                  gc_due_at = $7, record = $8, version = version + 1 \
