@@ -95,11 +95,13 @@ impl Execution {
         guard: ExecutionGuard,
         span: tracing::Span,
         max_stored_body: usize,
+        log_ref: LogRef,
     ) -> Self {
+        debug_assert!(log_ref == guard.log_ref());
         Execution {
             shared: Arc::new(Shared {
                 scope,
-                log_ref: guard.log_ref(),
+                log_ref,
                 attempt: guard.attempt(),
                 token: guard.token(),
                 steps: guard.steps().to_vec(),

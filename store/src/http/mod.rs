@@ -714,15 +714,18 @@ where
         }
     };
 
+    // One log reference per execution (a blake3 key derivation): for the span,
+    // the Execution and the refusals below.
+    let log_ref = guard.log_ref();
     let span = tracing::info_span!(
         "idempotent",
         operation = %config.operation,
-        log_ref = %guard.log_ref(),
+        log_ref = %log_ref,
         attempt = guard.attempt(),
         fencing_token = guard.token().get(),
         provider_ref = tracing::field::Empty,
     );
-    execute(inner, store, config, scope, guard, parts, bytes, span.clone())
+    execute(inner, store, config, scope, guard, log_ref, parts, bytes, span.clone())
         .instrument(span)
         .await
 }
@@ -879,6 +882,7 @@ async fn execute<S, RB>(
     config: Arc<RouteConfig>,
     scope: Scope,
     guard: ExecutionGuard,
+    log_ref: idemkit_core::LogRef,
     mut parts: Parts,
     bytes: Bytes,
     span: tracing::Span,
@@ -894,8 +898,7 @@ where
 
     let _renewal = spawn_renewal(&guard, config.policy.lease, config.max_execution);
     let started = std::time::Instant::now();
-    let log_ref = guard.log_ref();
-    let execution = Execution::new(scope, guard, span, config.max_stored_response_bytes);
+    let execution = Execution::new(scope, guard, span, config.max_stored_response_bytes, log_ref);
     parts.extensions.insert(execution.clone());
     let request = Request::from_parts(parts, Body::from(bytes));
 
