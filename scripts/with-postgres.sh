@@ -3,7 +3,7 @@
 # IDEMKIT_TEST_POSTGRES_URL, runs the given command (default: the PostgreSQL tests),
 # and stops the server and deletes its data even when the command fails.
 #
-#     scripts/with-postgres.sh                      # the postgres_* tests
+#     scripts/with-postgres.sh                      # the postgres_* tests (and the loadgen's)
 #     scripts/with-postgres.sh cargo test -p idemkit --features postgres --test postgres_conformance
 #
 # If PostgreSQL is not installed it is installed with apt-get (CI runs as root).
@@ -74,6 +74,7 @@ if [ "$(id -u)" = 0 ]; then export IDEMKIT_TEST_PG_RUNAS=postgres; fi
 echo "with-postgres: PostgreSQL $("$PG_BIN/pg_ctl" --version | awk '{print $NF}') on 127.0.0.1:$PORT"
 
 if [ $# -eq 0 ]; then
+  cargo test -p idemkit-benches --locked --test postgres_loadgen -- --ignored
   set -- cargo test -p idemkit --features postgres --locked \
     --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
     --test postgres_latency --test postgres_appointments_two_instances \

@@ -1,0 +1,79 @@
+//! Smoke of `idemkit-loadgen --backend postgres` (issue #18, part 2): a fraction of
+//! a second with 2 clients against a real server, and its JSON line. Nothing is
+//! timed against a target.
+//!
+//! Ignored by a plain `cargo test --workspace` (no server there); the PostgreSQL
+//! block of scripts/test-all.sh runs it through scripts/with-postgres.sh with
+//! `-- --ignored`, and then it FAILS when IDEMKIT_TEST_POSTGRES_URL is unset or the
+//! server cannot be reached: it never passes vacuously.
+
+use std::process::Command;
+
+const URL_VAR: &str = "IDEMKIT_TEST_POSTGRES_URL";
+
+fn url() -> String {
+    std::env::var(URL_VAR).unwrap_or_else(|_| {
+        panic!(
+            "{URL_VAR} is not set: run this test through scripts/with-postgres.sh \
+             (it starts a throwaway server), or point {URL_VAR} at a server you own"
+        )
+    })
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/with-postgres.sh cargo test -p idemkit-benches --test postgres_loadgen -- --ignored"]
+fn postgres_loadgen_runs_two_clients_and_prints_its_json() {
+    let url = url();
+    for extra in [&[][..], &["--no-validate"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
+            .args(["--backend", "postgres", "--clients", "2", "--seconds", "0.3"])
+            .args(["--postgres", &url])
+            .args(extra)
+            .env_remove(URL_VAR)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["backend"], "postgres", "{v}");
+        assert_eq!(v["clients"], 2, "{v}");
+        assert_eq!(v["keys"], "unique", "{v}");
+        assert_eq!(v["validate_connections"], extra.is_empty(), "{v}");
+        let ops = v["ops"].as_u64().unwrap();
+        assert!(ops > 0, "{v}");
+        // Every op a new key, claimed and completed.
+        assert_eq!(v["executed"].as_u64(), Some(ops), "{v}");
+        for field in ["seconds", "ops_per_s", "p50_us", "p99_us"] {
+            assert!(v[field].as_f64().is_some_and(|x| x > 0.0), "{field}: {v}");
+        }
+    }
+    // The run's schema is dropped after it: none is left behind.
+    let out = Command::new("psql")
+        .args(["-X", "-At", &url, "-c"])
+        .arg("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'loadgen\\_%'")
+        .output();
+    if let Ok(out) = out
+        && out.status.success()
+    {
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/with-postgres.sh cargo test -p idemkit-benches --test postgres_loadgen -- --ignored"]
+fn postgres_loadgen_fails_clearly_on_an_unreachable_server() {
+    // The URL is required by the block; a server nobody listens on is refused.
+    let _ = url();
+    let out = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
+        .args(["--backend", "postgres", "--seconds", "0.1"])
+        .args(["--postgres", "postgres://postgres@127.0.0.1:1/postgres"])
+        .env_remove(URL_VAR)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("postgres connect"), "{err}");
+}
