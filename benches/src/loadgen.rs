@@ -5,9 +5,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+use idemkit::adapters::postgres::{PgOptions, PgStore};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::adapters::postgres::{PgOptions, PgStore};
 use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
@@ -372,9 +372,7 @@ fn store_client(
 /// A migrated `PgStore` in a fresh schema, its pool sized to the clients.
 fn postgres_store(args: &Args) -> Result<(PgStore, String), LoadError> {
     let url = args.postgres.as_deref().ok_or_else(|| {
-        LoadError(
-            "--backend postgres needs --postgres URL (or IDEMKIT_TEST_POSTGRES_URL)".into(),
-        )
+        LoadError("--backend postgres needs --postgres URL (or IDEMKIT_TEST_POSTGRES_URL)".into())
     })?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

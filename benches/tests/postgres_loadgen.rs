@@ -26,7 +26,14 @@ fn postgres_loadgen_runs_two_clients_and_prints_its_json() {
     let url = url();
     for extra in [&[][..], &["--no-validate"][..]] {
         let out = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
-            .args(["--backend", "postgres", "--clients", "2", "--seconds", "0.3"])
+            .args([
+                "--backend",
+                "postgres",
+                "--clients",
+                "2",
+                "--seconds",
+                "0.3",
+            ])
             .args(["--postgres", &url])
             .args(extra)
             .env_remove(URL_VAR)

@@ -51,7 +51,10 @@ fn loadgen_arguments_parse() {
     ])
     .unwrap();
     assert_eq!(p.backend, Backend::Postgres);
-    assert_eq!(p.postgres.as_deref(), Some("postgres://u@127.0.0.1:5432/db"));
+    assert_eq!(
+        p.postgres.as_deref(),
+        Some("postgres://u@127.0.0.1:5432/db")
+    );
     assert_eq!((p.clients, p.no_validate), (16, true));
 }
 
