@@ -36,7 +36,10 @@ fn start() -> (tokio::runtime::Runtime, SocketAddr, Bench) {
         .unwrap();
     let bench = Bench::new();
     let (addr, server) = runtime
-        .block_on(http_overhead::bind("127.0.0.1:0".parse().unwrap(), bench.clone()))
+        .block_on(http_overhead::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            bench.clone(),
+        ))
         .unwrap();
     runtime.spawn(server);
     (runtime, addr, bench)
@@ -61,7 +64,11 @@ fn bare_layered_and_replay_answer() {
     assert_eq!(status, 201);
     assert!(head.contains("idempotent-replayed: true"), "{head}");
     assert_eq!(again, first);
-    assert_eq!(bench.executions.load(Ordering::Relaxed), 2, "bare + one layered execution");
+    assert_eq!(
+        bench.executions.load(Ordering::Relaxed),
+        2,
+        "bare + one layered execution"
+    );
 
     // The layered route requires the key.
     let (status, _, _) = post(addr, "/layered", None, body);
@@ -71,7 +78,11 @@ fn bare_layered_and_replay_answer() {
 #[test]
 fn run_script_parses() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("http/run.sh");
-    let status = Command::new("bash").arg("-n").arg(&script).status().unwrap();
+    let status = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .status()
+        .unwrap();
     assert!(status.success(), "bash -n {}", script.display());
 }
 
@@ -103,7 +114,10 @@ fn fresh_script_keys_are_distinct() {
     assert!(completed > 0, "{text}");
     assert!(!text.contains("Non-2xx"), "{text}");
     let records = bench.store.list(None).unwrap().len();
-    assert!(records >= completed, "{records} records for {completed} requests: a key repeated");
+    assert!(
+        records >= completed,
+        "{records} records for {completed} requests: a key repeated"
+    );
     let executions = usize::try_from(bench.executions.load(Ordering::Relaxed)).unwrap();
     assert_eq!(executions, records, "every record executed once");
 }

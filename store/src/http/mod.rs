@@ -725,9 +725,19 @@ where
         fencing_token = guard.token().get(),
         provider_ref = tracing::field::Empty,
     );
-    execute(inner, store, config, scope, guard, log_ref, parts, bytes, span.clone())
-        .instrument(span)
-        .await
+    execute(
+        inner,
+        store,
+        config,
+        scope,
+        guard,
+        log_ref,
+        parts,
+        bytes,
+        span.clone(),
+    )
+    .instrument(span)
+    .await
 }
 
 /// Aborts the lease renewal when the execution ends or its future is dropped.
@@ -898,7 +908,13 @@ where
 
     let _renewal = spawn_renewal(&guard, config.policy.lease, config.max_execution);
     let started = std::time::Instant::now();
-    let execution = Execution::new(scope, guard, span, config.max_stored_response_bytes, log_ref);
+    let execution = Execution::new(
+        scope,
+        guard,
+        span,
+        config.max_stored_response_bytes,
+        log_ref,
+    );
     parts.extensions.insert(execution.clone());
     let request = Request::from_parts(parts, Body::from(bytes));
 
