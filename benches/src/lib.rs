@@ -3,6 +3,7 @@
 //! - [`bodies`]: deterministic request bodies (three shapes, three sizes).
 //! - [`stats`]: per-operation latency samples and their quantiles.
 //! - [`fsync`]: the disk's floor, `write(128 bytes) + fdatasync`.
+//! - [`instructions`]: claim + complete a fixed number of times, for callgrind.
 //! - [`loadgen`]: the `idemkit-loadgen` clients (redb, SQLite, raw fsync).
 //! - [`scale`]: filling a store with many records fast, through the public API.
 //!
@@ -11,6 +12,7 @@
 
 pub mod bodies;
 pub mod fsync;
+pub mod instructions;
 pub mod loadgen;
 pub mod scale;
 pub mod stats;
