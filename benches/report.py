@@ -32,6 +32,11 @@ SCALE_64_VS_1 = 20.0
 REDB_VS_SQLITE_64 = 10.0
 BIG_VS_SMALL = 1.5
 WASM_VS_CANONICALIZE = 1.0
+# Issue #18: instructions per claim + complete at most half of the count before it.
+INSTRUCTIONS_VS_BASELINE = 0.5
+# The sections of the second wave that live in their own modules, each with
+# render(results) -> lines and targets(results) -> [(name, measured, need, higher_is_better, what)].
+SECTION_MODULES = ["report_postgres", "report_http", "report_npm"]
 
 IMPLS = [
     ("serde_json_value", "serde_json → Value (parse only)"),
@@ -171,6 +176,10 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     big = stores[-1] if len(stores) > 1 else None
     gc = load(results, "gc.json")
     wasm = load(results, "wasm.json")
+    instructions = load(results, "instructions.json")
+    baseline_path = ROOT / "benches" / "callgrind" / "baseline.json"
+    baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else None
+    sections = section_modules()
     smoke = bool(meta.get("smoke", True))
     t = Targets()
     by_id = {r["id"]: r for r in crit}
@@ -219,6 +228,10 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     w("| GC while claims continue | `idemkit-latency --dir D gc --records N` | `gc.json` |")
     w("| wasm fingerprint in Node | `npm --prefix wasm run build && node wasm/bench/fingerprint.mjs` | `wasm.json` |")
     w("| idemkit proxy vs nginx | `benches/proxy/run.sh OUT.json` (wrk and nginx from Debian) | `proxy.json` |")
+    w("| instructions per claim + complete | `benches/callgrind/run.sh OUT.json` (valgrind from Debian) | `instructions.json` |")
+    w("| PostgreSQL vs a hand-written `INSERT … ON CONFLICT` | `benches/postgres/run.sh OUT.json` (PostgreSQL and pgbench from Debian) | `postgres.json` |")
+    w("| what the idempotency layer adds to a request | `benches/http/run.sh OUT.json` (wrk from Debian) | `http.json` |")
+    w("| the npm package vs `@node-idempotency/core` | `node wasm/bench/overhead.mjs` (after `npm --prefix wasm/bench ci`) | `npm.json` |")
     w("")
     w("Binaries: `cargo build --release -p idemkit-benches` → `target/release/idemkit-{loadgen,latency,bodies}`. "
       "Bodies are generated from a fixed seed (`benches/src/bodies.rs`, ported to JavaScript in the wasm "
@@ -297,8 +310,17 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
                "; **the issue asks for 10,000,000 records** (`IDEMKIT_BENCH_RECORDS=10000000`)"))
     t.check("wasm fingerprint / canonicalize + WebCrypto SHA-256 (Node, 64 KB)", wasm_min, WASM_VS_CANONICALIZE,
             True, "throughput, worst of the 3 shapes")
+    for clients in (1, 64):
+        now_, before = per_op(instructions, clients), per_op(baseline, clients)
+        t.check(f"instructions per claim + complete, {clients} client{'s' if clients > 1 else ''}, "
+                f"÷ before #18 ({(baseline or {}).get('commit', '?')})", ratio(now_, before),
+                INSTRUCTIONS_VS_BASELINE, False,
+                "callgrind, `benches/callgrind/run.sh` (the baseline: `benches/callgrind/baseline.json`)")
+    for module in sections:
+        for name, measured, need, higher, what in module.targets(results):
+            t.check(name, measured, need, higher, what)
 
-    w("## Targets (issue #7)")
+    w("## Targets (issues #7 and #18)")
     w("")
     w("| target | measured | needed | verdict | on |")
     w("|---|---|---|---|---|")
@@ -436,6 +458,9 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
                       f"{'met' if y is not None and y >= 1 else '**missed**'}.")
         w("")
 
+    if instructions:
+        render_instructions(w, instructions, baseline)
+
     if stores:
         f_app = scale["fsync_append"]["p50_us"]
         w("## Claim latency vs records in the store")
@@ -529,8 +554,16 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
             w(f"- Target (issue #15) a replay answered by the proxy faster than the upstream's own answer: "
               f"p50 {rx(r)} of the direct answer — {verdict(r, 1.0)}.")
         w("")
+    for module in sections:
+        lines = module.render(results)
+        if lines:
+            out.extend(lines)
+            if lines[-1] != "":
+                w("")
     missing = [n for n, v in [("criterion", crit), ("durable", durable), ("loadgen", loadgen),
-                              ("scale", stores), ("gc", gc), ("wasm", wasm), ("proxy", proxy)] if not v]
+                              ("scale", stores), ("gc", gc), ("wasm", wasm), ("proxy", proxy),
+                              ("instructions", instructions)] if not v]
+    missing += [m.__name__.removeprefix("report_") for m in sections if not m.render(results)]
     if missing:
         w("## Not measured in this run")
         w("")
@@ -546,6 +579,66 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
         w("")
     md_path.write_text("\n".join(out))
     svg_path.write_text(chart(fp_rows, loadgen, durable, smoke))
+
+
+def section_modules() -> list:
+    """The second wave's section modules (benches/report_*.py) that are present."""
+    import importlib
+
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    found = []
+    for name in SECTION_MODULES:
+        if (Path(here) / f"{name}.py").exists():
+            found.append(importlib.import_module(name))
+    return found
+
+
+def per_op(doc: dict | None, clients: int) -> float | None:
+    for run in (doc or {}).get("runs", []):
+        if run["clients"] == clients:
+            return run["instructions_per_op"]
+    return None
+
+
+def render_instructions(w, doc: dict, baseline: dict | None) -> None:
+    w("## Instructions per claim + complete (callgrind)")
+    w("")
+    w("`benches/callgrind/run.sh`: `idemkit-instructions` claims and completes new keys on a redb store "
+      "in /dev/shm under `valgrind --tool=callgrind`, twice, with N/2 and N operations; the figure is the "
+      "difference of the two totals ÷ N/2, so opening the store, the warm-up and thread start-up cancel "
+      "out. User-space instructions only (an fsync is a system call). Under callgrind threads take turns "
+      "on one core, so a group commit forms as on a busy machine. Unlike time on this VM, the count "
+      "repeats within 1 %.")
+    w("")
+    w(f"| clients | instructions per claim + complete | commits per operation | before #18 ({(baseline or {}).get('commit', '?')}) | now ÷ before |")
+    w("|---:|---:|---:|---:|---:|")
+    for run in doc["runs"]:
+        before = per_op(baseline, run["clients"])
+        w(f"| {run['clients']} | {run['instructions_per_op']:,} | {run['commits_per_op']:.3f} | "
+          f"{fmt(before)} | {rx(ratio(run['instructions_per_op'], before))} |")
+    w("")
+    win = doc.get("window")
+    if win:
+        w(f"Where one client's instructions go (the counted window alone, {win['ops']:,} operations, "
+          f"{win['commits']:,} commits, {win['instructions_per_op']:,} instructions per operation; inclusive "
+          "shares, so they overlap):")
+        w("")
+        w("| part | share |")
+        w("|---|---:|")
+        for name, share in win["shares"].items():
+            w(f"| {name} | {share:.1%} |")
+        w("")
+        w("<details><summary>top functions by own instructions</summary>")
+        w("")
+        w("| function | share |")
+        w("|---|---:|")
+        for row in win["top_self"]:
+            w(f"| `{row['function'].replace('|', '¦')}` | {row['share']:.1%} |")
+        w("")
+        w("</details>")
+        w("")
 
 
 # ---------------------------------------------------------------- chart

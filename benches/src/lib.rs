@@ -4,7 +4,8 @@
 //! - [`stats`]: per-operation latency samples and their quantiles.
 //! - [`fsync`]: the disk's floor, `write(128 bytes) + fdatasync`.
 //! - [`http_overhead`]: one axum handler served bare and behind the idempotency layer.
-//! - [`loadgen`]: the `idemkit-loadgen` clients (redb, SQLite, raw fsync).
+//! - [`instructions`]: claim + complete a fixed number of times, for callgrind.
+//! - [`loadgen`]: the `idemkit-loadgen` clients (redb, SQLite, PostgreSQL, raw fsync).
 //! - [`scale`]: filling a store with many records fast, through the public API.
 //!
 //! The criterion benchmarks are in `benches/`, the binaries in `src/bin/`, and
@@ -13,6 +14,7 @@
 pub mod bodies;
 pub mod fsync;
 pub mod http_overhead;
+pub mod instructions;
 pub mod loadgen;
 pub mod scale;
 pub mod stats;

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use redb::{
     Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, ReadableTable,
-    StorageBackend, TableHandle, WriteTransaction,
+    StorageBackend, TableHandle,
 };
 
 use super::error::{OpenError, RedbError};
 use super::group_commit::{CommitStats, GroupCommit};
+use super::records::InTxn;
 use super::tables::{
     FORMAT_VERSION, GC_DUE, LEASE_EXPIRY, MAGIC, META, META_FORMAT, META_MAGIC, RECORDS, UNKNOWN,
 };
@@ -134,7 +135,7 @@ impl Handle {
     /// run that was committed is returned.
     pub(crate) fn write_if_changed<T, E, F>(&self, mut f: F) -> Result<T, E>
     where
-        F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send + 'static,
+        F: FnMut(&mut InTxn<'_>) -> Result<(T, bool), E> + Send + 'static,
         T: Send + 'static,
         E: From<RedbError> + Send + 'static,
     {
@@ -148,10 +149,17 @@ impl Handle {
         // redb may panic on pages damaged after the integrity check at open; a
         // panic here must not take the caller down. Dropping the transaction
         // during the unwind aborts it, so nothing is written.
-        let decided =
-            catch_unwind(AssertUnwindSafe(|| f(&txn))).map_err(|payload| RedbError::Corrupt {
-                detail: panic_text(payload.as_ref()),
-            })?;
+        let decided = catch_unwind(AssertUnwindSafe(|| {
+            let mut in_txn = InTxn::new(&txn);
+            let decided = f(&mut in_txn);
+            if decided.is_ok() {
+                in_txn.close().map_err(E::from)?;
+            }
+            decided
+        }))
+        .map_err(|payload| RedbError::Corrupt {
+            detail: panic_text(payload.as_ref()),
+        })?;
         match decided {
             Ok((value, true)) => {
                 txn.commit().map_err(RedbError::from)?;
@@ -442,8 +450,8 @@ mod tests {
     const TEST: TableDefinition<&str, u64> = TableDefinition::new("group_commit_test");
 
     /// Writes `key` = 1 + the number of keys already written; answers that number.
-    fn put(txn: &WriteTransaction, key: &str) -> Result<u64, RedbError> {
-        let mut table = txn.open_table(TEST)?;
+    fn put(in_txn: &InTxn<'_>, key: &str) -> Result<u64, RedbError> {
+        let mut table = in_txn.txn().open_table(TEST)?;
         let n = table.len()? + 1;
         table.insert(key, n)?;
         Ok(n)
@@ -479,9 +487,9 @@ mod tests {
         let (go, go_rx) = mpsc::channel::<()>();
         let h = Arc::clone(handle);
         let leader = std::thread::spawn(move || {
-            h.write_if_changed(move |txn| {
+            h.write_if_changed(move |in_txn| {
                 let n = match key {
-                    Some(key) => put(txn, key)?,
+                    Some(key) => put(in_txn, key)?,
                     None => 0,
                 };
                 let _ = started_tx.send(());
@@ -497,7 +505,7 @@ mod tests {
     /// queue in the order they are started.
     fn follower<T: Send + 'static>(
         handle: &Arc<Handle>,
-        f: impl FnMut(&WriteTransaction) -> Result<(T, bool), RedbError> + Send + 'static,
+        f: impl FnMut(&mut InTxn<'_>) -> Result<(T, bool), RedbError> + Send + 'static,
     ) -> JoinHandle<Result<T, RedbError>> {
         let before = group(handle).waiting();
         let h = Arc::clone(handle);

@@ -85,6 +85,7 @@ use redb::{Database, Durability, WriteTransaction};
 
 use super::db::panic_text;
 use super::error::RedbError;
+use super::records::InTxn;
 
 /// The most operations one group transaction decides.
 pub(crate) const MAX_BATCH: usize = 256;
@@ -163,7 +164,7 @@ impl GroupCommit {
     /// durable (or nothing was written). See the module documentation.
     pub(crate) fn write<F, T, E>(&self, db: &Database, f: F) -> Result<T, E>
     where
-        F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send + 'static,
+        F: FnMut(&mut InTxn<'_>) -> Result<(T, bool), E> + Send + 'static,
         T: Send + 'static,
         E: From<RedbError> + Send + 'static,
     {
@@ -248,8 +249,10 @@ impl GroupCommit {
             count(&self.counters.transactions, 1);
             let mut wrote = false;
             let mut failed = None;
+            // idemkit's tables are opened once for the whole group (see `InTxn`).
+            let mut in_txn = InTxn::new(&txn);
             for (i, job) in jobs.iter_mut().enumerate() {
-                match job.run(&txn) {
+                match job.run(&mut in_txn) {
                     Ran::Decided { wrote: w } => wrote |= w,
                     Ran::Failed => {
                         failed = Some(i);
@@ -260,11 +263,16 @@ impl GroupCommit {
             if let Some(i) = failed {
                 // Nothing of this transaction may survive: not the failed job's
                 // partial writes, not the others' (they run again below).
+                drop(in_txn);
                 abort_quietly(txn);
                 let mut job = jobs.remove(i);
                 job.deliver();
                 count(&self.counters.reruns, i);
                 continue;
+            }
+            if let Err(e) = guarded(|| in_txn.close()) {
+                abort_quietly(txn);
+                return fail_all(jobs, e);
             }
             let ended = if wrote { commit(txn) } else { abort(txn) };
             match ended {
@@ -358,8 +366,8 @@ enum Ran {
 
 /// One caller's closure and answer, type-erased so one queue holds them all.
 trait Job: Send {
-    /// Runs the closure in `txn`, keeping its answer until delivery.
-    fn run(&mut self, txn: &WriteTransaction) -> Ran;
+    /// Runs the closure in the group's transaction, keeping its answer until delivery.
+    fn run(&mut self, in_txn: &mut InTxn<'_>) -> Ran;
     /// Hands the kept answer to the caller.
     fn deliver(&mut self);
     /// Answers the caller with `error` instead.
@@ -376,13 +384,13 @@ struct Pending<F, T, E> {
 
 impl<F, T, E> Job for Pending<F, T, E>
 where
-    F: FnMut(&WriteTransaction) -> Result<(T, bool), E> + Send,
+    F: FnMut(&mut InTxn<'_>) -> Result<(T, bool), E> + Send,
     T: Send,
     E: From<RedbError> + Send,
 {
-    fn run(&mut self, txn: &WriteTransaction) -> Ran {
+    fn run(&mut self, in_txn: &mut InTxn<'_>) -> Ran {
         let f = &mut self.f;
-        let (result, ran) = match catch_unwind(AssertUnwindSafe(|| f(txn))) {
+        let (result, ran) = match catch_unwind(AssertUnwindSafe(|| f(in_txn))) {
             Ok(Ok((value, wrote))) => (Ok(value), Ran::Decided { wrote }),
             Ok(Err(e)) => (Err(e), Ran::Failed),
             Err(payload) => (

@@ -281,17 +281,11 @@ impl RedbAdapter {
         local: Option<LocalWrites>,
     ) -> Result<Vec<Option<Version>>, RedbError> {
         self.injected_failure()?;
-        self.handle.write_if_changed(move |txn| {
-            let before = Floors::read(txn)?;
-            let mut floors = before;
-            let mut tables = Tables::open(txn)?;
+        self.handle.write_if_changed(move |in_txn| {
+            let (tables, floors) = in_txn.tables()?;
             let mut answers = Vec::with_capacity(writes.len());
             for write in &writes {
-                answers.push(apply(&mut tables, &mut floors, write)?);
-            }
-            drop(tables);
-            if floors != before {
-                floors.write(txn)?;
+                answers.push(apply(tables, floors, write)?);
             }
             let all_applied = answers.iter().all(Option::is_some);
             if let Some(local) = &local
@@ -300,7 +294,7 @@ impl RedbAdapter {
                 // A poisoned lock: the caller's closure panicked in an earlier
                 // run, whose transaction was aborted; it is the caller's to run again.
                 let mut local = local.lock().unwrap_or_else(PoisonError::into_inner);
-                (*local)(txn)?;
+                (*local)(in_txn.txn())?;
                 return Ok((answers, true));
             }
             let wrote = answers.iter().any(Option::is_some);
