@@ -6,6 +6,10 @@
 #   scripts/bench-all.sh                        # the full run (run it on a quiet machine)
 #   IDEMKIT_BENCH_SMOKE=1 scripts/bench-all.sh  # a few minutes, tiny sizes: checks it all runs
 #
+# Besides cargo, node and npm it uses Debian's valgrind, PostgreSQL + pgbench, wrk
+# and nginx (each script installs what it misses with apt-get when run as root);
+# a figure whose tool is missing is listed in benches/results/skipped.txt.
+#
 # Knobs: IDEMKIT_BENCH_RECORDS (big store, default 10000000), IDEMKIT_BENCH_DIR (the disk measured, default target/bench-tmp),
 # IDEMKIT_BENCH_SECONDS (per loadgen point, default 5), IDEMKIT_BENCH_CLIENTS (default "1 4 16 64"),
 # IDEMKIT_BENCH_CACHE (filled stores kept between runs, default target/bench-cache),
@@ -90,6 +94,35 @@ elif command -v npm >/dev/null && [ "${IDEMKIT_BENCH_BUILD_WASM:-1}" = 1 ] \
   BENCH_SECONDS=$WASM_SECONDS node wasm/bench/fingerprint.mjs >"$OUT/wasm.json"
 else
   echo "wasm: no node/npm or the package could not be built (npm --prefix wasm run build)" >>"$OUT/skipped.txt"
+fi
+
+step "instructions per claim + complete (callgrind)"
+if [ "$SMOKE" = 1 ]; then CALLGRIND_OPS=256; else CALLGRIND_OPS=4000; fi
+if ! BENCH_OPS=$CALLGRIND_OPS benches/callgrind/run.sh "$OUT/instructions.json"; then
+  echo "instructions: benches/callgrind/run.sh failed (valgrind comes from Debian)" >>"$OUT/skipped.txt"
+fi
+
+step "PostgreSQL: idemkit-loadgen vs pgbench (same server, same run)"
+if [ "$SMOKE" = 1 ]; then PG_SECONDS=1 PG_ROUNDS=1; else PG_SECONDS=5 PG_ROUNDS=3; fi
+if ! BENCH_SECONDS=$PG_SECONDS BENCH_ROUNDS=$PG_ROUNDS IDEMKIT_LOADGEN=$BIN/idemkit-loadgen \
+  benches/postgres/run.sh "$OUT/postgres.json" >&2; then
+  echo "postgres: benches/postgres/run.sh failed (PostgreSQL and pgbench come from Debian)" >>"$OUT/skipped.txt"
+fi
+
+step "what the idempotency layer adds to a request (wrk)"
+if [ "$SMOKE" = 1 ]; then HTTP_SECONDS=1 HTTP_ROUNDS=1; else HTTP_SECONDS=5 HTTP_ROUNDS=3; fi
+if ! BENCH_SECONDS=$HTTP_SECONDS BENCH_ROUNDS=$HTTP_ROUNDS benches/http/run.sh "$OUT/http.json" >&2; then
+  echo "http: benches/http/run.sh failed (wrk comes from Debian)" >>"$OUT/skipped.txt"
+fi
+
+step "the npm package vs @node-idempotency/core (Node)"
+if command -v node >/dev/null && [ -f wasm/pkg/package.json ] \
+  && { [ -d wasm/bench/node_modules/@node-idempotency/core ] || npm --prefix wasm/bench ci >&2; } \
+  && BENCH_SECONDS=$WASM_SECONDS node wasm/bench/overhead.mjs >"$OUT/npm.json"; then
+  :
+else
+  rm -f "$OUT/npm.json"
+  echo "npm: wasm/bench/overhead.mjs did not run (needs the built package: npm --prefix wasm run build)" >>"$OUT/skipped.txt"
 fi
 
 step "idemkit proxy vs nginx under wrk"
