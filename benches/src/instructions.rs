@@ -17,6 +17,8 @@ use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
+use crate::loadgen::{LoadError, err};
+
 /// Command-line arguments of `idemkit-instructions`.
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -50,28 +52,12 @@ pub struct Counted {
     pub commits: u64,
 }
 
-/// An error of the run, with what failed.
-#[derive(Debug)]
-pub struct RunError(pub String);
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RunError {}
-
-fn err(context: &str, e: impl std::fmt::Display) -> RunError {
-    RunError(format!("{context}: {e}"))
-}
-
 /// Runs the warm-up and then the counted window.
 ///
 /// # Errors
 ///
 /// The store could not be opened or an operation failed or did not execute.
-pub fn run(args: &Args) -> Result<Counted, RunError> {
+pub fn run(args: &Args) -> Result<Counted, LoadError> {
     let base = match &args.dir {
         Some(d) => {
             std::fs::create_dir_all(d).map_err(|e| err("--dir", e))?;
@@ -102,7 +88,7 @@ pub fn run(args: &Args) -> Result<Counted, RunError> {
 /// The counted window: `clients` threads, `ops` claim + complete each. Never
 /// inlined, so callgrind can toggle collection on its name.
 #[inline(never)]
-pub fn measured_window(store: &Store, clients: usize, ops: u64) -> Result<u64, RunError> {
+pub fn measured_window(store: &Store, clients: usize, ops: u64) -> Result<u64, LoadError> {
     let barrier = Arc::new(Barrier::new(clients));
     let mut handles = Vec::with_capacity(clients.saturating_sub(1));
     for c in 1..clients {
@@ -118,13 +104,13 @@ pub fn measured_window(store: &Store, clients: usize, ops: u64) -> Result<u64, R
     for h in handles {
         total += h
             .join()
-            .map_err(|_| RunError("a client panicked".into()))??;
+            .map_err(|_| LoadError("a client panicked".into()))??;
     }
     Ok(total)
 }
 
 /// Client `client`'s claim + complete of `n` new keys, from `first` on.
-fn ops_of_client(store: &Store, client: usize, first: u64, n: u64) -> Result<u64, RunError> {
+fn ops_of_client(store: &Store, client: usize, first: u64, n: u64) -> Result<u64, LoadError> {
     let scope = Scope::new("bench", "instructions").map_err(|e| err("scope", e))?;
     let policy = Policy::default().with_effect(EffectKind::Local);
     let fp = Fingerprint::from_bytes(*blake3::hash(b"{\"slot\":\"10:00\"}").as_bytes());
@@ -138,7 +124,7 @@ fn ops_of_client(store: &Store, client: usize, first: u64, n: u64) -> Result<u64
             Claim::Execute(guard) => guard
                 .complete(StoredResponse::new(201, RESPONSE.to_vec()))
                 .map_err(|e| err("complete", e))?,
-            _ => return Err(RunError(format!("key {key}: the claim did not execute"))),
+            _ => return Err(LoadError(format!("key {key}: the claim did not execute"))),
         }
     }
     Ok(n)

@@ -188,7 +188,7 @@ impl std::fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
-fn err(context: &str, e: impl std::fmt::Display) -> LoadError {
+pub(crate) fn err(context: &str, e: impl std::fmt::Display) -> LoadError {
     LoadError(format!("{context}: {e}"))
 }
 
@@ -225,21 +225,16 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
     let mut handles = Vec::with_capacity(clients);
     let mut pg_schema = None;
     match args.backend {
-        Backend::Postgres => {
-            let (pg, schema) = postgres_store(args)?;
-            let store = Store::postgres(pg.clone());
-            pg_schema = Some((pg, schema));
-            for c in 0..clients {
-                let store = store.clone();
-                let barrier = Arc::clone(&barrier);
-                let hot = args.keys.hot_set_of(c, args.hot_keys);
-                handles.push(std::thread::spawn(move || {
-                    store_client(&store, c, hot, &barrier, duration)
-                }));
-            }
-        }
-        Backend::Redb => {
-            let store = Store::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?;
+        Backend::Postgres | Backend::Redb => {
+            // The same clients over either store: only the store differs.
+            let store = if args.backend == Backend::Postgres {
+                let (pg, schema) = postgres_store(args)?;
+                let store = Store::postgres(pg.clone());
+                pg_schema = Some((pg, schema));
+                store
+            } else {
+                Store::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?
+            };
             for c in 0..clients {
                 let store = store.clone();
                 let barrier = Arc::clone(&barrier);

@@ -727,7 +727,6 @@ where
     );
     execute(
         inner,
-        store,
         config,
         scope,
         guard,
@@ -885,10 +884,12 @@ fn record_outcome(
     Recorded::No
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the request's parts, taken apart once by handle()"
+)]
 async fn execute<S, RB>(
     inner: S,
-    store: Store,
     config: Arc<RouteConfig>,
     scope: Scope,
     guard: ExecutionGuard,
@@ -984,6 +985,7 @@ where
         return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
     };
     let metrics = config.metrics.clone();
+    let store = guard.store().clone();
     let recorded = on_store(&store, move || {
         record_outcome(guard, disposition, stored, status, metrics.as_deref())
     })
