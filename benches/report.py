@@ -140,13 +140,20 @@ class Targets:
     def __init__(self) -> None:
         self.rows: list[tuple[str, str, str, str, str]] = []
 
-    def check(self, name: str, measured: float | None, need: float, higher_is_better: bool, what: str) -> None:
+    def check(self, name: str, measured: float | None, need: float, higher_is_better: bool, what: str,
+              unit: str = "×") -> None:
+        shown = (lambda x: f"{fmt(x)} {unit}") if unit != "×" else rx
         if measured is None:
-            self.rows.append((name, "not measured", rx(need), "—", what))
+            self.rows.append((name, "not measured", shown(need), "—", what))
             return
         if higher_is_better:
             met = measured >= need
             margin = measured / need - 1
+        elif measured <= 0:
+            # An added cost at or below zero (within the tool's resolution):
+            # met, with no meaningful ratio of headroom.
+            self.rows.append((name, shown(measured), "≤ " + shown(need), "met", what))
+            return
         else:
             met = measured <= need
             margin = need / measured - 1
@@ -155,7 +162,7 @@ class Targets:
         else:
             # How much faster the measured side must get.
             by = f"**missed**, needs {1 / (1 + margin):.2f}× improvement"
-        self.rows.append((name, rx(measured), ("≥ " if higher_is_better else "≤ ") + rx(need), by, what))
+        self.rows.append((name, shown(measured), ("≥ " if higher_is_better else "≤ ") + shown(need), by, what))
 
 
 def mib_s(row: dict) -> float | None:
@@ -318,7 +325,8 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
                 "callgrind, `benches/callgrind/run.sh` (the baseline: `benches/callgrind/baseline.json`)")
     for module in sections:
         for name, measured, need, higher, what in module.targets(results):
-            t.check(name, measured, need, higher, what)
+            # The modules' targets are ratios, except the µs a layer adds.
+            t.check(name, measured, need, higher, what, unit="µs" if ("µs" in name or "added" in name) else "×")
 
     w("## Targets (issues #7 and #18)")
     w("")
