@@ -8,7 +8,7 @@ use idemkit_core::{IdempotencyKey, LogRef, RecordId, RequestFingerprint, Scope, 
 
 use super::error::{ClaimError, StorageError, TxError};
 use super::guard::ExecutionGuard;
-use super::{Applied, Store};
+use super::{Applied, Now, Store};
 
 /// The answer to [`Store::claim`]. Only [`Claim::Execute`] lets the caller run
 /// the operation; every other answer is final for this request.
@@ -76,9 +76,9 @@ impl Store {
         policy: &Policy,
     ) -> Result<Claim, ClaimError> {
         let id = scope.record_id(key);
-        let now = self.now();
+        // The clock is read only if the record's read carries no time.
         let Applied { answer, stored, .. } =
-            self.claim_at(&id, fingerprint.into(), owner, policy, now)?;
+            self.claim_at(&id, fingerprint.into(), owner, policy, Now::Clock(self))?;
         let log_ref = id.log_ref();
         let Answer::Claim(outcome) = answer else {
             return Err(super::guard::unexpected("a claim", &answer).into());
@@ -112,13 +112,13 @@ impl Store {
     /// database's time). Answers that write nothing (a replay, a request in
     /// flight, a mismatch, an uncertain or expired outcome) are answered from
     /// the read and never reach the adapter's write path.
-    pub(crate) fn claim_at(
-        &self,
+    pub(crate) fn claim_at<'a>(
+        &'a self,
         id: &RecordId,
         fingerprint: RequestFingerprint,
         owner: &str,
         policy: &Policy,
-        now: UnixMillis,
+        now: impl Into<Now<'a>>,
     ) -> Result<Applied, ClaimError> {
         let op = Op::Claim {
             request: ClaimRequest {

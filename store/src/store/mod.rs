@@ -233,12 +233,12 @@ impl Store {
     }
 
     /// The one loop over this store's adapter: see [`run_on`].
-    pub(crate) fn run(
-        &self,
+    pub(crate) fn run<'a>(
+        &'a self,
         id: &RecordId,
         op: Op,
         policy: &Policy,
-        now: UnixMillis,
+        now: impl Into<Now<'a>>,
         held: Option<Stored>,
     ) -> Result<Applied, TxError> {
         let mut adapter: &dyn Adapter = &*self.adapter;
@@ -303,6 +303,33 @@ impl Seam for &dyn Adapter {
     }
 }
 
+/// The instant a decision is taken at, unless the adapter's read carries its
+/// database's time (PostgreSQL's read does, so reading the store's clock first,
+/// a round trip to the same database, would be wasted: [`Now::Clock`] reads it
+/// only when the read carries no time).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Now<'a> {
+    /// This instant.
+    At(UnixMillis),
+    /// The store's clock, read when needed.
+    Clock(&'a Store),
+}
+
+impl Now<'_> {
+    fn read(self) -> UnixMillis {
+        match self {
+            Now::At(at) => at,
+            Now::Clock(store) => store.now(),
+        }
+    }
+}
+
+impl From<UnixMillis> for Now<'_> {
+    fn from(at: UnixMillis) -> Self {
+        Now::At(at)
+    }
+}
+
 /// The one loop: decide `op` on the record of `id` and write the decision
 /// conditionally through `seam`; a refused write reads and decides again.
 ///
@@ -311,25 +338,26 @@ impl Seam for &dyn Adapter {
 /// one conditional write (a refusal, or an answer that writes nothing, is
 /// decided again on a read). `now` is the instant to decide at unless the
 /// read carries its database's time.
-pub(crate) fn run_on(
+pub(crate) fn run_on<'a>(
     seam: &mut dyn Seam,
     id: &RecordId,
     mut op: Op,
     policy: &Policy,
-    now: UnixMillis,
+    now: impl Into<Now<'a>>,
     mut held: Option<Stored>,
 ) -> Result<Applied, TxError> {
+    let at = now.into();
     let log_ref = id.log_ref();
     for _ in 0..MAX_ATTEMPTS {
         let from_held = held.is_some();
         let (existing, now) = match held.take() {
-            Some(stored) => (Some(stored), now),
+            Some(stored) => (Some(stored), at.read()),
             None => {
                 let read = seam.get(id).map_err(StorageError::from)?;
                 if let Op::Claim { token_floor, .. } = &mut op {
                     *token_floor = read.token_floor;
                 }
-                (read.stored, read.now.unwrap_or(now))
+                (read.stored, read.now.unwrap_or_else(|| at.read()))
             }
         };
         let decision = machine::apply(existing.as_ref().map(|s| &s.record), &op, policy, now);
