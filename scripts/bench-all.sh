@@ -46,7 +46,7 @@ step "machine"
 python3 benches/report.py machine "$DIR" "$OUT/machine.json"
 
 step "build"
-cargo build --release --locked -p idemkit-benches --bins
+cargo build --release --locked -p idemkit-benches --features postgres --bins
 cargo bench --locked -p idemkit-benches --no-run
 BIN=$ROOT/target/release
 "$BIN/idemkit-bodies" >"$OUT/bodies.json"

@@ -83,7 +83,7 @@ scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
   --test postgres_proxy_fleet --test postgres_local_complete_in_the_callers_transaction \
   --test postgres_appointments_notes_sigkill -- --nocapture
 # idemkit-loadgen --backend postgres (ignored by the workspace run above: no server there).
-scripts/with-postgres.sh cargo test -p idemkit-benches --locked --test postgres_loadgen -- --ignored
+scripts/with-postgres.sh cargo test -p idemkit-benches --features postgres --locked --test postgres_loadgen -- --ignored
 # -----------------------------------------------------------------------------------
 
 step "doc tests and docs build without warnings"

@@ -74,7 +74,7 @@ if [ "$(id -u)" = 0 ]; then export IDEMKIT_TEST_PG_RUNAS=postgres; fi
 echo "with-postgres: PostgreSQL $("$PG_BIN/pg_ctl" --version | awk '{print $NF}') on 127.0.0.1:$PORT"
 
 if [ $# -eq 0 ]; then
-  cargo test -p idemkit-benches --locked --test postgres_loadgen -- --ignored
+  cargo test -p idemkit-benches --features postgres --locked --test postgres_loadgen -- --ignored
   set -- cargo test -p idemkit --features postgres --locked \
     --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
     --test postgres_latency --test postgres_appointments_two_instances \

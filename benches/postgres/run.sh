@@ -33,7 +33,7 @@ HERE=benches/postgres
 if [ -z "${IDEMKIT_PG_BENCH_INNER:-}" ]; then
   command -v pgbench >/dev/null || { echo "bench-postgres: pgbench not found (package postgresql-client)" >&2; exit 1; }
   if [ -z "${IDEMKIT_LOADGEN:-}" ]; then # a given binary (e.g. an earlier build) is run as it is
-    cargo build --release --locked -q -p idemkit-benches --bin idemkit-loadgen
+    cargo build --release --locked -q -p idemkit-benches --features postgres --bin idemkit-loadgen
     TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
     export IDEMKIT_LOADGEN="$TARGET_DIR/release/idemkit-loadgen"
   fi

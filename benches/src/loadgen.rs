@@ -5,6 +5,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+#[cfg(feature = "postgres")]
 use idemkit::adapters::postgres::{PgOptions, PgStore};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
@@ -228,9 +229,8 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
         Backend::Postgres | Backend::Redb => {
             // The same clients over either store: only the store differs.
             let store = if args.backend == Backend::Postgres {
-                let (pg, schema) = postgres_store(args)?;
-                let store = Store::postgres(pg.clone());
-                pg_schema = Some((pg, schema));
+                let (store, run) = postgres_store(args)?;
+                pg_schema = Some(run);
                 store
             } else {
                 Store::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?
@@ -295,6 +295,9 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
     }
     report.elapsed = start.elapsed();
     report.ops = report.executed + report.replayed + report.other;
+    #[cfg(not(feature = "postgres"))]
+    let _: Option<PgRun> = pg_schema; // never Some: nothing to clean up
+    #[cfg(feature = "postgres")]
     if let Some((pg, schema)) = pg_schema {
         let dropped = pg
             .connection()
@@ -364,11 +367,36 @@ fn store_client(
     Ok(r)
 }
 
-/// A migrated `PgStore` in a fresh schema, its pool sized to the clients.
-fn postgres_store(args: &Args) -> Result<(PgStore, String), LoadError> {
-    let url = args.postgres.as_deref().ok_or_else(|| {
+/// What a PostgreSQL run leaves to clean up: its store and the schema made for it.
+#[cfg(feature = "postgres")]
+type PgRun = (PgStore, String);
+/// Without the `postgres` feature there is no PostgreSQL run.
+#[cfg(not(feature = "postgres"))]
+type PgRun = std::convert::Infallible;
+
+fn postgres_url(args: &Args) -> Result<&str, LoadError> {
+    args.postgres.as_deref().ok_or_else(|| {
         LoadError("--backend postgres needs --postgres URL (or IDEMKIT_TEST_POSTGRES_URL)".into())
-    })?;
+    })
+}
+
+/// Without the `postgres` feature (kept off by default, so that building the
+/// workspace's tests does not turn on idemkit's PostgreSQL tests, which need a
+/// server): says how to build it.
+#[cfg(not(feature = "postgres"))]
+fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
+    postgres_url(args)?;
+    Err(LoadError(
+        "this idemkit-loadgen was built without PostgreSQL: \
+         cargo build --release -p idemkit-benches --features postgres"
+            .into(),
+    ))
+}
+
+/// A migrated `PgStore` in a fresh schema, its pool sized to the clients.
+#[cfg(feature = "postgres")]
+fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
+    let url = postgres_url(args)?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
@@ -381,7 +409,7 @@ fn postgres_store(args: &Args) -> Result<(PgStore, String), LoadError> {
         ..PgOptions::default()
     };
     let pg = PgStore::connect_with(url, options).map_err(|e| err("postgres connect", e))?;
-    Ok((pg, schema))
+    Ok((Store::postgres(pg.clone()), (pg, schema)))
 }
 
 /// Creates the SQLite database: WAL, and the records table.

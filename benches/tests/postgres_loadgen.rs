@@ -3,8 +3,8 @@
 //! timed against a target.
 //!
 //! Ignored by a plain `cargo test --workspace` (no server there); the PostgreSQL
-//! block of scripts/test-all.sh runs it through scripts/with-postgres.sh with
-//! `-- --ignored`, and then it FAILS when IDEMKIT_TEST_POSTGRES_URL is unset or the
+//! block of scripts/test-all.sh runs it (built with `--features postgres`) through
+//! scripts/with-postgres.sh with `-- --ignored`, and then it FAILS when IDEMKIT_TEST_POSTGRES_URL is unset or the
 //! server cannot be reached: it never passes vacuously.
 
 use std::process::Command;
@@ -21,7 +21,7 @@ fn url() -> String {
 }
 
 #[test]
-#[ignore = "needs PostgreSQL: scripts/with-postgres.sh cargo test -p idemkit-benches --test postgres_loadgen -- --ignored"]
+#[ignore = "needs PostgreSQL: scripts/with-postgres.sh cargo test -p idemkit-benches --features postgres --test postgres_loadgen -- --ignored"]
 fn postgres_loadgen_runs_two_clients_and_prints_its_json() {
     let url = url();
     for extra in [&[][..], &["--no-validate"][..]] {
@@ -70,7 +70,7 @@ fn postgres_loadgen_runs_two_clients_and_prints_its_json() {
 }
 
 #[test]
-#[ignore = "needs PostgreSQL: scripts/with-postgres.sh cargo test -p idemkit-benches --test postgres_loadgen -- --ignored"]
+#[ignore = "needs PostgreSQL: scripts/with-postgres.sh cargo test -p idemkit-benches --features postgres --test postgres_loadgen -- --ignored"]
 fn postgres_loadgen_fails_clearly_on_an_unreachable_server() {
     // The URL is required by the block; a server nobody listens on is refused.
     let _ = url();
