@@ -17,7 +17,7 @@ use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
-use crate::loadgen::{LoadError, err};
+use crate::loadgen::{LoadError, err, temp_dir_in};
 
 /// Command-line arguments of `idemkit-instructions`.
 #[derive(Clone, Debug, Parser)]
@@ -58,18 +58,7 @@ pub struct Counted {
 ///
 /// The store could not be opened or an operation failed or did not execute.
 pub fn run(args: &Args) -> Result<Counted, LoadError> {
-    let base = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| err("--dir", e))?;
-            tempfile::Builder::new()
-                .prefix("idemkit-instructions-")
-                .tempdir_in(d)
-        }
-        None => tempfile::Builder::new()
-            .prefix("idemkit-instructions-")
-            .tempdir(),
-    }
-    .map_err(|e| err("temp dir", e))?;
+    let base = temp_dir_in(args.dir.as_deref(), "idemkit-instructions-")?;
     let store = Store::open(base.path().join("instructions.redb")).map_err(|e| err("open", e))?;
     let clients = args.clients as usize;
     // Warm-up on one thread, then the window on every client at once: the

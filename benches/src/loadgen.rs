@@ -200,24 +200,29 @@ fn fingerprint() -> Fingerprint {
 
 const RESPONSE: &[u8] = b"{\"id\":\"appt_000001\",\"status\":\"confirmed\"}";
 
+/// A fresh temporary directory (removed when dropped) in `dir`, created if
+/// missing, or in the system's temp directory.
+pub(crate) fn temp_dir_in(
+    dir: Option<&Path>,
+    prefix: &str,
+) -> Result<tempfile::TempDir, LoadError> {
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| err("--dir", e))?;
+            tempfile::Builder::new().prefix(prefix).tempdir_in(d)
+        }
+        None => tempfile::Builder::new().prefix(prefix).tempdir(),
+    }
+    .map_err(|e| err("temp dir", e))
+}
+
 /// Runs the load described by `args`.
 ///
 /// # Errors
 ///
 /// The backend could not be set up, or an operation failed.
 pub fn run(args: &Args) -> Result<Report, LoadError> {
-    let base = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| err("--dir", e))?;
-            tempfile::Builder::new()
-                .prefix("idemkit-loadgen-")
-                .tempdir_in(d)
-        }
-        None => tempfile::Builder::new()
-            .prefix("idemkit-loadgen-")
-            .tempdir(),
-    }
-    .map_err(|e| err("temp dir", e))?;
+    let base = temp_dir_in(args.dir.as_deref(), "idemkit-loadgen-")?;
     let dir = base.path();
     let clients = args.clients as usize;
     let duration = Duration::from_secs_f64(args.seconds);

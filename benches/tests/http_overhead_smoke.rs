@@ -75,17 +75,6 @@ fn bare_layered_and_replay_answer() {
     assert_eq!(status, 400);
 }
 
-#[test]
-fn run_script_parses() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("http/run.sh");
-    let status = Command::new("bash")
-        .arg("-n")
-        .arg(&script)
-        .status()
-        .unwrap();
-    assert!(status.success(), "bash -n {}", script.display());
-}
-
 /// The fresh-key scheme of fresh.lua (PREFIX-THREAD-COUNTER) under wrk: every
 /// request that completed made its own record, so no key repeated.
 #[test]

@@ -50,13 +50,3 @@ fn flags_parse_with_defaults_and_refuse_zero() {
         assert!(e.contains(bad[0]), "{bad:?}: {e}");
     }
 }
-
-#[test]
-fn the_callgrind_script_is_valid_shell() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/callgrind/run.sh");
-    let status = std::process::Command::new("bash")
-        .args(["-n", script])
-        .status()
-        .unwrap();
-    assert!(status.success(), "bash -n {script}");
-}

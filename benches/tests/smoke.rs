@@ -297,3 +297,23 @@ fn report_renders_the_fixture() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
 }
+
+/// Every benchmark script still parses (`bash -n`): the ones bench-all.sh runs
+/// need Debian tools (valgrind, wrk, nginx, PostgreSQL) that a test run may not
+/// have, so their syntax at least is checked everywhere.
+#[test]
+fn every_benchmark_script_is_valid_shell() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scripts = [
+        here.join("callgrind/run.sh"),
+        here.join("http/run.sh"),
+        here.join("postgres/run.sh"),
+        here.join("proxy/run.sh"),
+        here.join("../scripts/bench-all.sh"),
+    ];
+    for script in &scripts {
+        assert!(script.exists(), "{} is missing", script.display());
+        let status = Command::new("bash").arg("-n").arg(script).status().unwrap();
+        assert!(status.success(), "bash -n {}", script.display());
+    }
+}
