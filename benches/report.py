@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from report_common import fmt, load
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The targets (#7). Checked by benchmarks, never by timed tests.
@@ -105,25 +107,6 @@ def criterion(dir_: str, out: str) -> None:
 
 
 # ---------------------------------------------------------------- rendering
-
-
-def load(results: Path, name: str):
-    p = results / name
-    if not p.exists():
-        return None
-    return json.loads(p.read_text())
-
-
-def fmt(x: float | None, unit: str = "", digits: int = 2) -> str:
-    if x is None:
-        return "—"
-    if abs(x) >= 100:
-        s = f"{x:,.0f}"
-    elif abs(x) >= 10:
-        s = f"{x:.1f}"
-    else:
-        s = f"{x:.{digits}f}"
-    return s + unit
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

@@ -13,8 +13,9 @@ fresh Idempotency-Key per request and with one replayed key; `-t1 -c1` for laten
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from report_common import load
 
 SECTION = "## What the idempotency layer adds to a request (wrk)"
 
@@ -35,13 +36,6 @@ TARGETS = [
     ("appointments-fresh", "appointments `POST /appointments`, a fresh key (redb + simulated providers)"),
     ("appointments-replay", "appointments `POST /appointments`, one key: every request a replay"),
 ]
-
-
-def _load(results: Path) -> dict | None:
-    p = Path(results) / "http.json"
-    if not p.exists():
-        return None
-    return json.loads(p.read_text())
 
 
 def _num(x) -> str:
@@ -74,7 +68,7 @@ def _added(doc: dict, target: str) -> float | None:
 
 
 def render(results: Path) -> list[str]:
-    doc = _load(results)
+    doc = load(results, "http.json")
     if doc is None:
         return []
     wrk = doc.get("wrk", {})
@@ -140,7 +134,7 @@ def render(results: Path) -> list[str]:
 
 
 def targets(results: Path) -> list[tuple[str, float | None, float, bool, str]]:
-    doc = _load(results)
+    doc = load(results, "http.json")
     if doc is None:
         return []
     return [

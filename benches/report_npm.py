@@ -9,8 +9,9 @@ prints (issue #18, part 4), and renders it as markdown. Standard library only.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from report_common import load, fmt
 
 SECTION = "## The npm package against @node-idempotency/core (Node)"
 
@@ -33,27 +34,8 @@ HANDLE_REPLAY_NEED_US = 30.0
 HANDLE_FRESH_NEED_US = 50.0
 
 
-def _load(results: Path) -> dict | None:
-    p = Path(results) / "npm.json"
-    if not p.exists():
-        return None
-    return json.loads(p.read_text())
-
-
 def _num(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
-def _fmt(x: float | None, unit: str = "", digits: int = 2) -> str:
-    if x is None:
-        return "—"
-    if abs(x) >= 100:
-        s = f"{x:,.0f}"
-    elif abs(x) >= 10:
-        s = f"{x:.1f}"
-    else:
-        s = f"{x:.{digits}f}"
-    return s + unit
 
 
 def _rate_ratio(doc: dict, name: str, peer: str) -> float | None:
@@ -71,7 +53,7 @@ def _added(doc: dict, name: str) -> float | None:
 
 
 def render(results: Path) -> list[str]:
-    doc = _load(results)
+    doc = load(results, "npm.json")
     if doc is None:
         return []
     res = doc.get("results", {})
@@ -100,8 +82,8 @@ def render(results: Path) -> list[str]:
         added = _added(doc, key) if key.startswith("handle_") else None
         add = "—" if added is None else f"{added:+.1f} µs"
         out.append(
-            f"| {label} | {_fmt(_num(row.get('mean_us')))} | {_fmt(_num(row.get('p50_us')))} "
-            f"| {_fmt(_num(row.get('ops_per_s')))} | {vs} | {add} |"
+            f"| {label} | {fmt(_num(row.get('mean_us')))} | {fmt(_num(row.get('p50_us')))} "
+            f"| {fmt(_num(row.get('ops_per_s')))} | {vs} | {add} |"
         )
     out.append("")
     out.append("| target | measured | needed | verdict |")
@@ -122,7 +104,7 @@ def render(results: Path) -> list[str]:
 
 
 def targets(results: Path) -> list[tuple[str, float | None, float, bool, str]]:
-    doc = _load(results)
+    doc = load(results, "npm.json")
     if doc is None:
         return [
             ("npm fresh rate vs peer", None, RATIO_NEED, True, "idemkit claim+complete ÷ @node-idempotency/core onRequest+onResponse (ops/s)"),

@@ -11,20 +11,14 @@ of a new key per op, on one server, taking turns, at each client count.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from report_common import load
 
 SECTION = "## PostgreSQL: idemkit against a hand-written INSERT … ON CONFLICT (pgbench)"
 
 # idemkit's rate at least this fraction of pgbench's, at every client count.
 RATIO_NEED = 0.8
-
-
-def _load(results: Path) -> dict | None:
-    p = Path(results) / "postgres.json"
-    if not p.exists():
-        return None
-    return json.loads(p.read_text())
 
 
 def _num(x, digits: int = 0) -> str:
@@ -46,7 +40,7 @@ def _ratio(x) -> str:
 
 
 def render(results: Path) -> list[str]:
-    doc = _load(results)
+    doc = load(results, "postgres.json")
     if doc is None:
         return []
     points = doc.get("points", [])
@@ -105,7 +99,7 @@ def render(results: Path) -> list[str]:
 
 
 def targets(results: Path) -> list[tuple[str, float | None, float, bool, str]]:
-    doc = _load(results)
+    doc = load(results, "postgres.json")
     if doc is None:
         return []
     out = []
