@@ -90,33 +90,16 @@ for round in $(seq "$ROUNDS"); do
 done
 
 python3 - "$TMP/wrk.txt" "$OUT" "$STARTED" "$SECS" "$CONNS" "$ROUNDS" "$(git rev-parse --short HEAD)" <<'EOF'
-import json, re, statistics, sys
+import json, sys
+sys.path.insert(0, "benches")
+from wrk_parse import medians, runs as parse
 text, out, started, secs, conns, rounds, commit = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), sys.argv[7]
-def us(v):
-    n, unit = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}[unit]
 runs = []
-for block in text.split("### ")[1:]:
-    head, body = block.split("\n", 1)
-    target, mode = head.split("|")
-    lat = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)", body, re.M))
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", body)
-    errors = re.search(r"Socket errors: (.*)", body)
-    runs.append({
-        "target": target, "mode": mode,
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", body).group(1)),
-        "p50_us": us(lat["50"]), "p90_us": us(lat["90"]), "p99_us": us(lat["99"]),
-        "requests": int(re.search(r"(\d+) requests in", body).group(1)),
-        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-        "socket_errors": errors.group(1).strip() if errors else "",
-    })
-rows = []
-for key in dict.fromkeys((r["target"], r["mode"]) for r in runs):
-    mine = [r for r in runs if (r["target"], r["mode"]) == key]
-    med = lambda f: statistics.median(r[f] for r in mine)
-    rows.append({"target": key[0], "mode": key[1], "rps": med("rps"), "p50_us": med("p50_us"),
-                 "p90_us": med("p90_us"), "p99_us": med("p99_us"), "requests": sum(r["requests"] for r in mine),
-                 "non_2xx": sum(r["non_2xx"] for r in mine), "rounds": mine})
+for r in parse(text, "mode"):
+    lat = r.pop("latency_us")
+    r.update({"p50_us": lat["50"], "p90_us": lat["90"], "p99_us": lat["99"]})
+    runs.append(r)
+rows = medians(runs, "mode", ["rps", "p50_us", "p90_us", "p99_us"])
 json.dump({"started": started, "commit": commit, "rounds": rounds, "seconds": float(secs),
            "wrk": {"latency": f"-t1 -c1 -d{secs}s --latency", "throughput": f"-t2 -c{conns} -d{secs}s --latency"},
            "connections": int(conns),

@@ -118,31 +118,17 @@ for _round in $(seq "$ROUNDS"); do
 done
 
 python3 - "$TMP/wrk.txt" "$OUT" "$STARTED" "$SECS" "$CONNS" "$ROUNDS" <<'EOF'
-import json, re, statistics, sys
+import json, sys
+sys.path.insert(0, "benches")
+from wrk_parse import medians, runs as parse
 text, out, started, secs, conns, rounds = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
-def ms(v):
-    n, unit = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 runs = []
-for block in text.split("### ")[1:]:
-    head, body = block.split("\n", 1)
-    target, route = head.split("|")
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", body, re.M))
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", body)
-    runs.append({
-        "target": target, "route": route,
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", body).group(1)),
-        "p50_ms": ms(lat["50"]), "p99_ms": ms(lat["99"]),
-        "requests": int(re.search(r"(\d+) requests in", body).group(1)),
-        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-    })
-rows = []
-for key in dict.fromkeys((r["target"], r["route"]) for r in runs):
-    mine = [r for r in runs if (r["target"], r["route"]) == key]
-    med = lambda f: statistics.median(r[f] for r in mine)
-    rows.append({"target": key[0], "route": key[1], "rps": med("rps"), "p50_ms": med("p50_ms"),
-                 "p99_ms": med("p99_ms"), "requests": sum(r["requests"] for r in mine),
-                 "non_2xx": sum(r["non_2xx"] for r in mine), "rounds": mine})
+for r in parse(text, "route"):
+    lat = r.pop("latency_us")
+    del r["socket_errors"]
+    r.update({"p50_ms": lat["50"] / 1000, "p99_ms": lat["99"] / 1000})
+    runs.append(r)
+rows = medians(runs, "route", ["rps", "p50_ms", "p99_ms"])
 json.dump({"started": started, "wrk": f"-t2 -c{conns} -d{secs}s --latency", "work_ms": 5, "rounds": rounds,
            "nginx": "Debian nginx 1.22, worker_processes 2, keepalive upstream", "rows": rows},
           open(out, "w"), indent=1)
