@@ -47,6 +47,11 @@ impl MemoryAdapter {
 }
 
 impl Adapter for MemoryAdapter {
+    /// A map under a mutex held for one operation: no I/O, no waiting.
+    fn may_block(&self) -> bool {
+        false
+    }
+
     fn get(&self, id: &RecordId) -> Result<Read, AdapterError> {
         let state = self.state();
         Ok(Read {

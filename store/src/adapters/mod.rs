@@ -291,6 +291,15 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
         None
     }
 
+    /// Whether a call may wait on I/O or on another caller (a disk, a network,
+    /// a group commit's leader). The HTTP layer runs this adapter's calls on
+    /// tokio's blocking pool unless this is `false` (the default is `true`); an
+    /// adapter that only touches memory under a short lock answers `false`, and
+    /// its calls then run on the executor with no thread hop.
+    fn may_block(&self) -> bool {
+        true
+    }
+
     /// How many bytes the records take on disk (a file's size, a table's with
     /// its indexes), for `stats`; `None` (the default) when there is no such
     /// figure.

@@ -535,19 +535,16 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.ok()
 }
 
-/// Runs the store call `f` where it costs least: inline on the executor for the
-/// memory adapter (one map operation under a mutex, no I/O: the blocking pool's
-/// two thread hops were most of the layer's cost on it), on the blocking pool
-/// for every other adapter. Either way a panic in `f` is `None`, as from a
-/// blocking task that panicked.
+/// Runs the store call `f` where it costs least: inline on the executor for an
+/// adapter that never waits ([`Adapter::may_block`](crate::adapters::Adapter::may_block)
+/// is false: the memory adapter, where the blocking pool's two thread hops were
+/// most of the layer's cost), on the blocking pool for every other adapter.
+/// Either way a panic in `f` is `None`, as from a blocking task that panicked.
 async fn on_store<T: Send + 'static>(
     store: &Store,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
-    if store
-        .adapter_as::<crate::adapters::memory::MemoryAdapter>()
-        .is_some()
-    {
+    if !store.adapter().may_block() {
         std::panic::catch_unwind(AssertUnwindSafe(f)).ok()
     } else {
         blocking(f).await
