@@ -117,6 +117,11 @@ impl Journal {
     /// Opens (or creates) the journal file at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Journal, JournalError> {
         let path = path.as_ref();
+        // Made whole under another name first, like a store's file: a client
+        // killed while creating its journal must be able to open it again.
+        crate::adapters::redb::create::create_whole_if_absent(path, |temp| {
+            Journal::init(redb::Database::builder().create(temp).map_err(storage)?).map(drop)
+        });
         let db = redb::Database::builder()
             .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
             .set_check_integrity_on_open(true)

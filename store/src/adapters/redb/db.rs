@@ -257,10 +257,24 @@ pub(crate) enum Integrity {
 pub(crate) fn open_file_once(path: &Path, check: Integrity) -> Result<Database, OpenError> {
     let path = path.to_owned();
     guarded(move || {
+        // A new file is made whole under another name first (see `create`): redb
+        // alone would leave half a file at `path` if killed while making it.
+        super::create::create_whole_if_absent(&path, |temp| {
+            initialize(
+                &Database::builder()
+                    .create(temp)
+                    .map_err(open_error_from_database)?,
+            )
+        });
         let db = Database::builder()
             .set_check_integrity_on_open(check == Integrity::Check)
             .create(&path)
-            .map_err(open_error_from_database)?;
+            .map_err(|e| match open_error_from_database(e) {
+                OpenError::NotIdemkit { detail } => OpenError::NotIdemkit {
+                    detail: super::create::describe_foreign_file(&path).unwrap_or(detail),
+                },
+                other => other,
+            })?;
         ensure_format(&db)?;
         Ok(db)
     })

@@ -10,10 +10,14 @@
 //!   `None` without failing anything else of its group.
 //! - **Durability**: a write is answered only after its transaction committed
 //!   with `Durability::Immediate`.
+//! - **Creation**: a new file is made whole under a temporary name and then
+//!   linked at its path (`create.rs`), so a process killed while creating it
+//!   leaves either no file or a whole store, never one redb refuses.
 //!
 //! | file | what |
 //! |---|---|
 //! | `tables.rs` | the tables (records + three indexes + meta), the value layout, the format version |
+//! | `create.rs` | a new file made whole before it gets its name; what a half-made one is |
 //! | `db.rs` | a database for the store's life or per transaction (shared files, lock retries), the format check and upgrade, panics turned into errors |
 //! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
 //! | `records.rs` | reading and writing records with their index entries |
@@ -28,6 +32,7 @@
 //! and retries redb's lock with jittered backoff ([`LockRetry`]), so several
 //! processes (the `idemkit` CLI) take turns.
 
+pub(crate) mod create;
 mod db;
 mod error;
 #[cfg(any(test, feature = "testing"))]
