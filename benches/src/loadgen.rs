@@ -109,6 +109,11 @@ pub struct Args {
     /// query) before each adapter call (`PgOptions::validate_connections = false`).
     #[arg(long)]
     pub no_validate: bool,
+    /// `--backend postgres`: check a connection at every checkout, as before
+    /// idle-aware checks (`PgOptions::validate_after_idle = 0`), to measure what
+    /// they save.
+    #[arg(long, conflicts_with = "no_validate")]
+    pub validate_every_checkout: bool,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -164,6 +169,8 @@ impl Report {
             "replay_p99_us": self.replay_latencies.quantile_us(0.99),
             "validate_connections": (self.args.backend == Backend::Postgres)
                 .then_some(!self.args.no_validate),
+            "validate_every_checkout": (self.args.backend == Backend::Postgres)
+                .then_some(self.args.validate_every_checkout),
         })
     }
 }
@@ -411,6 +418,11 @@ fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
         pool_size: args.clients,
         connect_timeout: Duration::from_secs(10),
         validate_connections: !args.no_validate,
+        validate_after_idle: if args.validate_every_checkout {
+            Duration::ZERO
+        } else {
+            PgOptions::default().validate_after_idle
+        },
         ..PgOptions::default()
     };
     let pg = PgStore::connect_with(url, options).map_err(|e| err("postgres connect", e))?;

@@ -24,7 +24,11 @@ fn url() -> String {
 #[ignore = "needs PostgreSQL: scripts/with-postgres.sh cargo test -p idemkit-benches --features postgres --test postgres_loadgen -- --ignored"]
 fn postgres_loadgen_runs_two_clients_and_prints_its_json() {
     let url = url();
-    for extra in [&[][..], &["--no-validate"][..]] {
+    for extra in [
+        &[][..],
+        &["--no-validate"][..],
+        &["--validate-every-checkout"][..],
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
             .args([
                 "--backend",
@@ -48,7 +52,12 @@ fn postgres_loadgen_runs_two_clients_and_prints_its_json() {
         assert_eq!(v["backend"], "postgres", "{v}");
         assert_eq!(v["clients"], 2, "{v}");
         assert_eq!(v["keys"], "unique", "{v}");
-        assert_eq!(v["validate_connections"], extra.is_empty(), "{v}");
+        assert_eq!(v["validate_connections"], extra != ["--no-validate"], "{v}");
+        assert_eq!(
+            v["validate_every_checkout"],
+            extra == ["--validate-every-checkout"],
+            "{v}"
+        );
         let ops = v["ops"].as_u64().unwrap();
         assert!(ops > 0, "{v}");
         // Every op a new key, claimed and completed.

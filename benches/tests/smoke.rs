@@ -56,6 +56,19 @@ fn loadgen_arguments_parse() {
         Some("postgres://u@127.0.0.1:5432/db")
     );
     assert_eq!((p.clients, p.no_validate), (16, true));
+    assert!(!p.validate_every_checkout);
+    let every = parse(&["--backend", "postgres", "--validate-every-checkout"]).unwrap();
+    assert!(every.validate_every_checkout);
+    assert!(
+        parse(&[
+            "--backend",
+            "postgres",
+            "--validate-every-checkout",
+            "--no-validate"
+        ])
+        .is_err(),
+        "checking every checkout and never checking are exclusive"
+    );
 }
 
 #[test]

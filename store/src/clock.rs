@@ -22,6 +22,19 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn try_now(&self) -> Result<UnixMillis, ClockError> {
         Ok(self.now())
     }
+
+    /// The instant `elapsed` (measured on this process's monotonic clock) after
+    /// `earlier`, an instant this clock gave, when that is as good as reading
+    /// the clock again and cheaper: `None` (the default) makes the caller read
+    /// it. A clock kept by a database answers for short intervals, sparing a
+    /// round trip ([`DatabaseClock`](crate::adapters::postgres::DatabaseClock),
+    /// feature `postgres`). The store asks only for the time of a completion,
+    /// which the core accepts by its fencing token at any time: the instant
+    /// only dates the outcome.
+    fn estimate_after(&self, earlier: UnixMillis, elapsed: Duration) -> Option<UnixMillis> {
+        let _ = (earlier, elapsed);
+        None
+    }
 }
 
 /// The system's wall clock.

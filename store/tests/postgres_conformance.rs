@@ -93,3 +93,34 @@ fn unreachable_server_is_a_typed_unavailable_error() {
         Ok(_) => panic!("connected to a closed port"),
     }
 }
+
+#[test]
+fn the_database_clock_estimates_only_short_intervals_of_its_own_time() {
+    use idemkit::UnixMillis;
+    use idemkit::adapters::postgres::ESTIMATE_WITHIN;
+    use idemkit::clock::Clock;
+    use std::time::Duration;
+
+    let store = pg_support::fresh_store("estimate");
+    let clock = store.database_clock();
+    let at = store.now().unwrap();
+    let short = Duration::from_millis(40);
+    assert_eq!(
+        clock.estimate_after(at, short),
+        Some(UnixMillis::from_millis(at.as_millis() + 40))
+    );
+    assert_eq!(
+        clock.estimate_after(at, ESTIMATE_WITHIN),
+        None,
+        "too long ago: read"
+    );
+    // A moved clock (tests' offsets) and a caller's clock are always read.
+    let moved = PgClock::database();
+    moved.advance(Duration::from_secs(5));
+    let offset = store.clone().with_clock(moved).database_clock();
+    assert_eq!(offset.estimate_after(at, short), None);
+    let given = store
+        .with_clock(PgClock::given_by_caller())
+        .database_clock();
+    assert_eq!(given.estimate_after(at, short), None);
+}

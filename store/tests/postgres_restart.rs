@@ -10,7 +10,12 @@
 //! (WrongState: Completed) and the record shows our token and response. At the end: every key executed exactly once, every record Completed,
 //! and the outage really happened (Unavailable errors were seen).
 //!
+//! A second test restarts the server between two operations, with the pool's
+//! idle rule out of the way: the first broken connection makes the idle ones
+//! suspect and the read is retried, so no operation fails.
+//!
 //! Needs scripts/with-postgres.sh, which says how to stop and start its server.
+//! The two tests share the server, so each holds `SERVER` throughout.
 
 #![cfg(feature = "postgres")]
 
@@ -22,15 +27,18 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idemkit::adapters::postgres::PgError;
+use idemkit::adapters::postgres::{PgError, PgOptions, PgStore};
 use idemkit::core::machine::{ClaimOutcome, Policy};
 use idemkit::core::record::{EffectKind, RecordState, StateName, StoredResponse};
 use idemkit::store::IdempotencyBackend;
-use idemkit::store::{Error, Store};
+use idemkit::store::{Claim, Error, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
 
 const KEYS: usize = 120;
 const CLIENTS: usize = 8;
+
+/// Held by each test for its whole run: both stop the one server.
+static SERVER: Mutex<()> = Mutex::new(());
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -86,6 +94,9 @@ fn now() -> UnixMillis {
 
 #[test]
 fn restart_mid_run_fails_typed_and_never_double_executes() {
+    let _server = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let _ = pg_support::url();
     let _ = env("IDEMKIT_TEST_PG_DATA");
     let store = Store::postgres(pg_support::fresh_store("restart"));
@@ -242,4 +253,51 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
         "restart: {} Unavailable answers during the outage, {KEYS} keys each executed once",
         unavailable.load(Ordering::Relaxed)
     );
+}
+
+#[test]
+fn a_restart_between_operations_costs_no_operation() {
+    let _server = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let schema = pg_support::unique_schema("quick_restart");
+    let options = PgOptions {
+        // Idle connections are never checked for their age here: only the
+        // pool's reaction to the first broken one keeps operations whole.
+        validate_after_idle: Duration::from_secs(3_600),
+        ..pg_support::options(&schema, 4)
+    };
+    let store = Store::postgres(PgStore::connect_with(&pg_support::url(), options).unwrap());
+    let scope = Scope::new("acme", "restart.quick").unwrap();
+    let policy = Policy::default().with_effect(EffectKind::Local);
+    let run = |key: String| -> Result<(), String> {
+        let key = IdempotencyKey::new(&key).unwrap();
+        match store
+            .claim(&scope, &key, Fingerprint::from_bytes([3; 32]), "w", &policy)
+            .map_err(|e| format!("claim {key}: {e}"))?
+        {
+            Claim::Execute(guard) => guard
+                .complete(StoredResponse::new(201, b"ok".to_vec()))
+                .map_err(|e| format!("complete {key}: {e}")),
+            other => Err(format!("{key}: a fresh key answered {other:?}")),
+        }
+    };
+    // Four threads at once put four connections in the pool.
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let run = &run;
+            s.spawn(move || {
+                for i in 0..5 {
+                    run(format!("before-{t}-{i}")).unwrap();
+                }
+            });
+        }
+    });
+    stop_server();
+    start_server();
+    // Every pooled connection is now dead; none of these may fail.
+    for i in 0..12 {
+        run(format!("after-{i}")).unwrap_or_else(|e| panic!("after the restart: {e}"));
+    }
+    assert_eq!(store.stats().unwrap().total, 32);
 }

@@ -77,8 +77,11 @@ impl Store {
     ) -> Result<Claim, ClaimError> {
         let id = scope.record_id(key);
         // The clock is read only if the record's read carries no time.
-        let Applied { answer, stored, .. } =
-            self.claim_at(&id, fingerprint.into(), owner, policy, Now::Clock(self))?;
+        let Applied {
+            answer,
+            stored,
+            now,
+        } = self.claim_at(&id, fingerprint.into(), owner, policy, Now::Clock(self))?;
         let log_ref = id.log_ref();
         let Answer::Claim(outcome) = answer else {
             return Err(super::guard::unexpected("a claim", &answer).into());
@@ -88,7 +91,14 @@ impl Store {
                 let stored = stored.ok_or_else(|| StorageError::Corrupt {
                     detail: "a claim to execute wrote no record".into(),
                 })?;
-                Claim::Execute(ExecutionGuard::new(self.clone(), id, token, stored, policy))
+                Claim::Execute(ExecutionGuard::new(
+                    self.clone(),
+                    id,
+                    token,
+                    stored,
+                    policy,
+                    now,
+                ))
             }
             ClaimOutcome::Replay { response } => Claim::Replay { response, log_ref },
             ClaimOutcome::ResponseExpired {

@@ -3,6 +3,7 @@
 use idemkit_core::machine::{self, Answer, Op, Policy, StepStart};
 use idemkit_core::record::{EffectKind, FencingToken, Step, StoredResponse, UnknownReason};
 use idemkit_core::{LogRef, RecordId, UnixMillis};
+use std::time::Instant;
 
 use super::error::{StorageError, TxError, WorkerError};
 use super::{Applied, Seam, Store};
@@ -37,16 +38,21 @@ pub struct ExecutionGuard {
     /// changed meanwhile, by a [`Renewer`] or a takeover, is read then).
     /// (Boxed: the guard travels inside `Claim`, whose other answers are small.)
     held: Option<Box<Stored>>,
+    /// The instant this guard's last transition was decided at, and when (on
+    /// this process's monotonic clock) that was.
+    decided: (UnixMillis, Instant),
 }
 
 impl ExecutionGuard {
-    /// The guard of the lease `token`, granted by the write of `stored`.
+    /// The guard of the lease `token`, granted by the write of `stored`,
+    /// decided at `decided_at` (just now).
     pub(crate) fn new(
         store: Store,
         id: RecordId,
         token: FencingToken,
         stored: Stored,
         policy: &Policy,
+        decided_at: UnixMillis,
     ) -> Self {
         let record = &stored.record;
         ExecutionGuard {
@@ -60,15 +66,32 @@ impl ExecutionGuard {
             store,
             id,
             held: Some(Box::new(stored)),
+            decided: (decided_at, Instant::now()),
         }
     }
 
     /// One transition of this lease, decided on the record held (see `held`).
+    ///
+    /// A completion may take its time from the store clock's estimate since
+    /// this guard's last decision ([`Clock::estimate_after`](crate::clock::Clock::estimate_after)):
+    /// the core accepts a completion by its token whatever the time, so the
+    /// instant only dates the outcome, and a database clock is spared a round
+    /// trip. Every other transition reads the clock (leases are decided by it).
     fn transition(&mut self, op: Op) -> Result<Applied, TxError> {
-        let now = self.store.try_now()?;
+        let estimate = match op {
+            Op::Complete { .. } => self
+                .store
+                .estimate_after(self.decided.0, self.decided.1.elapsed()),
+            _ => None,
+        };
+        let now = match estimate {
+            Some(now) => now,
+            None => self.store.try_now()?,
+        };
         let held = self.held.take().map(|b| *b);
         let applied = self.store.run(&self.id, op, &self.policy, now, held)?;
         self.held = applied.stored.clone().map(Box::new);
+        self.decided = (applied.now, Instant::now());
         Ok(applied)
     }
 

@@ -226,6 +226,16 @@ impl Store {
         })
     }
 
+    /// The store clock's estimate of the instant `elapsed` after `earlier`, if
+    /// it gives one ([`Clock::estimate_after`]).
+    pub(crate) fn estimate_after(
+        &self,
+        earlier: UnixMillis,
+        elapsed: std::time::Duration,
+    ) -> Option<UnixMillis> {
+        self.clock.estimate_after(earlier, elapsed)
+    }
+
     /// The database file, if the store has one.
     #[must_use]
     pub fn path(&self) -> Option<&Path> {

@@ -200,7 +200,14 @@ impl Store {
         let id = scope.record_id(key);
         let now = self.try_now()?;
         let (token, stored) = self.recover_at(&id, owner, policy, now)?;
-        Ok(ExecutionGuard::new(self.clone(), id, token, stored, policy))
+        Ok(ExecutionGuard::new(
+            self.clone(),
+            id,
+            token,
+            stored,
+            policy,
+            now,
+        ))
     }
 
     pub(crate) fn recover_at(

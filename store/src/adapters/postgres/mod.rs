@@ -20,6 +20,11 @@
 //!   PostgreSQL in the statement that reads the record (GC, the unresolved list
 //!   and `stats` in one statement per batch), never from the calling node, so a
 //!   fleet whose clocks disagree still agrees on every lease. See [`PgClock`].
+//!   A guard's completion within [`ESTIMATE_WITHIN`] of its claim is dated by
+//!   the claim's database time plus the interval measured here
+//!   ([`DatabaseClock`]'s `estimate_after`), sparing the clock's round trip: the
+//!   core accepts a completion by its token at any time, so the instant only
+//!   dates the outcome.
 //! - **a lost connection** is [`PgError::Unavailable`]: nothing is acknowledged, and
 //!   the caller must not execute. Each statement runs in autocommit, so a statement
 //!   the server committed is durable (`synchronous_commit` as the server has it).
@@ -31,10 +36,13 @@
 //!
 //! The pool is `r2d2` over the synchronous `postgres` driver, because the
 //! adapter seam is synchronous; async services call the store from
-//! `spawn_blocking`, as they do over redb.
+//! `spawn_blocking`, as they do over redb. It checks a connection before
+//! handing it out only when it may have gone stale (`pool.rs`), and a read
+//! whose connection broke is tried once more on another.
 
 mod clock;
 mod error;
+mod pool;
 mod schema;
 
 use std::fmt;
@@ -44,9 +52,7 @@ use std::time::Duration;
 
 use idemkit_core::record::Record;
 use idemkit_core::{IdempotencyKey, RecordId, Scope, UnixMillis};
-use postgres::NoTls;
 use postgres::types::{ToSql, Type};
-use r2d2_postgres::PostgresConnectionManager;
 
 pub use clock::PgClock;
 pub use error::PgError;
@@ -58,15 +64,13 @@ use crate::adapters::{
 };
 use crate::clock::{Clock, ClockError, SystemClock};
 use error::{Failure, classify, fail};
+use pool::{Conn, Pool};
 use schema::Sql;
 
 /// How many times the engine tries one read → decide → write before it gives
 /// up (lost version races and serialization failures): core's bound, the one
 /// every adapter (and the JavaScript ones) shares.
 pub use idemkit_core::machine::MAX_ATTEMPTS;
-
-type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
-type Conn = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
 
 /// How [`PgStore::connect_with`] treats the schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -93,10 +97,18 @@ pub struct PgOptions {
     /// Whether to run or only check migrations (default: run).
     pub migrations: Migrations,
     /// Whether the pool checks a connection (one empty query) before handing it
-    /// out (default: yes). Without it, after a server restart every stale pooled
-    /// connection fails one operation with [`PgError::Unavailable`] before the pool
-    /// replaces it; with it, that costs one round trip per operation.
+    /// out when it may have gone stale (default: yes): see
+    /// [`validate_after_idle`](Self::validate_after_idle). Without any check,
+    /// after a server restart every stale pooled connection fails one operation
+    /// with [`PgError::Unavailable`] before the pool replaces it.
     pub validate_connections: bool,
+    /// A connection idle in the pool for less than this, and returned since the
+    /// pool last saw a connection break, is handed out unchecked (default 1 s;
+    /// `Duration::ZERO` checks every checkout, one round trip each). A server
+    /// restart breaks the first connection used after it, which makes every
+    /// idle one suspect, and a read whose connection broke is retried once on
+    /// another: the restart costs no operation.
+    pub validate_after_idle: Duration,
 }
 
 impl Default for PgOptions {
@@ -107,6 +119,7 @@ impl Default for PgOptions {
             connect_timeout: Duration::from_secs(2),
             migrations: Migrations::Run,
             validate_connections: true,
+            validate_after_idle: Duration::from_secs(1),
         }
     }
 }
@@ -144,7 +157,7 @@ impl PgStore {
         })?;
         config.connect_timeout(options.connect_timeout);
         config.application_name("idemkit");
-        let manager = PostgresConnectionManager::new(config, NoTls);
+        let manager = pool::Manager::new(config, options.validate_after_idle);
         let pool = r2d2::Pool::builder()
             .max_size(options.pool_size.max(1))
             .min_idle(Some(0))
@@ -192,8 +205,7 @@ impl PgStore {
     /// The current time by this store's clock: the database server's, plus the
     /// clock's offset (0 unless a test moved it).
     pub fn now(&self) -> Result<UnixMillis, PgError> {
-        let mut conn = self.conn()?;
-        self.decision_time(&mut conn, None)
+        self.reading(|conn| self.decision_time(conn, None))
     }
 
     /// `now` for a decision that reads no single record (GC, the unresolved
@@ -215,7 +227,22 @@ impl PgStore {
     }
 
     fn conn(&self) -> Result<Conn, PgError> {
-        Ok(self.pool.get()?)
+        Ok(Conn(self.pool.get()?))
+    }
+
+    /// Runs the read `f` on a pooled connection, and once more on another when
+    /// the first failed for want of its connection (a server restart breaks
+    /// each pooled connection at its next use; see `pool.rs`). A read has no
+    /// effect, so trying again is safe; writes are never retried here (their
+    /// outcome is unknown).
+    fn reading<T>(&self, f: impl Fn(&mut Conn) -> Result<T, PgError>) -> Result<T, PgError> {
+        // The first connection goes back to the pool, marked broken, before
+        // the second is taken: the pool then checks the idle ones.
+        let first = f(&mut self.conn()?);
+        match first {
+            Err(e) if e.is_unavailable() => f(&mut self.conn()?),
+            done => done,
+        }
     }
 
     /// A connection from this store's pool, for the caller's own statements in
@@ -246,8 +273,7 @@ impl PgStore {
     /// Reads the row of `id`, its version, the token floor and the database's
     /// time, in one statement.
     fn read(&self, id: &RecordId) -> Result<Read, PgError> {
-        let mut conn = self.conn()?;
-        let (mut read, now) = self.read_on(&mut *conn, id)?;
+        let (mut read, now) = self.reading(|conn| self.read_on(&mut **conn, id))?;
         // A clock given by the caller (the conformance suite's virtual time)
         // leaves the decision's time to the engine.
         read.now = (!self.clock.is_given_by_caller()).then_some(now);
@@ -561,10 +587,24 @@ impl Clock for DatabaseClock {
     }
 
     fn try_now(&self) -> Result<UnixMillis, ClockError> {
-        let mut conn = self.store.conn()?;
-        Ok(self.store.decision_time(&mut conn, None)?)
+        Ok(self.store.now()?)
+    }
+
+    /// The database's time at `earlier` plus an interval measured here, for an
+    /// interval under [`ESTIMATE_WITHIN`]: this node's clock contributes only
+    /// the interval, never its absolute (perhaps skewed) time, and a monotonic
+    /// interval never runs ahead of the database's. A test offset
+    /// ([`PgClock::advance`]) or a caller's clock takes the exact path.
+    fn estimate_after(&self, earlier: UnixMillis, elapsed: Duration) -> Option<UnixMillis> {
+        let clock = &self.store.clock;
+        (elapsed < ESTIMATE_WITHIN && clock.offset_millis() == 0 && !clock.is_given_by_caller())
+            .then(|| earlier.saturating_add(elapsed))
     }
 }
+
+/// The longest interval [`DatabaseClock`] estimates rather than reads: an
+/// operation's claim and completion a moment apart share one clock reading.
+pub const ESTIMATE_WITHIN: Duration = Duration::from_secs(1);
 
 impl From<PgError> for AdapterError {
     fn from(e: PgError) -> Self {

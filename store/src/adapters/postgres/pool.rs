@@ -1,0 +1,160 @@
+//! The connection pool: r2d2 over `postgres`, checking a connection before it
+//! is handed out only when it may have gone stale.
+//!
+//! A check is one round trip (an empty query). Checked at every checkout, a
+//! claim and its completion paid four checks beside their four statements, and
+//! PostgreSQL's throughput fell with the round trips. A connection that was
+//! returned a moment ago by an operation that succeeded is as good as a
+//! checked one, so a connection is checked only when
+//!
+//! - it sat idle in the pool longer than
+//!   [`PgOptions::validate_after_idle`](super::PgOptions::validate_after_idle)
+//!   (default 1 s), or
+//! - it was returned before the pool last saw a connection break: after a
+//!   server restart the first broken connection makes every idle one suspect.
+//!
+//! Reads are retried once on another connection when theirs broke
+//! ([`super::PgStore`]'s `reading`), so a restart costs a claim nothing: its
+//! first statement is a read.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use postgres::NoTls;
+use r2d2::ManageConnection;
+use r2d2_postgres::PostgresConnectionManager;
+
+/// The pool of a [`super::PgStore`].
+pub(crate) type Pool = r2d2::Pool<Manager>;
+
+/// A connection out of the pool, back in it when dropped.
+pub(crate) struct Conn(pub(crate) r2d2::PooledConnection<Manager>);
+
+impl Deref for Conn {
+    type Target = postgres::Client;
+    fn deref(&self) -> &postgres::Client {
+        &self.0.client
+    }
+}
+
+impl DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut postgres::Client {
+        &mut self.0.client
+    }
+}
+
+/// A pooled client and when it was last returned to the pool.
+pub(crate) struct Pooled {
+    client: postgres::Client,
+    returned_at: Instant,
+}
+
+/// Makes, checks and retires the pool's connections.
+#[derive(Debug)]
+pub(crate) struct Manager {
+    inner: PostgresConnectionManager<NoTls>,
+    /// Connections idle for less than this, returned since the last break, are
+    /// handed out unchecked.
+    check_after_idle: Duration,
+    breaks: Breaks,
+}
+
+impl Manager {
+    pub(crate) fn new(config: postgres::Config, check_after_idle: Duration) -> Manager {
+        Manager {
+            inner: PostgresConnectionManager::new(config, NoTls),
+            check_after_idle,
+            breaks: Breaks::default(),
+        }
+    }
+
+    /// Whether `conn` needs the round trip of a check before it is handed out.
+    fn needs_check(&self, conn: &Pooled) -> bool {
+        conn.returned_at.elapsed() >= self.check_after_idle
+            || self.breaks.since(conn.returned_at)
+            || conn.client.is_closed()
+    }
+}
+
+impl ManageConnection for Manager {
+    type Connection = Pooled;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Pooled, postgres::Error> {
+        Ok(Pooled {
+            client: self.inner.connect()?,
+            returned_at: Instant::now(),
+        })
+    }
+
+    /// Called at checkout (when the store validates connections).
+    fn is_valid(&self, conn: &mut Pooled) -> Result<(), postgres::Error> {
+        if self.needs_check(conn) {
+            self.inner.is_valid(&mut conn.client)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Called when a connection comes back to the pool.
+    fn has_broken(&self, conn: &mut Pooled) -> bool {
+        conn.returned_at = Instant::now();
+        let broken = self.inner.has_broken(&mut conn.client);
+        if broken {
+            self.breaks.record();
+        }
+        broken
+    }
+}
+
+/// When the pool last saw a connection break.
+#[derive(Debug)]
+struct Breaks {
+    epoch: Instant,
+    /// Nanoseconds after `epoch` of the last break, plus one (0: none yet).
+    last: AtomicU64,
+}
+
+impl Default for Breaks {
+    fn default() -> Self {
+        Breaks {
+            epoch: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Breaks {
+    fn record(&self) {
+        let at = self.nanos(Instant::now()).saturating_add(1);
+        self.last.fetch_max(at, Ordering::SeqCst);
+    }
+
+    /// Whether a connection broke at or after `instant`.
+    fn since(&self, instant: Instant) -> bool {
+        let last = self.last.load(Ordering::SeqCst);
+        last != 0 && last > self.nanos(instant)
+    }
+
+    fn nanos(&self, instant: Instant) -> u64 {
+        u64::try_from(instant.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_break_makes_connections_returned_before_it_suspect() {
+        let breaks = Breaks::default();
+        let before = Instant::now();
+        assert!(!breaks.since(before), "nothing broke yet");
+        std::thread::sleep(Duration::from_millis(1));
+        breaks.record();
+        assert!(breaks.since(before), "returned before the break");
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(!breaks.since(Instant::now()), "returned after the break");
+    }
+}
