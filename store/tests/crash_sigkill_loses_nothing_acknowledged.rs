@@ -112,17 +112,7 @@ impl Rng {
 }
 
 fn run(kills: u64) {
-    let seed = std::env::var("IDEMKIT_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("crash test seed: IDEMKIT_CRASH_SEED={seed}");
+    let seed = crash_support::seed("IDEMKIT_CRASH_SEED");
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.redb");

@@ -17,6 +17,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod crash_support;
+
 use idemkit::journal::Journal;
 use idemkit::store::{OpenError, Store};
 
@@ -125,17 +127,7 @@ fn sigkill_during_creation_leaves_an_openable_journal() {
 }
 
 fn kill_while_creating(what: What) {
-    let seed: u64 = std::env::var("IDEMKIT_CREATE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("creation crash seed: IDEMKIT_CREATE_SEED={seed}");
+    let seed = crash_support::seed("IDEMKIT_CREATE_SEED");
     let mut rng = seed;
     let mut next = move || {
         rng ^= rng << 13;

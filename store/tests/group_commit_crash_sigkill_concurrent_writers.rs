@@ -89,17 +89,7 @@ fn group_crash_child() {
 
 #[test]
 fn sigkill_while_sixteen_threads_share_commits() {
-    let mut seed = std::env::var("IDEMKIT_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("crash test seed: IDEMKIT_CRASH_SEED={seed}");
+    let mut seed = crash_support::seed("IDEMKIT_CRASH_SEED");
     let mut below = |n: u64| {
         seed ^= seed << 13;
         seed ^= seed >> 7;

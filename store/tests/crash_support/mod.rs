@@ -18,6 +18,23 @@ pub(crate) enum Acked {
     Released,
 }
 
+/// The seed of a test's random kills: `var` from the environment (to replay a
+/// run), else one from the clock; printed either way.
+pub(crate) fn seed(var: &str) -> u64 {
+    let seed = std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("crash test seed: {var}={seed}");
+    seed
+}
+
 /// Opens `path`, waiting while the killed child's lock is still held.
 pub(crate) fn open_retrying(path: &Path) -> Store {
     let started = Instant::now();
