@@ -27,8 +27,8 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     /// `earlier`, an instant this clock gave, when that is as good as reading
     /// the clock again and cheaper: `None` (the default) makes the caller read
     /// it. A clock kept by a database answers for short intervals, sparing a
-    /// round trip ([`DatabaseClock`](crate::adapters::postgres::DatabaseClock),
-    /// feature `postgres`). The store asks only for the time of a completion,
+    /// round trip (the PostgreSQL adapter's `DatabaseClock`, feature
+    /// `postgres`). The store asks only for the time of a completion,
     /// which the core accepts by its fencing token at any time: the instant
     /// only dates the outcome.
     fn estimate_after(&self, earlier: UnixMillis, elapsed: Duration) -> Option<UnixMillis> {
