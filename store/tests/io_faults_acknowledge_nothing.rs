@@ -141,9 +141,12 @@ fn run_case(dir: &Path, fault: Fault, op: Op, n: u64, sticky: bool) -> bool {
         }
         Op::Complete => {
             let r = target.expect("the target's claim was acknowledged");
+            // Released: the store reopened the database after the fault, so the
+            // guard dropped with its failed completion released the Local record
+            // (its business write, in the same transaction, did not commit either).
             assert!(matches!(
                 r.state.name(),
-                StateName::Running | StateName::Completed
+                StateName::Running | StateName::Completed | StateName::Released
             ));
         }
     }
@@ -197,4 +200,90 @@ fn failed_syncs_during_complete() {
 fn a_disk_that_stays_broken() {
     sweep(Fault::Write, Op::Complete, true);
     sweep(Fault::Sync, Op::Claim, true);
+}
+
+/// Sixty-four writers share group commits when one commit's sync fails: every
+/// caller is answered (the failed group's with an error, nobody hangs), the
+/// store reopens its database on the next write, every writer's second round
+/// succeeds, and the file holds every acknowledged completion.
+#[test]
+fn a_failed_commit_among_sixty_four_writers_answers_everyone_and_the_store_writes_again() {
+    const WRITERS: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sixty-four.redb");
+    let switch = FaultSwitch::default();
+    let store = open_faulty(&path, &switch);
+    // Warm up, then fail the third sync from now: a commit in the middle of the burst.
+    execute(&store, "warm")
+        .complete(StoredResponse::new(200, b"warm".to_vec()))
+        .unwrap();
+    switch.fail_sync_after(2);
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(WRITERS));
+    let (answers, answered) = std::sync::mpsc::channel();
+    for w in 0..WRITERS {
+        let store = store.clone();
+        let barrier = std::sync::Arc::clone(&barrier);
+        let answers = answers.clone();
+        std::thread::spawn(move || {
+            barrier.wait();
+            let name = format!("first-{w}");
+            let first = store
+                .claim(
+                    &scope(),
+                    &key(&name),
+                    Fingerprint::from_bytes([1; 32]),
+                    "w",
+                    &policy(),
+                )
+                .map_err(|e| e.to_string())
+                .and_then(|claim| match claim {
+                    Claim::Execute(g) => g
+                        .complete(StoredResponse::new(201, name.clone().into_bytes()))
+                        .map_err(|e| e.to_string()),
+                    other => Err(format!("unexpected {other:?}")),
+                });
+            let _ = answers.send((w, first));
+        });
+    }
+    drop(answers);
+    let mut acknowledged = Vec::new();
+    let mut failed = 0;
+    for _ in 0..WRITERS {
+        let (w, first) = answered
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("every writer is answered");
+        match first {
+            Ok(()) => acknowledged.push(w),
+            Err(_) => failed += 1,
+        }
+    }
+    assert_eq!(switch.injected(), 1);
+    assert!(
+        failed > 0,
+        "the failed commit answered nobody with an error"
+    );
+    // Later writes succeed: the database was reopened.
+    for w in 0..WRITERS {
+        execute(&store, &format!("second-{w}"))
+            .complete(StoredResponse::new(201, b"second".to_vec()))
+            .unwrap();
+    }
+    assert!(store.health().is_writable());
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert!(store.verify().unwrap().problems.is_empty());
+    for w in acknowledged {
+        let r = store
+            .get(&scope(), &key(&format!("first-{w}")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.state.name(), StateName::Completed, "writer {w}");
+    }
+    for w in 0..WRITERS {
+        let r = store
+            .get(&scope(), &key(&format!("second-{w}")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.state.name(), StateName::Completed, "writer {w}");
+    }
 }

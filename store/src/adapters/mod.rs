@@ -12,10 +12,12 @@
 //! | [`delete`](Adapter::delete) | removes the record that was read and raises the token floor to its last token | the stored version is not the one read |
 //! | [`scan`](Adapter::scan) | lists records by lease expiry, GC due time, Unknown, or all, in bounded pages | — |
 //!
-//! Three provided methods have defaults an adapter may improve on:
+//! The provided methods have defaults an adapter may improve on:
 //! [`write_all`](Adapter::write_all) (several writes at once: one fsync on
-//! redb), [`clock`](Adapter::clock) (a database that keeps the time) and
-//! [`bytes_on_disk`](Adapter::bytes_on_disk) (for `stats`).
+//! redb), [`clock`](Adapter::clock) (a database that keeps the time),
+//! [`may_block`](Adapter::may_block) (whether a call may wait),
+//! [`bytes_on_disk`](Adapter::bytes_on_disk) (for `stats`) and
+//! [`health`](Adapter::health) (whether it can write now, for health checks).
 //!
 //! The engine reads, lets `idemkit_core::machine::apply` decide, and writes with
 //! one of the conditional methods; a refused write means another writer came
@@ -46,6 +48,7 @@ pub mod redb;
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use idemkit_core::record::Record;
 use idemkit_core::{LogRef, RecordId, UnixMillis};
@@ -307,6 +310,15 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
         Ok(None)
     }
 
+    /// Whether this adapter can write now, as far as it can tell, for a health
+    /// check ([`Store::health`](crate::store::Store::health)). It may do I/O
+    /// (PostgreSQL asks its server), so it is called on a blocking thread. The
+    /// default says writable: an adapter whose failures pass with the call that
+    /// met them has nothing to report between calls.
+    fn health(&self) -> AdapterHealth {
+        AdapterHealth::writable()
+    }
+
     /// Applies several conditional writes, each refused or applied on its own
     /// (the answers are in order: `Some` for an applied write, with the new
     /// version; `Some(Version(0))` for an applied delete). The default writes
@@ -321,6 +333,49 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
                 Write::Delete(id, read) => Ok(self.delete(id, read)?.then_some(Version(0))),
             })
             .collect()
+    }
+}
+
+/// What an adapter knows of its ability to write ([`Adapter::health`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AdapterHealth {
+    /// Why writes fail now; `None` when they can succeed.
+    pub unwritable: Option<String>,
+    /// Since when writes fail, if the adapter knows.
+    pub since: Option<SystemTime>,
+    /// When a write last succeeded in this process, if the adapter knows.
+    pub last_write: Option<SystemTime>,
+}
+
+impl AdapterHealth {
+    /// Writes can succeed (nothing else known).
+    #[must_use]
+    pub fn writable() -> Self {
+        AdapterHealth::default()
+    }
+
+    /// Writes fail now, because of `reason`.
+    #[must_use]
+    pub fn unwritable(reason: impl Into<String>) -> Self {
+        AdapterHealth {
+            unwritable: Some(reason.into()),
+            ..AdapterHealth::default()
+        }
+    }
+
+    /// The same, saying since when writes fail.
+    #[must_use]
+    pub fn since(mut self, since: Option<SystemTime>) -> Self {
+        self.since = since;
+        self
+    }
+
+    /// The same, saying when a write last succeeded.
+    #[must_use]
+    pub fn last_write(mut self, last_write: Option<SystemTime>) -> Self {
+        self.last_write = last_write;
+        self
     }
 }
 

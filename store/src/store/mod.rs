@@ -55,6 +55,7 @@
 //! | `mod.rs` | [`Store`], its constructors, the read → decide → write loop |
 //! | `claim.rs` | [`Store::claim`], [`Claim`] |
 //! | `guard.rs` | [`ExecutionGuard`], [`Renewer`] |
+//! | `health.rs` | [`Store::health`]: whether it can write now |
 //! | `operator.rs` | get, list, list_unresolved, resolve, recover, import, gc, stats, verify |
 //! | `error.rs` | one error enum per operation family, the umbrella [`Error`] |
 //! | `backend.rs`, `backend_impl.rs` | [`IdempotencyBackend`]: every operation with an explicit `now` (what the conformance suite drives) |
@@ -64,6 +65,7 @@ mod backend_impl;
 mod claim;
 mod error;
 mod guard;
+mod health;
 mod operator;
 
 use std::path::Path;
@@ -78,6 +80,7 @@ pub use backend::{BackendError, IdempotencyBackend};
 pub use claim::Claim;
 pub use error::{ClaimError, Error, OperatorError, QueryError, StorageError, WorkerError};
 pub use guard::{ExecutionGuard, Renewer};
+pub use health::Health;
 pub use operator::{GcReport, ImportReport, ListedRecord, Stats, VerifyReport};
 
 use crate::adapters::redb::RedbAdapter;
@@ -92,6 +95,8 @@ use idemkit_core::record::Record;
 pub struct Store {
     adapter: Arc<dyn Adapter>,
     clock: Arc<dyn Clock>,
+    /// What health checks saw, shared by the clones.
+    seen: Arc<health::Seen>,
 }
 
 /// What one read → decide → write gave.
@@ -112,7 +117,11 @@ impl Store {
     #[must_use]
     pub fn new(adapter: Arc<dyn Adapter>) -> Store {
         let clock = adapter.clock().unwrap_or_else(|| Arc::new(SystemClock));
-        Store { adapter, clock }
+        Store {
+            adapter,
+            clock,
+            seen: Arc::default(),
+        }
     }
 
     /// A store in the redb file `path` ([`RedbAdapter::open`]): created if
@@ -157,6 +166,7 @@ impl Store {
         Store {
             adapter: self.adapter,
             clock: Arc::new(clock),
+            seen: self.seen,
         }
     }
 
@@ -193,6 +203,7 @@ impl Store {
             Some(redb) => Store {
                 adapter: Arc::new(redb.with_lock_budget(budget)),
                 clock: Arc::clone(&self.clock),
+                seen: Arc::clone(&self.seen),
             },
             None => self.clone(),
         }

@@ -1,6 +1,7 @@
 //! Getting a redb [`Database`] for one transaction: kept open (a store owned by one
-//! process) or opened around each transaction (a file shared by several processes,
-//! as the `idemkit` CLI does), with the idemkit format check and lock retries.
+//! process, reopened after an I/O error: `recover.rs`) or opened around each
+//! transaction (a file shared by several processes, as the `idemkit` CLI does),
+//! with the idemkit format check and lock retries.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -14,11 +15,13 @@ use redb::{
 };
 
 use super::error::{OpenError, RedbError};
-use super::group_commit::{CommitStats, GroupCommit};
+use super::group_commit::CommitStats;
 use super::records::InTxn;
+use super::recover::{Owned, Reused, Source};
 use super::tables::{
     FORMAT_VERSION, GC_DUE, LEASE_EXPIRY, MAGIC, META, META_FORMAT, META_MAGIC, RECORDS, UNKNOWN,
 };
+use crate::adapters::AdapterHealth;
 
 /// How long a shared store keeps retrying a file locked by another process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +45,8 @@ impl Default for LockRetry {
 #[derive(Debug)]
 pub(crate) enum Handle {
     /// One database handle for the life of the store (in-memory, custom backend, or a
-    /// file this process owns); its writes are grouped (see `group_commit`).
+    /// file this process owns); its writes are grouped (see `group_commit`), and it
+    /// is reopened after an I/O error (see `recover`).
     Open(Arc<Owned>),
     /// Open the file for each transaction and close it right after, so several
     /// processes can take turns.
@@ -52,20 +56,31 @@ pub(crate) enum Handle {
     },
 }
 
-/// A database this process keeps open, with its write queue.
-#[derive(Debug)]
-pub(crate) struct Owned {
-    db: Arc<Database>,
-    group: GroupCommit,
-}
-
 impl Handle {
-    /// A handle on a database this process keeps open.
-    pub(crate) fn owned(db: Database) -> Handle {
-        Handle::Open(Arc::new(Owned {
-            db: Arc::new(db),
-            group: GroupCommit::default(),
-        }))
+    /// A handle on a database this process keeps open, opened from `source`.
+    pub(crate) fn owned(db: Database, source: Source) -> Handle {
+        Handle::Open(Arc::new(Owned::new(db, source)))
+    }
+
+    /// The store file at `path`, created if absent, kept open.
+    pub(crate) fn open_file(path: &Path) -> Result<Handle, OpenError> {
+        let db = open_file_once(path, Integrity::Check)?;
+        Ok(Handle::owned(db, Source::File(path.to_owned())))
+    }
+
+    /// A store on `backend`, kept open; a reopen opens the same backend again.
+    pub(crate) fn open_backend(backend: impl StorageBackend) -> Result<Handle, OpenError> {
+        let backend: Arc<dyn StorageBackend> = Arc::new(backend);
+        let db = open_backend(Reused(Arc::clone(&backend)))?;
+        Ok(Handle::owned(db, Source::Backend(backend)))
+    }
+
+    /// Whether the database can write now (see `recover`).
+    pub(crate) fn health(&self) -> AdapterHealth {
+        match self {
+            Handle::Open(owned) => owned.health(),
+            Handle::PerTransaction { .. } => AdapterHealth::writable(),
+        }
     }
 
     /// Another handle on the same database: an open database (and its write
@@ -108,13 +123,13 @@ impl Handle {
         }
     }
 
-    fn database(&self) -> Result<Arc<Database>, OpenError> {
+    fn database(&self) -> Result<Arc<Database>, RedbError> {
         match self {
-            Handle::Open(owned) => Ok(Arc::clone(&owned.db)),
+            Handle::Open(owned) => owned.for_read(),
             Handle::PerTransaction { path, retry } => {
                 // A poisoned lock still holds a valid `LockRetry` (plain data).
                 let retry = *retry.lock().unwrap_or_else(|p| p.into_inner());
-                open_file_with_retry(path, retry, Integrity::Trust).map(Arc::new)
+                Ok(open_file_with_retry(path, retry, Integrity::Trust).map(Arc::new)?)
             }
         }
     }
@@ -140,9 +155,9 @@ impl Handle {
         E: From<RedbError> + Send + 'static,
     {
         if let Handle::Open(owned) = self {
-            return owned.group.write(&owned.db, f);
+            return owned.group.write(&**owned, f);
         }
-        let db = self.database().map_err(RedbError::from)?;
+        let db = self.database()?;
         let mut txn = db.begin_write().map_err(RedbError::from)?;
         txn.set_durability(Durability::Immediate)
             .map_err(RedbError::from)?;
@@ -185,8 +200,9 @@ impl Handle {
     where
         E: From<RedbError>,
     {
-        let db = self.database().map_err(RedbError::from)?;
-        let txn = db.begin_read().map_err(RedbError::from)?;
+        // The transaction keeps what it reads from; the database itself is
+        // released at once, so a reopen (see `recover`) never waits for a read.
+        let txn = self.database()?.begin_read().map_err(RedbError::from)?;
         catch_unwind(AssertUnwindSafe(|| f(&txn))).unwrap_or_else(|payload| {
             Err(RedbError::Corrupt {
                 detail: panic_text(payload.as_ref()),
@@ -275,6 +291,20 @@ pub(crate) fn open_file_once(path: &Path, check: Integrity) -> Result<Database, 
                 },
                 other => other,
             })?;
+        ensure_format(&db)?;
+        Ok(db)
+    })
+}
+
+/// Opens the store file at `path` again (after an I/O error: see `recover`): it
+/// must exist (a reopen never starts an empty store under the old name), and
+/// redb's crash recovery runs if the file needs it.
+pub(crate) fn open_existing_file(path: &Path) -> Result<Database, OpenError> {
+    let path = path.to_owned();
+    guarded(move || {
+        let db = Database::builder()
+            .open(&path)
+            .map_err(open_error_from_database)?;
         ensure_format(&db)?;
         Ok(db)
     })
@@ -484,7 +514,7 @@ mod tests {
             .unwrap()
     }
 
-    fn group(handle: &Handle) -> &GroupCommit {
+    fn group(handle: &Handle) -> &super::super::group_commit::GroupCommit {
         match handle {
             Handle::Open(owned) => &owned.group,
             _ => panic!("not an open handle"),
@@ -531,8 +561,7 @@ mod tests {
     }
 
     fn in_memory() -> Arc<Handle> {
-        let db = open_backend(redb::backends::InMemoryBackend::new()).unwrap();
-        Arc::new(Handle::owned(db))
+        Arc::new(Handle::open_backend(redb::backends::InMemoryBackend::new()).unwrap())
     }
 
     #[test]
@@ -587,9 +616,7 @@ mod tests {
     fn a_failing_or_panicking_write_loses_nothing_of_its_group() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("group.redb");
-        let handle = Arc::new(Handle::owned(
-            open_file_once(&path, Integrity::Check).unwrap(),
-        ));
+        let handle = Arc::new(Handle::open_file(&path).unwrap());
         let (go, leader) = held_leader(&handle, None);
         let a = follower(&handle, |txn| Ok((put(txn, "a")?, true)));
         let b = follower(&handle, |txn| {
@@ -623,7 +650,7 @@ mod tests {
 
         // Durable: the file reopened holds a and d, and nothing of b or c.
         drop(handle);
-        let reopened = Handle::owned(open_file_once(&path, Integrity::Check).unwrap());
+        let reopened = Handle::open_file(&path).unwrap();
         assert_eq!(get(&reopened, "a"), Some(1));
         assert_eq!(get(&reopened, "d"), Some(2));
         assert_eq!(get(&reopened, "b"), None);
@@ -637,7 +664,7 @@ mod tests {
             redb::backends::InMemoryBackend::new(),
             switch.clone(),
         );
-        let handle = Arc::new(Handle::owned(open_backend(backend).unwrap()));
+        let handle = Arc::new(Handle::open_backend(backend).unwrap());
         // The leader writes nothing (no sync); the group of three behind it
         // commits, and that commit's first sync fails.
         let (go, leader) = held_leader(&handle, None);

@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::adapters::{AdapterError, CorruptRecord, FailureKind};
 
@@ -105,6 +105,16 @@ pub enum RedbError {
     /// aborted, so neither they nor the record's write were kept. The caller
     /// kept its own error ([`crate::local`]).
     LocalWrites,
+    /// The database failed a write with an I/O error and has not yet been
+    /// reopened and proven writable (see [`RedbAdapter`](super::RedbAdapter)'s
+    /// recovery): nothing was written. A transient failure: the store reopens
+    /// it on a later operation or health check.
+    Unwritable {
+        /// What failed, and how reopening went so far.
+        detail: String,
+        /// Since when writes are refused.
+        since: SystemTime,
+    },
 }
 
 impl fmt::Display for RedbError {
@@ -122,6 +132,12 @@ impl fmt::Display for RedbError {
             RedbError::LocalWrites => f.write_str(
                 "the caller's writes in the record's transaction failed; nothing was written",
             ),
+            RedbError::Unwritable { detail, .. } => {
+                write!(
+                    f,
+                    "the database is unavailable until it is reopened after an I/O error: {detail}"
+                )
+            }
         }
     }
 }
@@ -133,7 +149,9 @@ impl std::error::Error for RedbError {
             RedbError::Redb(e) => Some(e),
             RedbError::CorruptRecord(e) => Some(e),
             RedbError::GroupCommit { cause, .. } => Some(&**cause),
-            RedbError::Corrupt { .. } | RedbError::LocalWrites => None,
+            RedbError::Corrupt { .. } | RedbError::LocalWrites | RedbError::Unwritable { .. } => {
+                None
+            }
         }
     }
 }
@@ -142,12 +160,30 @@ impl RedbError {
     /// What kind of failure this is, for the engine.
     fn kind(&self) -> FailureKind {
         match self {
-            RedbError::Open(OpenError::Busy { .. }) => FailureKind::Unavailable,
+            RedbError::Open(OpenError::Busy { .. }) | RedbError::Unwritable { .. } => {
+                FailureKind::Unavailable
+            }
             RedbError::Open(OpenError::Corrupt { .. })
             | RedbError::CorruptRecord(_)
             | RedbError::Corrupt { .. } => FailureKind::Corrupt,
             RedbError::GroupCommit { cause, .. } => cause.kind(),
             _ => FailureKind::Failed,
+        }
+    }
+
+    /// Whether redb has latched this failure (an I/O error of its storage), so
+    /// that the database must be closed and opened again before it writes.
+    pub(crate) fn needs_reopen(&self) -> bool {
+        match self {
+            RedbError::Redb(e) => matches!(
+                e,
+                redb::Error::Io(_)
+                    | redb::Error::PreviousIo
+                    | redb::Error::Backend(_)
+                    | redb::Error::DatabaseClosed
+            ),
+            RedbError::GroupCommit { cause, .. } => cause.needs_reopen(),
+            _ => false,
         }
     }
 }

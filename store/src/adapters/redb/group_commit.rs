@@ -90,6 +90,20 @@ use super::records::InTxn;
 /// The most operations one group transaction decides.
 pub(crate) const MAX_BATCH: usize = 256;
 
+/// Where a group's leader gets the database to write in, and what it tells
+/// of how the group's transaction ended (`recover.rs`: an I/O error makes the
+/// database be reopened).
+pub(crate) trait WriteTarget: Sync {
+    /// The database to begin this group's transaction in, and its generation;
+    /// an error fails the whole group (nothing written).
+    fn for_write(&self) -> Result<(Arc<Database>, u64), RedbError>;
+    /// Beginning, closing or committing the transaction on the database of
+    /// `generation` failed with `error`.
+    fn failed(&self, generation: u64, error: &RedbError);
+    /// A transaction committed durably.
+    fn committed(&self);
+}
+
 /// How a store's durable writes were grouped into transactions
 /// ([`RedbAdapter::commit_stats`](super::RedbAdapter::commit_stats)). Counted since the
 /// store was opened, over every clone of it.
@@ -159,10 +173,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl GroupCommit {
-    /// Runs `f` in a durable write transaction of `db`, possibly shared with
+    /// Runs `f` in a durable write transaction of `target`'s database, possibly shared with
     /// other callers' closures, and returns its answer once that transaction is
     /// durable (or nothing was written). See the module documentation.
-    pub(crate) fn write<F, T, E>(&self, db: &Database, f: F) -> Result<T, E>
+    pub(crate) fn write<F, T, E>(&self, target: &dyn WriteTarget, f: F) -> Result<T, E>
     where
         F: FnMut(&mut InTxn<'_>) -> Result<(T, bool), E> + Send + 'static,
         T: Send + 'static,
@@ -191,7 +205,7 @@ impl GroupCommit {
         };
         loop {
             if let Some(jobs) = group.take() {
-                self.lead(db, jobs);
+                self.lead(target, jobs);
             }
             match slot.wait() {
                 Some(result) => return result,
@@ -226,7 +240,7 @@ impl GroupCommit {
     }
 
     /// Runs one group and passes leadership on.
-    fn lead(&self, db: &Database, mut jobs: Vec<Box<dyn Job>>) {
+    fn lead(&self, target: &dyn WriteTarget, mut jobs: Vec<Box<dyn Job>>) {
         let _handoff = Handoff(self);
         self.counters.largest_group.fetch_max(
             u64::try_from(jobs.len()).unwrap_or(u64::MAX),
@@ -235,16 +249,27 @@ impl GroupCommit {
         // Closures and redb calls are each guarded; this only catches a bug in
         // the leader itself. Whatever is left in `jobs` then was not answered,
         // and dropping it answers those callers with an error (see `Pending`).
-        let _ = catch_unwind(AssertUnwindSafe(|| self.run_group(db, &mut jobs)));
+        let _ = catch_unwind(AssertUnwindSafe(|| self.run_group(target, &mut jobs)));
     }
 
     /// Decides every job of the group in one transaction and answers each
     /// caller; a failed job is answered alone and the rest run again.
-    fn run_group(&self, db: &Database, jobs: &mut Vec<Box<dyn Job>>) {
+    fn run_group(&self, target: &dyn WriteTarget, jobs: &mut Vec<Box<dyn Job>>) {
         while !jobs.is_empty() {
-            let txn = match begin(db) {
-                Ok(txn) => txn,
+            let (db, generation) = match target.for_write() {
+                Ok(found) => found,
                 Err(e) => return fail_all(jobs, e),
+            };
+            let begun = begin(&db);
+            // The transaction holds what it needs; a reopen must not wait for
+            // this group to let go of the database.
+            drop(db);
+            let txn = match begun {
+                Ok(txn) => txn,
+                Err(e) => {
+                    target.failed(generation, &e);
+                    return fail_all(jobs, e);
+                }
             };
             count(&self.counters.transactions, 1);
             let mut wrote = false;
@@ -272,6 +297,7 @@ impl GroupCommit {
             }
             if let Err(e) = guarded(|| in_txn.close()) {
                 abort_quietly(txn);
+                target.failed(generation, &e);
                 return fail_all(jobs, e);
             }
             let ended = if wrote { commit(txn) } else { abort(txn) };
@@ -279,12 +305,16 @@ impl GroupCommit {
                 Ok(()) => {
                     if wrote {
                         count(&self.counters.commits, 1);
+                        target.committed();
                     }
                     for mut job in jobs.drain(..) {
                         job.deliver();
                     }
                 }
-                Err(e) => fail_all(jobs, e),
+                Err(e) => {
+                    target.failed(generation, &e);
+                    fail_all(jobs, e);
+                }
             }
             return;
         }

@@ -39,6 +39,7 @@ mod error;
 mod fault;
 mod group_commit;
 mod records;
+mod recover;
 mod tables;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,8 +58,8 @@ pub use group_commit::CommitStats;
 pub use tables::FORMAT_VERSION;
 
 use super::{
-    Adapter, AdapterError, Cursor, Read, Scan, ScanBy, ScanPage, Scanned, Stored, Version, Write,
-    first_version, next_version,
+    Adapter, AdapterError, AdapterHealth, Cursor, Read, Scan, ScanBy, ScanPage, Scanned, Stored,
+    Version, Write, first_version, next_version,
 };
 use db::Handle;
 use records::{Floors, Tables, decode, load_from, token_floor_in};
@@ -85,9 +86,8 @@ impl RedbAdapter {
     /// A format-1 file is upgraded to format 2 (see [`FORMAT_VERSION`]).
     pub fn open(path: impl AsRef<Path>) -> Result<RedbAdapter, OpenError> {
         let path = path.as_ref();
-        let db = db::open_file_once(path, db::Integrity::Check)?;
         Ok(RedbAdapter::from_handle(
-            Handle::owned(db),
+            Handle::open_file(path)?,
             Some(path.to_owned()),
         ))
     }
@@ -119,8 +119,10 @@ impl RedbAdapter {
     /// A database on any redb [`redb::StorageBackend`] (for example a
     /// `FaultyBackend`, feature `testing`).
     pub fn with_backend(backend: impl redb::StorageBackend) -> Result<RedbAdapter, OpenError> {
-        let db = db::open_backend(backend)?;
-        Ok(RedbAdapter::from_handle(Handle::owned(db), None))
+        Ok(RedbAdapter::from_handle(
+            Handle::open_backend(backend)?,
+            None,
+        ))
     }
 
     /// Like [`RedbAdapter::with_backend`] over a [`FaultyBackend`], and the
@@ -131,8 +133,7 @@ impl RedbAdapter {
         backend: FaultyBackend<B>,
     ) -> Result<RedbAdapter, OpenError> {
         let switch = backend.switch().clone();
-        let db = db::open_backend(backend)?;
-        let mut adapter = RedbAdapter::from_handle(Handle::owned(db), None);
+        let mut adapter = RedbAdapter::from_handle(Handle::open_backend(backend)?, None);
         adapter.faults = Some(switch);
         Ok(adapter)
     }
@@ -442,6 +443,13 @@ impl Adapter for RedbAdapter {
 
     fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError> {
         Ok(self.handle.read(|txn| scan_in(txn, scan))?)
+    }
+
+    /// Unwritable after an I/O error until the database was reopened and a
+    /// probe write succeeded; a reopen attempt is made first when one is due
+    /// (see [`RedbAdapter`]'s recovery).
+    fn health(&self) -> AdapterHealth {
+        self.handle.health()
     }
 
     /// The file's size (`None` in memory or when the file cannot be read).

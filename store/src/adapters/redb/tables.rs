@@ -69,3 +69,8 @@ pub(crate) const META_TOKEN_FLOOR: &str = "token_floor";
 /// GC deleted. A fresh record's version is above it, so a version never
 /// repeats for an id. Absent (0) until GC deleted a record.
 pub(crate) const META_VERSION_FLOOR: &str = "version_floor";
+/// Meta key of the instant (Unix ms, u64 LE) the database was last reopened
+/// after an I/O error: the durable write that proved it writable again
+/// (`recover.rs`). Absent until then; nothing reads it back, so the file
+/// format did not change.
+pub(crate) const META_LAST_RECOVERY: &str = "last_recovery";
