@@ -596,8 +596,10 @@ async fn not_found() -> Response<Body> {
     )
 }
 
-async fn health() -> &'static str {
-    "ok"
+/// 200 while the store can write, 503 with the reason while it cannot (a full
+/// disk, say), so a load balancer stops sending requests that would all be 503.
+async fn health(State(app): State<Arc<App>>) -> Response<Body> {
+    idemkit::http::health_response(app.store.clone(), None).await
 }
 
 /// What reconciling one record did.
@@ -789,6 +791,14 @@ fn wait_for_orphaned_leases(store: &Store) -> Result<(), String> {
 }
 
 fn main() -> std::process::ExitCode {
+    // A file-size limit (RLIMIT_FSIZE) must reach the store as the I/O error it
+    // is (EFBIG), which the store recovers from once the limit is raised, and
+    // not end the process by SIGXFSZ's default action.
+    #[cfg(unix)]
+    let _ = signal_hook::flag::register(
+        signal_hook::consts::SIGXFSZ,
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
     let args = Args::parse();
     match run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -12,6 +12,10 @@
 //! - `idemkit_execution_seconds{operation}`: how long executions took (histogram);
 //! - `idemkit_store_errors_total`: store calls that failed (a claim answered 503,
 //!   an outcome that needed a retry or could not be recorded);
+//! - `idemkit_store_writable`: 1 while the store can write, 0 while it cannot
+//!   (set by each health check: [`Metrics::store_health`], which
+//!   [`health_response`](super::health_response) and `idemkit proxy`'s
+//!   `/metrics` call);
 //! - `idemkit_gc_deleted_total`: records GC deleted ([`Metrics::gc_deleted`]).
 //!
 //! ```
@@ -36,6 +40,7 @@ use idemkit_core::machine::Disposition;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -95,6 +100,7 @@ pub struct Metrics {
     outcomes: Family<OutcomeLabels, Counter>,
     execution: HistogramFamily,
     store_errors: Counter,
+    store_writable: Gauge,
     gc_deleted: Counter,
 }
 
@@ -112,6 +118,9 @@ impl Metrics {
         let outcomes = Family::<OutcomeLabels, Counter>::default();
         let execution: HistogramFamily = Family::new_with_constructor(execution_buckets);
         let store_errors = Counter::default();
+        let store_writable = Gauge::default();
+        // Writable until a health check finds otherwise.
+        store_writable.set(1);
         let gc_deleted = Counter::default();
         registry.register(
             "idemkit_claims",
@@ -134,6 +143,11 @@ impl Metrics {
             store_errors.clone(),
         );
         registry.register(
+            "idemkit_store_writable",
+            "Whether the store could write at the last health check (1) or not (0)",
+            store_writable.clone(),
+        );
+        registry.register(
             "idemkit_gc_deleted",
             "Records deleted by GC",
             gc_deleted.clone(),
@@ -144,6 +158,7 @@ impl Metrics {
             outcomes,
             execution,
             store_errors,
+            store_writable,
             gc_deleted,
         }
     }
@@ -187,6 +202,11 @@ impl Metrics {
         self.store_errors.inc();
     }
 
+    /// Sets `idemkit_store_writable` from a health check's finding.
+    pub fn store_health(&self, health: &crate::store::Health) {
+        self.store_writable.set(i64::from(health.is_writable()));
+    }
+
     /// Counts records deleted by GC.
     pub fn gc_deleted(&self, deleted: u64) {
         self.gc_deleted.inc_by(deleted);
@@ -228,6 +248,10 @@ mod tests {
         m.execution("payments.capture", Duration::from_millis(20));
         m.store_error();
         m.gc_deleted(3);
+        let mut unwritable = crate::store::Store::in_memory().unwrap().health();
+        assert!(m.render().contains("idemkit_store_writable 1"));
+        unwritable.unwritable = Some("disk full".to_owned());
+        m.store_health(&unwritable);
         let text = m.render();
         for line in [
             r#"idemkit_claims_total{operation="payments.capture",outcome="replay"} 2"#,
@@ -235,6 +259,7 @@ mod tests {
             r#"idemkit_outcomes_total{operation="payments.capture",disposition="unknown"} 1"#,
             r#"idemkit_execution_seconds_count{operation="payments.capture"} 1"#,
             "idemkit_store_errors_total 1",
+            "idemkit_store_writable 0",
             "idemkit_gc_deleted_total 3",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");

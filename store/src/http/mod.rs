@@ -106,6 +106,7 @@
 //! ```
 
 mod execution;
+mod health;
 mod metrics;
 
 use std::future::Future;
@@ -127,6 +128,7 @@ use idemkit_core::{ContentKind, FingerprintSpec, IdempotencyKey, KeyError, Reque
 use tracing::Instrument;
 
 pub use execution::{Execution, ExecutionError};
+pub use health::health_response;
 pub use metrics::{ClaimOutcomeLabel, Metrics};
 
 use crate::store::{Claim, ExecutionGuard, Store, WorkerError};

@@ -95,6 +95,15 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         eprintln!("idemkit: internal error: {message}{place}");
     }));
+    // A file-size limit (RLIMIT_FSIZE) must reach the store as the I/O error it
+    // is (EFBIG), which the store recovers from once the limit is raised, and
+    // not end the process by SIGXFSZ's default action. A handler, unlike an
+    // ignored disposition, is not inherited by the commands `exec` runs.
+    #[cfg(unix)]
+    let _ = signal_hook::flag::register(
+        signal_hook::consts::SIGXFSZ,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
     // A usage error exits 64 (EX_USAGE) like every other refused argument of
     // this tool, not clap's 2; `--help` and `--version` print and exit 0.
     let cli = match Cli::try_parse() {

@@ -26,7 +26,7 @@ pub(crate) struct Admin {
 
 pub(crate) fn router(admin: Arc<Admin>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/records", get(records))
         .route("/records/{log_ref}/resolve", post(resolve))
@@ -70,9 +70,19 @@ fn unauthorized() -> Response<Body> {
     error(StatusCode::UNAUTHORIZED, "admin token required")
 }
 
+/// 200 while the store can write, 503 with the reason while it cannot.
+async fn healthz(State(admin): State<Arc<Admin>>) -> Response<Body> {
+    idemkit::http::health_response(admin.store.clone(), Some(Arc::clone(&admin.metrics))).await
+}
+
 async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response<Body> {
     if !authorized(&admin, &headers) {
         return unauthorized();
+    }
+    // The writable gauge is as of this scrape.
+    let store = admin.store.clone();
+    if let Ok(health) = tokio::task::spawn_blocking(move || store.health()).await {
+        admin.metrics.store_health(&health);
     }
     let mut response = Response::new(Body::from(admin.metrics.render()));
     response.headers_mut().insert(
