@@ -59,8 +59,8 @@ pub use error::PgError;
 pub use schema::SCHEMA_VERSION;
 
 use crate::adapters::{
-    Adapter, AdapterError, CorruptRecord, Cursor, FailureKind, Read, Scan, ScanBy, ScanPage,
-    Scanned, Stored, Version, Write, decode_record,
+    Adapter, AdapterError, AdapterHealth, CorruptRecord, Cursor, FailureKind, Read, Scan, ScanBy,
+    ScanPage, Scanned, Stored, Version, Write, decode_record,
 };
 use crate::clock::{Clock, ClockError, SystemClock};
 use error::{Failure, classify, fail};
@@ -527,6 +527,29 @@ impl Adapter for PgStore {
             .and_then(|row| row.try_get(0))
             .map_err(|e| fail(&e))?;
         Ok(u64::try_from(size).ok())
+    }
+
+    /// Unwritable while no connection can be had (the server is down or
+    /// restarting; the pool replaces broken connections as soon as it is back)
+    /// or while the server does not accept writes (a standby in recovery, or a
+    /// read-only session: a failover that has not reached this address yet).
+    /// One statement, retried once on another connection like every read.
+    fn health(&self) -> AdapterHealth {
+        let read_only = self.reading(|conn| {
+            conn.query_typed_one(
+                "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+                &[],
+            )
+            .and_then(|row| row.try_get::<_, bool>(0))
+            .map_err(|e| fail(&e))
+        });
+        match read_only {
+            Ok(false) => AdapterHealth::writable(),
+            Ok(true) => AdapterHealth::unwritable(
+                "the PostgreSQL server accepts no writes (a standby in recovery, or read-only)",
+            ),
+            Err(e) => AdapterHealth::unwritable(e.to_string()),
+        }
     }
 
     /// The database's: every instance of a fleet decides by one clock.
