@@ -40,6 +40,29 @@
 //!
 //! Without the `testing` feature the store keeps no fault switch at all: the
 //! check a write transaction makes for an armed failure is compiled out.
+//!
+//! ## When the store cannot write
+//!
+//! A full disk, a failing volume or a PostgreSQL restart makes every claim fail
+//! with a transient [`StorageError`](store::StorageError) (the middleware answers
+//! 503 with `Retry-After`; nothing executes without a claim), and a completion
+//! that fails is retried, then left to its lease, never released. The store
+//! comes back on its own once the cause is gone: a redb file is reopened (redb
+//! refuses every write of a handle after an I/O error) and proven writable with a
+//! probe write by the next operation or health check; a PostgreSQL pool replaces
+//! its broken connections. [`Store::health`](store::Store::health) says whether it
+//! can write now, why not and since when; serve it with
+//! `idemkit::http::health_response` so a load balancer stops sending traffic
+//! meanwhile:
+//!
+//! ```
+//! # #[cfg(feature = "axum")] {
+//! use axum::{Router, routing::get};
+//! let store = idemkit::store::Store::in_memory().unwrap();
+//! let app: Router = Router::new()
+//!     .route("/health", get(move || idemkit::http::health_response(store.clone(), None)));
+//! # let _ = app; }
+//! ```
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

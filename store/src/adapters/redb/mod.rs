@@ -10,6 +10,11 @@
 //!   `None` without failing anything else of its group.
 //! - **Durability**: a write is answered only after its transaction committed
 //!   with `Durability::Immediate`.
+//! - **Recovery**: redb refuses every later operation of a database after an
+//!   I/O error (a full disk, a file-size limit); the adapter then closes and
+//!   reopens it on the next operation or health check, and proves it writable
+//!   with a probe write before it lets writes through (`recover.rs`). Writes
+//!   meanwhile fail fast as [`RedbError::Unwritable`], a transient failure.
 //! - **Creation**: a new file is made whole under a temporary name and then
 //!   linked at its path (`create.rs`), so a process killed while creating it
 //!   leaves either no file or a whole store, never one redb refuses.
@@ -20,6 +25,7 @@
 //! | `create.rs` | a new file made whole before it gets its name; what a half-made one is |
 //! | `db.rs` | a database for the store's life or per transaction (shared files, lock retries), the format check and upgrade, panics turned into errors |
 //! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
+//! | `recover.rs` | a database kept open, and its reopening after an I/O error |
 //! | `records.rs` | reading and writing records with their index entries |
 //! | `error.rs` | [`OpenError`], [`RedbError`] |
 //! | `fault.rs` | `FaultyBackend`: I/O failure injection for tests (feature `testing`) |
