@@ -568,6 +568,44 @@ export function conformanceCases(idemkit, makeAdapter) {
       }
     }],
 
+    ["an adapter error is not sticky: the request it hit is 503, the next ones are served", async () => {
+      // Each adapter method fails once, as a dropped connection or a full disk
+      // would, and then works again: the handler keeps no trace of the failure.
+      for (const method of ["get", "insert", "update"]) {
+        const healthy = await makeAdapter();
+        let failures = 0;
+        const adapter = { name: `${method} fails once` };
+        for (const name of ["get", "insert", "update", "updateWith", "delete", "scan"]) {
+          if (typeof healthy[name] !== "function") continue;
+          adapter[name] = (...args) => {
+            if (name === method && failures > 0) {
+              failures--;
+              return Promise.reject(new Error(`${name}: disk I/O error`));
+            }
+            return healthy[name](...args);
+          };
+        }
+        const { idem, counter, handler } = await setup({ adapter, effect: "local" });
+        failures = 1;
+        const hit = await idem.handle(request("k-hit"), handler);
+        if (method === "update") {
+          // The completion is retried, so one failure is absorbed: answered and kept.
+          assert.equal(hit.status, 201, method);
+        } else {
+          await problemOf(hit, 503, "store-unavailable");
+          assert.equal(counter.runs, 0, `${method}: nothing ran without a claim`);
+        }
+        // The next request, on the same handler, is served as if nothing happened.
+        assert.equal((await idem.handle(request("k-next"), handler)).status, 201, method);
+        // The key the failure hit: executed now (it was never claimed) or replayed.
+        const retried = await idem.handle(request("k-hit"), handler);
+        assert.equal(retried.status, 201, method);
+        const replay = await idem.handle(request("k-hit"), handler);
+        assert.equal(replay.headers.get("idempotent-replayed"), "true", method);
+        assert.equal(counter.runs, 2, `${method}: each key executed once`);
+      }
+    }],
+
     ["a completion that cannot be stored is not acknowledged and never released", async () => {
       for (const effect of ["local", "external"]) {
         const healthy = await makeAdapter();

@@ -11,6 +11,7 @@ import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
 import { checkConcurrency, concurrentHandles } from "../concurrency.js";
 import { localTransactionCases, sqliteOrders } from "../local-transactions.js";
+import { sqliteFault, storageFaultCases } from "../storage-faults.js";
 
 const started = Date.now();
 const dir = mkdtempSync(join(tmpdir(), "idemkit-bun-"));
@@ -23,6 +24,7 @@ const cases = [
   ...journalCases(idemkit, () => idemkit.sqliteAdapter(new Database(join(dir, `j${files++}.db`)), { table: "idemkit_journal" })).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
   ...localTransactionCases(idemkit, () => sqliteOrders(idemkit, new Database(":memory:"))).map(([n, f]) => [`bun:sqlite: ${n}`, f]),
   ...localTransactionCases(idemkit, () => sqliteOrders(idemkit, new Database(join(dir, `l${files++}.db`)))).map(([n, f]) => [`bun:sqlite file: ${n}`, f]),
+  ...storageFaultCases(idemkit, "bun:sqlite file", async () => sqliteFault(idemkit, new Database(join(dir, `f${files++}.db`)))),
   ["bun:sqlite: the adapter sets a busy timeout (bun's default is none) and runs WAL with synchronous=FULL", async () => {
     const db = new Database(join(dir, "durable.db"));
     const value = (name) => Object.values(db.prepare(`PRAGMA ${name}`).get())[0];

@@ -10,6 +10,7 @@ import * as idemkit from "idemkit";
 import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
 import { checkConcurrency, concurrentHandles } from "../concurrency.js";
+import { sqliteFault, storageFaultCases } from "../storage-faults.js";
 
 const dir = mkdtempSync(join(tmpdir(), "idemkit-node-"));
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -25,6 +26,10 @@ for (const [label, make] of Object.entries(adapters)) {
   for (const [name, fn] of [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)]) {
     test(`${label}: ${name}`, fn);
   }
+}
+
+for (const [name, fn] of storageFaultCases(idemkit, "better-sqlite3 file", async () => sqliteFault(idemkit, new Database(join(dir, `f${files++}.db`))))) {
+  test(name, fn);
 }
 
 test("better-sqlite3: 50 concurrent handle calls with one key execute once", async () => {

@@ -15,7 +15,7 @@ let example;
 before(async () => {
   const t = Date.now();
   suite = miniflare(
-    [join(here, "..", "workerd", "conformance-worker.js"), join(here, "..", "harness.js"), join(here, "..", "conformance.js"), join(here, "..", "journal.js"), join(here, "..", "gc-legacy.js"), join(here, "..", "local-transactions.js")],
+    [join(here, "..", "workerd", "conformance-worker.js"), join(here, "..", "harness.js"), join(here, "..", "conformance.js"), join(here, "..", "journal.js"), join(here, "..", "gc-legacy.js"), join(here, "..", "local-transactions.js"), join(here, "..", "storage-faults.js")],
     { d1Databases: ["DB"], durableObjects: { SUITE: "Suite" } },
   );
   example = miniflare([join(wasmDir, "examples", "workers", "worker.js")], {

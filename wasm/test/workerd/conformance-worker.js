@@ -8,6 +8,7 @@ import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
 import { legacyRowsAreCollected } from "../gc-legacy.js";
 import { localTransactionCases } from "../local-transactions.js";
+import { d1Fault, storageFaultCases } from "../storage-faults.js";
 
 let tables = 0;
 
@@ -125,7 +126,11 @@ export default {
     const { pathname } = new URL(request.url);
     if (pathname === "/conformance/d1") {
       const make = () => idemkit.d1Adapter(env.DB, { table: `records_${tables++}` });
-      const cases = [...conformanceCases(idemkit, make), ...journalCases(idemkit, make)];
+      const cases = [
+        ...conformanceCases(idemkit, make),
+        ...journalCases(idemkit, make),
+        ...storageFaultCases(idemkit, "D1", async () => d1Fault(idemkit, env.DB, `fault_${tables++}`)),
+      ];
       return Response.json(await run(cases));
     }
     if (pathname === "/local/d1") {
