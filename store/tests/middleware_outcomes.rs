@@ -368,3 +368,38 @@ async fn a_store_that_fails_the_completion_and_the_fallback_leaves_the_record_ru
     assert!(problem_type(&retry).ends_with("/request-in-progress"));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// A real I/O error under the completion: the handler answers, and the commit
+/// that records its response fails its sync, which makes redb refuse every
+/// later write of that database. The store reopens it on the next write, so the
+/// middleware's recording retry succeeds: the client gets the handler's 201,
+/// and its retry replays it, with one execution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_whose_commit_fails_its_sync_is_recorded_after_the_store_reopens() {
+    for effect in [EffectKind::Local, EffectKind::External] {
+        let (store, switch) = faulty_store();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let armed = switch.clone();
+        let app = app(&store, route(effect), &calls, 201, move |_| {
+            let armed = armed.clone();
+            Box::pin(async move { armed.fail_sync_after(0) })
+        });
+        let first = send(&app, "k").await;
+        assert_eq!(
+            first.status,
+            201,
+            "{effect}: recorded after the reopen: {}",
+            String::from_utf8_lossy(&first.body)
+        );
+        assert_eq!(
+            switch.injected(),
+            1,
+            "{effect}: the completion's sync failed"
+        );
+        assert!(store.health().is_writable(), "{effect}");
+        let retry = send(&app, "k").await;
+        assert_eq!(retry.status, 201);
+        assert_eq!(retry.headers.get("idempotent-replayed").unwrap(), "true");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{effect}");
+    }
+}

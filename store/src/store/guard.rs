@@ -1,7 +1,9 @@
 //! The execution guard: the right to execute one claimed operation.
 
-use idemkit_core::machine::{self, Answer, Op, Policy, StepStart};
-use idemkit_core::record::{EffectKind, FencingToken, Step, StoredResponse, UnknownReason};
+use idemkit_core::machine::{self, Answer, Op, Policy, StepStart, TransitionError};
+use idemkit_core::record::{
+    EffectKind, FencingToken, RecordState, Step, StoredResponse, UnknownReason,
+};
 use idemkit_core::{LogRef, RecordId, UnixMillis};
 use std::time::Instant;
 
@@ -143,9 +145,49 @@ impl ExecutionGuard {
     /// Records an outcome (`op`): once it is durable the guard is finished and
     /// dropping it does nothing; if it fails, the guard stays unfinished.
     fn record(&mut self, op: Op) -> Result<(), WorkerError> {
-        self.transition(op)?;
+        match self.transition(op.clone()) {
+            Ok(_) => {}
+            Err(TxError::Rejected {
+                error: TransitionError::WrongState { .. },
+                ..
+            }) if self.already_recorded(&op)? => {}
+            Err(e) => return Err(e.into()),
+        }
         self.finished = true;
         Ok(())
+    }
+
+    /// Whether the record already holds `op`'s outcome under this lease's
+    /// token: an earlier try whose write reached the database although this
+    /// worker was told it failed (an fsync that failed after the data was
+    /// written, a connection lost after the commit). Trying again is then a
+    /// success, not a refusal: the outcome is recorded, as this worker meant it.
+    fn already_recorded(&mut self, op: &Op) -> Result<bool, WorkerError> {
+        let read = self
+            .store
+            .adapter()
+            .get(&self.id)
+            .map_err(StorageError::from)?;
+        let Some(stored) = read.stored else {
+            return Ok(false);
+        };
+        if stored.record.last_token != self.token {
+            return Ok(false);
+        }
+        let same = match (op, &stored.record.state) {
+            (Op::Complete { response, .. }, RecordState::Completed { response: kept, .. }) => {
+                kept == response
+            }
+            (Op::Release { .. }, RecordState::Released { .. }) => true,
+            (Op::MarkUnknown { reason, .. }, RecordState::Unknown { reason: kept, .. }) => {
+                kept == reason
+            }
+            _ => false,
+        };
+        if same {
+            self.held = Some(Box::new(stored));
+        }
+        Ok(same)
     }
 
     /// Records this lease's completion with `response` through `seam` instead
