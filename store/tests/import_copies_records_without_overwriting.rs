@@ -166,7 +166,9 @@ fn an_import_survives_reopening_the_file() {
         to.import(records.iter().map(|r| (&r.scope, &r.key, &r.record)))
             .unwrap();
     }
-    let reopened = Store::open(&path).unwrap();
+    // Shared: a file opened for life would settle the imported running record
+    // as an orphan of a process that is gone.
+    let reopened = Store::open_shared(&path, idemkit::store::LockRetry::default()).unwrap();
     assert_eq!(reopened.list(None).unwrap(), records);
 }
 

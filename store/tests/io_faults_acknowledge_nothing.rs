@@ -11,7 +11,7 @@ use std::path::Path;
 use idemkit::adapters::redb::{FaultSwitch, FaultyBackend};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::store::{Claim, Store};
+use idemkit::store::{Claim, LockRetry, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 #[derive(Clone, Copy, Debug)]
@@ -118,8 +118,10 @@ fn run_case(dir: &Path, fault: Fault, op: Op, n: u64, sticky: bool) -> bool {
         );
         switch.disarm();
     }
-    // Reopen with the plain file backend: redb recovers, and nothing acknowledged is lost.
-    let store = Store::open(&path).unwrap();
+    // Reopen with the plain file backend: redb recovers, and nothing acknowledged
+    // is lost. (Shared, so that the running record is read as it was left, not
+    // settled as an orphan: that is what opening it for life would do.)
+    let store = Store::open_shared(&path, LockRetry::default()).unwrap();
     let report = store.verify().unwrap();
     assert!(
         report.problems.is_empty(),

@@ -310,6 +310,16 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
         Ok(None)
     }
 
+    /// Whether this process holds the database alone: no other process can
+    /// read or write it while this adapter lives (a redb file kept open, which
+    /// redb locks). Then every Running record found at open was left by a
+    /// process that is gone, and [`Store::open`](crate::store::Store::open)
+    /// settles it at once instead of waiting for its lease. The default says
+    /// no: a shared database's leases may belong to live processes.
+    fn held_alone(&self) -> bool {
+        false
+    }
+
     /// Whether this adapter can write now, as far as it can tell, for a health
     /// check ([`Store::health`](crate::store::Store::health)). It may do I/O
     /// (PostgreSQL asks its server), so it is called on a blocking thread. The

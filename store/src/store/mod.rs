@@ -67,6 +67,7 @@ mod error;
 mod guard;
 mod health;
 mod operator;
+mod orphans;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -82,6 +83,7 @@ pub use error::{ClaimError, Error, OperatorError, QueryError, StorageError, Work
 pub use guard::{ExecutionGuard, Renewer};
 pub use health::Health;
 pub use operator::{GcReport, ImportReport, ListedRecord, Stats, VerifyReport};
+pub use orphans::SettledOrphan;
 
 use crate::adapters::redb::RedbAdapter;
 use crate::adapters::{Adapter, AdapterError, Read, Stored, Version};
@@ -97,6 +99,8 @@ pub struct Store {
     clock: Arc<dyn Clock>,
     /// What health checks saw, shared by the clones.
     seen: Arc<health::Seen>,
+    /// What opening the store settled ([`Store::orphans_settled_at_open`]).
+    orphans: Arc<[SettledOrphan]>,
 }
 
 /// What one read → decide → write gave.
@@ -121,13 +125,32 @@ impl Store {
             adapter,
             clock,
             seen: Arc::default(),
+            orphans: Arc::new([]),
         }
     }
 
     /// A store in the redb file `path` ([`RedbAdapter::open`]): created if
     /// absent, kept open and locked for the life of the store.
+    ///
+    /// As no other process can hold a lease in a file this process holds, the
+    /// executions a crashed process left Running are settled at once, as their
+    /// leases' expiry would settle them (External → Unknown, Local → Released),
+    /// instead of blocking their keys until then: see
+    /// [`Store::orphans_settled_at_open`]. Not while a process uses the file in
+    /// shared mode ([`Store::open_shared`], an `idemkit exec` between two of
+    /// its transactions): it may hold a live lease, so leases are then left to
+    /// their expiry, as they are if settling fails.
     pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
-        Ok(Store::new(Arc::new(RedbAdapter::open(path)?)))
+        let mut store = Store::new(Arc::new(RedbAdapter::open(path)?));
+        match store.settle_orphans() {
+            Ok(settled) => store.orphans = settled.into(),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the executions a previous process left running could not be settled at open; \
+                 they will be settled when their leases expire"
+            ),
+        }
+        Ok(store)
     }
 
     /// A store in the redb file `path`, opened around each transaction so that
@@ -167,6 +190,7 @@ impl Store {
             adapter: self.adapter,
             clock: Arc::new(clock),
             seen: self.seen,
+            orphans: self.orphans,
         }
     }
 
@@ -204,6 +228,7 @@ impl Store {
                 adapter: Arc::new(redb.with_lock_budget(budget)),
                 clock: Arc::clone(&self.clock),
                 seen: Arc::clone(&self.seen),
+                orphans: Arc::clone(&self.orphans),
             },
             None => self.clone(),
         }

@@ -94,7 +94,7 @@ impl Store {
 
     /// Every page of `by`, handed to `each` in order; stops early when `each`
     /// says so.
-    fn scan_all(
+    pub(super) fn scan_all(
         &self,
         by: ScanBy,
         mut each: impl FnMut(Scanned) -> Result<bool, QueryError>,

@@ -21,6 +21,7 @@ use super::recover::{Owned, Reused, Source};
 use super::tables::{
     FORMAT_VERSION, GC_DUE, LEASE_EXPIRY, MAGIC, META, META_FORMAT, META_MAGIC, RECORDS, UNKNOWN,
 };
+use super::users::SharedUse;
 use crate::adapters::AdapterHealth;
 
 /// How long a shared store keeps retrying a file locked by another process.
@@ -53,6 +54,9 @@ pub(crate) enum Handle {
     PerTransaction {
         path: PathBuf,
         retry: std::sync::Mutex<LockRetry>,
+        /// Tells a process that opens the file for its life that this one may
+        /// hold leases in it (see `users`).
+        shared_use: SharedUse,
     },
 }
 
@@ -75,6 +79,17 @@ impl Handle {
         Ok(Handle::owned(db, Source::Backend(backend)))
     }
 
+    /// Whether this process holds the database alone: kept open (redb locks
+    /// it), and, for a file, no process uses it in shared mode (see `users`).
+    pub(crate) fn held_alone(&self) -> bool {
+        match self {
+            Handle::Open(owned) => owned
+                .file()
+                .is_none_or(|path| !super::users::shared_users_present(path)),
+            Handle::PerTransaction { .. } => false,
+        }
+    }
+
     /// Whether the database can write now (see `recover`).
     pub(crate) fn health(&self) -> AdapterHealth {
         match self {
@@ -88,9 +103,14 @@ impl Handle {
     pub(crate) fn share(&self) -> Handle {
         match self {
             Handle::Open(owned) => Handle::Open(Arc::clone(owned)),
-            Handle::PerTransaction { path, retry } => Handle::PerTransaction {
+            Handle::PerTransaction {
+                path,
+                retry,
+                shared_use,
+            } => Handle::PerTransaction {
                 path: path.clone(),
                 retry: std::sync::Mutex::new(*retry.lock().unwrap_or_else(|p| p.into_inner())),
+                shared_use: shared_use.share(),
             },
         }
     }
@@ -126,7 +146,7 @@ impl Handle {
     fn database(&self) -> Result<Arc<Database>, RedbError> {
         match self {
             Handle::Open(owned) => owned.for_read(),
-            Handle::PerTransaction { path, retry } => {
+            Handle::PerTransaction { path, retry, .. } => {
                 // A poisoned lock still holds a valid `LockRetry` (plain data).
                 let retry = *retry.lock().unwrap_or_else(|p| p.into_inner());
                 Ok(open_file_with_retry(path, retry, Integrity::Trust).map(Arc::new)?)
@@ -200,9 +220,18 @@ impl Handle {
     where
         E: From<RedbError>,
     {
-        // The transaction keeps what it reads from; the database itself is
-        // released at once, so a reopen (see `recover`) never waits for a read.
-        let txn = self.database()?.begin_read().map_err(RedbError::from)?;
+        let db = self.database()?;
+        let txn = db.begin_read().map_err(RedbError::from)?;
+        // A database kept open is released at once (the transaction keeps what
+        // it reads from), so a reopen (see `recover`) never waits for a read; one
+        // opened for this transaction must stay open through it.
+        let _open_for_this_read = match self {
+            Handle::Open(_) => {
+                drop(db);
+                None
+            }
+            Handle::PerTransaction { .. } => Some(db),
+        };
         catch_unwind(AssertUnwindSafe(|| f(&txn))).unwrap_or_else(|payload| {
             Err(RedbError::Corrupt {
                 detail: panic_text(payload.as_ref()),

@@ -26,6 +26,7 @@
 //! | `db.rs` | a database for the store's life or per transaction (shared files, lock retries), the format check and upgrade, panics turned into errors |
 //! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
 //! | `recover.rs` | a database kept open, and its reopening after an I/O error |
+//! | `users.rs` | the shared-use lock beside a file opened per transaction |
 //! | `records.rs` | reading and writing records with their index entries |
 //! | `error.rs` | [`OpenError`], [`RedbError`] |
 //! | `fault.rs` | `FaultyBackend`: I/O failure injection for tests (feature `testing`) |
@@ -47,6 +48,7 @@ mod group_commit;
 mod records;
 mod recover;
 mod tables;
+mod users;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -112,6 +114,7 @@ impl RedbAdapter {
             Handle::PerTransaction {
                 path: path.to_owned(),
                 retry: std::sync::Mutex::new(retry),
+                shared_use: users::SharedUse::announce(path),
             },
             Some(path.to_owned()),
         ))
@@ -449,6 +452,12 @@ impl Adapter for RedbAdapter {
 
     fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError> {
         Ok(self.handle.read(|txn| scan_in(txn, scan))?)
+    }
+
+    /// A database kept open is locked against every other process (or is in
+    /// this process's memory); one opened per transaction is shared.
+    fn held_alone(&self) -> bool {
+        self.handle.held_alone()
     }
 
     /// Unwritable after an I/O error until the database was reopened and a

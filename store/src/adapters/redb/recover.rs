@@ -133,6 +133,14 @@ impl Owned {
         }
     }
 
+    /// The file it was opened from, if any.
+    pub(crate) fn file(&self) -> Option<&std::path::Path> {
+        match &self.source {
+            Source::File(path) => Some(path),
+            Source::Backend(_) => None,
+        }
+    }
+
     /// The database to read from (reopened first if a failed reopen closed it).
     pub(crate) fn for_read(&self) -> Result<Arc<Database>, RedbError> {
         if let Some(db) = &lock(&self.slot).db {
@@ -546,6 +554,35 @@ mod tests {
             .unwrap();
         execute(&store, "k3").abandon();
         assert!(store.verify().unwrap().problems.is_empty());
+    }
+
+    #[test]
+    fn a_completion_whose_failed_sync_still_landed_is_a_success_when_tried_again() {
+        let switch = FaultSwitch::default();
+        let store = store(&switch);
+        let mut guard = execute(&store, "k");
+        let response = StoredResponse::new(201, b"booked".to_vec());
+        // The memory backend keeps what was written before the sync failed, as a
+        // disk may: the commit is there although the worker was told it failed.
+        switch.fail_sync_after(0);
+        assert!(guard.try_complete(&response).is_err());
+        guard.try_complete(&response).unwrap();
+        let record = store
+            .get(
+                &Scope::new("acme", "charge").unwrap(),
+                &IdempotencyKey::new("k").unwrap(),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.state.name(), StateName::Completed);
+        // Another response under the same token is still refused.
+        let mut other = execute(&store, "k2");
+        other.try_complete(&response).unwrap();
+        assert!(
+            other
+                .try_complete(&StoredResponse::new(500, b"other".to_vec()))
+                .is_err()
+        );
     }
 
     #[test]
