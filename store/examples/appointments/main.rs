@@ -41,10 +41,9 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, Response, StatusCode, header};
 use axum::routing::{get, post};
 use clap::Parser;
-use idemkit::UnixMillis;
 use idemkit::core::http::Refusal;
 use idemkit::core::machine::{Disposition, Policy, StepStart};
-use idemkit::core::record::{EffectKind, StateName, StoredResponse};
+use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::http::{Execution, IdempotencyLayer, RouteConfig, refusal_response};
 use idemkit::store::{ExecutionGuard, ListedRecord, Store};
 use providers::{Booking, Crash, Message, ProviderError, Providers, Reschedule};
@@ -764,32 +763,6 @@ fn reconcile_all(app: &App) {
     }
 }
 
-/// A previous process may have died mid-execution, leaving Running records
-/// whose lease is still live. This process holds the store file exclusively,
-/// so no one else can renew them: wait until they expire, so the first
-/// reconciliation sees them.
-fn wait_for_orphaned_leases(store: &Store) -> Result<(), String> {
-    let running = store
-        .list(Some(StateName::Running))
-        .map_err(|e| e.to_string())?;
-    let latest = running
-        .iter()
-        .filter_map(|r| r.record.lease_expires_at())
-        .max()
-        .unwrap_or(UnixMillis::ZERO);
-    let now = store.now();
-    if latest > now {
-        let wait = Duration::from_millis(latest.as_millis() - now.as_millis() + 10);
-        eprintln!(
-            "appointments: {} unfinished request(s) from a previous run; reconciling in {} ms",
-            running.len(),
-            wait.as_millis()
-        );
-        std::thread::sleep(wait);
-    }
-    Ok(())
-}
-
 fn main() -> std::process::ExitCode {
     // A file-size limit (RLIMIT_FSIZE) must reach the store as the I/O error it
     // is (EFBIG), which the store recovers from once the limit is raised, and
@@ -849,13 +822,17 @@ fn run(args: Args) -> Result<(), String> {
         note_write_delay: Duration::from_millis(args.note_write_delay_ms),
     });
     notes::prepare(&store)?;
-
-    // With PostgreSQL, live leases may belong to other running instances: the
-    // periodic reconciliation takes over only those that really expire.
-    if args.postgres.is_none() {
-        wait_for_orphaned_leases(&store)?;
+    // On the redb file, which this process holds alone, the requests a previous
+    // run left unfinished were settled when the store was opened (bookings
+    // Unknown, notes released): reconciliation starts at once, in the
+    // background, while the service already answers. On PostgreSQL their
+    // leases may belong to live instances and expire as usual.
+    for orphan in store.orphans_settled_at_open() {
+        eprintln!(
+            "appointments: {} ({}) was left unfinished by a previous run; now {:?}",
+            orphan.log_ref, orphan.operation, orphan.became
+        );
     }
-    reconcile_all(&app);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -903,9 +880,9 @@ async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
     let reconciler = Arc::clone(&app);
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(every).await;
             let app = Arc::clone(&reconciler);
             let _ = tokio::task::spawn_blocking(move || reconcile_all(&app)).await;
+            tokio::time::sleep(every).await;
         }
     });
 

@@ -16,7 +16,10 @@
 //!   (set by each health check: [`Metrics::store_health`], which
 //!   [`health_response`](super::health_response) and `idemkit proxy`'s
 //!   `/metrics` call);
-//! - `idemkit_gc_deleted_total`: records GC deleted ([`Metrics::gc_deleted`]).
+//! - `idemkit_gc_deleted_total`: records GC deleted ([`Metrics::gc_deleted`]);
+//! - `idemkit_orphans_settled_total`: executions a crashed process left
+//!   running, settled when the store was opened
+//!   ([`Store::orphans_settled_at_open`](crate::store::Store::orphans_settled_at_open)).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -102,6 +105,7 @@ pub struct Metrics {
     store_errors: Counter,
     store_writable: Gauge,
     gc_deleted: Counter,
+    orphans_settled: Counter,
 }
 
 fn execution_buckets() -> Histogram {
@@ -122,6 +126,7 @@ impl Metrics {
         // Writable until a health check finds otherwise.
         store_writable.set(1);
         let gc_deleted = Counter::default();
+        let orphans_settled = Counter::default();
         registry.register(
             "idemkit_claims",
             "Claims by operation and what they answered",
@@ -152,6 +157,11 @@ impl Metrics {
             "Records deleted by GC",
             gc_deleted.clone(),
         );
+        registry.register(
+            "idemkit_orphans_settled",
+            "Executions a crashed process left running, settled when the store was opened",
+            orphans_settled.clone(),
+        );
         Metrics {
             registry,
             claims,
@@ -160,6 +170,7 @@ impl Metrics {
             store_errors,
             store_writable,
             gc_deleted,
+            orphans_settled,
         }
     }
 
@@ -212,6 +223,12 @@ impl Metrics {
         self.gc_deleted.inc_by(deleted);
     }
 
+    /// Counts executions of a crashed process settled when the store was opened.
+    pub fn orphans_settled(&self, settled: usize) {
+        self.orphans_settled
+            .inc_by(u64::try_from(settled).unwrap_or(u64::MAX));
+    }
+
     /// The Prometheus text exposition format (version 0.0.4 / OpenMetrics text).
     #[must_use]
     pub fn render(&self) -> String {
@@ -248,6 +265,7 @@ mod tests {
         m.execution("payments.capture", Duration::from_millis(20));
         m.store_error();
         m.gc_deleted(3);
+        m.orphans_settled(2);
         let mut unwritable = crate::store::Store::in_memory().unwrap().health();
         assert!(m.render().contains("idemkit_store_writable 1"));
         unwritable.unwritable = Some("disk full".to_owned());
@@ -261,6 +279,7 @@ mod tests {
             "idemkit_store_errors_total 1",
             "idemkit_store_writable 0",
             "idemkit_gc_deleted_total 3",
+            "idemkit_orphans_settled_total 2",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

@@ -90,7 +90,17 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
 fn open_store(choice: &StoreChoice) -> Result<Store, String> {
     match choice {
         StoreChoice::Redb(path) => {
-            Store::open(path).map_err(|e| format!("store {}: {e}", path.display()))
+            let store = Store::open(path).map_err(|e| format!("store {}: {e}", path.display()))?;
+            // The file is this process's alone: what a crashed proxy left
+            // running was settled at open (dispatched requests are Unknown
+            // now, so their retries are told so at once).
+            for orphan in store.orphans_settled_at_open() {
+                eprintln!(
+                    "idemkit proxy: {} ({}) was left running by a previous process; now {:?}",
+                    orphan.log_ref, orphan.operation, orphan.became
+                );
+            }
+            Ok(store)
         }
         #[cfg(feature = "postgres")]
         StoreChoice::Postgres {
@@ -271,10 +281,12 @@ struct Shared {
 fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<(), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     spawn_signal_thread(stop_tx)?;
+    let metrics = Arc::new(Metrics::new());
+    metrics.orphans_settled(store.orphans_settled_at_open().len());
     let shared = Arc::new(Shared {
         config,
         store,
-        metrics: Arc::new(Metrics::new()),
+        metrics,
         stop: stop_rx,
     });
     let first: SocketAddr = shared
