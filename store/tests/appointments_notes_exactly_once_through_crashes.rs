@@ -49,12 +49,14 @@ fn a_note_orphaned_by_a_sigkill_runs_once_right_after_the_restart() {
         args.extend_from_slice(extra);
         Service::start(dir.path(), &args)
     };
-    let mut service = start(&["--note-write-delay-ms", "3000"]);
+    let mut service = start(&["--note-write-delay-ms", "10000"]);
     let appointment = notes::book(&service);
     let addr = service.addr;
     let id = appointment.clone();
     let first = std::thread::spawn(move || notes::post_note(addr, &id, "orphan-note", "hello"));
-    // Inside the transaction: the retry is in progress.
+    // Inside the transaction: the retry is in progress. (A retry sent before
+    // its original arrived would itself be the execution: wait a moment.)
+    std::thread::sleep(std::time::Duration::from_millis(1_000));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let retry = notes::post_note(service.addr, &appointment, "orphan-note", "hello").unwrap();
