@@ -3,9 +3,9 @@
 //! a forwarder to the upstream; every other request streams through untouched.
 //! See docs/proxy.md and examples/proxy.toml.
 
-mod admin;
-mod config;
-mod forward;
+pub(crate) mod admin;
+pub(crate) mod config;
+pub(crate) mod forward;
 mod templates;
 
 use std::net::SocketAddr;
@@ -87,7 +87,7 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
     }
 }
 
-fn open_store(choice: &StoreChoice) -> Result<Store, String> {
+pub(crate) fn open_store(choice: &StoreChoice) -> Result<Store, String> {
     match choice {
         StoreChoice::Redb(path) => {
             Store::open(path).map_err(|e| format!("store {}: {e}", path.display()))
@@ -116,7 +116,9 @@ fn open_store(choice: &StoreChoice) -> Result<Store, String> {
 }
 
 /// The tenant of a request, by the configured rule.
-fn principal(rule: &TenantRule) -> impl Fn(&Parts) -> Option<String> + Send + Sync + 'static {
+pub(crate) fn principal(
+    rule: &TenantRule,
+) -> impl Fn(&Parts) -> Option<String> + Send + Sync + 'static {
     let rule = rule.clone();
     move |parts: &Parts| match &rule {
         TenantRule::Header(name) => parts
@@ -512,7 +514,7 @@ fn spawn_signal_thread(_stop: tokio::sync::watch::Sender<bool>) -> Result<(), St
 }
 
 /// Prunes and deletes records past their windows every `interval`, in batches.
-fn spawn_gc(store: Store, metrics: Arc<Metrics>, interval: std::time::Duration) {
+pub(crate) fn spawn_gc(store: Store, metrics: Arc<Metrics>, interval: std::time::Duration) {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(interval).await;
