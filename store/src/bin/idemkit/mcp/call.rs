@@ -154,6 +154,22 @@ impl Gateway {
         lock(&self.store).clone()
     }
 
+    /// Whether the gateway knows whether `name` is protected (from the config
+    /// or a `tools/list` it saw). When it does not, a transport lists the
+    /// server's tools first ([`Gateway::learn_tools`]); a tool still unknown
+    /// after that is protected.
+    pub(crate) fn knows(&self, name: &str) -> bool {
+        self.config.tool(name).is_some() || lock(&self.read_only).contains_key(name)
+    }
+
+    /// Learns the tools of a `tools/list` result the gateway asked for itself.
+    pub(crate) fn learn_tools(&self, result: &Value) {
+        let mut read_only = lock(&self.read_only);
+        for tool in jsonrpc::listed_tools(result) {
+            read_only.insert(tool.name, tool.read_only);
+        }
+    }
+
     /// Learns the tools of a `tools/list` result and marks the ones the
     /// gateway enforces with `idempotentHint`.
     pub(crate) fn tools_listed(&self, result: &mut Value) {

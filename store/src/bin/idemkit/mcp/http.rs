@@ -113,6 +113,11 @@ impl HttpGateway {
                     .await
             }
             Some("tools/call") => {
+                if let Some(name) = message.pointer("/params/name").and_then(Value::as_str) {
+                    if !self.gateway.knows(name) {
+                        self.list_tools(&parts, &message, era).await;
+                    }
+                }
                 let tenant = (self.tenant)(&parts);
                 match self.gateway.decide(&message, &bytes, tenant, era).await {
                     Decision::PassThrough => self.pass(parts, bytes).await,
@@ -121,6 +126,68 @@ impl HttpGateway {
                 }
             }
             _ => self.pass(parts, bytes).await,
+        }
+    }
+
+    /// Asks the server for its tools (with the call's headers: its session,
+    /// its credentials, its protocol version), to learn which only read. A
+    /// failure leaves the tools unknown, hence protected.
+    async fn list_tools(&self, call: &Parts, message: &Value, era: Era) {
+        let mut cursor: Option<String> = None;
+        for page in 0..jsonrpc::MAX_TOOL_PAGES {
+            let id = format!("idemkit-tools-list-{page}");
+            let request = jsonrpc::tools_list_request(&id, message, era, cursor.as_deref());
+            let mut builder = Request::builder()
+                .method(Method::POST)
+                .uri(call.uri.clone());
+            for (name, value) in &call.headers {
+                // Mcp-Method and Mcp-Name mirror the body, which is another one.
+                if name != header::CONTENT_LENGTH
+                    && !matches!(name.as_str(), "mcp-method" | "mcp-name")
+                {
+                    builder = builder.header(name, value);
+                }
+            }
+            if era == Era::Modern {
+                builder = builder.header("mcp-method", "tools/list");
+            }
+            let Ok(request) = builder.body(Body::from(request.to_string())) else {
+                return;
+            };
+            let (mut head, body) = self
+                .forward(self.gateway.config.upstream_timeout)
+                .send(request)
+                .await
+                .into_parts();
+            if head.status != StatusCode::OK {
+                return;
+            }
+            let id = Value::String(id);
+            let message = if is_event_stream(&head.headers) {
+                let (tx, _rx) = tokio::sync::mpsc::channel(64);
+                let deadline = tokio::time::Instant::now() + self.gateway.config.upstream_timeout;
+                match sse::relay_until_response(body, &id, &tx, Some(deadline)).await {
+                    Ok((message, _)) => message,
+                    Err(_) => return,
+                }
+            } else {
+                head.headers.remove(header::CONTENT_LENGTH);
+                match Limited::new(body, MAX_ANSWER_BYTES).collect().await {
+                    Ok(c) => match serde_json::from_slice::<Value>(&c.to_bytes()) {
+                        Ok(message) => message,
+                        Err(_) => return,
+                    },
+                    Err(_) => return,
+                }
+            };
+            let Some(result) = message.get("result") else {
+                return;
+            };
+            self.gateway.learn_tools(result);
+            match result.get("nextCursor").and_then(Value::as_str) {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return,
+            }
         }
     }
 

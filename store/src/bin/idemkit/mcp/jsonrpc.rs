@@ -318,6 +318,34 @@ pub(crate) fn rfc3339(at: UnixMillis) -> String {
     )
 }
 
+/// The pages of `tools/list` the gateway reads to learn which tools only read.
+pub(crate) const MAX_TOOL_PAGES: usize = 20;
+
+/// A `tools/list` request of the gateway's own, for the page after `cursor`,
+/// in the era of the call that made the gateway ask: a 2026-07-28 request
+/// carries that call's `_meta` envelope (protocol version, client
+/// capabilities), without its idempotency key.
+pub(crate) fn tools_list_request(id: &str, call: &Value, era: Era, cursor: Option<&str>) -> Value {
+    let mut params = Map::new();
+    if let Some(cursor) = cursor {
+        params.insert("cursor".to_owned(), json!(cursor));
+    }
+    if era == Era::Modern {
+        if let Some(Value::Object(meta)) = call.pointer("/params/_meta") {
+            let mut meta = meta.clone();
+            meta.remove(KEY_META);
+            params.insert("_meta".to_owned(), Value::Object(meta));
+        }
+    }
+    let mut request = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/list" });
+    if !params.is_empty() {
+        if let Some(object) = request.as_object_mut() {
+            object.insert("params".to_owned(), Value::Object(params));
+        }
+    }
+    request
+}
+
 /// The settings advertised with the capability.
 fn capability_settings() -> Value {
     json!({ "keyMeta": KEY_META, "keyParam": KEY_PARAM, "replayedMeta": REPLAYED_META })

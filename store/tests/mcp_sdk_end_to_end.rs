@@ -1,0 +1,378 @@
+//! `idemkit mcp` between the official MCP SDKs, end to end over Streamable
+//! HTTP and stdio: real servers (store/tests/mcp/server.mjs, whose tools count
+//! their executions in a file) behind the gateway, real clients
+//! (store/tests/mcp/client_*.{mjs,py}) in front, for each pairing of the two
+//! protocol eras. Without the gateway, a retried `tools/call` runs twice and
+//! 50 concurrent calls with one key run 50 times.
+#![cfg(feature = "axum")]
+
+mod support;
+
+use serde_json::{Value, json};
+use support::mcp::{ClientKind, Gateway, McpServer, Sdk, gateway_config, key_of, run_client};
+
+/// A server of `sdk` behind a gateway, in a fresh directory.
+fn behind_gateway(sdk: Sdk) -> (tempfile::TempDir, McpServer, Gateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = McpServer::start(sdk, dir.path());
+    let gateway = Gateway::start(&gateway_config(dir.path(), &server.url, ""));
+    (dir, server, gateway)
+}
+
+fn replayed(result: &Value) -> bool {
+    result["_meta"]["io.idemkit/replayed"] == json!(true)
+}
+
+fn error_type(outcome: &Value) -> &str {
+    outcome["error"]["data"]["type"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// The first response is lost (the client's fetch drops it after the server
+/// answered); the client retries with the same `_meta` key and gets the
+/// stored result, marked replayed: one execution.
+fn lost_response(client: ClientKind, sdk: Sdk) {
+    let (_dir, server, gateway) = behind_gateway(sdk);
+    let report = run_client(client, &gateway.url, "lost_response", "lost");
+    assert!(report["first"]["error"].is_object(), "{report}");
+    let retry = &report["retry"]["result"];
+    assert!(replayed(retry), "{report}");
+    assert_eq!(retry["structuredContent"]["booking"], "bk_1", "{report}");
+    assert_eq!(server.executions("lost"), ["book s-1"]);
+}
+
+/// 50 concurrent calls with one key: one execution; every other call is told
+/// the first is in progress (with a retry-after) or gets its replay.
+fn fifty_concurrent(client: ClientKind, sdk: Sdk) {
+    let (_dir, server, gateway) = behind_gateway(sdk);
+    let report = run_client(client, &gateway.url, "concurrent", "many");
+    let all = report["all"].as_array().unwrap();
+    assert_eq!(all.len(), 50);
+    let fresh = all
+        .iter()
+        .filter(|o| o["result"].is_object() && !replayed(&o["result"]))
+        .count();
+    assert_eq!(fresh, 1, "{report}");
+    for outcome in all {
+        let in_progress = error_type(outcome) == "idempotency_key_in_progress"
+            && outcome["error"]["data"]["retryAfter"].as_u64().is_some();
+        assert!(in_progress || outcome["result"].is_object(), "{outcome}");
+    }
+    assert_eq!(server.executions("many"), ["book s-1"]);
+}
+
+/// The key again with other arguments: the reuse error, and the other
+/// arguments never reach the server.
+fn reuse(client: ClientKind, sdk: Sdk) {
+    let (_dir, server, gateway) = behind_gateway(sdk);
+    let report = run_client(client, &gateway.url, "reuse", "reuse");
+    assert!(report["first"]["result"].is_object(), "{report}");
+    assert_eq!(
+        error_type(&report["other"]),
+        "idempotency_key_conflict",
+        "{report}"
+    );
+    assert_eq!(report["other"]["error"]["code"], -31003);
+    assert_eq!(server.executions("reuse"), ["book s-1"]);
+}
+
+/// A read-only tool (`readOnlyHint`) is never claimed: it runs without a key
+/// and leaves no record; `tools/list` marks only the enforced tools
+/// `idempotentHint`.
+fn read_only(client: ClientKind, sdk: Sdk) {
+    let (_dir, _server, gateway) = behind_gateway(sdk);
+    let report = run_client(client, &gateway.url, "read_only", "reader");
+    assert!(report["listed"]["result"]["content"].is_array(), "{report}");
+    assert!(
+        gateway.records(None).is_empty(),
+        "no claim for a read-only tool"
+    );
+    let tools = report["tools"].as_array().unwrap();
+    let hint = |name: &str| {
+        tools.iter().find(|t| t["name"] == name).unwrap()["annotations"]["idempotentHint"].clone()
+    };
+    assert_eq!(hint("book"), json!(true));
+    assert_eq!(hint("confirm_book"), json!(true));
+    assert_eq!(hint("list_bookings"), Value::Null);
+}
+
+/// A keyless call to a protected tool is refused with how to send a key, and
+/// nothing runs; a tool configured `derive = "arguments"` merges a keyless
+/// repeat with the same arguments within its window (2 s) and runs again
+/// after it.
+fn keyless(client: ClientKind, sdk: Sdk) {
+    let (_dir, server, gateway) = behind_gateway(sdk);
+    let report = run_client(client, &gateway.url, "keyless", "keyless");
+    assert_eq!(
+        error_type(&report["keyless"]),
+        "idempotency_key_missing",
+        "{report}"
+    );
+    assert!(
+        report["keyless"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("io.idemkit/idempotency-key")
+    );
+    assert!(!replayed(&report["first"]["result"]), "{report}");
+    assert!(replayed(&report["repeat"]["result"]), "{report}");
+    assert!(!replayed(&report["later"]["result"]), "{report}");
+    assert_eq!(server.executions("keyless"), ["note hello", "note hello"]);
+}
+
+/// The gateway advertises itself where the client's era looks: the
+/// `initialize` result's `capabilities.experimental` (2025-11-25), the
+/// `server/discover` result's `capabilities.extensions` (2026-07-28, keeping
+/// `ttlMs` and `cacheScope`).
+fn capability(client: ClientKind, sdk: Sdk) -> Value {
+    let (_dir, _server, gateway) = behind_gateway(sdk);
+    let report = run_client(client, &gateway.url, "capability", "cap");
+    let modern = sdk == Sdk::V2 && client != ClientKind::V1;
+    if modern {
+        assert_eq!(report["protocolVersion"], "2026-07-28", "{report}");
+        let ad = &report["capabilities"]["extensions"]["io.idemkit/idempotency"];
+        assert_eq!(ad["keyMeta"], "io.idemkit/idempotency-key", "{report}");
+    } else {
+        assert_eq!(report["protocolVersion"], "2025-11-25", "{report}");
+        let ad = &report["capabilities"]["experimental"]["io.idemkit/idempotency"];
+        assert_eq!(ad["keyMeta"], "io.idemkit/idempotency-key", "{report}");
+    }
+    report
+}
+
+/// A tool that asks the user to confirm first (2026: an `input_required`
+/// result and a continuation; 2025: an elicitation on the call's stream) runs
+/// once, and a later retry with the key replays the final result, not the
+/// question.
+fn confirm_first(client: ClientKind, sdk: Sdk) {
+    let (_dir, server, gateway) = behind_gateway(sdk);
+    let report = run_client(client, &gateway.url, "input_required", "confirm");
+    let first = &report["first"]["result"];
+    assert!(!replayed(first), "{report}");
+    assert_eq!(report["elicitations"], 1, "{report}");
+    let retry = &report["retry"]["result"];
+    assert!(replayed(retry), "{report}");
+    assert_eq!(retry["structuredContent"], first["structuredContent"]);
+    assert_eq!(server.executions("confirm"), ["book s-1"]);
+}
+
+/// The server dies after executing and before answering; restarted, the
+/// retry gets the unknown outcome (a tool error with structured content that
+/// says not to call again), never a second execution.
+fn crash(client: ClientKind, sdk: Sdk) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = McpServer::start(sdk, dir.path());
+    let gateway = Gateway::start(&gateway_config(dir.path(), &server.url, ""));
+    let first = run_client(client, &gateway.url, "crash_first", "crash");
+    assert!(
+        first["first"]["result"]["isError"] == json!(true) || first["first"]["error"].is_object(),
+        "{first}"
+    );
+    let server = server.restart_after_exit(dir.path());
+    let report = run_client(client, &gateway.url, "crash_retry", "crash");
+    let retry = &report["retry"]["result"];
+    assert_eq!(retry["isError"], true, "{report}");
+    let unknown = &retry["structuredContent"];
+    assert_eq!(unknown["state"], "unknown", "{report}");
+    assert_eq!(unknown["key"], key_of("crash"));
+    assert!(
+        unknown["since"].as_str().unwrap().ends_with('Z'),
+        "{unknown}"
+    );
+    assert!(
+        unknown["check"].as_str().unwrap().contains("Do not call"),
+        "{unknown}"
+    );
+    assert_eq!(server.executions("crash"), ["book s-1"]);
+    let unresolved = gateway.records(Some("unknown"));
+    assert_eq!(unresolved.len(), 1, "{unresolved:?}");
+    assert_eq!(unresolved[0]["operation"], "book");
+}
+
+/// Revision 2025-11-25 end to end: the SDK v1 client in front of the SDK v1
+/// server (sessions, SSE answers).
+mod v1_client_v1_server {
+    use super::*;
+    const C: ClientKind = ClientKind::V1;
+    const S: Sdk = Sdk::V1;
+
+    /// See [`lost_response`].
+    #[test]
+    fn a_lost_response_is_retried_and_replayed_with_one_execution() {
+        lost_response(C, S);
+    }
+    /// See [`fifty_concurrent`].
+    #[test]
+    fn fifty_concurrent_calls_with_one_key_execute_once() {
+        fifty_concurrent(C, S);
+    }
+    /// See [`reuse`].
+    #[test]
+    fn other_arguments_under_the_key_are_refused_unexecuted() {
+        reuse(C, S);
+    }
+    /// See [`read_only`].
+    #[test]
+    fn a_read_only_tool_is_never_claimed() {
+        read_only(C, S);
+    }
+    /// See [`keyless`].
+    #[test]
+    fn a_keyless_call_is_refused_or_deduplicated_by_its_derived_key() {
+        keyless(C, S);
+    }
+    /// See [`capability`].
+    #[test]
+    fn the_capability_is_in_the_initialize_result() {
+        capability(C, S);
+    }
+    /// See [`confirm_first`]: the server's elicitation crosses the gateway on
+    /// the call's stream.
+    #[test]
+    fn a_call_that_asks_to_confirm_runs_once_and_replays_its_result() {
+        confirm_first(C, S);
+    }
+    /// See [`crash`].
+    #[test]
+    fn a_server_killed_before_answering_leaves_an_unknown_outcome() {
+        crash(C, S);
+    }
+}
+
+/// Revision 2026-07-28 end to end: the SDK v2 client (negotiation `auto`) in
+/// front of the SDK v2 server; 2026-07-28 is negotiated through the gateway.
+mod v2_client_v2_server {
+    use super::*;
+    const C: ClientKind = ClientKind::V2;
+    const S: Sdk = Sdk::V2;
+
+    /// See [`lost_response`].
+    #[test]
+    fn a_lost_response_is_retried_and_replayed_with_one_execution() {
+        lost_response(C, S);
+    }
+    /// See [`fifty_concurrent`].
+    #[test]
+    fn fifty_concurrent_calls_with_one_key_execute_once() {
+        fifty_concurrent(C, S);
+    }
+    /// See [`reuse`].
+    #[test]
+    fn other_arguments_under_the_key_are_refused_unexecuted() {
+        reuse(C, S);
+    }
+    /// See [`read_only`].
+    #[test]
+    fn a_read_only_tool_is_never_claimed() {
+        read_only(C, S);
+    }
+    /// See [`keyless`].
+    #[test]
+    fn a_keyless_call_is_refused_or_deduplicated_by_its_derived_key() {
+        keyless(C, S);
+    }
+    /// See [`capability`]; the client negotiated 2026-07-28 through the
+    /// gateway, and the discover result keeps its cache hints.
+    #[test]
+    fn twenty_twenty_six_is_negotiated_and_the_extension_is_in_discover() {
+        let report = capability(C, S);
+        assert_eq!(report["era"], "modern", "{report}");
+        assert_eq!(report["discover"]["ttlMs"], 0, "{report}");
+        assert_eq!(report["discover"]["cacheScope"], "private", "{report}");
+    }
+    /// See [`confirm_first`]: `input_required`, then the continuation with
+    /// `inputResponses` under the same key.
+    #[test]
+    fn an_input_required_call_runs_once_and_replays_its_final_result() {
+        confirm_first(C, S);
+    }
+    /// See [`crash`].
+    #[test]
+    fn a_server_killed_before_answering_leaves_an_unknown_outcome() {
+        crash(C, S);
+    }
+}
+
+/// An SDK v1 client (2025-11-25) in front of an SDK v2 server, which serves
+/// it statelessly.
+mod v1_client_v2_server {
+    use super::*;
+    const C: ClientKind = ClientKind::V1;
+    const S: Sdk = Sdk::V2;
+
+    /// See [`lost_response`].
+    #[test]
+    fn a_lost_response_is_retried_and_replayed_with_one_execution() {
+        lost_response(C, S);
+    }
+    /// See [`fifty_concurrent`].
+    #[test]
+    fn fifty_concurrent_calls_with_one_key_execute_once() {
+        fifty_concurrent(C, S);
+    }
+    /// See [`reuse`].
+    #[test]
+    fn other_arguments_under_the_key_are_refused_unexecuted() {
+        reuse(C, S);
+    }
+    /// See [`read_only`].
+    #[test]
+    fn a_read_only_tool_is_never_claimed() {
+        read_only(C, S);
+    }
+    /// See [`keyless`].
+    #[test]
+    fn a_keyless_call_is_refused_or_deduplicated_by_its_derived_key() {
+        keyless(C, S);
+    }
+    /// See [`capability`].
+    #[test]
+    fn the_capability_is_in_the_initialize_result() {
+        capability(C, S);
+    }
+}
+
+/// The Python SDK's client (PyPI `mcp` 2.x, mode `auto`) in front of the SDK
+/// v2 server: 2026-07-28.
+mod python_client_v2_server {
+    use super::*;
+    const C: ClientKind = ClientKind::Python;
+    const S: Sdk = Sdk::V2;
+
+    /// See [`lost_response`] (the lost answer reaches the client as a 504).
+    #[test]
+    fn a_lost_response_is_retried_and_replayed_with_one_execution() {
+        lost_response(C, S);
+    }
+    /// See [`fifty_concurrent`].
+    #[test]
+    fn fifty_concurrent_calls_with_one_key_execute_once() {
+        fifty_concurrent(C, S);
+    }
+    /// See [`reuse`].
+    #[test]
+    fn other_arguments_under_the_key_are_refused_unexecuted() {
+        reuse(C, S);
+    }
+    /// See [`read_only`].
+    #[test]
+    fn a_read_only_tool_is_never_claimed() {
+        read_only(C, S);
+    }
+    /// See [`keyless`].
+    #[test]
+    fn a_keyless_call_is_refused_or_deduplicated_by_its_derived_key() {
+        keyless(C, S);
+    }
+    /// See [`capability`].
+    #[test]
+    fn the_extension_is_in_the_discover_result() {
+        capability(C, S);
+    }
+    /// See [`confirm_first`].
+    #[test]
+    fn an_input_required_call_runs_once_and_replays_its_final_result() {
+        confirm_first(C, S);
+    }
+}
