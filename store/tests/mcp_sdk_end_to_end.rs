@@ -376,3 +376,83 @@ mod python_client_v2_server {
         confirm_first(C, S);
     }
 }
+
+/// `idemkit mcp --config FILE -- node server.mjs v2 stdio`: the gateway
+/// between a client on its stdin/stdout and the SDK v2 server on the child's.
+mod stdio {
+    use super::*;
+    use support::mcp::{StdioGateway, executions};
+
+    /// The 2026-07-28 `_meta` envelope every request carries.
+    fn envelope(key: Option<&str>) -> Value {
+        let mut meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } },
+        });
+        if let Some(key) = key {
+            meta["io.idemkit/idempotency-key"] = json!(key);
+        }
+        meta
+    }
+
+    fn confirm_call(id: u64, extra: Value) -> Value {
+        let mut params = json!({
+            "name": "confirm_book",
+            "arguments": { "customer": "stdio", "slot": "s-1" },
+            "_meta": envelope(Some("stdio-key")),
+        });
+        if let (Some(params), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
+            params.extend(extra.clone());
+        }
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params })
+    }
+
+    /// Over stdio, a tool that answers `input_required` first (a confirmation)
+    /// completes on the continuation (`inputResponses`, same key) with one
+    /// execution; a later retry with the key replays the final result, not
+    /// the question. The discover result carries the extension.
+    #[test]
+    fn an_input_required_call_over_stdio_runs_once_and_replays_its_final_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("mcp.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[store]\npath = {:?}\n[tenant]\nfixed = \"clinic-a\"\n",
+                dir.path().join("mcp.redb")
+            ),
+        )
+        .unwrap();
+        let count_file = dir.path().join("executions");
+        let mut gateway = StdioGateway::start(&config, &count_file);
+
+        let discover = gateway.request(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "server/discover",
+            "params": { "_meta": envelope(None) },
+        }));
+        assert!(
+            discover["result"]["capabilities"]["extensions"]["io.idemkit/idempotency"].is_object(),
+            "{discover}"
+        );
+
+        let question = gateway.request(&confirm_call(2, json!({})));
+        assert_eq!(question["result"]["resultType"], "input_required", "{question}");
+        assert!(executions(&count_file, "stdio").is_empty());
+
+        let answer = json!({ "inputResponses": { "confirm": { "action": "accept", "content": { "confirm": true } } } });
+        let done = gateway.request(&confirm_call(3, answer));
+        assert_eq!(done["result"]["resultType"], "complete", "{done}");
+        assert!(!replayed(&done["result"]), "{done}");
+        assert_eq!(executions(&count_file, "stdio"), ["book s-1"]);
+
+        let retry = gateway.request(&confirm_call(4, json!({})));
+        assert_eq!(retry["id"], 4);
+        assert!(replayed(&retry["result"]), "{retry}");
+        assert_eq!(retry["result"]["resultType"], "complete");
+        assert_eq!(
+            retry["result"]["structuredContent"],
+            done["result"]["structuredContent"]
+        );
+        assert_eq!(executions(&count_file, "stdio"), ["book s-1"]);
+    }
+}
