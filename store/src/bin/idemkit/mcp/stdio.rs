@@ -194,8 +194,8 @@ async fn relay(
             // The client is done: close the server's stdin and keep relaying
             // until it exits, so running calls still record.
             Some(Line::ClientClosed) => relay.to_server = None,
-            Some(Line::Client(text)) => relay.from_client(text).await,
-            Some(Line::Server(text)) => relay.from_server(text).await,
+            Some(Line::Client(text)) => relay.on_client_line(text).await,
+            Some(Line::Server(text)) => relay.on_server_line(text).await,
         }
     }
     // The server is gone: a call it never answered may have run.
@@ -215,7 +215,7 @@ impl Relay {
         }
     }
 
-    async fn from_client(&mut self, text: String) {
+    async fn on_client_line(&mut self, text: String) {
         if self.to_server.is_none() {
             return;
         }
@@ -296,7 +296,7 @@ impl Relay {
         self.to_server(request.to_string());
     }
 
-    async fn from_server(&mut self, text: String) {
+    async fn on_server_line(&mut self, text: String) {
         let Ok(mut message) = serde_json::from_str::<Value>(&text) else {
             return drop(self.to_client.send(text));
         };
