@@ -436,7 +436,10 @@ mod stdio {
         );
 
         let question = gateway.request(&confirm_call(2, json!({})));
-        assert_eq!(question["result"]["resultType"], "input_required", "{question}");
+        assert_eq!(
+            question["result"]["resultType"], "input_required",
+            "{question}"
+        );
         assert!(executions(&count_file, "stdio").is_empty());
 
         let answer = json!({ "inputResponses": { "confirm": { "action": "accept", "content": { "confirm": true } } } });

@@ -581,11 +581,15 @@ fn replay(id: &Value, era: Era, wants_task: bool, stored: &StoredResponse) -> Va
         }
         .response(id);
     };
-    let Ok(mut body) = serde_json::from_slice::<Value>(body) else {
-        return Problem::ResultExpired {
-            resource_ref: stored.resource_ref.clone(),
-        }
-        .response(id);
+    let parsed = serde_json::from_slice::<Value>(body)
+        .ok()
+        .filter(|b| b.get("result").is_some() || b.get("error").is_some());
+    let Some(mut body) = parsed else {
+        // Settled by an operator (`resolve --applied` with a body of their
+        // own): the model gets that text as the tool's result.
+        let text = String::from_utf8_lossy(body);
+        let result = json!({ "content": [{ "type": "text", "text": text }], "isError": false });
+        return jsonrpc::result_response(id, jsonrpc::replayed(result, era));
     };
     if let Some(error) = body.get_mut("error").map(Value::take) {
         return json!({ "jsonrpc": "2.0", "id": id, "error": error });
