@@ -459,3 +459,64 @@ mod stdio {
         assert_eq!(executions(&count_file, "stdio"), ["book s-1"]);
     }
 }
+
+/// The official MCP conformance suite (npm `@modelcontextprotocol/conformance`,
+/// on Node 22): every server scenario that passes against the SDK's
+/// conformance server alone passes through the gateway too. Its tools are
+/// configured `derive = "arguments"`, so every `tools/call` of the suite (which
+/// sends no keys) is claimed, forwarded and recorded; the gateway listens on
+/// loopback, so the suite's DNS rebinding checks are answered by the gateway.
+#[test]
+fn the_conformance_server_scenarios_pass_through_the_gateway() {
+    use support::mcp::{Spawned, conformance, mcp_dir, node};
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = std::process::Command::new(node());
+    server
+        .arg(mcp_dir().join("conformance_server.ts"))
+        .env("PORT", "0")
+        .current_dir(mcp_dir());
+    let server = Spawned::start(server);
+    let direct = conformance(&server.url, dir.path());
+    let passing: Vec<&String> = direct
+        .iter()
+        .filter(|(_, ok)| *ok)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        passing.len() >= 25,
+        "the suite ran against the server: {direct:?}"
+    );
+
+    let source = std::fs::read_to_string(mcp_dir().join("conformance_server.ts")).unwrap();
+    let tools: String = source
+        .split("mcpServer.tool(")
+        .skip(1)
+        .filter_map(|rest| rest.trim_start().strip_prefix('\'')?.split('\'').next())
+        .map(|name| {
+            format!(
+                "[[tools]]\nname = \"{name}\"\nderive = \"arguments\"\nderive_window_ms = 1000\n"
+            )
+        })
+        .collect();
+    assert!(tools.contains("test_simple_text"), "{tools}");
+    let config = dir.path().join("mcp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\nupstream = {:?}\n[store]\npath = {:?}\n[tenant]\nfixed = \"conformance\"\n{tools}",
+            server.url,
+            dir.path().join("mcp.redb")
+        ),
+    )
+    .unwrap();
+    let mut gateway = std::process::Command::new(env!("CARGO_BIN_EXE_idemkit"));
+    gateway.arg("mcp").arg("--config").arg(&config);
+    let gateway = Spawned::start(gateway);
+    let through = conformance(&gateway.url.replace("127.0.0.1", "localhost"), dir.path());
+    for name in passing {
+        assert!(
+            through.iter().any(|(n, ok)| n == name && *ok),
+            "{name} passes against the server alone, not through the gateway: {through:?}"
+        );
+    }
+}

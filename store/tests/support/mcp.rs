@@ -372,3 +372,71 @@ impl Drop for StdioGateway {
         let _ = self.child.wait();
     }
 }
+
+/// A process whose first stdout line naming `http://` gives its MCP URL (the
+/// last one on the line);
+/// killed when dropped.
+pub(crate) struct Spawned {
+    child: Child,
+    pub(crate) url: String,
+}
+
+impl Spawned {
+    pub(crate) fn start(mut command: Command) -> Spawned {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the process");
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the process printed its address")
+                .expect("read stdout");
+            if let Some(at) = line.rfind("http://") {
+                break line[at..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Spawned { child, url }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the MCP conformance suite's server scenarios against `url` (from `dir`,
+/// where it writes its results); each scenario and whether all its checks passed.
+pub(crate) fn conformance(url: &str, dir: &Path) -> Vec<(String, bool)> {
+    let output = Command::new(node())
+        .arg(mcp_dir().join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+        .args(["server", "--url", url])
+        .current_dir(dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run the conformance suite");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let summary = text
+        .split("=== SUMMARY ===")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no summary in {text}"));
+    summary
+        .lines()
+        .filter_map(|line| {
+            let (name, counts) = line.trim().split_once(": ")?;
+            let (mark, name) = name.split_once(' ')?;
+            counts
+                .contains("passed")
+                .then(|| (name.to_owned(), mark == "✓"))
+        })
+        .collect()
+}

@@ -39,6 +39,9 @@ pub(crate) struct HttpGateway {
     /// The MCP endpoint's path (the upstream URL's).
     pub(crate) endpoint: String,
     pub(crate) tenant: Box<TenantFn>,
+    /// The gateway listens on a loopback address: only local names may reach
+    /// it (DNS rebinding protection, as the MCP SDKs do for local servers).
+    pub(crate) loopback: bool,
 }
 
 impl HttpGateway {
@@ -53,6 +56,15 @@ impl HttpGateway {
     /// Answers one request.
     pub(crate) async fn handle(self: Arc<Self>, request: Request<Body>) -> Response<Body> {
         let config = &self.gateway.config;
+        if self.loopback && !local_names_only(request.headers()) {
+            // A page on another origin whose name resolves to this machine
+            // (DNS rebinding) must not reach a local server through the gateway.
+            return jsonrpc_error_response(
+                StatusCode::FORBIDDEN,
+                -32000,
+                "Host and Origin must name this machine (localhost, 127.0.0.1 or [::1])",
+            );
+        }
         if request.method() != Method::POST || request.uri().path() != self.endpoint {
             return self.forward(config.upstream_timeout).send(request).await;
         }
@@ -348,6 +360,30 @@ fn forwarder_problem<'a>(headers: &http::HeaderMap, bytes: &'a [u8]) -> Option<&
     let start = text.find("https://idemkit.dev/problems/")? + "https://idemkit.dev/problems/".len();
     let rest = text.get(start..)?;
     rest.get(..rest.find('"')?)
+}
+
+/// Whether `Host` and `Origin` (when present) name the local machine.
+fn local_names_only(headers: &http::HeaderMap) -> bool {
+    let local = |host: &str| {
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => host.split(':').next().unwrap_or_default(),
+        };
+        name.eq_ignore_ascii_case("localhost") || name == "127.0.0.1" || name == "::1"
+    };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let origin = headers.get(header::ORIGIN).map(|v| {
+        v.to_str()
+            .ok()
+            .and_then(|o| o.split_once("://"))
+            .map(|(_, rest)| rest)
+    });
+    host.is_some_and(local)
+        && match origin {
+            None => true,
+            Some(Some(rest)) => local(rest.split('/').next().unwrap_or_default()),
+            Some(None) => false,
+        }
 }
 
 fn is_event_stream(headers: &http::HeaderMap) -> bool {

@@ -184,6 +184,7 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
         upstream: Upstream::new(&origin),
         endpoint: endpoint.clone(),
         tenant,
+        loopback: addr.ip().is_loopback(),
     });
     println!("idemkit mcp: in front of {upstream}, listening on http://{addr}{endpoint}");
     let service = tower::service_fn(move |request: ::http::Request<Body>| {
