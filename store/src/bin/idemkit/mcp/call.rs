@@ -695,3 +695,119 @@ impl Drop for Running {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(stored: &StoredResponse) -> Value {
+        serde_json::from_slice(stored.body.as_deref().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_complete_result_is_stored_without_its_result_type_and_replayed_per_era() {
+        let stored = stored_result(&json!({"content": [], "resultType": "complete"}));
+        assert_eq!(body(&stored), json!({"result": {"content": []}}));
+        let modern = replay(&json!(9), Era::Modern, false, &stored);
+        assert_eq!(modern["id"], 9);
+        assert_eq!(modern["result"]["resultType"], "complete");
+        assert_eq!(modern["result"]["_meta"]["io.idemkit/replayed"], true);
+        let legacy = replay(&json!("a"), Era::Legacy, false, &stored);
+        assert!(legacy["result"].get("resultType").is_none());
+    }
+
+    #[test]
+    fn a_task_handle_is_replayed_only_to_a_request_that_takes_tasks() {
+        // 2025-11-25: CreateTaskResult.
+        let created = stored_result(&json!({"task": {"taskId": "t-1", "status": "working"}}));
+        assert_eq!(body(&created)["task"], true);
+        let refused = replay(&json!(1), Era::Legacy, false, &created);
+        assert_eq!(refused["error"]["data"]["type"], "idempotency_task_only");
+        let handle = replay(&json!(2), Era::Legacy, true, &created);
+        assert_eq!(handle["result"]["task"]["taskId"], "t-1");
+        // 2026-07-28: a result type of the tasks extension keeps its type.
+        let modern = stored_result(&json!({"resultType": "task", "taskId": "t-2"}));
+        let again = replay(&json!(3), Era::Modern, true, &modern);
+        assert_eq!(again["result"]["resultType"], "task");
+        assert_eq!(
+            replay(&json!(4), Era::Modern, false, &modern)["error"]["code"],
+            -31007
+        );
+    }
+
+    #[test]
+    fn a_stored_error_replays_as_that_error_and_an_operators_text_as_a_result() {
+        let error = StoredResponse::new(
+            422,
+            br#"{"error":{"code":-32602,"message":"bad slot"}}"#.to_vec(),
+        );
+        let replayed = replay(&json!(5), Era::Modern, false, &error);
+        assert_eq!(replayed["error"]["message"], "bad slot");
+        let resolved = StoredResponse::new(200, b"booked by hand".to_vec());
+        let replayed = replay(&json!(6), Era::Legacy, false, &resolved);
+        assert_eq!(replayed["result"]["content"][0]["text"], "booked by hand");
+        let mut expired = StoredResponse::new(200, Vec::new());
+        expired.body = None;
+        let answer = replay(&json!(7), Era::Legacy, false, &expired);
+        assert_eq!(
+            answer["error"]["data"]["type"],
+            "idempotency_result_expired"
+        );
+    }
+
+    #[test]
+    fn server_errors_are_recorded_by_the_rules_of_an_http_answer() {
+        for (code, status) in [
+            (-32020, None),
+            (-32021, None),
+            (-32042, None),
+            (-32602, Some(422)),
+            (-32601, Some(404)),
+            (-32603, Some(500)),
+            (-32001, Some(500)),
+            (7, Some(500)),
+        ] {
+            assert_eq!(
+                jsonrpc::error_status(&json!({"code": code})),
+                status,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_derived_key_merges_calls_within_the_window_across_its_edge() {
+        use idemkit::clock::ManualClock;
+        use idemkit::core::UnixMillis;
+        use idemkit::core::machine::Policy;
+        let window = Duration::from_secs(10);
+        // A millisecond before a window's edge.
+        let clock = ManualClock::new(UnixMillis::from_millis(1_000_000 * 10_000 - 1));
+        let store = Store::in_memory().unwrap().with_clock(clock.clone());
+        let scope = Scope::new("t", "note").unwrap();
+        let fingerprint = Fingerprint::from_bytes([3; 32]);
+        let first = derived_key(&store, &scope, fingerprint, window).unwrap();
+        assert!(
+            first.as_str().starts_with("derived-0303"),
+            "{}",
+            first.as_str()
+        );
+        let claimed = store.claim(&scope, &first, fingerprint, "test", &Policy::default());
+        assert!(matches!(claimed, Ok(Claim::Execute(_))));
+        // Two milliseconds later, in the next window: the same call.
+        clock.advance(Duration::from_millis(2));
+        assert_eq!(
+            derived_key(&store, &scope, fingerprint, window).unwrap(),
+            first
+        );
+        // Other arguments: another key.
+        let other = derived_key(&store, &scope, Fingerprint::from_bytes([4; 32]), window).unwrap();
+        assert_ne!(other, first);
+        // A window after the first call: a new one.
+        clock.advance(window);
+        assert_ne!(
+            derived_key(&store, &scope, fingerprint, window).unwrap(),
+            first
+        );
+    }
+}
