@@ -190,191 +190,87 @@ fn crash(client: ClientKind, sdk: Sdk) {
     assert_eq!(unresolved[0]["operation"], "book");
 }
 
-/// Revision 2025-11-25 end to end: the SDK v1 client in front of the SDK v1
-/// server (sessions, SSE answers).
-mod v1_client_v1_server {
-    use super::*;
-    const C: ClientKind = ClientKind::V1;
-    const S: Sdk = Sdk::V1;
-
-    /// See [`lost_response`].
-    #[test]
-    fn a_lost_response_is_retried_and_replayed_with_one_execution() {
-        lost_response(C, S);
-    }
-    /// See [`fifty_concurrent`].
-    #[test]
-    fn fifty_concurrent_calls_with_one_key_execute_once() {
-        fifty_concurrent(C, S);
-    }
-    /// See [`reuse`].
-    #[test]
-    fn other_arguments_under_the_key_are_refused_unexecuted() {
-        reuse(C, S);
-    }
-    /// See [`read_only`].
-    #[test]
-    fn a_read_only_tool_is_never_claimed() {
-        read_only(C, S);
-    }
-    /// See [`keyless`].
-    #[test]
-    fn a_keyless_call_is_refused_or_deduplicated_by_its_derived_key() {
-        keyless(C, S);
-    }
-    /// See [`capability`].
-    #[test]
-    fn the_capability_is_in_the_initialize_result() {
-        capability(C, S);
-    }
-    /// See [`confirm_first`]: the server's elicitation crosses the gateway on
-    /// the call's stream.
-    #[test]
-    fn a_call_that_asks_to_confirm_runs_once_and_replays_its_result() {
-        confirm_first(C, S);
-    }
-    /// See [`crash`].
-    #[test]
-    fn a_server_killed_before_answering_leaves_an_unknown_outcome() {
-        crash(C, S);
-    }
+/// The capability where 2026-07-28 looks, 2026-07-28 negotiated through the
+/// gateway by the client's `auto` negotiation, and the discover result's cache
+/// hints kept.
+fn negotiated_through_the_gateway(client: ClientKind, sdk: Sdk) {
+    let report = capability(client, sdk);
+    assert_eq!(report["era"], "modern", "{report}");
+    assert_eq!(report["discover"]["ttlMs"], 0, "{report}");
+    assert_eq!(report["discover"]["cacheScope"], "private", "{report}");
 }
 
-/// Revision 2026-07-28 end to end: the SDK v2 client (negotiation `auto`) in
-/// front of the SDK v2 server; 2026-07-28 is negotiated through the gateway.
-mod v2_client_v2_server {
-    use super::*;
-    const C: ClientKind = ClientKind::V2;
-    const S: Sdk = Sdk::V2;
-
-    /// See [`lost_response`].
-    #[test]
-    fn a_lost_response_is_retried_and_replayed_with_one_execution() {
-        lost_response(C, S);
-    }
-    /// See [`fifty_concurrent`].
-    #[test]
-    fn fifty_concurrent_calls_with_one_key_execute_once() {
-        fifty_concurrent(C, S);
-    }
-    /// See [`reuse`].
-    #[test]
-    fn other_arguments_under_the_key_are_refused_unexecuted() {
-        reuse(C, S);
-    }
-    /// See [`read_only`].
-    #[test]
-    fn a_read_only_tool_is_never_claimed() {
-        read_only(C, S);
-    }
-    /// See [`keyless`].
-    #[test]
-    fn a_keyless_call_is_refused_or_deduplicated_by_its_derived_key() {
-        keyless(C, S);
-    }
-    /// See [`capability`]; the client negotiated 2026-07-28 through the
-    /// gateway, and the discover result keeps its cache hints.
-    #[test]
-    fn twenty_twenty_six_is_negotiated_and_the_extension_is_in_discover() {
-        let report = capability(C, S);
-        assert_eq!(report["era"], "modern", "{report}");
-        assert_eq!(report["discover"]["ttlMs"], 0, "{report}");
-        assert_eq!(report["discover"]["cacheScope"], "private", "{report}");
-    }
-    /// See [`confirm_first`]: `input_required`, then the continuation with
-    /// `inputResponses` under the same key.
-    #[test]
-    fn an_input_required_call_runs_once_and_replays_its_final_result() {
-        confirm_first(C, S);
-    }
-    /// See [`crash`].
-    #[test]
-    fn a_server_killed_before_answering_leaves_an_unknown_outcome() {
-        crash(C, S);
-    }
+/// One module of tests per client/server pairing, one test per scenario; each
+/// scenario's story is the doc comment of the function it runs.
+macro_rules! pairing {
+    ($(#[$doc:meta])* $module:ident: $client:expr, $sdk:expr;
+     $($test:ident => $scenario:ident),* $(,)?) => {
+        $(#[$doc])*
+        mod $module {
+            use super::*;
+            $(
+                #[doc = concat!("See [`", stringify!($scenario), "`].")]
+                #[test]
+                fn $test() {
+                    let _ = $scenario($client, $sdk);
+                }
+            )*
+        }
+    };
 }
 
-/// An SDK v1 client (2025-11-25) in front of an SDK v2 server, which serves
-/// it statelessly.
-mod v1_client_v2_server {
-    use super::*;
-    const C: ClientKind = ClientKind::V1;
-    const S: Sdk = Sdk::V2;
-
-    /// See [`lost_response`].
-    #[test]
-    fn a_lost_response_is_retried_and_replayed_with_one_execution() {
-        lost_response(C, S);
-    }
-    /// See [`fifty_concurrent`].
-    #[test]
-    fn fifty_concurrent_calls_with_one_key_execute_once() {
-        fifty_concurrent(C, S);
-    }
-    /// See [`reuse`].
-    #[test]
-    fn other_arguments_under_the_key_are_refused_unexecuted() {
-        reuse(C, S);
-    }
-    /// See [`read_only`].
-    #[test]
-    fn a_read_only_tool_is_never_claimed() {
-        read_only(C, S);
-    }
-    /// See [`keyless`].
-    #[test]
-    fn a_keyless_call_is_refused_or_deduplicated_by_its_derived_key() {
-        keyless(C, S);
-    }
-    /// See [`capability`].
-    #[test]
-    fn the_capability_is_in_the_initialize_result() {
-        capability(C, S);
-    }
+pairing! {
+    /// Revision 2025-11-25 end to end: the SDK v1 client in front of the SDK v1
+    /// server (sessions, SSE answers; the confirmation is an elicitation the
+    /// server sends on the call's stream).
+    v1_client_v1_server: ClientKind::V1, Sdk::V1;
+    a_lost_response_is_retried_and_replayed_with_one_execution => lost_response,
+    fifty_concurrent_calls_with_one_key_execute_once => fifty_concurrent,
+    other_arguments_under_the_key_are_refused_unexecuted => reuse,
+    a_read_only_tool_is_never_claimed => read_only,
+    a_keyless_call_is_refused_or_deduplicated_by_its_derived_key => keyless,
+    the_capability_is_in_the_initialize_result => capability,
+    a_call_that_asks_to_confirm_runs_once_and_replays_its_result => confirm_first,
+    a_server_killed_before_answering_leaves_an_unknown_outcome => crash,
 }
 
-/// The Python SDK's client (PyPI `mcp` 2.x, mode `auto`) in front of the SDK
-/// v2 server: 2026-07-28.
-mod python_client_v2_server {
-    use super::*;
-    const C: ClientKind = ClientKind::Python;
-    const S: Sdk = Sdk::V2;
+pairing! {
+    /// Revision 2026-07-28 end to end: the SDK v2 client (negotiation `auto`)
+    /// in front of the SDK v2 server (`input_required`, then the continuation).
+    v2_client_v2_server: ClientKind::V2, Sdk::V2;
+    a_lost_response_is_retried_and_replayed_with_one_execution => lost_response,
+    fifty_concurrent_calls_with_one_key_execute_once => fifty_concurrent,
+    other_arguments_under_the_key_are_refused_unexecuted => reuse,
+    a_read_only_tool_is_never_claimed => read_only,
+    a_keyless_call_is_refused_or_deduplicated_by_its_derived_key => keyless,
+    twenty_twenty_six_is_negotiated_and_the_extension_is_in_discover => negotiated_through_the_gateway,
+    an_input_required_call_runs_once_and_replays_its_final_result => confirm_first,
+    a_server_killed_before_answering_leaves_an_unknown_outcome => crash,
+}
 
-    /// See [`lost_response`] (the lost answer reaches the client as a 504).
-    #[test]
-    fn a_lost_response_is_retried_and_replayed_with_one_execution() {
-        lost_response(C, S);
-    }
-    /// See [`fifty_concurrent`].
-    #[test]
-    fn fifty_concurrent_calls_with_one_key_execute_once() {
-        fifty_concurrent(C, S);
-    }
-    /// See [`reuse`].
-    #[test]
-    fn other_arguments_under_the_key_are_refused_unexecuted() {
-        reuse(C, S);
-    }
-    /// See [`read_only`].
-    #[test]
-    fn a_read_only_tool_is_never_claimed() {
-        read_only(C, S);
-    }
-    /// See [`keyless`].
-    #[test]
-    fn a_keyless_call_is_refused_or_deduplicated_by_its_derived_key() {
-        keyless(C, S);
-    }
-    /// See [`capability`].
-    #[test]
-    fn the_extension_is_in_the_discover_result() {
-        capability(C, S);
-    }
-    /// See [`confirm_first`].
-    #[test]
-    fn an_input_required_call_runs_once_and_replays_its_final_result() {
-        confirm_first(C, S);
-    }
+pairing! {
+    /// An SDK v1 client (2025-11-25) in front of an SDK v2 server, which
+    /// serves it statelessly.
+    v1_client_v2_server: ClientKind::V1, Sdk::V2;
+    a_lost_response_is_retried_and_replayed_with_one_execution => lost_response,
+    fifty_concurrent_calls_with_one_key_execute_once => fifty_concurrent,
+    other_arguments_under_the_key_are_refused_unexecuted => reuse,
+    a_read_only_tool_is_never_claimed => read_only,
+    a_keyless_call_is_refused_or_deduplicated_by_its_derived_key => keyless,
+    the_capability_is_in_the_initialize_result => capability,
+}
+
+pairing! {
+    /// The Python SDK's client (PyPI `mcp` 2.x, mode `auto`) in front of the
+    /// SDK v2 server: 2026-07-28 (a lost answer reaches it as a 504).
+    python_client_v2_server: ClientKind::Python, Sdk::V2;
+    a_lost_response_is_retried_and_replayed_with_one_execution => lost_response,
+    fifty_concurrent_calls_with_one_key_execute_once => fifty_concurrent,
+    other_arguments_under_the_key_are_refused_unexecuted => reuse,
+    a_read_only_tool_is_never_claimed => read_only,
+    a_keyless_call_is_refused_or_deduplicated_by_its_derived_key => keyless,
+    the_extension_is_in_the_discover_result => capability,
+    an_input_required_call_runs_once_and_replays_its_final_result => confirm_first,
 }
 
 /// `idemkit mcp --config FILE -- node server.mjs v2 stdio`: the gateway

@@ -88,16 +88,9 @@ pub(crate) fn run(args: &McpArgs) -> ExitCode {
     let workers = config.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(workers) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("idemkit mcp: cannot start a runtime: {e}");
-            return ExitCode::from(exit::IO_ERR);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(serve(config, store)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -106,6 +99,18 @@ pub(crate) fn run(args: &McpArgs) -> ExitCode {
             ExitCode::from(exit::IO_ERR)
         }
     }
+}
+
+/// A runtime with `workers` threads, or the exit code when none can start.
+fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("idemkit mcp: cannot start a runtime: {e}");
+            ExitCode::from(exit::IO_ERR)
+        })
 }
 
 /// The admin listener's view: the store, the metrics, and each configured
@@ -148,7 +153,7 @@ async fn start_admin(
 
 async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    spawn_signal_thread(stop_tx)?;
+    crate::proxy::spawn_signal_thread(stop_tx, "mcp")?;
     let metrics = Arc::new(Metrics::new());
     if let Some(addr) = &config.admin {
         let bound = start_admin(
@@ -206,27 +211,5 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     .await
     .map_err(|e| format!("serving: {e}"))?;
     eprintln!("idemkit mcp: stopped; running calls finished and were recorded");
-    Ok(())
-}
-
-/// SIGTERM / SIGINT → graceful shutdown: no new connections, running calls
-/// finish and record.
-#[cfg(unix)]
-fn spawn_signal_thread(stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            eprintln!("idemkit mcp: stopping (no new connections; finishing running calls)");
-            let _ = stop.send(true);
-        }
-    });
-    Ok(())
-}
-
-/// Elsewhere the process ends with the default handling of Ctrl-C.
-#[cfg(not(unix))]
-fn spawn_signal_thread(_stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
     Ok(())
 }

@@ -64,16 +64,10 @@ pub(crate) fn run(config: McpConfig, command: &[String]) -> ExitCode {
     let (Some(child_in), Some(child_out)) = (child.stdin.take(), child.stdout.take()) else {
         return ExitCode::from(exit::IO_ERR);
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-    {
+    // One connection: one worker, and the blocking pool for the store.
+    let runtime = match super::runtime(1) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("idemkit mcp: cannot start a runtime: {e}");
-            return ExitCode::from(exit::IO_ERR);
-        }
+        Err(code) => return code,
     };
     let (lines_tx, lines_rx) = tokio::sync::mpsc::channel::<Line>(256);
     spawn_reader(

@@ -272,7 +272,7 @@ struct Shared {
 /// and GC.
 fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<(), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    spawn_signal_thread(stop_tx)?;
+    spawn_signal_thread(stop_tx, "proxy")?;
     let shared = Arc::new(Shared {
         config,
         store,
@@ -493,14 +493,20 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
 
 /// SIGTERM / SIGINT → graceful shutdown (axum stops accepting and waits for the
 /// connections it serves, so every running execution records its outcome).
+/// `command` names the subcommand in the message (`proxy`, `mcp`).
 #[cfg(unix)]
-fn spawn_signal_thread(stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
+pub(crate) fn spawn_signal_thread(
+    stop: tokio::sync::watch::Sender<bool>,
+    command: &'static str,
+) -> Result<(), String> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
-            eprintln!("idemkit proxy: stopping (no new connections; finishing running requests)");
+            eprintln!(
+                "idemkit {command}: stopping (no new connections; finishing running requests)"
+            );
             let _ = stop.send(true);
         }
     });
@@ -509,7 +515,10 @@ fn spawn_signal_thread(stop: tokio::sync::watch::Sender<bool>) -> Result<(), Str
 
 /// Elsewhere the process ends with the default handling of Ctrl-C.
 #[cfg(not(unix))]
-fn spawn_signal_thread(_stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
+pub(crate) fn spawn_signal_thread(
+    _stop: tokio::sync::watch::Sender<bool>,
+    _command: &'static str,
+) -> Result<(), String> {
     Ok(())
 }
 
