@@ -395,3 +395,104 @@ fn an_unknown_outcome_is_listed_resolved_and_then_replayed() {
     let refused = request(gateway.admin, "GET", "/metrics", &[], b"").unwrap();
     assert_eq!(refused.status, 401);
 }
+
+/// An MCP server that answers every `tools/call` with HTTP 500 after counting
+/// it (a framework's crash page, not a JSON-RPC answer).
+struct FailingServer {
+    url: String,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl FailingServer {
+    fn start() -> FailingServer {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let calls = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&calls);
+        let app = axum::Router::new().route(
+            "/mcp",
+            axum::routing::post(move || {
+                let counted = std::sync::Arc::clone(&counted);
+                async move {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "crashed")
+                }
+            }),
+        );
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+        FailingServer {
+            url,
+            calls,
+            _runtime: runtime,
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A server that answers a call with HTTP 500 instead of a JSON-RPC response
+/// is recorded by the rules of an HTTP answer: a Local tool's call is
+/// released (a retry with the key runs it again), an External tool's outcome
+/// is unknown (a retry gets the unknown result and never reaches the server).
+#[test]
+fn an_http_500_releases_a_local_call_and_leaves_an_external_one_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FailingServer::start();
+    let config = dir.path().join("mcp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\nupstream = {:?}\nadmin = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\
+             [store]\npath = {:?}\n[tenant]\nfixed = \"t\"\n\
+             [[tools]]\nname = \"note\"\neffect = \"local\"\n[[tools]]\nname = \"send\"\neffect = \"external\"\n",
+            server.url,
+            dir.path().join("mcp.redb")
+        ),
+    )
+    .unwrap();
+    let gateway = Gateway::start(&config);
+    let args = json!({ "text": "hi" });
+    for id in 1..=2 {
+        let reply = post(
+            &gateway,
+            "t",
+            &[("Mcp-Method", b"tools/call"), ("Mcp-Name", b"note")],
+            &json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                     "params": { "name": "note", "arguments": args,
+                                 "_meta": { "io.idemkit/idempotency-key": "n-1",
+                                            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                            "io.modelcontextprotocol/clientCapabilities": {} } } }),
+        );
+        assert_eq!(reply.status, 500, "the server's own answer passes through");
+    }
+    assert_eq!(server.calls(), 2, "released: the retry ran again");
+
+    let first = post(
+        &gateway,
+        "t",
+        &[("Mcp-Method", b"tools/call"), ("Mcp-Name", b"send")],
+        &json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                 "params": { "name": "send", "arguments": args,
+                             "_meta": { "io.idemkit/idempotency-key": "s-1",
+                                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                        "io.modelcontextprotocol/clientCapabilities": {} } } }),
+    );
+    assert_eq!(first.status, 500);
+    let retry = call(&gateway, "t", 4, "send", args, Some("s-1"));
+    assert_eq!(
+        retry["result"]["structuredContent"]["state"], "unknown",
+        "{retry}"
+    );
+    assert_eq!(server.calls(), 3, "the retry never reached the server");
+}

@@ -84,6 +84,10 @@ pub(crate) enum Outcome {
     /// The request was sent and no answer came (the connection broke, the
     /// server died, the call timed out): the server may have acted.
     Lost,
+    /// The server answered the request with this HTTP 5xx instead of a
+    /// JSON-RPC response: recorded by the effect's rule (Local: released,
+    /// External: unknown).
+    Failed(u16),
 }
 
 /// What the client is sent for a forwarded call.
@@ -453,6 +457,19 @@ impl Gateway {
                 }
             }
             Outcome::NotSent | Outcome::Refused => (Write::Release, Reply::Original),
+            Outcome::Failed(status) => {
+                let error = json!({ "code": -32603, "message": format!("HTTP {status}") });
+                let write = match classify_attempt(*status, &running.tool.policy, Dispatch::Unknown)
+                {
+                    Disposition::Store => Write::Store(StoredResponse::new(
+                        *status,
+                        json!({ "error": error }).to_string().into_bytes(),
+                    )),
+                    Disposition::Release => Write::Release,
+                    Disposition::Unknown => Write::Unknown(format!("HTTP {status}")),
+                };
+                (write, Reply::Original)
+            }
             Outcome::Lost => (
                 Write::Unknown("sent, and no answer came".to_owned()),
                 Reply::Replace(jsonrpc::result_response(

@@ -291,7 +291,10 @@ impl HttpGateway {
                 .unwrap_or_default();
             let outcome = match forwarder_problem(&head.headers, &bytes) {
                 Some("upstream-unavailable") => Outcome::NotSent,
-                _ => Outcome::Lost,
+                Some(_) => Outcome::Lost,
+                None if status.is_server_error() => Outcome::Failed(status.as_u16()),
+                // A 1xx, 2xx other than 200, or 3xx to a call: no answer to it.
+                None => Outcome::Lost,
             };
             return match gateway.finish(running, outcome).await {
                 Reply::Original => Response::from_parts(head, Body::from(bytes)),
