@@ -38,7 +38,7 @@ WASM_VS_CANONICALIZE = 1.0
 INSTRUCTIONS_VS_BASELINE = 0.5
 # The sections of the second wave that live in their own modules, each with
 # render(results) -> lines and targets(results) -> [(name, measured, need, higher_is_better, what)].
-SECTION_MODULES = ["report_postgres", "report_http", "report_npm"]
+SECTION_MODULES = ["report_postgres", "report_http", "report_npm", "report_mcp"]
 
 IMPLS = [
     ("serde_json_value", "serde_json → Value (parse only)"),
@@ -218,6 +218,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     w("| GC while claims continue | `idemkit-latency --dir D gc --records N` | `gc.json` |")
     w("| wasm fingerprint in Node | `npm --prefix wasm run build && node wasm/bench/fingerprint.mjs` | `wasm.json` |")
     w("| idemkit proxy vs nginx | `benches/proxy/run.sh OUT.json` (wrk and nginx from Debian) | `proxy.json` |")
+    w("| idemkit mcp in front of an MCP server | `benches/mcp/run.sh OUT.json` (Node and the SDKs of store/tests/mcp) | `mcp.json` |")
     w("| instructions per claim + complete | `benches/callgrind/run.sh OUT.json` (valgrind from Debian) | `instructions.json` |")
     w("| PostgreSQL vs a hand-written `INSERT … ON CONFLICT` | `benches/postgres/run.sh OUT.json` (PostgreSQL and pgbench from Debian) | `postgres.json` |")
     w("| what the idempotency layer adds to a request | `benches/http/run.sh OUT.json` (wrk from Debian) | `http.json` |")

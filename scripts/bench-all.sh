@@ -131,6 +131,11 @@ if ! BENCH_SECONDS=$PROXY_SECONDS benches/proxy/run.sh "$OUT/proxy.json" >/dev/n
   echo "proxy: benches/proxy/run.sh failed (wrk and nginx come from Debian)" >>"$OUT/skipped.txt"
 fi
 
+step "idemkit mcp in front of an MCP server"
+if ! BENCH_SECONDS=$PROXY_SECONDS benches/mcp/run.sh "$OUT/mcp.json" >/dev/null; then
+  echo "mcp: benches/mcp/run.sh failed (it needs Node and npm for store/tests/mcp)" >>"$OUT/skipped.txt"
+fi
+
 END=$(date +%s)
 python3 - "$OUT/meta.json" "$START" "$END" "$SMOKE" "$RECORDS" "$SECONDS_PER" "$CLIENTS" <<'EOF'
 import json, sys, datetime

@@ -36,6 +36,27 @@ for project in store/tests/npm; do
   fi
 done
 
+# The MCP SDKs (v1 and v2 servers and clients), the MCP conformance suite and
+# Node 22 (npm `node`, which the suite needs) for store/tests/mcp_*.rs, pinned in
+# store/tests/mcp/package-lock.json; installed (about 15 s) only when the lock
+# changed since the last install.
+step "MCP SDKs and conformance suite (store/tests/mcp)"
+if ! cmp -s store/tests/mcp/package-lock.json store/tests/mcp/node_modules/.idemkit-installed-lock; then
+  npm ci --prefix store/tests/mcp --no-audit --no-fund --loglevel=error
+  cp store/tests/mcp/package-lock.json store/tests/mcp/node_modules/.idemkit-installed-lock
+fi
+
+# The Python SDK's client (PyPI `mcp`, pinned in store/tests/mcp/requirements.txt)
+# for store/tests/mcp_sdk_end_to_end.rs, in a venv; installed (about 11 s) only
+# when the pins changed since the last install.
+step "MCP Python client (tools/mcp-python)"
+if ! cmp -s store/tests/mcp/requirements.txt tools/mcp-python/requirements.txt; then
+  command -v python3 >/dev/null || { echo "test-all: 'python3' is required but not on PATH" >&2; exit 1; }
+  python3 -m venv tools/mcp-python
+  tools/mcp-python/bin/pip install --quiet --disable-pip-version-check -r store/tests/mcp/requirements.txt
+  cp store/tests/mcp/requirements.txt tools/mcp-python/requirements.txt
+fi
+
 # schemathesis (PyPI) for store/tests/appointments_openapi_schemathesis.rs, pinned
 # there too; installed into a venv only when that version is missing.
 SCHEMATHESIS_VERSION=4.32.5

@@ -26,6 +26,7 @@
 //! transaction as the record's completion, so it is exactly once; see
 //! `notes.rs`), `GET /appointments/{id}/notes`, `GET /health`. The OpenAPI document is `openapi.json` beside this file.
 
+mod mcp;
 mod notes;
 mod providers;
 
@@ -72,6 +73,9 @@ struct Args {
     /// Where to listen (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Also serve the booking as MCP tools at http://ADDR/mcp (see mcp.rs).
+    #[arg(long, value_name = "ADDR")]
+    mcp_listen: Option<SocketAddr>,
     /// Delay before each calendar booking, in milliseconds.
     #[arg(long, default_value_t = 0)]
     provider_latency_ms: u64,
@@ -891,6 +895,9 @@ async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
         .map_err(|e| format!("listen {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!("appointments: listening on http://{addr}");
+    if let Some(mcp) = args.mcp_listen {
+        mcp::spawn(mcp, router.clone()).await?;
+    }
     axum::serve(listener, router)
         .await
         .map_err(|e| e.to_string())

@@ -5,6 +5,7 @@
 
 #![allow(dead_code, reason = "each test file uses a part of this module")]
 
+pub(crate) mod mcp;
 pub(crate) mod notes;
 pub(crate) mod proxy;
 

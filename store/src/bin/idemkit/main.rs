@@ -24,6 +24,8 @@ mod exit;
 mod fingerprint_cmd;
 mod input;
 mod key_cmd;
+#[cfg(feature = "axum")]
+mod mcp;
 mod migrate_cmd;
 mod probe;
 #[cfg(feature = "axum")]
@@ -57,6 +59,9 @@ enum Command {
     // The contract, the crash window and examples: ProxyArgs' doc comment.
     #[cfg(feature = "axum")]
     Proxy(proxy::ProxyArgs),
+    // Both protocol eras, HTTP and stdio, and examples: McpArgs' doc comment.
+    #[cfg(feature = "axum")]
+    Mcp(mcp::McpArgs),
     /// List the records in a store.
     List(records_cmd::ListArgs),
     /// Show one record.
@@ -127,6 +132,8 @@ fn main() -> ExitCode {
         Command::Probe(args) => probe::run(&args),
         #[cfg(feature = "axum")]
         Command::Proxy(args) => proxy::run(&args),
+        #[cfg(feature = "axum")]
+        Command::Mcp(args) => mcp::run(&args),
         Command::List(args) => records_cmd::list(args),
         Command::Show(args) => records_cmd::show(args),
         Command::Resolve(args) => records_cmd::resolve(args),

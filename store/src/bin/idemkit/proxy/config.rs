@@ -53,7 +53,7 @@ struct FileConfig {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct StoreSection {
+pub(crate) struct StoreSection {
     path: Option<PathBuf>,
     postgres: Option<String>,
     /// PostgreSQL only: the schema holding idemkit's tables.
@@ -64,7 +64,7 @@ struct StoreSection {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TenantSection {
+pub(crate) struct TenantSection {
     header: Option<String>,
     from: Option<String>,
     fixed: Option<String>,
@@ -161,22 +161,22 @@ pub(crate) struct ProxyConfig {
 /// The default wait for an upstream answer.
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often GC runs by default.
-const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(60);
 
-struct Source<'a> {
-    file: &'a Path,
-    text: &'a str,
+pub(crate) struct Source<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) text: &'a str,
 }
 
 impl Source<'_> {
-    fn line_of(&self, span: &Range<usize>) -> usize {
+    pub(crate) fn line_of(&self, span: &Range<usize>) -> usize {
         let end = span.start.min(self.text.len());
         self.text.get(..end).map_or(1, |before| {
             before.bytes().filter(|&b| b == b'\n').count() + 1
         })
     }
 
-    fn at(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
+    pub(crate) fn at(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
         ConfigError {
             file: self.file.to_owned(),
             line: span.map(|s| self.line_of(&s)),
@@ -253,56 +253,8 @@ pub(crate) fn parse(
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
 
-    let store_span = raw.store.span();
-    let store = match raw.store.into_inner() {
-        StoreSection {
-            path: Some(path),
-            postgres: None,
-            schema: None,
-            pool_size: None,
-        } => StoreChoice::Redb(path),
-        StoreSection {
-            path: None,
-            postgres: Some(url),
-            schema,
-            pool_size,
-        } => StoreChoice::Postgres {
-            url,
-            schema,
-            pool_size,
-        },
-        _ => {
-            return Err(src.at(
-                Some(store_span),
-                "[store] needs exactly one of `path` (an embedded redb file) or `postgres` (a URL; \
-                 with it, optionally `schema` and `pool_size`)",
-            ));
-        }
-    };
-    let tenant_span = raw.tenant.span();
-    let tenant = match raw.tenant.into_inner() {
-        TenantSection {
-            header: Some(h),
-            from: None,
-            fixed: None,
-        } => TenantRule::Header(header_name(&src, &h, &tenant_span)?),
-        TenantSection {
-            header: None,
-            from: Some(h),
-            fixed: None,
-        } => TenantRule::DigestOf(header_name(&src, &h, &tenant_span)?),
-        TenantSection {
-            header: None,
-            from: None,
-            fixed: Some(t),
-        } if !t.is_empty() => TenantRule::Fixed(t),
-        _ => {
-            return Err(src.at(
-                Some(tenant_span),
-                "[tenant] needs exactly one of `header` (set by a gateway), `from` (a credential header, digested) or `fixed`",
-            ));
-        }
-    };
+    let store = store_choice(&src, raw.store)?;
+    let tenant = tenant_rule(&src, raw.tenant)?;
 
     let workers = match &raw.workers {
         Some(w) if *w.get_ref() == 0 || *w.get_ref() > 256 => {
@@ -347,6 +299,70 @@ pub(crate) fn parse(
     })
 }
 
+/// The `[store]` section: exactly one of an embedded redb file or PostgreSQL.
+pub(crate) fn store_choice(
+    src: &Source<'_>,
+    store: Spanned<StoreSection>,
+) -> Result<StoreChoice, ConfigError> {
+    let store_span = store.span();
+    Ok(match store.into_inner() {
+        StoreSection {
+            path: Some(path),
+            postgres: None,
+            schema: None,
+            pool_size: None,
+        } => StoreChoice::Redb(path),
+        StoreSection {
+            path: None,
+            postgres: Some(url),
+            schema,
+            pool_size,
+        } => StoreChoice::Postgres {
+            url,
+            schema,
+            pool_size,
+        },
+        _ => {
+            return Err(src.at(
+                Some(store_span),
+                "[store] needs exactly one of `path` (an embedded redb file) or `postgres` (a URL; \
+                 with it, optionally `schema` and `pool_size`)",
+            ));
+        }
+    })
+}
+
+/// The `[tenant]` section: exactly one rule naming the tenant of a request.
+pub(crate) fn tenant_rule(
+    src: &Source<'_>,
+    tenant: Spanned<TenantSection>,
+) -> Result<TenantRule, ConfigError> {
+    let tenant_span = tenant.span();
+    Ok(match tenant.into_inner() {
+        TenantSection {
+            header: Some(h),
+            from: None,
+            fixed: None,
+        } => TenantRule::Header(header_name(src, &h, &tenant_span)?),
+        TenantSection {
+            header: None,
+            from: Some(h),
+            fixed: None,
+        } => TenantRule::DigestOf(header_name(src, &h, &tenant_span)?),
+        TenantSection {
+            header: None,
+            from: None,
+            fixed: Some(t),
+        } if !t.is_empty() => TenantRule::Fixed(t),
+        _ => {
+            return Err(src.at(
+                Some(tenant_span),
+                "[tenant] needs exactly one of `header` (set by a gateway), `from` (a credential header, digested) or `fixed`",
+            ));
+        }
+    })
+}
+
 /// A span at the start of `line` (1-based), for refusals found after parsing.
 fn spanned_line_span(text: &str, line: usize) -> Range<usize> {
     let start = text
@@ -356,7 +372,7 @@ fn spanned_line_span(text: &str, line: usize) -> Range<usize> {
     start..start
 }
 
-fn check_addr(
+pub(crate) fn check_addr(
     src: &Source<'_>,
     addr: &str,
     span: Option<Range<usize>>,

@@ -3,9 +3,9 @@
 //! a forwarder to the upstream; every other request streams through untouched.
 //! See docs/proxy.md and examples/proxy.toml.
 
-mod admin;
-mod config;
-mod forward;
+pub(crate) mod admin;
+pub(crate) mod config;
+pub(crate) mod forward;
 mod templates;
 
 use std::net::SocketAddr;
@@ -87,7 +87,7 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
     }
 }
 
-fn open_store(choice: &StoreChoice) -> Result<Store, String> {
+pub(crate) fn open_store(choice: &StoreChoice) -> Result<Store, String> {
     match choice {
         StoreChoice::Redb(path) => {
             let store = Store::open(path).map_err(|e| format!("store {}: {e}", path.display()))?;
@@ -96,7 +96,7 @@ fn open_store(choice: &StoreChoice) -> Result<Store, String> {
             // now, so their retries are told so at once).
             for orphan in store.orphans_settled_at_open() {
                 eprintln!(
-                    "idemkit proxy: {} ({}) was left running by a previous process; now {:?}",
+                    "idemkit: {} ({}) was left running by a previous process; now {:?}",
                     orphan.log_ref, orphan.operation, orphan.became
                 );
             }
@@ -126,7 +126,9 @@ fn open_store(choice: &StoreChoice) -> Result<Store, String> {
 }
 
 /// The tenant of a request, by the configured rule.
-fn principal(rule: &TenantRule) -> impl Fn(&Parts) -> Option<String> + Send + Sync + 'static {
+pub(crate) fn principal(
+    rule: &TenantRule,
+) -> impl Fn(&Parts) -> Option<String> + Send + Sync + 'static {
     let rule = rule.clone();
     move |parts: &Parts| match &rule {
         TenantRule::Header(name) => parts
@@ -280,7 +282,7 @@ struct Shared {
 /// and GC.
 fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<(), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    spawn_signal_thread(stop_tx)?;
+    spawn_signal_thread(stop_tx, "proxy")?;
     let metrics = Arc::new(Metrics::new());
     metrics.orphans_settled(store.orphans_settled_at_open().len());
     let shared = Arc::new(Shared {
@@ -503,14 +505,20 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
 
 /// SIGTERM / SIGINT → graceful shutdown (axum stops accepting and waits for the
 /// connections it serves, so every running execution records its outcome).
+/// `command` names the subcommand in the message (`proxy`, `mcp`).
 #[cfg(unix)]
-fn spawn_signal_thread(stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
+pub(crate) fn spawn_signal_thread(
+    stop: tokio::sync::watch::Sender<bool>,
+    command: &'static str,
+) -> Result<(), String> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
-            eprintln!("idemkit proxy: stopping (no new connections; finishing running requests)");
+            eprintln!(
+                "idemkit {command}: stopping (no new connections; finishing running requests)"
+            );
             let _ = stop.send(true);
         }
     });
@@ -519,12 +527,15 @@ fn spawn_signal_thread(stop: tokio::sync::watch::Sender<bool>) -> Result<(), Str
 
 /// Elsewhere the process ends with the default handling of Ctrl-C.
 #[cfg(not(unix))]
-fn spawn_signal_thread(_stop: tokio::sync::watch::Sender<bool>) -> Result<(), String> {
+pub(crate) fn spawn_signal_thread(
+    _stop: tokio::sync::watch::Sender<bool>,
+    _command: &'static str,
+) -> Result<(), String> {
     Ok(())
 }
 
 /// Prunes and deletes records past their windows every `interval`, in batches.
-fn spawn_gc(store: Store, metrics: Arc<Metrics>, interval: std::time::Duration) {
+pub(crate) fn spawn_gc(store: Store, metrics: Arc<Metrics>, interval: std::time::Duration) {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(interval).await;

@@ -1,0 +1,489 @@
+//! The gateway's TOML configuration: the proxy's keys (`listen`, `upstream`,
+//! `[store]`, `[tenant]`, `admin`) plus `[[tools]]`, parsed with serde (unknown
+//! keys refused) and checked, every refusal naming the file, the line and what
+//! is wrong.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use idemkit::core::machine::{Policy, StorePolicy};
+use idemkit::core::record::EffectKind;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::proxy::config::{
+    ConfigError, DEFAULT_GC_INTERVAL, Source, StoreChoice, StoreSection, TenantRule, TenantSection,
+    check_addr, store_choice, tenant_rule,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<Spanned<String>>,
+    upstream: Option<Spanned<String>>,
+    admin: Option<Spanned<String>>,
+    admin_token: Option<Spanned<String>>,
+    /// How long a request other than a protected `tools/call` waits for the
+    /// upstream's answer to begin.
+    upstream_timeout_ms: Option<u64>,
+    /// How long a protected `tools/call` waits for its result (default for
+    /// every tool).
+    call_timeout_ms: Option<u64>,
+    gc_interval_ms: Option<u64>,
+    /// Worker threads (default: one per CPU).
+    workers: Option<Spanned<usize>>,
+    /// The largest JSON-RPC message read from a client, in bytes.
+    body_limit_bytes: Option<usize>,
+    store: Spanned<StoreSection>,
+    tenant: Spanned<TenantSection>,
+    #[serde(default)]
+    tools: Vec<Spanned<ToolSection>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolSection {
+    name: Spanned<String>,
+    /// `false`: the gateway never claims this tool's calls.
+    protected: Option<bool>,
+    effect: Option<Spanned<String>>,
+    derive: Option<Spanned<String>>,
+    derive_window_ms: Option<Spanned<u64>>,
+    lease_ms: Option<u64>,
+    replay_window_ms: Option<u64>,
+    record_window_ms: Option<u64>,
+    max_execution_ms: Option<u64>,
+    max_stored_result_bytes: Option<usize>,
+    call_timeout_ms: Option<u64>,
+    store_policy: Option<Spanned<String>>,
+    /// What the model is told to check when the outcome is unknown.
+    check: Option<String>,
+}
+
+/// How a call without a key is treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyRule {
+    /// Refused, with an error that says how to send a key.
+    Required,
+    /// Derived from the tenant, the tool and the canonical arguments: a repeat
+    /// with the same arguments less than `window` after a call is that call.
+    FromArguments { window: Duration },
+}
+
+/// One configured tool.
+#[derive(Clone, Debug)]
+pub(crate) struct Tool {
+    pub(crate) name: String,
+    pub(crate) protected: bool,
+    pub(crate) policy: Policy,
+    pub(crate) key: KeyRule,
+    pub(crate) max_execution: Duration,
+    pub(crate) max_stored_result_bytes: usize,
+    pub(crate) call_timeout: Duration,
+    pub(crate) check: String,
+}
+
+/// The whole, checked configuration.
+#[derive(Clone, Debug)]
+pub(crate) struct McpConfig {
+    pub(crate) listen: String,
+    /// The MCP server's Streamable HTTP endpoint; `None` for stdio, where the
+    /// server is a child process.
+    pub(crate) upstream: Option<http::Uri>,
+    pub(crate) admin: Option<String>,
+    pub(crate) admin_token: Option<String>,
+    pub(crate) upstream_timeout: Duration,
+    pub(crate) gc_interval: Duration,
+    pub(crate) workers: Option<usize>,
+    pub(crate) body_limit: usize,
+    pub(crate) store: StoreChoice,
+    pub(crate) tenant: TenantRule,
+    /// Configured tools by name; every other tool follows [`McpConfig::default_tool`].
+    pub(crate) tools: BTreeMap<String, Tool>,
+    /// What an unlisted tool gets when it is protected (its annotations do not
+    /// say `readOnlyHint`).
+    pub(crate) default_tool: Tool,
+}
+
+impl McpConfig {
+    /// The configured entry for `name`, if any.
+    pub(crate) fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.get(name)
+    }
+}
+
+const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
+const DEFAULT_MAX_EXECUTION: Duration = Duration::from_secs(15 * 60);
+const DEFAULT_BODY_LIMIT: usize = 4 << 20;
+const DEFAULT_MAX_STORED_RESULT: usize = 1 << 20;
+/// The shortest admin token accepted: a token is a password for resolve.
+const MIN_ADMIN_TOKEN_BYTES: usize = 32;
+
+/// What the model is told to check when a tool's outcome is unknown, unless
+/// the tool's `check` says more.
+pub(crate) const DEFAULT_CHECK: &str = "Do not call this tool again for this action. \
+     Look up whether the action took effect (for example with a read-only tool that lists \
+     what exists) and tell the user; an operator settles the outcome.";
+
+/// Reads and checks `file`; `listen` and `upstream` override the file's.
+/// `stdio`: the server is a child process (no `upstream`, no headers for a
+/// tenant rule).
+pub(crate) fn load(
+    file: &Path,
+    listen: Option<&str>,
+    upstream: Option<&str>,
+    stdio: bool,
+) -> Result<McpConfig, ConfigError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Source { file, text: "" }.at(None, format!("cannot read the file: {e}")))?;
+    parse(file, &text, listen, upstream, stdio)
+}
+
+/// [`load`] on text already read.
+pub(crate) fn parse(
+    file: &Path,
+    text: &str,
+    listen: Option<&str>,
+    upstream: Option<&str>,
+    stdio: bool,
+) -> Result<McpConfig, ConfigError> {
+    let src = Source { file, text };
+    let raw: FileConfig =
+        toml::from_str(text).map_err(|e| src.at(e.span(), e.message().trim().to_owned()))?;
+
+    let listen = match (listen, &raw.listen) {
+        (Some(l), _) => l.to_owned(),
+        (None, Some(l)) => l.get_ref().clone(),
+        (None, None) if stdio => String::new(),
+        (None, None) => {
+            return Err(src.at(
+                None,
+                "missing `listen` (the address to serve on), or pass --listen",
+            ));
+        }
+    };
+    if !stdio {
+        check_addr(
+            &src,
+            &listen,
+            raw.listen.as_ref().map(Spanned::span),
+            "listen",
+        )?;
+    }
+    let upstream = if stdio {
+        None
+    } else {
+        Some(upstream_uri(&src, upstream, raw.upstream.as_ref())?)
+    };
+    if let Some(admin) = &raw.admin {
+        check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
+    }
+    let admin_token = match (&raw.admin, &raw.admin_token) {
+        (_, Some(token)) if token.get_ref().len() < MIN_ADMIN_TOKEN_BYTES => {
+            return Err(src.at(
+                Some(token.span()),
+                format!(
+                    "admin_token: at least {MIN_ADMIN_TOKEN_BYTES} bytes (it guards resolve; \
+                     e.g. `openssl rand -hex 32`)"
+                ),
+            ));
+        }
+        (Some(admin), None) => {
+            return Err(src.at(
+                Some(admin.span()),
+                "admin needs admin_token (at least 32 bytes): the admin listener resolves records",
+            ));
+        }
+        (_, token) => token.as_ref().map(|t| t.get_ref().clone()),
+    };
+    let store = store_choice(&src, raw.store)?;
+    let tenant_span = raw.tenant.span();
+    let tenant = tenant_rule(&src, raw.tenant)?;
+    if stdio && !matches!(tenant, TenantRule::Fixed(_)) {
+        return Err(src.at(
+            Some(tenant_span),
+            "over stdio there are no request headers: name the tenant with [tenant] fixed",
+        ));
+    }
+    let workers = match &raw.workers {
+        Some(w) if *w.get_ref() == 0 || *w.get_ref() > 256 => {
+            return Err(src.at(Some(w.span()), "workers: expected 1 to 256"));
+        }
+        Some(w) => Some(*w.get_ref()),
+        None => None,
+    };
+    let call_timeout = raw
+        .call_timeout_ms
+        .map_or(DEFAULT_CALL_TIMEOUT, Duration::from_millis);
+    let default_tool = Tool {
+        name: String::new(),
+        protected: true,
+        policy: Policy::default().with_effect(EffectKind::External),
+        key: KeyRule::Required,
+        max_execution: DEFAULT_MAX_EXECUTION,
+        max_stored_result_bytes: DEFAULT_MAX_STORED_RESULT,
+        call_timeout,
+        check: DEFAULT_CHECK.to_owned(),
+    };
+    let mut tools = BTreeMap::new();
+    let mut lines: BTreeMap<String, usize> = BTreeMap::new();
+    for spanned in raw.tools {
+        let line = src.line_of(&spanned.span());
+        let span = spanned.span();
+        let tool = tool(&src, spanned.into_inner(), &default_tool)?;
+        if let Some(first) = lines.insert(tool.name.clone(), line) {
+            return Err(src.at(
+                Some(span),
+                format!(
+                    "tool {:?} is configured twice (first at line {first})",
+                    tool.name
+                ),
+            ));
+        }
+        tools.insert(tool.name.clone(), tool);
+    }
+    Ok(McpConfig {
+        listen,
+        upstream,
+        admin: raw.admin.map(Spanned::into_inner),
+        admin_token,
+        upstream_timeout: raw
+            .upstream_timeout_ms
+            .map_or(DEFAULT_UPSTREAM_TIMEOUT, Duration::from_millis),
+        gc_interval: raw
+            .gc_interval_ms
+            .map_or(DEFAULT_GC_INTERVAL, Duration::from_millis),
+        workers,
+        body_limit: raw.body_limit_bytes.unwrap_or(DEFAULT_BODY_LIMIT),
+        store,
+        tenant,
+        tools,
+        default_tool,
+    })
+}
+
+/// The server's Streamable HTTP URL: `http://host:port/path`.
+fn upstream_uri(
+    src: &Source<'_>,
+    given: Option<&str>,
+    in_file: Option<&Spanned<String>>,
+) -> Result<http::Uri, ConfigError> {
+    let text = match (given, in_file) {
+        (Some(u), _) => u.to_owned(),
+        (None, Some(u)) => u.get_ref().clone(),
+        (None, None) => {
+            return Err(src.at(
+                None,
+                "missing `upstream` (the MCP server's Streamable HTTP URL, e.g. \
+                 \"http://127.0.0.1:3000/mcp\"), or pass --upstream, or give the server's \
+                 command after `--` to speak stdio",
+            ));
+        }
+    };
+    let span = in_file.map(Spanned::span);
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| src.at(span.clone(), format!("upstream {text:?}: {e}")))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() || uri.query().is_some() {
+        return Err(src.at(
+            span,
+            format!(
+                "upstream {text:?}: expected http://host:port/path (no query; TLS to the \
+                 upstream is not supported)"
+            ),
+        ));
+    }
+    Ok(uri)
+}
+
+fn tool(src: &Source<'_>, t: ToolSection, defaults: &Tool) -> Result<Tool, ConfigError> {
+    if t.name.get_ref().is_empty() {
+        return Err(src.at(Some(t.name.span()), "tool name must not be empty"));
+    }
+    let effect = match t.effect.as_ref().map(|e| (e.get_ref().as_str(), e.span())) {
+        None | Some(("external", _)) => EffectKind::External,
+        Some(("local", _)) => EffectKind::Local,
+        Some((other, span)) => {
+            return Err(src.at(
+                Some(span),
+                format!("effect {other:?}: expected \"external\" or \"local\""),
+            ));
+        }
+    };
+    let mut policy = Policy::default().with_effect(effect);
+    if let Some(ms) = t.lease_ms {
+        policy = policy.with_lease(Duration::from_millis(ms));
+    }
+    if let Some(ms) = t.replay_window_ms {
+        policy = policy.with_replay_window(Duration::from_millis(ms));
+    }
+    if let Some(ms) = t.record_window_ms {
+        policy = policy.with_record_window(Duration::from_millis(ms));
+    }
+    if let Some(store) = &t.store_policy {
+        policy = policy.with_store(match store.get_ref().as_str() {
+            "definitive" => StorePolicy::Definitive,
+            "everything" => StorePolicy::StoreEverything,
+            other => {
+                return Err(src.at(
+                    Some(store.span()),
+                    format!("store_policy {other:?}: expected \"definitive\" or \"everything\""),
+                ));
+            }
+        });
+    }
+    let key = match (&t.derive, &t.derive_window_ms) {
+        (None, None) => KeyRule::Required,
+        (Some(derive), window) if derive.get_ref() == "arguments" => {
+            let Some(window) = window else {
+                return Err(src.at(
+                    Some(derive.span()),
+                    "derive = \"arguments\" needs derive_window_ms: how long after a call a \
+                     call with the same arguments is taken for a retry of it",
+                ));
+            };
+            if *window.get_ref() == 0 {
+                return Err(src.at(Some(window.span()), "derive_window_ms must be above 0"));
+            }
+            let window = Duration::from_millis(*window.get_ref());
+            // A merged call replays the first one's result: keep it that long.
+            if policy.replay_window < window {
+                policy = policy.with_replay_window(window);
+            }
+            KeyRule::FromArguments { window }
+        }
+        (Some(derive), _) => {
+            return Err(src.at(
+                Some(derive.span()),
+                format!(
+                    "derive {:?}: expected \"arguments\" (tenant, tool and canonical arguments)",
+                    derive.get_ref()
+                ),
+            ));
+        }
+        (None, Some(window)) => {
+            return Err(src.at(
+                Some(window.span()),
+                "derive_window_ms without derive = \"arguments\"",
+            ));
+        }
+    };
+    Ok(Tool {
+        name: t.name.into_inner(),
+        protected: t.protected.unwrap_or(true),
+        policy,
+        key,
+        max_execution: t
+            .max_execution_ms
+            .map_or(defaults.max_execution, Duration::from_millis),
+        max_stored_result_bytes: t
+            .max_stored_result_bytes
+            .unwrap_or(defaults.max_stored_result_bytes),
+        call_timeout: t
+            .call_timeout_ms
+            .map_or(defaults.call_timeout, Duration::from_millis),
+        check: t.check.unwrap_or_else(|| defaults.check.clone()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+listen = "127.0.0.1:8090"
+upstream = "http://127.0.0.1:3000/mcp"
+[store]
+path = "mcp.redb"
+[tenant]
+header = "X-Tenant-Id"
+"#;
+
+    fn refusal(text: &str, stdio: bool) -> String {
+        parse(Path::new("mcp.toml"), text, None, None, stdio)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn the_minimal_file_parses_and_flags_override_it() {
+        let c = parse(Path::new("mcp.toml"), BASE, None, None, false).unwrap();
+        assert_eq!(c.upstream.unwrap().path(), "/mcp");
+        assert!(c.tools.is_empty());
+        assert_eq!(c.default_tool.policy.effect, EffectKind::External);
+        let c = parse(
+            Path::new("mcp.toml"),
+            BASE,
+            Some("127.0.0.1:1"),
+            Some("http://10.0.0.1:80/rpc"),
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.listen, "127.0.0.1:1");
+        assert_eq!(c.upstream.unwrap().to_string(), "http://10.0.0.1:80/rpc");
+    }
+
+    #[test]
+    fn the_example_config_loads() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp.toml");
+        let c = load(&file, None, None, false).unwrap_or_else(|e| panic!("{e}"));
+        let book = c.tool("book_appointment").unwrap();
+        assert!(book.protected);
+        assert_eq!(book.policy.effect, EffectKind::External);
+        assert!(!c.tool("list_appointments").unwrap().protected);
+    }
+
+    #[test]
+    fn tools_take_effect_derivation_and_windows() {
+        let text = format!(
+            "{BASE}\n[[tools]]\nname = \"note\"\neffect = \"local\"\nderive = \"arguments\"\nderive_window_ms = 60000\nreplay_window_ms = 1000\n"
+        );
+        let c = parse(Path::new("mcp.toml"), &text, None, None, false).unwrap();
+        let note = c.tool("note").unwrap();
+        assert_eq!(note.policy.effect, EffectKind::Local);
+        assert_eq!(
+            note.key,
+            KeyRule::FromArguments {
+                window: Duration::from_secs(60)
+            }
+        );
+        assert_eq!(note.policy.replay_window, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn every_refusal_names_the_file_the_line_and_what() {
+        let tool = |extra: &str| format!("{BASE}\n[[tools]]\nname = \"book\"\n{extra}");
+        let derive = refusal(&tool("derive = \"arguments\"\n"), false);
+        assert!(derive.starts_with("mcp.toml:11: derive"), "{derive}");
+        assert!(derive.contains("derive_window_ms"), "{derive}");
+        let effect = refusal(&tool("effect = \"remote\"\n"), false);
+        assert!(effect.starts_with("mcp.toml:11: effect"), "{effect}");
+        let twice = refusal(
+            &format!("{}{}", tool(""), "\n[[tools]]\nname = \"book\"\n"),
+            false,
+        );
+        assert!(twice.contains("configured twice"), "{twice}");
+        let unknown = refusal(&tool("colour = \"blue\"\n"), false);
+        assert!(unknown.contains("colour"), "{unknown}");
+        let short = refusal(
+            &format!("admin = \"127.0.0.1:0\"\nadmin_token = \"short\"\n{BASE}"),
+            false,
+        );
+        assert!(short.starts_with("mcp.toml:2: admin_token"), "{short}");
+        let no_token = refusal(&format!("admin = \"127.0.0.1:0\"\n{BASE}"), false);
+        assert!(no_token.contains("admin needs admin_token"), "{no_token}");
+        let headers_over_stdio = refusal(BASE, true);
+        assert!(
+            headers_over_stdio.contains("[tenant] fixed"),
+            "{headers_over_stdio}"
+        );
+        let no_upstream = refusal(
+            &BASE.replace("upstream = \"http://127.0.0.1:3000/mcp\"\n", ""),
+            false,
+        );
+        assert!(no_upstream.contains("missing `upstream`"), "{no_upstream}");
+    }
+}

@@ -1,0 +1,216 @@
+//! `idemkit mcp --config FILE [-- CMD ARGS…]`: DESIGN.md's idempotency
+//! contract for MCP `tools/call`, in front of any MCP server, for both protocol
+//! eras (decided per request). Over Streamable HTTP it serves the endpoint at
+//! the upstream's path; with a command after `--` it speaks stdio to the client
+//! and to the command. It shares the proxy's stores, tenant rules, metrics and
+//! admin listener. See docs/agents.md and examples/mcp.toml.
+
+mod call;
+mod config;
+mod http;
+mod jsonrpc;
+mod sse;
+mod stdio;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use axum::body::Body;
+use clap::Args;
+use idemkit::http::Metrics;
+use idemkit::store::Store;
+
+use crate::exit;
+use crate::proxy::admin;
+use crate::proxy::forward::Upstream;
+use call::Gateway;
+use config::McpConfig;
+
+/// Put DESIGN.md's idempotency contract in front of an MCP server.
+///
+/// A `tools/call` of a protected tool (every tool whose annotations do not say
+/// `readOnlyHint`, unless the config says otherwise) is claimed under its key,
+/// `params._meta["io.idemkit/idempotency-key"]` (or `params.idempotencyKey`),
+/// before it reaches the server; the result is recorded and every retry with
+/// the key gets it back, marked `_meta["io.idemkit/replayed"]`. A retry while
+/// the first runs, or the key with other arguments, gets a JSON-RPC error; a
+/// call whose outcome is unknown (the server died after it was sent) gets a
+/// tool error that tells the model not to call again. Both protocol eras
+/// (2025-11-25 with sessions, 2026-07-28 without) pass through intact.
+///
+/// Examples:
+///   idemkit mcp --config examples/mcp.toml
+///   idemkit mcp --config mcp.toml --listen 127.0.0.1:8090 --upstream http://127.0.0.1:3000/mcp
+///   idemkit mcp --config mcp.toml -- node server.mjs      (stdio)
+#[derive(Args)]
+#[command(verbatim_doc_comment)]
+pub(crate) struct McpArgs {
+    /// The TOML configuration (see examples/mcp.toml).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Overrides `listen` from the file.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Overrides `upstream` from the file (the server's Streamable HTTP URL).
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// The MCP server to run and speak stdio with, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub(crate) fn run(args: &McpArgs) -> ExitCode {
+    let stdio = !args.command.is_empty();
+    let config = match config::load(
+        &args.config,
+        args.listen.as_deref(),
+        args.upstream.as_deref(),
+        stdio,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("idemkit mcp: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    if stdio {
+        return stdio::run(config, &args.command);
+    }
+    let store = match call::open(&config.store) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("idemkit mcp: {e}");
+            return ExitCode::from(exit::UNAVAILABLE);
+        }
+    };
+    let workers = config.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let runtime = match runtime(workers) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    match runtime.block_on(serve(config, store)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idemkit mcp: {e}");
+            ExitCode::from(exit::IO_ERR)
+        }
+    }
+}
+
+/// A runtime with `workers` threads, or the exit code when none can start.
+fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("idemkit mcp: cannot start a runtime: {e}");
+            ExitCode::from(exit::IO_ERR)
+        })
+}
+
+/// The admin listener's view: the store, the metrics, and each configured
+/// tool's policy (resolve keeps a record's own windows; these fill in for
+/// older records).
+fn admin_state(config: &McpConfig, store: &Store, metrics: &Arc<Metrics>) -> Arc<admin::Admin> {
+    Arc::new(admin::Admin {
+        store: store.clone(),
+        metrics: Arc::clone(metrics),
+        token: config.admin_token.clone(),
+        policies: config
+            .tools
+            .values()
+            .map(|t| (t.name.clone(), t.policy))
+            .collect(),
+    })
+}
+
+/// Serves the admin API on `addr` until `stop`; returns the bound address.
+async fn start_admin(
+    addr: &str,
+    state: Arc<admin::Admin>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<SocketAddr, String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("admin {addr}: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("admin {addr}: {e}"))?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, admin::router(state))
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+    });
+    Ok(bound)
+}
+
+async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    crate::proxy::spawn_signal_thread(stop_tx, "mcp")?;
+    let metrics = Arc::new(Metrics::new());
+    metrics.orphans_settled(store.orphans_settled_at_open().len());
+    if let Some(addr) = &config.admin {
+        let bound = start_admin(
+            addr,
+            admin_state(&config, &store, &metrics),
+            stop_rx.clone(),
+        )
+        .await?;
+        println!("idemkit mcp: admin on http://{bound}");
+    }
+    crate::proxy::spawn_gc(store.clone(), Arc::clone(&metrics), config.gc_interval);
+    let Some(upstream) = config.upstream.clone() else {
+        return Err("no upstream to serve".to_owned());
+    };
+    let origin: ::http::Uri = match upstream.authority() {
+        Some(authority) => format!("http://{authority}")
+            .parse()
+            .map_err(|e| format!("upstream {upstream}: {e}"))?,
+        None => return Err(format!("upstream {upstream}: no host")),
+    };
+    let listen = config.listen.clone();
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|e| format!("listen {listen}: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("listen {listen}: {e}"))?;
+    let endpoint = upstream.path().to_owned();
+    let tenant = Box::new(crate::proxy::principal(&config.tenant));
+    let gateway = Arc::new(Gateway::new(config, Some(store), metrics));
+    let front = Arc::new(http::HttpGateway {
+        gateway,
+        upstream: Upstream::new(&origin),
+        endpoint: endpoint.clone(),
+        tenant,
+        loopback: addr.ip().is_loopback(),
+    });
+    println!("idemkit mcp: in front of {upstream}, listening on http://{addr}{endpoint}");
+    let service = tower::service_fn(move |request: ::http::Request<Body>| {
+        let front = Arc::clone(&front);
+        async move { Ok::<_, std::convert::Infallible>(front.handle(request).await) }
+    });
+    let app = axum::Router::new().fallback_service(service);
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let mut stop = stop_rx;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .await
+    .map_err(|e| format!("serving: {e}"))?;
+    eprintln!("idemkit mcp: stopped; running calls finished and were recorded");
+    Ok(())
+}
