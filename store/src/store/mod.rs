@@ -78,7 +78,9 @@ pub use backend::{BackendError, IdempotencyBackend};
 pub use claim::Claim;
 pub use error::{ClaimError, Error, OperatorError, QueryError, StorageError, WorkerError};
 pub use guard::{ExecutionGuard, Renewer};
-pub use operator::{GcReport, ImportReport, ListedRecord, Stats, VerifyReport};
+pub use operator::{
+    GcReport, ImportReport, ListedRecord, Listing, RecordPage, Stats, VerifyReport,
+};
 
 use crate::adapters::redb::RedbAdapter;
 use crate::adapters::{Adapter, AdapterError, Read, Stored, Version};
