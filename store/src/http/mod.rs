@@ -28,6 +28,11 @@
 //!    lease renewed in the background (store errors retried; no renewal after
 //!    [`RouteConfig::max_execution`]), and its response is recorded per core's
 //!    [`classify_attempt`] before it is returned (durable before acknowledged).
+//!    A response body longer than 64 KiB is not held whole: the head and the
+//!    body stream to the client as they come, the first
+//!    [`RouteConfig::max_stored_response_bytes`] are kept for the record, and
+//!    the last bytes are sent only once the outcome is recorded (if that fails,
+//!    or the body fails, the client's response is cut off, never finished).
 //!
 //! Which responses are stored (the default [`StorePolicy::Definitive`](idemkit_core::machine::StorePolicy)):
 //! 1xx, 2xx, 3xx (a 303 of post/redirect/get is replayed) and 4xx other than
@@ -61,7 +66,7 @@
 //!
 //! **Recording failures.** The completion write is retried [`RECORD_ATTEMPTS`]
 //! times while the store fails. When it still fails, the handler's response is
-//! not sent (it is not durable); the answer is core's
+//! not sent (it is not durable; a streamed one is cut off); the answer is core's
 //! [`Refusal::OutcomeNotRecorded`] (409 `outcome-uncertain`, `code:
 //! outcome-not-recorded`, with the handler's status and the log reference), and
 //! the record is marked Unknown if the store allows, else left Running for its
@@ -73,7 +78,9 @@
 //! a response body that fails, or (with [`OnDisconnect::Cancel`]) a request
 //! future that is dropped leaves the guard unrecorded: its drop marks an
 //! External record **Unknown** — never Released, never re-executed silently —
-//! and releases a Local one.
+//! and releases a Local one, unless the handler declared
+//! [`Execution::sent_downstream`] (a proxy's request to its upstream): then it
+//! is Unknown too, since the other side may still commit.
 //!
 //! Tracing: each execution runs in an `idempotent` span with the operation,
 //! log reference, attempt, fencing token and (once known) provider reference;
