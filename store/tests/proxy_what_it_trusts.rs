@@ -21,6 +21,19 @@ use support::{Reply, request};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
 
+/// `POST path` for tenant `acme` with the withdraw body and `key`.
+fn withdraw(proxy: &ProxyProcess, path: &str, key: Option<&str>) -> Reply {
+    post_json(proxy.addr, path, key, Some("acme"), BODY)
+}
+
+/// One more `[[routes]]` table: `POST path` as `operation` with `effect`,
+/// and `keys` (TOML lines).
+fn extra_route(path: &str, operation: &str, effect: &str, keys: &str) -> String {
+    format!(
+        "\n[[routes]]\nmethod = \"POST\"\npath = \"{path}\"\noperation = \"{operation}\"\neffect = \"{effect}\"\n{keys}\n"
+    )
+}
+
 fn redb_store(dir: &std::path::Path) -> String {
     format!("path = {:?}", dir.join("proxy.redb"))
 }
@@ -112,13 +125,7 @@ fn refused_at_start(config: &std::path::Path) -> (Option<i32>, String) {
 #[test]
 fn six_path_variants_and_a_keyless_variant_make_one_upstream_call() {
     let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", "");
-    let first = post_json(
-        proxy.addr,
-        "/accounts/A/withdraw",
-        Some("k1"),
-        Some("acme"),
-        BODY,
-    );
+    let first = withdraw(&proxy, "/accounts/A/withdraw", Some("k1"));
     assert_eq!(first.status, 201, "{first:?}");
     for variant in [
         "/accounts/A/withdraw",
@@ -129,7 +136,7 @@ fn six_path_variants_and_a_keyless_variant_make_one_upstream_call() {
         "/accounts/A/./withdraw",
         "/accounts/%41/withdraw",
     ] {
-        let retry = post_json(proxy.addr, variant, Some("k1"), Some("acme"), BODY);
+        let retry = withdraw(&proxy, variant, Some("k1"));
         assert_eq!(
             (retry.status, retry.header("idempotent-replayed")),
             (201, Some("true")),
@@ -137,46 +144,22 @@ fn six_path_variants_and_a_keyless_variant_make_one_upstream_call() {
         );
         assert_eq!(retry.body, first.body, "{variant}");
     }
-    let keyless = post_json(
-        proxy.addr,
-        "/accounts/A/withdraw/",
-        None,
-        Some("acme"),
-        BODY,
-    );
+    let keyless = withdraw(&proxy, "/accounts/A/withdraw/", None);
     assert_eq!(
         (keyless.status, keyless.problem().as_str()),
         (400, "missing-idempotency-key")
     );
-    let encoded_slash = post_json(
-        proxy.addr,
-        "/accounts/A%2Fwithdraw",
-        Some("k2"),
-        Some("acme"),
-        BODY,
-    );
+    let encoded_slash = withdraw(&proxy, "/accounts/A%2Fwithdraw", Some("k2"));
     assert_eq!(
         (encoded_slash.status, encoded_slash.problem().as_str()),
         (400, "ambiguous-path")
     );
     // The same key on another account's path is another request.
-    let other = post_json(
-        proxy.addr,
-        "/accounts/B/withdraw/",
-        Some("k1"),
-        Some("acme"),
-        BODY,
-    );
+    let other = withdraw(&proxy, "/accounts/B/withdraw/", Some("k1"));
     assert_eq!(other.status, 422, "{other:?}");
     assert_eq!(upstream.total_calls(), 1, "{:?}", upstream.requests());
 
-    let fresh = post_json(
-        proxy.addr,
-        "/ACCOUNTS/A/./withdraw//",
-        Some("k3"),
-        Some("acme"),
-        BODY,
-    );
+    let fresh = withdraw(&proxy, "/ACCOUNTS/A/./withdraw//", Some("k3"));
     assert_eq!(fresh.status, 201, "{fresh:?}");
     assert_eq!(
         upstream.requests(),
@@ -194,15 +177,13 @@ fn six_path_variants_and_a_keyless_variant_make_one_upstream_call() {
 /// the note once.
 #[test]
 fn a_local_route_whose_upstream_commits_after_the_timeout_is_executed_once() {
-    let notes = r#"
-[[routes]]
-method = "POST"
-path = "/accounts/{account}/notes"
-operation = "accounts.note"
-effect = "local"
-upstream_timeout_ms = 400
-"#;
-    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", notes);
+    let notes = extra_route(
+        "/accounts/{account}/notes",
+        "accounts.note",
+        "local",
+        "upstream_timeout_ms = 400",
+    );
+    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", &notes);
     let note = |key: &str| {
         post_json(
             proxy.addr,
@@ -281,13 +262,7 @@ fn a_connect_timeout_sends_nothing_and_the_retry_executes_once() {
         &redb_store(dir.path()),
         "upstream_connect_timeout_ms = 300",
     ));
-    let first = post_json(
-        proxy.addr,
-        "/accounts/A/withdraw",
-        Some("k-c"),
-        Some("acme"),
-        BODY,
-    );
+    let first = withdraw(&proxy, "/accounts/A/withdraw", Some("k-c"));
     assert_eq!(
         (first.status, first.problem().as_str()),
         (503, "upstream-connect-timeout"),
@@ -296,24 +271,12 @@ fn a_connect_timeout_sends_nothing_and_the_retry_executes_once() {
     assert_eq!(first.header("retry-after"), Some("1"));
     drop(blocked);
     let upstream = Upstream::start_on(addr, Duration::ZERO);
-    let retry = post_json(
-        proxy.addr,
-        "/accounts/A/withdraw",
-        Some("k-c"),
-        Some("acme"),
-        BODY,
-    );
+    let retry = withdraw(&proxy, "/accounts/A/withdraw", Some("k-c"));
     assert_eq!(
         retry.status, 201,
         "released, so the retry executes: {retry:?}"
     );
-    let again = post_json(
-        proxy.addr,
-        "/accounts/A/withdraw",
-        Some("k-c"),
-        Some("acme"),
-        BODY,
-    );
+    let again = withdraw(&proxy, "/accounts/A/withdraw", Some("k-c"));
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
     assert_eq!(upstream.calls("A"), 1);
 }
@@ -361,16 +324,13 @@ fn download(addr: SocketAddr, path: &str, key: &str) -> (u16, Option<String>, u6
 /// to replay), never a second export.
 #[test]
 fn four_concurrent_200_mib_answers_stream_through_with_bounded_memory() {
-    let exports = r#"
-[[routes]]
-method = "POST"
-path = "/exports/{mib}"
-operation = "exports.create"
-effect = "external"
-max_stored_response_bytes = 1048576
-upstream_timeout_ms = 30000
-"#;
-    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", exports);
+    let exports = extra_route(
+        "/exports/{mib}",
+        "exports.create",
+        "external",
+        "max_stored_response_bytes = 1048576\nupstream_timeout_ms = 30000",
+    );
+    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", &exports);
     // Warm: every worker has served an answer and a small export.
     for key in ["warm-1", "warm-2", "warm-3", "warm-4"] {
         assert_eq!(download(proxy.addr, "/exports/1", key).0, 200);
@@ -407,15 +367,13 @@ upstream_timeout_ms = 30000
 /// was sent, the record is Unknown — on a Local route too.
 #[test]
 fn an_answer_whose_body_stalls_is_unknown_and_never_sent_again() {
-    let stall = r#"
-[[routes]]
-method = "POST"
-path = "/stall"
-operation = "stall"
-effect = "local"
-upstream_body_idle_timeout_ms = 300
-"#;
-    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", stall);
+    let stall = extra_route(
+        "/stall",
+        "stall",
+        "local",
+        "upstream_body_idle_timeout_ms = 300",
+    );
+    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", &stall);
     let started = Instant::now();
     let first = post_json(proxy.addr, "/stall", Some("k-s"), Some("acme"), b"{}");
     assert_eq!(
@@ -462,13 +420,7 @@ fn a_client_that_stalls_its_body_is_refused_and_claims_nothing() {
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("idle timeout"), "{answer}");
     assert_eq!(upstream.total_calls(), 0);
-    let retry = post_json(
-        proxy.addr,
-        "/accounts/A/withdraw",
-        Some("k-b"),
-        Some("acme"),
-        BODY,
-    );
+    let retry = withdraw(&proxy, "/accounts/A/withdraw", Some("k-b"));
     assert_eq!(retry.status, 201, "nothing was claimed: {retry:?}");
 }
 
@@ -555,14 +507,7 @@ fn records_come_in_pages_without_bodies_and_every_resolve_is_logged() {
     let (_dir, _upstream, proxy) = in_front(Duration::ZERO, "", "");
     for key in ["p-1", "p-2", "p-3", "p-4", "p-5"] {
         assert_eq!(
-            post_json(
-                proxy.addr,
-                "/accounts/A/withdraw",
-                Some(key),
-                Some("acme"),
-                BODY
-            )
-            .status,
+            withdraw(&proxy, "/accounts/A/withdraw", Some(key)).status,
             201
         );
     }
@@ -609,13 +554,7 @@ fn records_come_in_pages_without_bodies_and_every_resolve_is_logged() {
     assert_eq!(too_many.status, 400);
 
     // An unknown outcome (the `slow` account outlasts the route's 1 s), settled.
-    let timed_out = post_json(
-        proxy.addr,
-        "/accounts/slow/withdraw",
-        Some("p-6"),
-        Some("acme"),
-        BODY,
-    );
+    let timed_out = withdraw(&proxy, "/accounts/slow/withdraw", Some("p-6"));
     assert_eq!(timed_out.status, 504);
     let unknown = admin(&proxy, "GET", "/records?state=unknown", b"").json();
     let log_ref = unknown["records"][0]["log_ref"]
@@ -680,13 +619,7 @@ fn sigterm_waits_for_a_detached_execution_and_records_it() {
     drop(proxy);
 
     let restarted = ProxyProcess::start(&file);
-    let retry = post_json(
-        restarted.addr,
-        "/accounts/A/withdraw",
-        Some("k-term"),
-        Some("acme"),
-        BODY,
-    );
+    let retry = withdraw(&restarted, "/accounts/A/withdraw", Some("k-term"));
     assert_eq!(
         (retry.status, retry.header("idempotent-replayed")),
         (201, Some("true")),
@@ -745,13 +678,7 @@ fn sigterm_past_the_grace_period_names_what_is_left_to_lease_expiry() {
         .unwrap()
         .to_owned();
     assert!(stderr.contains(&log_ref), "named {log_ref}: {stderr}");
-    let retry = post_json(
-        restarted.addr,
-        "/accounts/slow/withdraw",
-        Some("k-grace"),
-        Some("acme"),
-        BODY,
-    );
+    let retry = withdraw(&restarted, "/accounts/slow/withdraw", Some("k-grace"));
     assert_eq!(
         (retry.status, retry.problem().as_str()),
         (409, "request-in-progress"),
@@ -792,15 +719,13 @@ fn a_tenant_header_sent_twice_is_refused() {
 /// included: the cancel runs once, a retry replays, another body is 422.
 #[test]
 fn a_route_without_a_json_body_is_protected_by_its_bytes() {
-    let cancel = r#"
-[[routes]]
-method = "POST"
-path = "/orders/{order}/cancel"
-operation = "orders.cancel"
-effect = "external"
-fingerprint = "bytes"
-"#;
-    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", cancel);
+    let cancel = extra_route(
+        "/orders/{order}/cancel",
+        "orders.cancel",
+        "external",
+        r#"fingerprint = "bytes""#,
+    );
+    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", &cancel);
     let send = |body: &[u8]| {
         request(
             proxy.addr,

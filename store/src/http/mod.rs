@@ -1033,6 +1033,26 @@ where
         // Only the middleware takes the guard; it is still here.
         return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
     };
+    if record(guard, disposition, stored, &config).await {
+        Ok(Response::from_parts(head, Body::from(body)))
+    } else {
+        // Not durable, so not acknowledged: one core answer for every binding.
+        Ok(refusal_response(&Refusal::OutcomeNotRecorded {
+            log_ref,
+            original_status: status,
+        }))
+    }
+}
+
+/// Records an answered attempt's outcome where the store's calls run, and
+/// counts it; whether it is durable ([`record_outcome`]).
+async fn record(
+    guard: ExecutionGuard,
+    disposition: Disposition,
+    stored: StoredResponse,
+    config: &RouteConfig,
+) -> bool {
+    let status = stored.status;
     let metrics = config.metrics.clone();
     let store = guard.store().clone();
     let recorded = on_store(&store, move || {
@@ -1045,15 +1065,11 @@ where
                 m.outcome(&config.operation, disposition);
             }
             tracing::info!(status, ?disposition, "attempt recorded");
-            Ok(Response::from_parts(head, Body::from(body)))
+            true
         }
-        // Not durable, so not acknowledged: one core answer for every binding.
         Some(Recorded::No) | None => {
             config.count_store_error();
-            Ok(refusal_response(&Refusal::OutcomeNotRecorded {
-                log_ref,
-                original_status: status,
-            }))
+            false
         }
     }
 }

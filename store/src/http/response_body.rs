@@ -19,8 +19,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::{
-    BoxError, CatchUnwind, Execution, OnDisconnect, Recorded, RouteConfig, on_store,
-    record_outcome, settle_unrecorded,
+    BoxError, CatchUnwind, Execution, OnDisconnect, RouteConfig, record, settle_unrecorded,
 };
 
 /// Bytes of a response read before the layer streams it instead of holding it
@@ -242,27 +241,12 @@ impl Streaming {
         let Some(guard) = self.execution.take_guard() else {
             return;
         };
-        let (config, disposition, stored) =
-            (Arc::clone(&self.config), self.disposition, self.stored);
-        let status = stored.status;
-        let metrics = config.metrics.clone();
-        let store = guard.store().clone();
-        let recorded = on_store(&store, move || {
-            record_outcome(guard, disposition, stored, status, metrics.as_deref())
-        })
-        .await;
-        match recorded {
-            Some(Recorded::Yes) => {
-                if let Some(m) = &config.metrics {
-                    m.outcome(&config.operation, disposition);
-                }
-                tracing::info!(status, ?disposition, "attempt recorded (streamed)");
-                if deliver(&mut client, Piece::Data(pending)).await {
-                    deliver(&mut client, Piece::End).await;
-                }
-            }
-            // Not durable, so the response is cut off rather than finished.
-            Some(Recorded::No) | None => config.count_store_error(),
+        // Durable: the last bytes, then the end. Not durable: the client's
+        // response is cut off (the sender dropped), never finished.
+        if record(guard, self.disposition, self.stored, &self.config).await
+            && deliver(&mut client, Piece::Data(pending)).await
+        {
+            deliver(&mut client, Piece::End).await;
         }
         drop(self.hold);
     }

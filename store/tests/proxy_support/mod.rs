@@ -293,13 +293,18 @@ pub(crate) fn config_with(
     top_extra: &str,
     route_extra: &str,
 ) -> PathBuf {
+    // Top-level keys on lines of their own, the route's lines where they were.
+    let top = if top_extra.is_empty() {
+        String::new()
+    } else {
+        format!("{top_extra}\n")
+    };
     let text = format!(
         r#"listen = "127.0.0.1:0"
 upstream = "http://{upstream}"
 admin = "127.0.0.1:0"
 admin_token = "{ADMIN_TOKEN}"
-{top_extra}
-
+{top}
 [store]
 {store}
 

@@ -28,7 +28,7 @@ use idemkit::core::machine::Disposition;
 use idemkit::http::Execution;
 
 use super::config::Timeouts;
-use super::limits::{BoxError, IdleTimer};
+use super::limits::Idle;
 
 /// Where the upstream is, and this worker's idle connections to it.
 ///
@@ -165,8 +165,8 @@ impl Pool {
                         body,
                         sender: Some(sender),
                         pool: Arc::clone(self),
-                        idle: IdleTimer::new(timeouts.body_idle),
                     };
+                    let body = Idle::new(body, timeouts.body_idle);
                     return Ok(Response::from_parts(head, Body::new(body)));
                 }
                 Err(mut e) => match e.take_message() {
@@ -185,13 +185,11 @@ impl Pool {
 }
 
 /// The upstream's answer body; its connection goes back to the pool once the
-/// body has been read to the end (a body dropped before then closes it). A
-/// body that sends nothing for longer than the idle timeout fails.
+/// body has been read to the end (a body dropped before then closes it).
 struct GivesBackAtEnd {
     body: Incoming,
     sender: Option<SendRequest<Body>>,
     pool: Arc<Pool>,
-    idle: IdleTimer,
 }
 
 impl GivesBackAtEnd {
@@ -204,26 +202,19 @@ impl GivesBackAtEnd {
 
 impl http_body::Body for GivesBackAtEnd {
     type Data = Bytes;
-    type Error = BoxError;
+    type Error = hyper::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
         match &polled {
-            Poll::Pending => {
-                return match self.idle.poll_expired(cx) {
-                    Poll::Ready(error) => Poll::Ready(Some(Err(error.into()))),
-                    Poll::Pending => Poll::Pending,
-                };
-            }
             Poll::Ready(None) => self.give_back(),
             Poll::Ready(Some(Ok(_))) if self.body.is_end_stream() => self.give_back(),
-            Poll::Ready(Some(_)) => {}
+            _ => {}
         }
-        self.idle.progressed();
-        polled.map(|frame| frame.map(|result| result.map_err(Into::into)))
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -19,7 +19,7 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A body sent nothing for too long.
 #[derive(Debug)]
-pub(crate) struct IdleTimeout {
+struct IdleTimeout {
     idle: Duration,
 }
 
@@ -38,14 +38,14 @@ impl std::error::Error for IdleTimeout {}
 /// The idle timeout of one body: armed when the body first has nothing to
 /// give after some progress, so a body that is always ready never touches
 /// the timer wheel.
-pub(crate) struct IdleTimer {
+struct IdleTimer {
     idle: Duration,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     armed: bool,
 }
 
 impl IdleTimer {
-    pub(crate) fn new(idle: Duration) -> IdleTimer {
+    fn new(idle: Duration) -> IdleTimer {
         IdleTimer {
             idle,
             sleep: None,
@@ -55,7 +55,7 @@ impl IdleTimer {
 
     /// Called when the body is pending: ready with the error once the body
     /// has been idle for the whole timeout.
-    pub(crate) fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<IdleTimeout> {
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<IdleTimeout> {
         let deadline = tokio::time::Instant::now() + self.idle;
         let sleep = match &mut self.sleep {
             Some(sleep) => {
@@ -76,19 +76,32 @@ impl IdleTimer {
     }
 
     /// The body gave a frame (or ended): the next wait starts afresh.
-    pub(crate) fn progressed(&mut self) {
+    fn progressed(&mut self) {
         self.armed = false;
     }
 }
 
-/// A request body that fails when the client stalls for longer than the
-/// idle timeout between two chunks.
-struct IdleRequestBody {
-    inner: Body,
-    idle: IdleTimer,
+/// A body that fails when its source sends nothing for longer than the idle
+/// timeout between two chunks (a client's request body, the upstream's answer).
+pub(crate) struct Idle<B> {
+    inner: B,
+    timer: IdleTimer,
 }
 
-impl http_body::Body for IdleRequestBody {
+impl<B> Idle<B> {
+    pub(crate) fn new(inner: B, idle: Duration) -> Idle<B> {
+        Idle {
+            inner,
+            timer: IdleTimer::new(idle),
+        }
+    }
+}
+
+impl<B> http_body::Body for Idle<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -97,12 +110,12 @@ impl http_body::Body for IdleRequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Pending => match self.idle.poll_expired(cx) {
+            Poll::Pending => match self.timer.poll_expired(cx) {
                 Poll::Ready(error) => Poll::Ready(Some(Err(error.into()))),
                 Poll::Pending => Poll::Pending,
             },
             Poll::Ready(frame) => {
-                self.idle.progressed();
+                self.timer.progressed();
                 Poll::Ready(frame.map(|result| result.map_err(Into::into)))
             }
         }
@@ -122,12 +135,7 @@ pub(crate) fn with_body_idle_timeout(request: Request<Body>, idle: Duration) -> 
     if http_body::Body::is_end_stream(request.body()) {
         return request;
     }
-    request.map(|inner| {
-        Body::new(IdleRequestBody {
-            inner,
-            idle: IdleTimer::new(idle),
-        })
-    })
+    request.map(|inner| Body::new(Idle::new(inner, idle)))
 }
 
 /// The open client connections, against their cap.
