@@ -211,6 +211,92 @@ fn a_local_route_whose_upstream_commits_after_the_timeout_is_executed_once() {
     assert_eq!(upstream.calls("slow"), 1, "{:?}", upstream.requests());
 }
 
+/// The same for a proxy killed mid-request: its claim's lease expired and a
+/// Local route's record was taken over by the retry, which sent the request
+/// again while the upstream had perhaps committed it. The proxy records every
+/// claim as External, so after the lease the retry gets 409
+/// `outcome-uncertain` and the upstream ran it once.
+#[test]
+fn a_local_route_whose_proxy_was_killed_mid_request_is_never_sent_again() {
+    let notes = extra_route(
+        "/accounts/{account}/notes",
+        "accounts.note",
+        "local",
+        "lease_ms = 1000",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::ZERO);
+    let file = config(dir.path(), upstream.addr, &redb_store(dir.path()), &notes);
+    let proxy = ProxyProcess::start(&file);
+    let addr = proxy.addr;
+    let client = std::thread::spawn(move || {
+        post_json(
+            addr,
+            "/accounts/slow/notes",
+            Some("n-kill"),
+            Some("acme"),
+            b"{}",
+        )
+    });
+    wait_until(
+        "the upstream got the request",
+        Duration::from_secs(10),
+        || upstream.calls("slow") == 1,
+    );
+    proxy.signal("KILL");
+    let _ = client.join();
+    drop(proxy);
+
+    let restarted = ProxyProcess::start(&file);
+    std::thread::sleep(Duration::from_millis(1200)); // past the 1 s lease
+    let retry = post_json(
+        restarted.addr,
+        "/accounts/slow/notes",
+        Some("n-kill"),
+        Some("acme"),
+        b"{}",
+    );
+    assert_eq!(
+        (retry.status, retry.problem().as_str()),
+        (409, "outcome-uncertain"),
+        "{retry:?}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(upstream.calls("slow"), 1, "never sent again");
+}
+
+/// What an upstream answers still follows the route's declared effect: a 503
+/// it sent on a Local route means its transaction rolled back, so the record
+/// is released and the retry executes (and then replays); on an External
+/// route the same 503 leaves the outcome unknown.
+#[test]
+fn an_answer_the_upstream_sent_follows_the_routes_effect() {
+    let routes = format!(
+        "{}{}",
+        extra_route("/flaky/local/{id}", "flaky.local", "local", ""),
+        extra_route("/flaky/external/{id}", "flaky.external", "external", ""),
+    );
+    let (_dir, upstream, proxy) = in_front(Duration::ZERO, "", &routes);
+    let send = |path: &str| post_json(proxy.addr, path, Some("k-f"), Some("acme"), b"{}");
+    assert_eq!(send("/flaky/local/l-1").status, 503);
+    assert_eq!(
+        send("/flaky/local/l-1").status,
+        201,
+        "released: executed again"
+    );
+    let replay = send("/flaky/local/l-1");
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(upstream.calls("l-1"), 2);
+
+    assert_eq!(send("/flaky/external/e-1").status, 503);
+    let retry = send("/flaky/external/e-1");
+    assert_eq!(
+        (retry.status, retry.problem().as_str()),
+        (409, "outcome-uncertain")
+    );
+    assert_eq!(upstream.calls("e-1"), 1);
+}
+
 /// A listener whose accept queue is full: the kernel drops new connection
 /// attempts (SYNs), so connecting hangs, the way a slow accept does during a
 /// deploy. Holds the runtime, the listener and the queued connections.

@@ -112,6 +112,22 @@ async fn stall(State((seen, _)): State<Shared>, headers: HeaderMap) -> impl Into
     )
 }
 
+/// `POST /flaky/{kind}/{id}`: 503 the first time for each id (its
+/// transaction rolled back), 201 after; counted per id.
+async fn flaky(
+    State((seen, _)): State<Shared>,
+    UrlPath((_, id)): UrlPath<(String, String)>,
+    headers: HeaderMap,
+) -> impl IntoResponse {
+    let first = !seen.lock().unwrap().calls.contains_key(&id);
+    let n = count(&seen, &id, &headers);
+    if first {
+        (StatusCode::SERVICE_UNAVAILABLE, "rolled back".to_owned())
+    } else {
+        (StatusCode::CREATED, format!("done {id} ({n})"))
+    }
+}
+
 /// Any other `POST`: 201, counted under its path as it arrived. A lenient
 /// router (Express, Spring) sends variants of a route's path to its handler;
 /// this stands in for that handler.
@@ -202,7 +218,8 @@ impl http_body::Body for Stalling {
 /// after `delay` (the account `slow` waits 3 s), and so does `POST
 /// /accounts/{account}/notes`; `GET /accounts/{account}` answers the number of
 /// withdrawals (a pass-through route); `POST /exports/{mib}` streams `mib` MiB;
-/// `POST /stall` stalls its body; `POST /orders/{order}/cancel` cancels; any
+/// `POST /stall` stalls its body; `POST /orders/{order}/cancel` cancels;
+/// `POST /flaky/{kind}/{id}` fails once (503), then succeeds; any
 /// other `POST` is counted under its path (a lenient router's handler).
 pub(crate) struct Upstream {
     pub(crate) addr: SocketAddr,
@@ -233,6 +250,7 @@ impl Upstream {
             .route("/exports/{mib}", post(export))
             .route("/stall", post(stall))
             .route("/orders/{order}/cancel", post(cancel))
+            .route("/flaky/{kind}/{id}", post(flaky))
             .fallback(post(lenient))
             .layer(axum::middleware::from_fn_with_state(
                 state.clone(),

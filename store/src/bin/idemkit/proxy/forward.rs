@@ -24,7 +24,7 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use idemkit::core::machine::Disposition;
+use idemkit::core::machine::{Dispatch, Disposition, Policy, classify_attempt};
 use idemkit::http::Execution;
 
 use super::config::Timeouts;
@@ -262,6 +262,10 @@ pub(crate) struct Forward {
     pub(crate) timeouts: Timeouts,
     /// Whether the `Idempotency-Key` goes on to the upstream.
     pub(crate) forward_key: bool,
+    /// A Local route's own policy: its claims are recorded as External (a
+    /// lost proxy leaves them unresolved, never taken over), and the answers
+    /// its upstream sends are classified by this one (a 5xx released).
+    pub(crate) answers_as: Option<Policy>,
 }
 
 /// A [`Forward`] as the tower service an idempotency layer wraps.
@@ -421,6 +425,11 @@ impl Forward {
             .await;
         match sent {
             Ok(mut response) => {
+                if let (Some(execution), Some(policy)) = (&execution, &self.answers_as) {
+                    // The upstream answered: its transaction's fate is known.
+                    let status = response.status().as_u16();
+                    execution.record_as(classify_attempt(status, policy, Dispatch::Unknown));
+                }
                 strip_hop_by_hop(response.headers_mut());
                 response
             }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use clap::Args;
 use http::{HeaderValue, Request, StatusCode, header};
+use idemkit::core::record::EffectKind;
 use idemkit::http::{
     Executions, Idempotency, IdempotencyLayer, KeyRequirement, Metrics, RouteConfig,
 };
@@ -152,9 +153,14 @@ fn route_services(shared: &Shared, upstream: &Upstream) -> Vec<RouteService> {
         .routes
         .iter()
         .map(|route| {
-            let mut rc = RouteConfig::new(route.operation.clone(), route.effect)
+            // Behind a proxy nobody sees the upstream's transaction: every
+            // claim is recorded as External, so a claim whose proxy died (or
+            // whose answer never came) is unresolved, never taken over and
+            // sent again. A Local route's answers keep its own rules (below).
+            let claimed = route.policy.with_effect(EffectKind::External);
+            let mut rc = RouteConfig::new(route.operation.clone(), EffectKind::External)
                 .fingerprint(route.spec.clone())
-                .policy(route.policy)
+                .policy(claimed)
                 .principal(tenant::principal(&config.tenant))
                 .key(if route.required {
                     KeyRequirement::Required
@@ -181,6 +187,7 @@ fn route_services(shared: &Shared, upstream: &Upstream) -> Vec<RouteService> {
                 upstream: upstream.clone(),
                 timeouts: route.timeouts,
                 forward_key: route.forward_key,
+                answers_as: (route.effect == EffectKind::Local).then_some(route.policy),
             }));
             tower::Layer::layer(&IdempotencyLayer::new(shared.store.clone(), rc), forward)
         })
@@ -530,6 +537,7 @@ async fn worker(
         upstream: Upstream::new(&shared.config.upstream),
         timeouts: shared.config.timeouts,
         forward_key: true,
+        answers_as: None,
     });
     let entry = Entry {
         table: Arc::new(RouteTable::new(&shared.config.routes)),
