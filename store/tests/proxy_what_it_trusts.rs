@@ -229,14 +229,11 @@ fn a_local_route_whose_proxy_was_killed_mid_request_is_never_sent_again() {
     let file = config(dir.path(), upstream.addr, &redb_store(dir.path()), &notes);
     let proxy = ProxyProcess::start(&file);
     let addr = proxy.addr;
+    // Its answer never comes: the proxy is killed first.
     let client = std::thread::spawn(move || {
-        post_json(
-            addr,
-            "/accounts/slow/notes",
-            Some("n-kill"),
-            Some("acme"),
-            b"{}",
-        )
+        let headers: [(&str, &[u8]); 2] =
+            [("Idempotency-Key", b"n-kill"), ("X-Tenant-Id", b"acme")];
+        request(addr, "POST", "/accounts/slow/notes", &headers, b"{}")
     });
     wait_until(
         "the upstream got the request",
@@ -244,7 +241,10 @@ fn a_local_route_whose_proxy_was_killed_mid_request_is_never_sent_again() {
         || upstream.calls("slow") == 1,
     );
     proxy.signal("KILL");
-    let _ = client.join();
+    assert!(
+        client.join().unwrap().is_err(),
+        "no answer from a killed proxy"
+    );
     drop(proxy);
 
     let restarted = ProxyProcess::start(&file);
