@@ -7,7 +7,7 @@
 //! - a response body larger than `RouteConfig::max_stored_response_bytes` is
 //!   answered in full once and recorded as completed without its body: the retry
 //!   gets 410 `response-expired` with the resource reference, and the handler ran
-//!   once.
+//!   once; a long one streams to the client before it ends.
 #![cfg(feature = "axum")]
 
 use std::io::{Read, Write};
@@ -242,4 +242,106 @@ async fn default_stored_response_limit_is_one_mebibyte() {
     });
     assert_eq!(server.calls.load(Ordering::SeqCst), 1);
     assert_eq!(completed_body(&server.store, "huge").0, None);
+}
+
+/// The chunks a test hands the handler's response body, as it likes.
+struct Chunks(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for Chunks {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|data| Ok(http_body::Frame::data(data))))
+    }
+}
+
+/// A long response was collected whole before its head went out, so an answer
+/// of any size sat in memory. Now a body longer than 64 KiB streams: the client
+/// has the head and the first bytes while the handler is still producing the
+/// rest, gets the whole body once it ends, and the record keeps what fits under
+/// `max_stored_response_bytes` (here nothing: a retry gets 410).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_response_streams_before_it_ends_and_is_recorded_without_its_body() {
+    let store = Store::in_memory().unwrap();
+    let (chunks, body) = tokio::sync::mpsc::channel(4);
+    let body = Arc::new(std::sync::Mutex::new(Some(body)));
+    let route = RouteConfig::new(OP, EffectKind::External)
+        .max_stored_response_bytes(1024)
+        .principal(|_| Some("acme".to_owned()));
+    let handler = move || {
+        let body = body.lock().unwrap().take();
+        async move {
+            match body {
+                Some(body) => Response::builder()
+                    .status(StatusCode::CREATED)
+                    .body(Body::new(Chunks(body)))
+                    .unwrap(),
+                None => Response::builder().status(500).body(Body::empty()).unwrap(),
+            }
+        }
+    };
+    let app = Router::new().route(
+        "/reports",
+        post(handler).route_layer(IdempotencyLayer::new(store.clone(), route)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    chunks
+        .send(bytes::Bytes::from(vec![b'a'; 128 * 1024]))
+        .await
+        .unwrap();
+    let client = tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        stream
+            .write_all(
+                b"POST /reports HTTP/1.1\r\nhost: x\r\nconnection: close\r\nidempotency-key: long\r\ncontent-length: 1\r\n\r\n1",
+            )
+            .unwrap();
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 8192];
+        while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream
+                .read(&mut buf)
+                .expect("the head before the body ends");
+            assert!(n > 0, "closed before the head");
+            raw.extend_from_slice(&buf[..n]);
+        }
+        (stream, raw)
+    });
+    let (mut stream, mut raw) = client.await.unwrap();
+    assert!(
+        raw.starts_with(b"HTTP/1.1 201"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    // Only now does the handler finish its body.
+    chunks
+        .send(bytes::Bytes::from_static(b"the end"))
+        .await
+        .unwrap();
+    drop(chunks);
+    let whole = tokio::task::spawn_blocking(move || {
+        stream.read_to_end(&mut raw).unwrap();
+        parse_response(&raw)
+    })
+    .await
+    .unwrap();
+    assert_eq!(whole.body.len(), 128 * 1024 + 7);
+    assert!(whole.body.ends_with(b"the end"));
+    let retry = post_raw(addr, &["long"], "1").await;
+    retry.assert_refusal(Refusal::ResponseExpired {
+        original_status: 201,
+        resource_ref: None,
+    });
 }

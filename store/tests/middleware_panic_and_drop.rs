@@ -5,6 +5,9 @@
 //! execution — and a Local record Released. Neither case may leave the record as
 //! if nothing happened. By default (`OnDisconnect::Finish`) a dropped request does
 //! not stop the handler: it finishes, its response is recorded, the retry replays.
+//! A handler that declared `Execution::sent_downstream` (a proxy) leaves even a
+//! Local record Unknown when its answer fails, and `Executions` counts the
+//! executions that outlive their client until they record.
 #![cfg(feature = "axum")]
 
 use std::convert::Infallible;
@@ -15,7 +18,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use http::{Request, Response};
 use idemkit::core::record::{EffectKind, StateName};
-use idemkit::http::{Execution, IdempotencyLayer, OnDisconnect, RouteConfig};
+use idemkit::http::{Execution, Executions, IdempotencyLayer, OnDisconnect, RouteConfig};
 use idemkit::store::Store;
 use idemkit::{IdempotencyKey, Scope};
 use tower::{Layer, ServiceExt};
@@ -208,4 +211,110 @@ async fn request_dropped_while_claiming_still_executes_by_default() {
     let retry = svc.oneshot(req("c1")).await.unwrap();
     assert_eq!(retry.status(), 201);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// 128 KiB of an answer, then a failure: the connection it was read from broke.
+struct FailsMidway {
+    sent: bool,
+}
+
+impl http_body::Body for FailsMidway {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, std::io::Error>>> {
+        if self.sent {
+            return std::task::Poll::Ready(Some(Err(std::io::Error::other("connection reset"))));
+        }
+        self.sent = true;
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(bytes::Bytes::from(
+            vec![b'x'; 128 * 1024],
+        )))))
+    }
+}
+
+/// Answers 200 with a body that fails after 128 KiB, having declared (or not)
+/// that its request went to a system it cannot see.
+fn answers_then_fails(
+    sent_downstream: bool,
+) -> impl tower::Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |request: Request<Body>| async move {
+        let exec = request.extensions().get::<Execution>().cloned().unwrap();
+        if sent_downstream {
+            exec.sent_downstream();
+        }
+        Ok::<_, Infallible>(Response::new(Body::new(FailsMidway { sent: false })))
+    })
+}
+
+/// A response body that fails after its head went out (a long answer streams)
+/// settles the attempt as a panic would: a Local record is released, since its
+/// transaction rolled back — unless the handler declared that its request went
+/// downstream, where nobody can see whether it committed: then it is Unknown.
+/// Either way the client's response is cut off, never finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_that_fails_is_unknown_once_the_request_was_sent_downstream() {
+    for (sent, key, want) in [
+        (false, "s1", StateName::Released),
+        (true, "s2", StateName::Unknown),
+    ] {
+        let store = Store::in_memory().unwrap();
+        let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local))
+            .layer(answers_then_fails(sent));
+        let response = svc.oneshot(req(key)).await.unwrap();
+        assert_eq!(
+            response.status(),
+            200,
+            "the head went out before the body ended"
+        );
+        let read = axum::body::to_bytes(response.into_body(), usize::MAX).await;
+        assert!(read.is_err(), "cut off, never a whole answer");
+        state_eventually(&store, key, want).await;
+    }
+}
+
+/// By default an execution outlives its client, so a server that waits only for
+/// its connections at shutdown would cut it off. `Executions` counts it, with
+/// its log reference, until its outcome is recorded; `idle` waits for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executions_count_a_detached_execution_until_it_records() {
+    let store = Store::in_memory().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let executions = Arc::new(Executions::new());
+    let route = route(EffectKind::External).executions(Arc::clone(&executions));
+    let svc = IdempotencyLayer::new(store.clone(), route)
+        .layer(charging(Arc::clone(&calls), slow_charge));
+    let cut = tokio::time::timeout(Duration::from_millis(200), svc.oneshot(req("e1"))).await;
+    assert!(cut.is_err(), "the client left while it ran");
+    let log_ref = Scope::new("t", OP)
+        .unwrap()
+        .record_id(&IdempotencyKey::new("e1").unwrap())
+        .log_ref();
+    assert_eq!(executions.log_refs(), [log_ref]);
+    tokio::time::timeout(Duration::from_secs(10), executions.idle())
+        .await
+        .expect("idle once recorded");
+    assert!(executions.is_empty());
+    let record = store
+        .get(
+            &Scope::new("t", OP).unwrap(),
+            &IdempotencyKey::new("e1").unwrap(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.state.name(),
+        StateName::Completed,
+        "recorded by then"
+    );
 }

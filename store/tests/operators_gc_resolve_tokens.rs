@@ -1,7 +1,7 @@
 //! Operators on a redb file, as real `idemkit` processes: GC reports and skips a
 //! record it cannot decode (and never deletes it), `resolve` keeps the windows a
 //! record was claimed under and prints what it changed, and fencing tokens never
-//! repeat for a key after GC deleted its record.
+//! repeat for a key after GC deleted its record; listings come a page at a time.
 
 mod operators_support;
 
@@ -98,4 +98,10 @@ fn a_token_after_gc_is_above_every_token_of_the_deleted_record() {
         |by| clock.advance(by),
         || shared(&db).with_clock(clock.clone()),
     );
+}
+
+#[test]
+fn list_page_walks_every_record_a_page_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    scenario::list_page_walks_every_record_a_page_at_a_time(&shared(&dir.path().join("ops.redb")));
 }

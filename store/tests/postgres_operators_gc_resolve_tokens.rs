@@ -1,6 +1,7 @@
 //! The operator scenarios of `operators_gc_resolve_tokens.rs` on PostgreSQL, with
 //! the operator steps as real `idemkit --postgres` processes: GC past a damaged
-//! record, `resolve` keeping a 30-day window, a token after GC.
+//! record, `resolve` keeping a 30-day window, a token after GC, listings a page
+//! at a time.
 //!
 //! Needs scripts/with-postgres.sh (feature `postgres`).
 
@@ -102,4 +103,10 @@ fn postgres_a_token_after_gc_is_above_every_token_of_the_deleted_record() {
             Store::postgres(again.with_clock(clock.clone()))
         },
     );
+}
+
+#[test]
+fn postgres_list_page_walks_every_record_a_page_at_a_time() {
+    let (pg, _schema) = fresh("listpage");
+    scenario::list_page_walks_every_record_a_page_at_a_time(&Store::postgres(pg));
 }

@@ -8,7 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use proxy_support::{ProxyProcess, Upstream, config, post_json, simultaneous_withdrawals};
+use proxy_support::{
+    ProxyProcess, Upstream, admin_authorization, config, post_json, simultaneous_withdrawals,
+};
 use support::{Reply, request};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
@@ -28,7 +30,7 @@ fn admin_get(proxy: &ProxyProcess, path: &str) -> Reply {
         proxy.admin,
         "GET",
         path,
-        &[("Authorization", b"Bearer secret")],
+        &[("Authorization", &admin_authorization())],
         b"",
     )
     .unwrap()
@@ -233,7 +235,7 @@ fn an_upstream_timeout_is_504_then_outcome_uncertain_with_one_upstream_call() {
         .unwrap()
     };
     assert_eq!(resolve(b"Bearer wrong").status, 401);
-    let resolved = resolve(b"Bearer secret");
+    let resolved = resolve(&admin_authorization());
     assert_eq!(resolved.status, 200, "{resolved:?}");
     assert_eq!(resolved.json()["from"], "unknown");
     assert_eq!(resolved.json()["state"], "completed");

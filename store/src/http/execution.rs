@@ -44,6 +44,9 @@ struct Shared {
     /// `begin_step` was called by this attempt (set before the store call, so a
     /// step persisted whose answer was lost still counts as begun).
     began_step: AtomicBool,
+    /// The request went to a system whose transaction this process cannot see
+    /// ([`Execution::sent_downstream`]).
+    sent_downstream: AtomicBool,
     /// The response the handler completed the record with, in its own
     /// transaction ([`Execution::complete_with`]): what the layer answers.
     completed: Mutex<Option<StoredResponse>>,
@@ -110,6 +113,7 @@ impl Execution {
                 resource_ref: Mutex::new(None),
                 nothing_dispatched: AtomicBool::new(false),
                 began_step: AtomicBool::new(false),
+                sent_downstream: AtomicBool::new(false),
                 completed: Mutex::new(None),
                 max_stored_body,
                 span,
@@ -219,6 +223,28 @@ impl Execution {
     /// its record holds none.
     pub fn nothing_dispatched(&self) {
         self.shared.nothing_dispatched.store(true, Ordering::SeqCst);
+    }
+
+    /// Declares that the request is about to be handed to a system whose own
+    /// transaction this process cannot see: a proxy's upstream, a remote call
+    /// that may commit after its caller gave up. Call it before the first byte
+    /// is sent.
+    ///
+    /// From then on, an attempt that ends without a complete response (a
+    /// response body that fails or stalls, a request dropped with its client, a
+    /// panic) is recorded **Unknown whatever the route's effect kind**: a Local
+    /// route is not released, because the other side may still commit. An
+    /// answer that did arrive is classified as usual (a 5xx the upstream sent
+    /// releases a Local record). Pair it with
+    /// [`record_as`](Self::record_as)`(Disposition::Unknown)` for an answer the
+    /// caller makes up itself, such as a gateway timeout.
+    pub fn sent_downstream(&self) {
+        self.shared.sent_downstream.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`sent_downstream`](Self::sent_downstream) was called.
+    pub(crate) fn was_sent_downstream(&self) -> bool {
+        self.shared.sent_downstream.load(Ordering::SeqCst)
     }
 
     /// What this attempt shows about its dispatch, under the route's declaration
@@ -361,6 +387,22 @@ impl Execution {
     }
 }
 
+/// Settles an attempt that ended without a response to record (blocking). An
+/// attempt whose request was sent downstream is marked Unknown, or left to its
+/// lease when the store fails (never released: the other side may commit);
+/// otherwise the guard's drop decides by effect kind (External Unknown, Local
+/// released).
+pub(crate) fn settle_without_answer(mut guard: ExecutionGuard, sent_downstream: bool) {
+    if !sent_downstream {
+        drop(guard);
+        return;
+    }
+    if let Err(e) = guard.try_mark_unknown("no complete answer after the request was sent") {
+        tracing::error!(error = %e, "marking the unanswered attempt Unknown failed; leaving the lease to expire");
+        guard.abandon();
+    }
+}
+
 /// What is stored of `response`: without its body when that is over `max_body`
 /// bytes (status, headers and resource reference stay).
 fn kept(response: &StoredResponse, max_body: usize) -> StoredResponse {
@@ -391,11 +433,13 @@ impl Drop for Shared {
             return;
         };
         tracing::warn!(parent: &self.span, "execution dropped before its outcome was recorded");
+        let sent = self.sent_downstream.load(Ordering::SeqCst);
+        let settle = move || settle_without_answer(guard, sent);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                drop(handle.spawn_blocking(move || drop(guard)));
+                drop(handle.spawn_blocking(settle));
             }
-            Err(_) => drop(guard),
+            Err(_) => settle(),
         }
     }
 }

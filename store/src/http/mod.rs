@@ -28,6 +28,11 @@
 //!    lease renewed in the background (store errors retried; no renewal after
 //!    [`RouteConfig::max_execution`]), and its response is recorded per core's
 //!    [`classify_attempt`] before it is returned (durable before acknowledged).
+//!    A response body longer than 64 KiB is not held whole: the head and the
+//!    body stream to the client as they come, the first
+//!    [`RouteConfig::max_stored_response_bytes`] are kept for the record, and
+//!    the last bytes are sent only once the outcome is recorded (if that fails,
+//!    or the body fails, the client's response is cut off, never finished).
 //!
 //! Which responses are stored (the default [`StorePolicy::Definitive`](idemkit_core::machine::StorePolicy)):
 //! 1xx, 2xx, 3xx (a 303 of post/redirect/get is replayed) and 4xx other than
@@ -61,7 +66,7 @@
 //!
 //! **Recording failures.** The completion write is retried [`RECORD_ATTEMPTS`]
 //! times while the store fails. When it still fails, the handler's response is
-//! not sent (it is not durable); the answer is core's
+//! not sent (it is not durable; a streamed one is cut off); the answer is core's
 //! [`Refusal::OutcomeNotRecorded`] (409 `outcome-uncertain`, `code:
 //! outcome-not-recorded`, with the handler's status and the log reference), and
 //! the record is marked Unknown if the store allows, else left Running for its
@@ -73,7 +78,9 @@
 //! a response body that fails, or (with [`OnDisconnect::Cancel`]) a request
 //! future that is dropped leaves the guard unrecorded: its drop marks an
 //! External record **Unknown** — never Released, never re-executed silently —
-//! and releases a Local one.
+//! and releases a Local one, unless the handler declared
+//! [`Execution::sent_downstream`] (a proxy's request to its upstream): then it
+//! is Unknown too, since the other side may still commit.
 //!
 //! Tracing: each execution runs in an `idempotent` span with the operation,
 //! log reference, attempt, fencing token and (once known) provider reference;
@@ -106,8 +113,10 @@
 //! ```
 
 mod execution;
+mod executions;
 mod health;
 mod metrics;
+mod response_body;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -127,7 +136,10 @@ use idemkit_core::record::{EffectKind, StoredResponse};
 use idemkit_core::{ContentKind, FingerprintSpec, IdempotencyKey, KeyError, RequestLine, Scope};
 use tracing::Instrument;
 
+use response_body::Start;
+
 pub use execution::{Execution, ExecutionError};
+pub use executions::Executions;
 pub use health::health_response;
 pub use metrics::{ClaimOutcomeLabel, Metrics};
 
@@ -164,6 +176,7 @@ pub struct RouteConfig {
     max_execution: Duration,
     dispatches_only_through_steps: bool,
     metrics: Option<Arc<Metrics>>,
+    executions: Option<Arc<Executions>>,
 }
 
 /// What happens to an execution when the request's future is dropped before the
@@ -237,6 +250,7 @@ impl RouteConfig {
             max_execution: Self::DEFAULT_MAX_EXECUTION,
             dispatches_only_through_steps: false,
             metrics: None,
+            executions: None,
         }
     }
 
@@ -370,6 +384,15 @@ impl RouteConfig {
         self
     }
 
+    /// Counts this route's requests in `executions` from their arrival until
+    /// their outcome is recorded, whether their client still waits or not, so
+    /// that a shutdown can wait for them ([`Executions::idle`]).
+    #[must_use]
+    pub fn executions(mut self, executions: Arc<Executions>) -> Self {
+        self.executions = Some(executions);
+        self
+    }
+
     fn count_claim(&self, outcome: ClaimOutcomeLabel) {
         if let Some(m) = &self.metrics {
             m.claim(&self.operation, outcome);
@@ -458,6 +481,8 @@ where
         let inner = self.inner.clone();
         let store = self.store.clone();
         let config = Arc::clone(&self.config);
+        let entry = config.executions.as_ref().map(Executions::enter);
+        let request = Incoming { request, entry };
         match config.on_disconnect {
             OnDisconnect::Cancel => Box::pin(handle(inner, store, config, request)),
             OnDisconnect::Finish => {
@@ -553,11 +578,17 @@ async fn on_store<T: Send + 'static>(
     }
 }
 
+/// A request as it arrived, with its place among the route's running executions.
+struct Incoming<B> {
+    request: Request<B>,
+    entry: Option<executions::Entry>,
+}
+
 async fn handle<S, B, RB>(
     inner: S,
     store: Store,
     config: Arc<RouteConfig>,
-    request: Request<B>,
+    incoming: Incoming<B>,
 ) -> Result<Response<Body>, S::Error>
 where
     S: tower::Service<Request<Body>, Response = Response<RB>> + Send + 'static,
@@ -570,6 +601,7 @@ where
 {
     use tower::ServiceExt;
 
+    let Incoming { request, entry } = incoming;
     let (parts, body) = request.into_parts();
     let Some(tenant) = (config.principal)(&parts) else {
         return Ok(refusal_response(&Refusal::Unauthenticated));
@@ -716,6 +748,9 @@ where
     // One log reference per execution (a blake3 key derivation): for the span,
     // the Execution and the refusals below.
     let log_ref = guard.log_ref();
+    if let Some(entry) = &entry {
+        entry.claimed(log_ref);
+    }
     let span = tracing::info_span!(
         "idempotent",
         operation = %config.operation,
@@ -733,6 +768,7 @@ where
         parts,
         bytes,
         span.clone(),
+        entry,
     )
     .instrument(span)
     .await
@@ -896,6 +932,7 @@ async fn execute<S, RB>(
     mut parts: Parts,
     bytes: Bytes,
     span: tracing::Span,
+    entry: Option<executions::Entry>,
 ) -> Result<Response<Body>, S::Error>
 where
     S: tower::Service<Request<Body>, Response = Response<RB>> + Send + 'static,
@@ -906,7 +943,7 @@ where
 {
     use tower::ServiceExt;
 
-    let _renewal = spawn_renewal(&guard, config.policy.lease, config.max_execution);
+    let renewal = spawn_renewal(&guard, config.policy.lease, config.max_execution);
     let started = std::time::Instant::now();
     let execution = Execution::new(
         scope,
@@ -918,19 +955,20 @@ where
     parts.extensions.insert(execution.clone());
     let request = Request::from_parts(parts, Body::from(bytes));
 
-    // The response body is read inside the unwind boundary too: a streaming body
-    // that panics is a handler panic.
+    // The start of the response body is read inside the unwind boundary too: a
+    // body that panics there is a handler panic. A body longer than
+    // STREAM_AFTER is streamed from there (response_body.rs).
     let run = async move {
         let response = inner.oneshot(request).await?;
         let (head, body) = response.into_parts();
-        let collected = body.collect().await.map(|c| c.to_bytes()).map_err(drop);
-        Ok::<_, S::Error>((head, collected))
+        let start = response_body::read_start(body).await;
+        Ok::<_, S::Error>((head, start))
     };
     let outcome = CatchUnwind(Box::pin(run)).await;
     if let Some(stored) = execution.completed() {
         // The handler committed its outcome with its own writes: that is the
         // answer, now and on every retry, whatever happened after it.
-        if !matches!(outcome, Ok(Ok((_, Ok(_))))) {
+        if !matches!(outcome, Ok(Ok((_, Start::Whole(_) | Start::Open { .. })))) {
             tracing::error!(
                 "the handler failed after completing its execution; answering the stored response"
             );
@@ -942,9 +980,10 @@ where
         tracing::info!(status = stored.status, "attempt recorded by the handler");
         return Ok(stored_response(stored));
     }
-    let (head, body) = match outcome {
-        Ok(Ok((head, Ok(body)))) => (head, body),
-        Ok(Ok((_, Err(_)))) => {
+    let (head, body, rest) = match outcome {
+        Ok(Ok((head, Start::Whole(body)))) => (head, body, None),
+        Ok(Ok((head, Start::Open { seen, rest }))) => (head, seen, Some(rest)),
+        Ok(Ok((_, Start::Failed))) => {
             settle_unrecorded(&execution).await;
             return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
         }
@@ -979,10 +1018,43 @@ where
         body: (body.len() <= config.max_stored_response_bytes).then(|| body.to_vec()),
         resource_ref: execution.resource_ref(),
     };
+    if let Some(rest) = rest {
+        let streaming = response_body::Streaming {
+            execution,
+            config,
+            stored: StoredResponse {
+                body: None,
+                ..stored
+            },
+            disposition,
+            hold: Box::new((renewal, entry)),
+        };
+        return Ok(streaming.respond(head, body, rest));
+    }
     let Some(guard) = execution.take_guard() else {
         // Only the middleware takes the guard; it is still here.
         return Ok(refusal_response(&Refusal::OutcomeUncertain { log_ref }));
     };
+    if record(guard, disposition, stored, &config).await {
+        Ok(Response::from_parts(head, Body::from(body)))
+    } else {
+        // Not durable, so not acknowledged: one core answer for every binding.
+        Ok(refusal_response(&Refusal::OutcomeNotRecorded {
+            log_ref,
+            original_status: status,
+        }))
+    }
+}
+
+/// Records an answered attempt's outcome where the store's calls run, and
+/// counts it; whether it is durable ([`record_outcome`]).
+async fn record(
+    guard: ExecutionGuard,
+    disposition: Disposition,
+    stored: StoredResponse,
+    config: &RouteConfig,
+) -> bool {
+    let status = stored.status;
     let metrics = config.metrics.clone();
     let store = guard.store().clone();
     let recorded = on_store(&store, move || {
@@ -995,27 +1067,25 @@ where
                 m.outcome(&config.operation, disposition);
             }
             tracing::info!(status, ?disposition, "attempt recorded");
-            Ok(Response::from_parts(head, Body::from(body)))
+            true
         }
-        // Not durable, so not acknowledged: one core answer for every binding.
         Some(Recorded::No) | None => {
             config.count_store_error();
-            Ok(refusal_response(&Refusal::OutcomeNotRecorded {
-                log_ref,
-                original_status: status,
-            }))
+            false
         }
     }
 }
 
 /// The attempt ended without a response to record (panic, inner error, body
-/// failure): drop the guard on the blocking pool, which marks an External record
-/// Unknown and releases a Local one.
+/// failure): on the blocking pool, an attempt sent downstream is marked Unknown
+/// ([`Execution::sent_downstream`]); otherwise the guard's drop marks an
+/// External record Unknown and releases a Local one.
 async fn settle_unrecorded(execution: &Execution) {
     if let Some(guard) = execution.take_guard() {
         let effect = guard.effect();
-        tracing::warn!(%effect, "attempt ended without a response; settling by effect kind");
-        let _ = blocking(move || drop(guard)).await;
+        let sent = execution.was_sent_downstream();
+        tracing::warn!(%effect, sent_downstream = sent, "attempt ended without a response; settling");
+        let _ = blocking(move || execution::settle_without_answer(guard, sent)).await;
     }
 }
 

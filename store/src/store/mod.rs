@@ -82,7 +82,9 @@ pub use claim::Claim;
 pub use error::{ClaimError, Error, OperatorError, QueryError, StorageError, WorkerError};
 pub use guard::{ExecutionGuard, Renewer};
 pub use health::Health;
-pub use operator::{GcReport, ImportReport, ListedRecord, Stats, VerifyReport};
+pub use operator::{
+    GcReport, ImportReport, ListedRecord, Listing, RecordPage, Stats, VerifyReport,
+};
 pub use orphans::SettledOrphan;
 
 use crate::adapters::redb::RedbAdapter;

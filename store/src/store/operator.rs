@@ -10,7 +10,7 @@ use super::Store;
 use super::error::{OperatorError, QueryError, StorageError, TxError};
 use super::guard::{ExecutionGuard, unexpected};
 use crate::adapters::redb::RedbAdapter;
-use crate::adapters::{Scan, ScanBy, ScanPage, Scanned, Stored, Write};
+use crate::adapters::{Cursor, Scan, ScanBy, ScanPage, Scanned, Stored, Write};
 
 /// How many records one scan page asks its adapter for (listing, stats, verify).
 const PAGE: usize = 1_024;
@@ -32,6 +32,29 @@ impl ListedRecord {
     pub fn log_ref(&self) -> LogRef {
         self.scope.record_id(&self.key).log_ref()
     }
+}
+
+/// Which records [`Store::list_page`] lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Listing {
+    /// Every record, in storage order.
+    All,
+    /// The records in one state.
+    State(StateName),
+    /// What [`Store::list_unresolved`] lists: Running records past their
+    /// lease, then Unknown records.
+    Unresolved,
+}
+
+/// One page of [`Store::list_page`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordPage {
+    /// At most the page's limit of records.
+    pub records: Vec<ListedRecord>,
+    /// Where the next page starts (opaque bytes, safe to hand to a client);
+    /// `None` when this page is the last.
+    pub next: Option<Vec<u8>>,
 }
 
 /// What one [`Store::gc`] batch did.
@@ -132,6 +155,71 @@ impl Store {
             Ok(true)
         })?;
         Ok(out)
+    }
+
+    /// One page of the records `listing` names: at most `limit` records (at
+    /// least one), from where `after` (a page's [`RecordPage::next`]) left off.
+    /// Memory stays bounded by the page, whatever the store holds. A filtered
+    /// page may hold fewer records than `limit` and still have a next page.
+    ///
+    /// # Errors
+    ///
+    /// The store failed, or a record on the page does not decode.
+    pub fn list_page(
+        &self,
+        listing: Listing,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RecordPage, QueryError> {
+        let limit = limit.max(1);
+        // Unresolved records come from two scans; the cursor's first byte says
+        // which one it continues.
+        let (phase, cursor) = match after {
+            None => (0, None),
+            // Phase 1 begins with an empty cursor: its scan from the start.
+            Some([phase, rest @ ..]) if *phase <= 1 => (
+                *phase,
+                Some(Cursor(rest.to_vec())).filter(|c| !c.0.is_empty()),
+            ),
+            Some(_) => {
+                return Err(StorageError::CorruptId {
+                    detail: "the page cursor was not made by this listing".to_owned(),
+                }
+                .into());
+            }
+        };
+        let now = self.try_now()?;
+        let by = match (listing, phase) {
+            (Listing::Unresolved, 0) => ScanBy::LeaseExpired(now),
+            (Listing::State(StateName::Unknown) | Listing::Unresolved, _) => ScanBy::Unknown,
+            _ => ScanBy::All,
+        };
+        let ScanPage { entries, next } = self
+            .adapter
+            .scan(&Scan {
+                by,
+                limit,
+                after: cursor,
+            })
+            .map_err(StorageError::from)?;
+        let mut records = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let (id, stored) = decoded(entry)?;
+            let keep = match listing {
+                Listing::All => true,
+                Listing::State(state) => state == stored.record.state.name(),
+                Listing::Unresolved => phase == 1 || stored.record.is_unresolved(now),
+            };
+            if keep {
+                records.push(listed(&id, stored.record)?);
+            }
+        }
+        let next = match (next, listing, phase) {
+            (Some(Cursor(bytes)), _, _) => Some([&[phase][..], &bytes].concat()),
+            (None, Listing::Unresolved, 0) => Some(vec![1]),
+            (None, _, _) => None,
+        };
+        Ok(RecordPage { records, next })
     }
 
     /// Records that need an operator or reconciler (by the store's clock).

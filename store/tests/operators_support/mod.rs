@@ -1,5 +1,6 @@
 //! The operator scenarios of issue 13 (GC past a damaged record, `resolve`
-//! keeping a record's own windows, fencing tokens after GC), written once over
+//! keeping a record's own windows, fencing tokens after GC, listing a page at a
+//! time), written once over
 //! the public `Store` API and run against a redb file
 //! (`operators_gc_resolve_tokens.rs`) and PostgreSQL
 //! (`postgres_operators_gc_resolve_tokens.rs`). The operator steps run as real
@@ -13,7 +14,7 @@ use std::time::Duration;
 use idemkit::clock::{Clock, SystemClock};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::store::{Claim, ExecutionGuard, Store};
+use idemkit::store::{Claim, ExecutionGuard, Listing, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 pub(crate) const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -225,6 +226,101 @@ pub(crate) fn tokens_never_repeat_after_gc(
         again.token()
     );
     again.abandon();
+}
+
+/// Every key `listing` holds, walked `limit` records at a time; also checks
+/// that no page is longer than `limit`.
+fn walk(store: &Store, listing: Listing, limit: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    for _ in 0..100 {
+        let page = store.list_page(listing, after.as_deref(), limit).unwrap();
+        assert!(
+            page.records.len() <= limit,
+            "{} > {limit}",
+            page.records.len()
+        );
+        keys.extend(page.records.iter().map(|r| r.key.as_str().to_owned()));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => {
+                keys.sort();
+                return keys;
+            }
+        }
+    }
+    panic!("the pages never ended");
+}
+
+/// An admin listing pages through a store instead of loading it whole:
+/// `list_page` walks every record, or those of one state, or the unresolved
+/// ones (Unknown, and External leases past their expiry), a bounded page at a
+/// time, and finds exactly what the whole listings find.
+pub(crate) fn list_page_walks_every_record_a_page_at_a_time(store: &Store) {
+    let policy = Policy::default().with_effect(EffectKind::External);
+    for name in ["c-1", "c-2", "c-3", "c-4", "c-5"] {
+        execute(store, &key(name), &policy)
+            .complete(StoredResponse::new(201, b"sent".to_vec()))
+            .unwrap();
+    }
+    for name in ["u-1", "u-2"] {
+        execute(store, &key(name), &policy)
+            .mark_unknown("timeout")
+            .unwrap();
+    }
+    execute(store, &key("r-live"), &policy).abandon();
+    let short = policy.with_lease(Duration::from_millis(1));
+    execute(store, &key("r-expired"), &short).abandon();
+    std::thread::sleep(Duration::from_millis(20));
+
+    let sorted = |mut keys: Vec<String>| {
+        keys.sort();
+        keys
+    };
+    let every = sorted(
+        store
+            .list(None)
+            .unwrap()
+            .iter()
+            .map(|r| r.key.as_str().to_owned())
+            .collect(),
+    );
+    assert_eq!(every.len(), 9);
+    for limit in [1, 2, 4, 100] {
+        assert_eq!(walk(store, Listing::All, limit), every, "limit {limit}");
+    }
+    assert_eq!(
+        walk(store, Listing::State(StateName::Completed), 2),
+        ["c-1", "c-2", "c-3", "c-4", "c-5"]
+    );
+    assert_eq!(
+        walk(store, Listing::State(StateName::Unknown), 1),
+        ["u-1", "u-2"]
+    );
+    assert_eq!(
+        walk(store, Listing::State(StateName::Running), 2),
+        ["r-expired", "r-live"]
+    );
+    let unresolved = sorted(
+        store
+            .list_unresolved()
+            .unwrap()
+            .iter()
+            .map(|r| r.key.as_str().to_owned())
+            .collect(),
+    );
+    assert_eq!(unresolved, ["r-expired", "u-1", "u-2"]);
+    for limit in [1, 2, 10] {
+        assert_eq!(
+            walk(store, Listing::Unresolved, limit),
+            unresolved,
+            "limit {limit}"
+        );
+    }
+    assert!(
+        store.list_page(Listing::All, Some(&[7, 7]), 10).is_err(),
+        "a cursor no listing made"
+    );
 }
 
 pub(crate) fn now_millis() -> u64 {

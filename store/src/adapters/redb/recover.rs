@@ -230,7 +230,7 @@ impl Owned {
                 let attempts = self.attempt_failed(&error);
                 // The first few attempts, then every tenth: a disk that stays
                 // full must not flood the log.
-                if attempts <= 3 || attempts % 10 == 0 {
+                if attempts <= 3 || attempts.is_multiple_of(10) {
                     tracing::warn!(error = %error, attempts, "reopening the store's database failed");
                 }
                 recovery.pause = if recovery.pause.is_zero() {
@@ -248,18 +248,17 @@ impl Owned {
     /// One attempt: close the database, open it again, probe a durable write.
     fn reopen(&self) -> Result<(), RedbError> {
         let old = lock(&self.slot).db.take();
-        if let Some(old) = old {
-            if let Err(still_used) = close(old) {
-                let mut slot = lock(&self.slot);
-                if slot.db.is_none() {
-                    slot.db = Some(still_used);
-                }
-                return Err(RedbError::Unwritable {
-                    detail: "the failed database was still in use and could not be closed"
-                        .to_owned(),
-                    since: SystemTime::now(),
-                });
+        if let Some(old) = old
+            && let Err(still_used) = close(old)
+        {
+            let mut slot = lock(&self.slot);
+            if slot.db.is_none() {
+                slot.db = Some(still_used);
             }
+            return Err(RedbError::Unwritable {
+                detail: "the failed database was still in use and could not be closed".to_owned(),
+                since: SystemTime::now(),
+            });
         }
         let db = match &self.source {
             Source::File(path) => super::db::open_existing_file(path)?,

@@ -200,7 +200,9 @@ pub(crate) fn parse(
     };
     let store = store_choice(&src, raw.store)?;
     let tenant_span = raw.tenant.span();
-    let tenant = tenant_rule(&src, raw.tenant)?;
+    // A digested credential's secret may come from the environment, as the proxy's.
+    let env = |name: &str| std::env::var(name).ok();
+    let tenant = tenant_rule(&src, raw.tenant, &env)?;
     if stdio && !matches!(tenant, TenantRule::Fixed(_)) {
         return Err(src.at(
             Some(tenant_span),

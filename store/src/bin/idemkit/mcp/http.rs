@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use super::call::{Decision, Gateway, Outcome, Reply};
 use super::jsonrpc::{self, Era};
 use super::sse::{self, ChannelBody, Stopped};
+use crate::proxy::config::{DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Timeouts};
 use crate::proxy::forward::{Forward, Upstream};
 
 /// The most of an upstream answer the gateway reads to rewrite or record it.
@@ -48,8 +49,13 @@ impl HttpGateway {
     fn forward(&self, timeout: Duration) -> Forward {
         Forward {
             upstream: self.upstream.clone(),
-            timeout,
+            timeouts: Timeouts {
+                connect: DEFAULT_CONNECT_TIMEOUT,
+                answer: timeout,
+                body_idle: DEFAULT_BODY_IDLE_TIMEOUT,
+            },
             forward_key: true,
+            answers_as: None,
         }
     }
 
@@ -290,7 +296,9 @@ impl HttpGateway {
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
             let outcome = match forwarder_problem(&head.headers, &bytes) {
-                Some("upstream-unavailable") => Outcome::NotSent,
+                // The forwarder could not connect (refused, or timed out
+                // connecting): nothing of the call was sent.
+                Some("upstream-unavailable" | "upstream-connect-timeout") => Outcome::NotSent,
                 Some(_) => Outcome::Lost,
                 None if status.is_server_error() => Outcome::Failed(status.as_u16()),
                 // A 1xx, 2xx other than 200, or 3xx to a call: no answer to it.

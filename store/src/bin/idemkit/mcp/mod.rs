@@ -153,7 +153,7 @@ async fn start_admin(
 
 async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    crate::proxy::spawn_signal_thread(stop_tx, "mcp")?;
+    crate::proxy::stop_on_signal(stop_tx, "mcp")?;
     let metrics = Arc::new(Metrics::new());
     metrics.orphans_settled(store.orphans_settled_at_open().len());
     if let Some(addr) = &config.admin {
@@ -183,7 +183,7 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("listen {listen}: {e}"))?;
     let endpoint = upstream.path().to_owned();
-    let tenant = Box::new(crate::proxy::principal(&config.tenant));
+    let tenant = Box::new(crate::proxy::tenant::principal(&config.tenant));
     let gateway = Arc::new(Gateway::new(config, Some(store), metrics));
     let front = Arc::new(http::HttpGateway {
         gateway,

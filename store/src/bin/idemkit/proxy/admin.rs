@@ -1,23 +1,31 @@
 //! The admin listener: `GET /healthz`, `GET /metrics` (Prometheus text),
-//! `GET /records?state=unknown`, `POST /records/{log_ref}/resolve` (the semantics
-//! of `idemkit resolve`). Everything but `/healthz` needs `Authorization: Bearer
-//! <admin_token>` when a token is configured.
+//! `GET /records?state=unknown` (paginated), `POST /records/{log_ref}/resolve`
+//! (the semantics of `idemkit resolve`, each one logged). Everything but
+//! `/healthz` needs `Authorization: Bearer <admin_token>`; the proxy refuses to
+//! start an admin listener without a token unless told to on a loopback
+//! address.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::routing::{get, post};
 use http::{HeaderMap, Response, StatusCode, header};
 use idemkit::core::machine::{Policy, Resolution};
-use idemkit::core::record::{StateName, StoredResponse};
+use idemkit::core::record::{RecordState, StateName, StoredResponse};
 use idemkit::http::Metrics;
-use idemkit::store::{ListedRecord, Store};
+use idemkit::store::{ListedRecord, Listing, Store};
+
+/// Records per page of `GET /records` unless `limit` says otherwise, and the most it may say.
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
 
 pub(crate) struct Admin {
     pub(crate) store: Store,
     pub(crate) metrics: Arc<Metrics>,
+    /// `None` only for a loopback listener started with `admin_insecure_no_token`.
     pub(crate) token: Option<String>,
     /// The policy of each configured operation (resolve keeps a record's own
     /// windows; these fill in for records written before they were kept).
@@ -47,7 +55,8 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
     json(status, &serde_json::json!({ "error": message }))
 }
 
-/// Whether the request may use the admin API (always, without a token).
+/// Whether the request may use the admin API (always, without a token: the
+/// config allows that only on a loopback address, on request).
 fn authorized(admin: &Admin, headers: &HeaderMap) -> bool {
     let Some(token) = &admin.token else {
         return true;
@@ -95,12 +104,19 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
 }
 
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RecordsQuery {
     state: Option<String>,
+    /// Records per page (default 100, at most 1000).
+    limit: Option<usize>,
+    /// The `next` of the previous page.
+    after: Option<String>,
+    /// Whether each record's stored response comes with it.
+    bodies: Option<bool>,
 }
 
-fn view(r: &ListedRecord) -> serde_json::Value {
-    serde_json::json!({
+fn view(r: &ListedRecord, bodies: bool) -> serde_json::Value {
+    let mut view = serde_json::json!({
         "log_ref": r.log_ref().to_string(),
         "tenant": r.scope.tenant(),
         "operation": r.scope.operation(),
@@ -109,26 +125,68 @@ fn view(r: &ListedRecord) -> serde_json::Value {
         "attempt": r.record.attempt,
         "created_at_ms": r.record.created_at.as_millis(),
         "updated_at_ms": r.record.updated_at.as_millis(),
-    })
+    });
+    if bodies {
+        if let (RecordState::Completed { response, .. }, Some(object)) =
+            (&r.record.state, view.as_object_mut())
+        {
+            let mut stored = serde_json::json!({
+                "status": response.status,
+                "resource_ref": response.resource_ref,
+            });
+            if let (Some(body), Some(fields)) = (&response.body, stored.as_object_mut()) {
+                match std::str::from_utf8(body) {
+                    Ok(text) => fields.insert("body".to_owned(), text.into()),
+                    Err(_) => fields.insert("body_hex".to_owned(), hex(body).into()),
+                };
+            }
+            object.insert("response".to_owned(), stored);
+        }
+    }
+    view
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            text.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        .collect()
 }
 
 async fn records(
     State(admin): State<Arc<Admin>>,
     headers: HeaderMap,
-    Query(query): Query<RecordsQuery>,
+    query: Result<Query<RecordsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response<Body> {
     if !authorized(&admin, &headers) {
         return unauthorized();
     }
-    let state = match query.state.as_deref() {
-        None => None,
-        Some("unknown") => Some(StateName::Unknown),
-        Some("running") => Some(StateName::Running),
-        Some("completed") => Some(StateName::Completed),
-        Some("released") => Some(StateName::Released),
-        Some("unresolved") => {
-            return blocking_list(&admin, |store| store.list_unresolved()).await;
+    let Query(query) = match query {
+        Ok(q) => q,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("{e}: expected state, limit (1 to {MAX_PAGE}), after and bodies"),
+            );
         }
+    };
+    let listing = match query.state.as_deref() {
+        None => Listing::All,
+        Some("unknown") => Listing::State(StateName::Unknown),
+        Some("running") => Listing::State(StateName::Running),
+        Some("completed") => Listing::State(StateName::Completed),
+        Some("released") => Listing::State(StateName::Released),
+        Some("unresolved") => Listing::Unresolved,
         Some(other) => {
             return error(
                 StatusCode::BAD_REQUEST,
@@ -138,21 +196,63 @@ async fn records(
             );
         }
     };
-    blocking_list(&admin, move |store| store.list(state)).await
-}
-
-async fn blocking_list(
-    admin: &Admin,
-    list: impl FnOnce(&Store) -> Result<Vec<ListedRecord>, idemkit::store::QueryError> + Send + 'static,
-) -> Response<Body> {
+    let limit = match query.limit {
+        None => DEFAULT_PAGE,
+        Some(n @ 1..=MAX_PAGE) => n,
+        Some(n) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("limit {n}: expected 1 to {MAX_PAGE}"),
+            );
+        }
+    };
+    let after = match query.after.as_deref().map(unhex) {
+        None => None,
+        Some(Some(cursor)) => Some(cursor),
+        Some(None) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "after: expected the `next` of an earlier page",
+            );
+        }
+    };
+    let bodies = query.bodies.unwrap_or(false);
     let store = admin.store.clone();
-    match tokio::task::spawn_blocking(move || list(&store)).await {
-        Ok(Ok(records)) => json(
+    let page =
+        tokio::task::spawn_blocking(move || store.list_page(listing, after.as_deref(), limit))
+            .await;
+    match page {
+        Ok(Ok(page)) => json(
             StatusCode::OK,
-            &serde_json::json!({ "records": records.iter().map(view).collect::<Vec<_>>() }),
+            &serde_json::json!({
+                "records": page.records.iter().map(|r| view(r, bodies)).collect::<Vec<_>>(),
+                "next": page.next.as_deref().map(hex),
+            }),
         ),
         Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// The unresolved record of `log_ref`, page by page (memory bounded by a page).
+fn find_unresolved(
+    store: &Store,
+    log_ref: &str,
+) -> Result<Option<ListedRecord>, idemkit::store::QueryError> {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = store.list_page(Listing::Unresolved, after.as_deref(), MAX_PAGE)?;
+        if let Some(found) = page
+            .records
+            .into_iter()
+            .find(|r| r.log_ref().to_string() == log_ref)
+        {
+            return Ok(Some(found));
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(None),
+        }
     }
 }
 
@@ -166,20 +266,27 @@ struct ResolveBody {
     /// With `applied`: the body retries replay (UTF-8 text).
     body: Option<String>,
     resource_ref: Option<String>,
+    /// Who resolves (for the log; the token says only that it is an operator).
+    by: Option<String>,
 }
 
 async fn resolve(
     State(admin): State<Arc<Admin>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(log_ref): Path<String>,
     body: axum::body::Bytes,
 ) -> Response<Body> {
     if !authorized(&admin, &headers) {
+        eprintln!("idemkit proxy: resolve {log_ref:?} refused: no valid admin token (from {peer})");
         return unauthorized();
     }
     let request: ResolveBody = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
+            eprintln!(
+                "idemkit proxy: resolve {log_ref:?} refused: malformed request (from {peer})"
+            );
             return error(
                 StatusCode::BAD_REQUEST,
                 &format!(
@@ -187,6 +294,16 @@ async fn resolve(
                 ),
             );
         }
+    };
+    // Named in the log with its log reference, never a key or a body.
+    let who = format!(
+        "by {:?} from {peer}",
+        request.by.as_deref().unwrap_or("an unnamed operator")
+    );
+    let what = if request.applied {
+        format!("applied, status {}", request.status.unwrap_or(200))
+    } else {
+        "not applied".to_owned()
     };
     let resolution = if request.applied {
         let mut response = StoredResponse::new(
@@ -200,12 +317,9 @@ async fn resolve(
     };
     let store = admin.store.clone();
     let policies = admin.policies.clone();
+    let wanted = log_ref.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        let unresolved = store.list_unresolved().map_err(|e| e.to_string())?;
-        let Some(found) = unresolved
-            .into_iter()
-            .find(|r| r.log_ref().to_string() == log_ref)
-        else {
+        let Some(found) = find_unresolved(&store, &wanted).map_err(|e| e.to_string())? else {
             return Ok(None);
         };
         let policy = policies
@@ -220,19 +334,36 @@ async fn resolve(
     })
     .await;
     match outcome {
-        Ok(Ok(Some((found, from, record)))) => json(
-            StatusCode::OK,
-            &serde_json::json!({
-                "log_ref": found.log_ref().to_string(),
-                "from": from.as_str(),
-                "state": record.state.name().as_str(),
-            }),
-        ),
-        Ok(Ok(None)) => error(
-            StatusCode::NOT_FOUND,
-            "no unresolved record with that log reference",
-        ),
-        Ok(Err(e)) => error(StatusCode::CONFLICT, &e),
+        Ok(Ok(Some((found, from, record)))) => {
+            eprintln!(
+                "idemkit proxy: resolve {log_ref} ({}, {}) {who}: {what}: {} -> {}",
+                found.scope.operation(),
+                found.scope.tenant(),
+                from.as_str(),
+                record.state.name().as_str()
+            );
+            json(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "log_ref": found.log_ref().to_string(),
+                    "from": from.as_str(),
+                    "state": record.state.name().as_str(),
+                }),
+            )
+        }
+        Ok(Ok(None)) => {
+            eprintln!(
+                "idemkit proxy: resolve {log_ref:?} {who}: {what}: no unresolved record with that log reference"
+            );
+            error(
+                StatusCode::NOT_FOUND,
+                "no unresolved record with that log reference",
+            )
+        }
+        Ok(Err(e)) => {
+            eprintln!("idemkit proxy: resolve {log_ref:?} {who}: {what}: failed: {e}");
+            error(StatusCode::CONFLICT, &e)
+        }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }

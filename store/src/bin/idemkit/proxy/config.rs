@@ -39,9 +39,16 @@ struct FileConfig {
     listen: Option<Spanned<String>>,
     upstream: Option<Spanned<String>>,
     admin: Option<Spanned<String>>,
-    admin_token: Option<String>,
+    admin_token: Option<Spanned<String>>,
+    admin_token_file: Option<Spanned<PathBuf>>,
+    admin_insecure_no_token: Option<Spanned<bool>>,
     /// Pass-through requests (and routes without their own) wait this long.
     upstream_timeout_ms: Option<u64>,
+    upstream_connect_timeout_ms: Option<u64>,
+    upstream_body_idle_timeout_ms: Option<u64>,
+    request_body_idle_timeout_ms: Option<u64>,
+    max_connections: Option<Spanned<usize>>,
+    shutdown_grace_ms: Option<u64>,
     gc_interval_ms: Option<u64>,
     /// Worker threads (default: one per CPU).
     workers: Option<Spanned<usize>>,
@@ -68,6 +75,9 @@ pub(crate) struct TenantSection {
     header: Option<String>,
     from: Option<String>,
     fixed: Option<String>,
+    /// With `from`: the key of the credential's digest.
+    secret: Option<Spanned<String>>,
+    secret_file: Option<Spanned<PathBuf>>,
 }
 
 #[derive(Deserialize)]
@@ -82,8 +92,13 @@ struct RouteSection {
     exclude: Option<Vec<Spanned<String>>>,
     ignore_query: Option<bool>,
     ignore_query_params: Option<Vec<String>>,
+    fingerprint: Option<Spanned<String>>,
+    path_variants: Option<Spanned<String>>,
+    case_sensitive: Option<bool>,
     forward_key: Option<bool>,
     upstream_timeout_ms: Option<u64>,
+    upstream_connect_timeout_ms: Option<u64>,
+    upstream_body_idle_timeout_ms: Option<u64>,
     lease_ms: Option<u64>,
     replay_window_ms: Option<u64>,
     record_window_ms: Option<u64>,
@@ -117,11 +132,39 @@ pub(crate) enum TenantRule {
     /// The value of this header, set by a gateway in front that authenticated
     /// the caller (the proxy trusts it).
     Header(String),
-    /// A digest of this header's value (a credential): callers with different
-    /// credentials are different tenants; the credential itself is never stored.
-    DigestOf(String),
+    /// A digest of this header's value (a credential), keyed with the
+    /// configured secret: callers with different credentials are different
+    /// tenants; the credential itself is never stored, and without the secret
+    /// the digest cannot be tested against guesses.
+    DigestOf {
+        header: String,
+        /// blake3 key derived from the secret.
+        key: [u8; 32],
+    },
     /// Every request belongs to this tenant.
     Fixed(String),
+}
+
+/// What a route does with a request whose path is a variant of its own
+/// (`/accounts/A/withdraw/`, `/Accounts/A/./withdraw;x=1`, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PathVariants {
+    /// The default: the variant is this route, claimed and forwarded under the
+    /// normalized path, so a retry through any spelling replays.
+    Normalize,
+    /// The variant is refused (400), never forwarded.
+    Refuse,
+}
+
+/// How long the proxy waits for the upstream, phase by phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// Connecting (nothing sent yet: a timeout here releases the record).
+    pub(crate) connect: Duration,
+    /// From writing the request to the answer's head.
+    pub(crate) answer: Duration,
+    /// Between two chunks of the answer's body.
+    pub(crate) body_idle: Duration,
 }
 
 /// One idempotent route.
@@ -134,8 +177,10 @@ pub(crate) struct Route {
     pub(crate) required: bool,
     pub(crate) spec: FingerprintSpec,
     pub(crate) policy: Policy,
+    pub(crate) path_variants: PathVariants,
+    pub(crate) case_sensitive: bool,
     pub(crate) forward_key: bool,
-    pub(crate) upstream_timeout: Duration,
+    pub(crate) timeouts: Timeouts,
     pub(crate) max_execution: Option<Duration>,
     pub(crate) max_stored_response_bytes: Option<usize>,
     pub(crate) body_limit: Option<usize>,
@@ -149,8 +194,14 @@ pub(crate) struct ProxyConfig {
     pub(crate) listen: String,
     pub(crate) upstream: http::Uri,
     pub(crate) admin: Option<String>,
+    /// At least [`MIN_SECRET_BYTES`]; `None` only with `admin_insecure_no_token`
+    /// on a loopback address.
     pub(crate) admin_token: Option<String>,
-    pub(crate) upstream_timeout: Duration,
+    /// Pass-through requests' timeouts (and the routes' defaults).
+    pub(crate) timeouts: Timeouts,
+    pub(crate) request_body_idle: Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) shutdown_grace: Duration,
     pub(crate) gc_interval: Duration,
     pub(crate) workers: Option<usize>,
     pub(crate) store: StoreChoice,
@@ -160,6 +211,23 @@ pub(crate) struct ProxyConfig {
 
 /// The default wait for an upstream answer.
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default wait for a connection to the upstream.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default wait between two chunks of a body, either way.
+pub(crate) const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Open client connections by default.
+const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// How long SIGTERM waits for running executions by default.
+const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// The shortest admin token and tenant secret accepted.
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
+/// Where the admin token comes from when the file names none.
+pub(crate) const ADMIN_TOKEN_ENV: &str = "IDEMKIT_ADMIN_TOKEN";
+/// Where the tenant digest's secret comes from when the file names none.
+pub(crate) const TENANT_SECRET_ENV: &str = "IDEMKIT_TENANT_SECRET";
+
+/// Reads an environment variable (a parameter, so tests choose the environment).
+pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 /// How often GC runs by default.
 pub(crate) const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -185,7 +253,8 @@ impl Source<'_> {
     }
 }
 
-/// Reads and checks `file`; `listen` and `upstream` override the file's.
+/// Reads and checks `file`; `listen` and `upstream` override the file's; the
+/// admin token and the tenant secret may come from the process's environment.
 pub(crate) fn load(
     file: &Path,
     listen: Option<&str>,
@@ -196,15 +265,18 @@ pub(crate) fn load(
         line: None,
         message: format!("cannot read the file: {e}"),
     })?;
-    parse(file, &text, listen, upstream)
+    parse(file, &text, listen, upstream, &|name| {
+        std::env::var(name).ok()
+    })
 }
 
-/// [`load`] on text already read.
+/// [`load`] on text already read, with `env` as the environment.
 pub(crate) fn parse(
     file: &Path,
     text: &str,
     listen: Option<&str>,
     upstream: Option<&str>,
+    env: Env<'_>,
 ) -> Result<ProxyConfig, ConfigError> {
     let src = Source { file, text };
     let raw: FileConfig =
@@ -252,9 +324,10 @@ pub(crate) fn parse(
     if let Some(admin) = &raw.admin {
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
+    let admin_token = admin_token(&src, &raw, env)?;
 
     let store = store_choice(&src, raw.store)?;
-    let tenant = tenant_rule(&src, raw.tenant)?;
+    let tenant = tenant_rule(&src, raw.tenant, env)?;
 
     let workers = match &raw.workers {
         Some(w) if *w.get_ref() == 0 || *w.get_ref() > 256 => {
@@ -263,14 +336,23 @@ pub(crate) fn parse(
         Some(w) => Some(*w.get_ref()),
         None => None,
     };
-    let upstream_timeout = raw
-        .upstream_timeout_ms
-        .map_or(DEFAULT_UPSTREAM_TIMEOUT, Duration::from_millis);
+    let timeouts = Timeouts {
+        connect: millis_or(raw.upstream_connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT),
+        answer: millis_or(raw.upstream_timeout_ms, DEFAULT_UPSTREAM_TIMEOUT),
+        body_idle: millis_or(raw.upstream_body_idle_timeout_ms, DEFAULT_BODY_IDLE_TIMEOUT),
+    };
+    let max_connections = match &raw.max_connections {
+        Some(m) if *m.get_ref() == 0 => {
+            return Err(src.at(Some(m.span()), "max_connections: expected at least 1"));
+        }
+        Some(m) => *m.get_ref(),
+        None => DEFAULT_MAX_CONNECTIONS,
+    };
     let mut routes = Vec::new();
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
     for spanned in raw.routes {
         let line = src.line_of(&spanned.span());
-        let route = route(&src, spanned.into_inner(), upstream_timeout)?;
+        let route = route(&src, spanned.into_inner(), timeouts)?;
         let id = (route.method.to_string(), route.path.clone());
         if let Some(first) = seen.insert(id, line) {
             return Err(src.at(
@@ -287,8 +369,11 @@ pub(crate) fn parse(
         listen,
         upstream: upstream_uri,
         admin: raw.admin.map(Spanned::into_inner),
-        admin_token: raw.admin_token.filter(|t| !t.is_empty()),
-        upstream_timeout,
+        admin_token,
+        timeouts,
+        request_body_idle: millis_or(raw.request_body_idle_timeout_ms, DEFAULT_BODY_IDLE_TIMEOUT),
+        max_connections,
+        shutdown_grace: millis_or(raw.shutdown_grace_ms, DEFAULT_SHUTDOWN_GRACE),
         gc_interval: raw
             .gc_interval_ms
             .map_or(DEFAULT_GC_INTERVAL, Duration::from_millis),
@@ -336,6 +421,7 @@ pub(crate) fn store_choice(
 pub(crate) fn tenant_rule(
     src: &Source<'_>,
     tenant: Spanned<TenantSection>,
+    env: Env<'_>,
 ) -> Result<TenantRule, ConfigError> {
     let tenant_span = tenant.span();
     Ok(match tenant.into_inner() {
@@ -343,17 +429,41 @@ pub(crate) fn tenant_rule(
             header: Some(h),
             from: None,
             fixed: None,
+            secret: None,
+            secret_file: None,
         } => TenantRule::Header(header_name(src, &h, &tenant_span)?),
         TenantSection {
             header: None,
             from: Some(h),
             fixed: None,
-        } => TenantRule::DigestOf(header_name(src, &h, &tenant_span)?),
+            secret,
+            secret_file,
+        } => TenantRule::DigestOf {
+            header: header_name(src, &h, &tenant_span)?,
+            key: tenant_key(src, &tenant_span, secret, secret_file, env)?,
+        },
         TenantSection {
             header: None,
             from: None,
             fixed: Some(t),
+            secret: None,
+            secret_file: None,
         } if !t.is_empty() => TenantRule::Fixed(t),
+        TenantSection {
+            from: None,
+            secret: Some(_),
+            ..
+        }
+        | TenantSection {
+            from: None,
+            secret_file: Some(_),
+            ..
+        } => {
+            return Err(src.at(
+                Some(tenant_span),
+                "[tenant] `secret` and `secret_file` go with `from` (the digested credential) only",
+            ));
+        }
         _ => {
             return Err(src.at(
                 Some(tenant_span),
@@ -361,6 +471,145 @@ pub(crate) fn tenant_rule(
             ));
         }
     })
+}
+
+fn millis_or(ms: Option<u64>, default: Duration) -> Duration {
+    ms.map_or(default, Duration::from_millis)
+}
+
+/// A secret from the file (`inline`), a file it names (`file`), or the
+/// environment variable `env_name`: exactly one, at least [`MIN_SECRET_BYTES`]
+/// long. `None` when none is given. A file's trailing line break is not part
+/// of the secret.
+fn secret(
+    src: &Source<'_>,
+    what: &str,
+    inline: Option<Spanned<String>>,
+    file: Option<Spanned<PathBuf>>,
+    env_name: &str,
+    env: Env<'_>,
+) -> Result<Option<String>, ConfigError> {
+    let (value, span, origin) = match (inline, file) {
+        (Some(_), Some(f)) => {
+            return Err(src.at(
+                Some(f.span()),
+                format!("{what}: give the secret inline or in a file, not both"),
+            ));
+        }
+        (Some(v), None) => {
+            let span = v.span();
+            (v.into_inner(), Some(span), what.to_owned())
+        }
+        (None, Some(f)) => {
+            let span = f.span();
+            let path = f.into_inner();
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                src.at(
+                    Some(span.clone()),
+                    format!("{what}_file {}: {e}", path.display()),
+                )
+            })?;
+            let value = text.trim_end_matches(['\n', '\r']).to_owned();
+            (value, Some(span), format!("{what}_file {}", path.display()))
+        }
+        (None, None) => match env(env_name) {
+            Some(v) => (v, None, format!("the environment variable {env_name}")),
+            None => return Ok(None),
+        },
+    };
+    if value.len() < MIN_SECRET_BYTES {
+        return Err(src.at(
+            span,
+            format!(
+                "{origin}: at least {MIN_SECRET_BYTES} bytes are needed, it has {} \
+                 (for example `head -c 32 /dev/urandom | base64`)",
+                value.len()
+            ),
+        ));
+    }
+    Ok(Some(value))
+}
+
+/// The admin listener's token: none only when `admin_insecure_no_token` asks
+/// for it on a loopback address.
+fn admin_token(
+    src: &Source<'_>,
+    raw: &FileConfig,
+    env: Env<'_>,
+) -> Result<Option<String>, ConfigError> {
+    let token = secret(
+        src,
+        "admin_token",
+        raw.admin_token.clone(),
+        raw.admin_token_file.clone(),
+        ADMIN_TOKEN_ENV,
+        env,
+    )?;
+    let Some(admin) = &raw.admin else {
+        return Ok(token);
+    };
+    let insecure = raw.admin_insecure_no_token.as_ref();
+    match (token, insecure.map(|i| (*i.get_ref(), i.span()))) {
+        (Some(_), Some((true, span))) => Err(src.at(
+            Some(span),
+            "admin_insecure_no_token = true with an admin token: remove one of them",
+        )),
+        (Some(token), _) => Ok(Some(token)),
+        (None, Some((true, span))) => {
+            let loopback = admin
+                .get_ref()
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| a.ip().is_loopback());
+            if loopback {
+                Ok(None)
+            } else {
+                Err(src.at(
+                    Some(span),
+                    format!(
+                        "admin_insecure_no_token = true is accepted only for a loopback address \
+                         (admin is {:?}); give the admin listener a token",
+                        admin.get_ref()
+                    ),
+                ))
+            }
+        }
+        (None, _) => Err(src.at(
+            Some(admin.span()),
+            format!(
+                "admin {:?}: the admin listener lists every tenant's keys and resolves records, \
+                 so it needs a token of at least {MIN_SECRET_BYTES} bytes: `admin_token_file = \"PATH\"`, \
+                 `admin_token = \"...\"` or the environment variable {ADMIN_TOKEN_ENV} \
+                 (on a loopback address only, `admin_insecure_no_token = true` runs it open)",
+                admin.get_ref()
+            ),
+        )),
+    }
+}
+
+/// The key of the tenant digest, from the configured secret.
+fn tenant_key(
+    src: &Source<'_>,
+    span: &Range<usize>,
+    inline: Option<Spanned<String>>,
+    file: Option<Spanned<PathBuf>>,
+    env: Env<'_>,
+) -> Result<[u8; 32], ConfigError> {
+    let Some(secret) = secret(src, "[tenant] secret", inline, file, TENANT_SECRET_ENV, env)? else {
+        return Err(src.at(
+            Some(span.clone()),
+            format!(
+                "[tenant] `from` needs a secret to key the credential's digest (a public key \
+                 would let anyone who reads the store test guesses of a credential): \
+                 `secret_file = \"PATH\"`, `secret = \"...\"` or the environment variable \
+                 {TENANT_SECRET_ENV}, at least {MIN_SECRET_BYTES} bytes, the same on every proxy \
+                 and kept: a new secret makes every caller a new tenant"
+            ),
+        ));
+    };
+    Ok(blake3::derive_key(
+        "idemkit proxy tenant credential key v2",
+        secret.as_bytes(),
+    ))
 }
 
 /// A span at the start of `line` (1-based), for refusals found after parsing.
@@ -397,11 +646,7 @@ fn header_name(src: &Source<'_>, name: &str, span: &Range<usize>) -> Result<Stri
         })
 }
 
-fn route(
-    src: &Source<'_>,
-    r: RouteSection,
-    default_timeout: Duration,
-) -> Result<Route, ConfigError> {
+fn route(src: &Source<'_>, r: RouteSection, defaults: Timeouts) -> Result<Route, ConfigError> {
     let method_span = r.method.span();
     let method = http::Method::from_bytes(r.method.get_ref().as_bytes())
         .ok()
@@ -434,7 +679,30 @@ fn route(
             ));
         }
     };
-    let mut spec = FingerprintSpec::new(ContentKind::Json);
+    let content = match r
+        .fingerprint
+        .as_ref()
+        .map(|f| (f.get_ref().as_str(), f.span()))
+    {
+        None | Some(("json", _)) => ContentKind::Json,
+        Some(("form", _)) => ContentKind::FormUrlEncoded,
+        Some(("bytes", _)) => ContentKind::Raw,
+        Some((other, span)) => {
+            return Err(src.at(
+                Some(span),
+                format!("fingerprint {other:?}: expected \"json\", \"form\" or \"bytes\""),
+            ));
+        }
+    };
+    if content != ContentKind::Json {
+        if let Some(pointer) = r.include.iter().chain(&r.exclude).flatten().next() {
+            return Err(src.at(
+                Some(pointer.span()),
+                "include and exclude pick JSON fields: they need fingerprint = \"json\"",
+            ));
+        }
+    }
+    let mut spec = FingerprintSpec::new(content);
     for (list, include) in [(&r.include, true), (&r.exclude, false)] {
         for pointer in list.iter().flatten() {
             let next = if include {
@@ -494,6 +762,20 @@ fn route(
             }
         });
     }
+    let path_variants = match r
+        .path_variants
+        .as_ref()
+        .map(|v| (v.get_ref().as_str(), v.span()))
+    {
+        None | Some(("normalize", _)) => PathVariants::Normalize,
+        Some(("refuse", _)) => PathVariants::Refuse,
+        Some((other, span)) => {
+            return Err(src.at(
+                Some(span),
+                format!("path_variants {other:?}: expected \"normalize\" or \"refuse\""),
+            ));
+        }
+    };
     let on_disconnect = match r
         .on_disconnect
         .as_ref()
@@ -516,10 +798,14 @@ fn route(
         required: r.required.unwrap_or(true),
         spec,
         policy,
+        path_variants,
+        case_sensitive: r.case_sensitive.unwrap_or(false),
         forward_key: r.forward_key.unwrap_or(true),
-        upstream_timeout: r
-            .upstream_timeout_ms
-            .map_or(default_timeout, Duration::from_millis),
+        timeouts: Timeouts {
+            connect: millis_or(r.upstream_connect_timeout_ms, defaults.connect),
+            answer: millis_or(r.upstream_timeout_ms, defaults.answer),
+            body_idle: millis_or(r.upstream_body_idle_timeout_ms, defaults.body_idle),
+        },
         max_execution: r.max_execution_ms.map(Duration::from_millis),
         max_stored_response_bytes: r.max_stored_response_bytes,
         body_limit: r.body_limit_bytes,
@@ -576,12 +862,19 @@ fn check_template(path: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn refusal(text: &str) -> String {
-        parse(Path::new("proxy.toml"), text, None, None)
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
+    fn no_env(_: &str) -> Option<String> {
+        None
     }
+
+    fn parsed(text: &str) -> Result<ProxyConfig, String> {
+        parse(Path::new("proxy.toml"), text, None, None, &no_env).map_err(|e| e.to_string())
+    }
+
+    fn refusal(text: &str) -> String {
+        parsed(text).map(|_| ()).unwrap_err()
+    }
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
     const BASE: &str = r#"
 listen = "127.0.0.1:8081"
@@ -594,7 +887,7 @@ header = "X-Tenant-Id"
 
     #[test]
     fn the_minimal_file_parses() {
-        let c = parse(Path::new("proxy.toml"), BASE, None, None).unwrap();
+        let c = parsed(BASE).unwrap();
         assert_eq!(c.listen, "127.0.0.1:8081");
         assert!(c.routes.is_empty());
         let c = parse(
@@ -602,6 +895,7 @@ header = "X-Tenant-Id"
             BASE,
             Some("127.0.0.1:1"),
             Some("http://10.0.0.1:80"),
+            &no_env,
         )
         .unwrap();
         assert_eq!(
@@ -611,17 +905,165 @@ header = "X-Tenant-Id"
     }
 
     #[test]
-    fn the_example_config_loads() {
+    fn the_example_config_loads_with_its_secrets_from_the_environment() {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/proxy.toml");
-        let c = load(&file, None, None).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.routes.len(), 2);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let env = |name: &str| match name {
+            ADMIN_TOKEN_ENV => Some(TOKEN.to_owned()),
+            TENANT_SECRET_ENV => Some(TOKEN.replace('0', "z")),
+            _ => None,
+        };
+        let c = parse(&file, &text, None, None, &env).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.routes.len(), 3);
         assert_eq!(c.routes[0].path, "/accounts/{account}/withdraw");
         assert_eq!(c.routes[0].effect, EffectKind::External);
+        assert_eq!(c.routes[0].path_variants, PathVariants::Normalize);
+        assert!(!c.routes[0].case_sensitive);
         assert_eq!(c.routes[1].effect, EffectKind::Local);
-        assert!(matches!(c.tenant, TenantRule::DigestOf(ref h) if h == "authorization"));
-        assert_eq!(c.admin_token.as_deref(), Some("change-me"));
+        assert_eq!(c.routes[2].spec.content(), ContentKind::Raw);
+        assert!(
+            matches!(c.tenant, TenantRule::DigestOf { ref header, .. } if header == "authorization")
+        );
+        assert_eq!(c.admin_token.as_deref(), Some(TOKEN));
         assert_eq!(c.routes[0].on_disconnect, OnDisconnect::Finish);
         assert_eq!(c.routes[0].store_retry_after, Some(Duration::from_secs(1)));
+        assert_eq!(
+            c.routes[0].timeouts,
+            Timeouts {
+                connect: Duration::from_secs(2),
+                answer: Duration::from_secs(10),
+                body_idle: Duration::from_secs(30)
+            }
+        );
+        assert_eq!(c.max_connections, 4096);
+        assert_eq!(c.shutdown_grace, Duration::from_secs(30));
+        // Without the environment it names what is missing.
+        let missing = parse(&file, &text, None, None, &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains(ADMIN_TOKEN_ENV), "{missing}");
+    }
+
+    #[test]
+    fn an_admin_listener_needs_a_long_token_unless_told_otherwise_on_loopback() {
+        let admin = |extra: &str| format!("admin = \"127.0.0.1:9091\"\n{extra}{BASE}");
+        let none = refusal(&admin(""));
+        assert!(
+            none.starts_with("proxy.toml:1: admin \"127.0.0.1:9091\""),
+            "{none}"
+        );
+        assert!(none.contains("admin_token_file"), "{none}");
+        let short = refusal(&admin("admin_token = \"change-me\"\n"));
+        assert!(
+            short.starts_with("proxy.toml:2: admin_token: at least 32 bytes"),
+            "{short}"
+        );
+        let c = parsed(&admin(&format!("admin_token = \"{TOKEN}\"\n"))).unwrap();
+        assert_eq!(c.admin_token.as_deref(), Some(TOKEN));
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+        let from_file = parsed(&admin(&format!("admin_token_file = {file:?}\n"))).unwrap();
+        assert_eq!(
+            from_file.admin_token.as_deref(),
+            Some(TOKEN),
+            "the line break is not the token's"
+        );
+        let absent = refusal(&admin("admin_token_file = \"/nonexistent/token\"\n"));
+        assert!(
+            absent.contains("admin_token_file /nonexistent/token"),
+            "{absent}"
+        );
+        let env = |name: &str| (name == ADMIN_TOKEN_ENV).then(|| TOKEN.to_owned());
+        let from_env = parse(Path::new("p.toml"), &admin(""), None, None, &env).unwrap();
+        assert_eq!(from_env.admin_token.as_deref(), Some(TOKEN));
+
+        let open = parsed(&admin("admin_insecure_no_token = true\n")).unwrap();
+        assert_eq!(open.admin_token, None);
+        let public = refusal(
+            &admin("admin_insecure_no_token = true\n").replace("127.0.0.1:9091", "0.0.0.0:9091"),
+        );
+        assert!(public.contains("only for a loopback address"), "{public}");
+        // No admin listener, no token needed.
+        assert!(parsed(BASE).is_ok());
+    }
+
+    #[test]
+    fn a_credential_tenant_needs_a_secret() {
+        let from = BASE.replace("header = \"X-Tenant-Id\"", "from = \"authorization\"");
+        let none = refusal(&from);
+        assert!(
+            none.starts_with("proxy.toml:6: [tenant] `from` needs a secret"),
+            "{none}"
+        );
+        let short = refusal(&format!("{from}secret = \"short\"\n"));
+        assert!(short.contains("at least 32 bytes"), "{short}");
+        let key = |text: &str, env: Env<'_>| match parse(Path::new("p"), text, None, None, env)
+            .unwrap()
+            .tenant
+        {
+            TenantRule::DigestOf { key, .. } => key,
+            other => panic!("{other:?}"),
+        };
+        let inline = key(&format!("{from}secret = \"{TOKEN}\"\n"), &no_env);
+        let env = |name: &str| (name == TENANT_SECRET_ENV).then(|| TOKEN.to_owned());
+        assert_eq!(
+            key(&from, &env),
+            inline,
+            "the same secret from the environment"
+        );
+        let other = key(
+            &format!("{from}secret = \"{}\"\n", TOKEN.to_uppercase()),
+            &no_env,
+        );
+        assert_ne!(other, inline);
+        let misplaced = refusal(&format!("{BASE}secret = \"{TOKEN}\"\n"));
+        assert!(misplaced.contains("go with `from`"), "{misplaced}");
+    }
+
+    #[test]
+    fn routes_choose_their_fingerprint_path_variants_and_timeouts() {
+        let route = |extra: &str| {
+            format!(
+                "upstream_connect_timeout_ms = 100\n{BASE}\n[[routes]]\nmethod = \"POST\"\npath = \"/a/{{id}}/cancel\"\noperation = \"a.cancel\"\neffect = \"local\"\n{extra}"
+            )
+        };
+        let c = parsed(&route(
+            "fingerprint = \"bytes\"\npath_variants = \"refuse\"\ncase_sensitive = true\nupstream_body_idle_timeout_ms = 5\n",
+        ))
+        .unwrap();
+        let r = &c.routes[0];
+        assert_eq!(r.spec.content(), ContentKind::Raw);
+        assert_eq!(
+            (r.path_variants, r.case_sensitive),
+            (PathVariants::Refuse, true)
+        );
+        assert_eq!(
+            r.timeouts,
+            Timeouts {
+                connect: Duration::from_millis(100),
+                answer: DEFAULT_UPSTREAM_TIMEOUT,
+                body_idle: Duration::from_millis(5),
+            }
+        );
+        let form = parsed(&route("fingerprint = \"form\"\n")).unwrap();
+        assert_eq!(form.routes[0].spec.content(), ContentKind::FormUrlEncoded);
+        let bad = refusal(&route("fingerprint = \"xml\"\n"));
+        assert!(
+            bad.starts_with("proxy.toml:15: fingerprint \"xml\""),
+            "{bad}"
+        );
+        let selection = refusal(&route("fingerprint = \"bytes\"\nexclude = [\"/a\"]\n"));
+        assert!(
+            selection.contains("need fingerprint = \"json\""),
+            "{selection}"
+        );
+        let variants = refusal(&route("path_variants = \"maybe\"\n"));
+        assert!(
+            variants.contains("expected \"normalize\" or \"refuse\""),
+            "{variants}"
+        );
     }
 
     #[test]

@@ -1,18 +1,20 @@
 //! Forwarding to the upstream: hop-by-hop headers dropped (RFC 9110 §7.6.1),
 //! `X-Forwarded-*` added, bodies streamed, and the crash window named:
 //!
-//! - the connection to the upstream failed (nothing was sent) → 502, and the
-//!   execution says nothing was dispatched, so its record is released;
-//! - no answer within the route's timeout, or the connection lost after the
-//!   request was written → 504, and on an External route the record becomes
-//!   Unknown (the upstream may have acted): retries get 409
+//! - the connection to the upstream failed or did not open within the
+//!   connect timeout (nothing was sent) → 502 / 503, and the execution says
+//!   nothing was dispatched, so its record is released;
+//! - once the request is being written, only the upstream's answer decides:
+//!   no answer within the route's timeout, the connection lost, or the
+//!   answer's body stalling longer than the idle timeout between two chunks
+//!   → the record becomes Unknown **whatever the route's effect** (the proxy
+//!   cannot see the upstream's transaction): retries get 409
 //!   `outcome-uncertain`, never a second upstream call.
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -22,7 +24,11 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
+use idemkit::core::machine::{Dispatch, Disposition, Policy, classify_attempt};
 use idemkit::http::Execution;
+
+use super::config::Timeouts;
+use super::limits::Idle;
 
 /// Where the upstream is, and this worker's idle connections to it.
 ///
@@ -53,8 +59,12 @@ const MAX_IDLE_PER_WORKER: usize = 256;
 enum SendFailure {
     /// No byte of the request reached the upstream: the attempt had no effect.
     NotSent(String),
+    /// No connection within the connect timeout: nothing was sent either.
+    ConnectTimeout,
     /// The request was (at least partly) written, then the connection failed.
     AfterSent(hyper::Error),
+    /// The request was (at least partly) written and no answer came in time.
+    NoAnswer,
 }
 
 impl Upstream {
@@ -112,17 +122,25 @@ impl Pool {
 
     /// Sends on an idle connection or a new one. A pooled connection the
     /// upstream closed while it was idle is dropped and the request tried on
-    /// the next (it was never written, so this sends it at most once).
+    /// the next (it was never written, so this sends it at most once). Each
+    /// phase has its timeout: connecting (nothing sent), then from writing the
+    /// request to the answer's head, then between two chunks of its body.
+    /// `execution` learns when the request leaves.
     async fn send(
         self: &Arc<Self>,
         mut request: Request<Body>,
+        timeouts: Timeouts,
+        execution: Option<&Execution>,
     ) -> Result<Response<Body>, SendFailure> {
         loop {
             let pooled = self.checkout();
             let reused = pooled.is_some();
             let mut sender = match pooled {
                 Some(sender) => sender,
-                None => self.connect().await.map_err(SendFailure::NotSent)?,
+                None => match tokio::time::timeout(timeouts.connect, self.connect()).await {
+                    Ok(connected) => connected.map_err(SendFailure::NotSent)?,
+                    Err(_) => return Err(SendFailure::ConnectTimeout),
+                },
             };
             if let Err(e) = sender.ready().await {
                 if reused {
@@ -130,7 +148,17 @@ impl Pool {
                 }
                 return Err(SendFailure::NotSent(format!("connection closed: {e}")));
             }
-            match sender.try_send_request(request).await {
+            if let Some(execution) = execution {
+                execution.sent_downstream();
+            }
+            let sent =
+                tokio::time::timeout(timeouts.answer, sender.try_send_request(request)).await;
+            let Ok(sent) = sent else {
+                // Perhaps written, perhaps acted on: the connection is dropped
+                // with the request, and only an answer could have told.
+                return Err(SendFailure::NoAnswer);
+            };
+            match sent {
                 Ok(response) => {
                     let (head, body) = response.into_parts();
                     let body = GivesBackAtEnd {
@@ -138,6 +166,7 @@ impl Pool {
                         sender: Some(sender),
                         pool: Arc::clone(self),
                     };
+                    let body = Idle::new(body, timeouts.body_idle);
                     return Ok(Response::from_parts(head, Body::new(body)));
                 }
                 Err(mut e) => match e.take_message() {
@@ -230,9 +259,33 @@ fn forwarded_for(ip: IpAddr) -> Option<HeaderValue> {
 #[derive(Clone)]
 pub(crate) struct Forward {
     pub(crate) upstream: Upstream,
-    pub(crate) timeout: Duration,
+    pub(crate) timeouts: Timeouts,
     /// Whether the `Idempotency-Key` goes on to the upstream.
     pub(crate) forward_key: bool,
+    /// A Local route's own policy: its claims are recorded as External (a
+    /// lost proxy leaves them unresolved, never taken over), and the answers
+    /// its upstream sends are classified by this one (a 5xx released).
+    pub(crate) answers_as: Option<Policy>,
+}
+
+/// A [`Forward`] as the tower service an idempotency layer wraps.
+#[derive(Clone)]
+pub(crate) struct Forwarder(pub(crate) Arc<Forward>);
+
+impl tower::Service<Request<Body>> for Forwarder {
+    type Response = Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let forward = Arc::clone(&self.0);
+        Box::pin(async move { Ok(forward.send(request).await) })
+    }
 }
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
@@ -289,7 +342,7 @@ fn strip_listed(headers: &mut HeaderMap) {
 }
 
 /// A problem answer of the proxy itself (the upstream's answers pass as they are).
-fn problem(status: StatusCode, name: &str, title: &str, detail: &str) -> Response<Body> {
+pub(crate) fn problem(status: StatusCode, name: &str, title: &str, detail: &str) -> Response<Body> {
     let body = serde_json::json!({
         "type": format!("https://idemkit.dev/problems/{name}"),
         "title": title,
@@ -365,12 +418,22 @@ impl Forward {
         parts.extensions = http::Extensions::new();
         let request = Request::from_parts(parts, body);
 
-        match tokio::time::timeout(self.timeout, self.upstream.pool.send(request)).await {
-            Ok(Ok(mut response)) => {
+        let sent = self
+            .upstream
+            .pool
+            .send(request, self.timeouts, execution.as_ref())
+            .await;
+        match sent {
+            Ok(mut response) => {
+                if let (Some(execution), Some(policy)) = (&execution, &self.answers_as) {
+                    // The upstream answered: its transaction's fate is known.
+                    let status = response.status().as_u16();
+                    execution.record_as(classify_attempt(status, policy, Dispatch::Unknown));
+                }
                 strip_hop_by_hop(response.headers_mut());
                 response
             }
-            Ok(Err(SendFailure::NotSent(e))) => {
+            Err(SendFailure::NotSent(e)) => {
                 // Nothing reached the upstream: the attempt had no effect.
                 if let Some(execution) = &execution {
                     execution.nothing_dispatched();
@@ -384,7 +447,28 @@ impl Forward {
                      Nothing was executed; a retry with the same key may execute.",
                 )
             }
-            Ok(Err(SendFailure::AfterSent(e))) => {
+            Err(SendFailure::ConnectTimeout) => {
+                if let Some(execution) = &execution {
+                    execution.nothing_dispatched();
+                }
+                tracing::warn!("no connection to the upstream in time; nothing was sent");
+                let mut response = problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "upstream-connect-timeout",
+                    "The upstream did not accept a connection in time",
+                    "No connection to the upstream opened within the connect timeout, so the \
+                     request was not sent. Nothing was executed; a retry with the same key may \
+                     execute.",
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                response
+            }
+            Err(SendFailure::AfterSent(e)) => {
+                if let Some(execution) = &execution {
+                    execution.record_as(Disposition::Unknown);
+                }
                 tracing::warn!(error = %e, "the upstream connection failed after the request was sent");
                 problem(
                     StatusCode::GATEWAY_TIMEOUT,
@@ -394,9 +478,13 @@ impl Forward {
                      have acted. Do not retry automatically.",
                 )
             }
-            Err(_) => {
+            Err(SendFailure::NoAnswer) => {
+                if let Some(execution) = &execution {
+                    execution.record_as(Disposition::Unknown);
+                }
                 tracing::warn!(
-                    timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+                    timeout_ms =
+                        u64::try_from(self.timeouts.answer.as_millis()).unwrap_or(u64::MAX),
                     "the upstream did not answer in time"
                 );
                 problem(

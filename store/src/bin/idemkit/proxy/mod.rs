@@ -6,26 +6,30 @@
 pub(crate) mod admin;
 pub(crate) mod config;
 pub(crate) mod forward;
-mod templates;
+mod limits;
+mod paths;
+pub(crate) mod tenant;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Body;
-use axum::routing::MethodRouter;
 use clap::Args;
-use http::Request;
-use http::request::Parts;
-use idemkit::http::{IdempotencyLayer, KeyRequirement, Metrics, RouteConfig};
+use http::{HeaderValue, Request, StatusCode, header};
+use idemkit::core::record::EffectKind;
+use idemkit::http::{
+    Executions, Idempotency, IdempotencyLayer, KeyRequirement, Metrics, RouteConfig,
+};
 use idemkit::store::Store;
 
 use crate::exit;
 use config::{ProxyConfig, StoreChoice, TenantRule};
-use forward::{Forward, Upstream};
-use templates::Templates;
+use forward::{Forward, Forwarder, Upstream, problem};
+use limits::{Connections, Slot};
+use paths::{Refusal, Resolved, RouteTable};
 
 /// Serve DESIGN.md's idempotency contract in front of an HTTP API.
 ///
@@ -33,11 +37,15 @@ use templates::Templates;
 /// contract: a key is claimed before the request goes upstream, the answer is
 /// recorded and replayed, a changed request is refused (422), a retry while the
 /// first is running gets 409, and an upstream that may have acted without
-/// answering (timeout, lost connection) leaves the record unknown instead of
-/// sending again. Everything else passes through, streamed.
+/// answering (timeout, lost connection, stalled body) leaves the record unknown
+/// instead of sending again. A variant of a route's path (a trailing `/`, `//`,
+/// dot segments, `;` parameters, letter case, encoded letters) is the route.
+/// Everything else passes through, streamed.
 ///
-/// SIGTERM or SIGINT: stop accepting, let running requests finish and record,
-/// then exit 0. A bad config file exits 64 with the file, line and what is wrong.
+/// SIGTERM or SIGINT: stop accepting, wait up to `shutdown_grace_ms` for every
+/// running execution (whether its client still waits or not) to record, then
+/// exit 0; what is still running then is named and left to its lease's expiry
+/// (exit 75). A bad config file exits 64 with the file, line and what is wrong.
 ///
 /// Examples:
 ///   idemkit proxy --config examples/proxy.toml
@@ -79,7 +87,25 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     match serve(config, store, workers) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Stopped::AllRecorded) => {
+            eprintln!("idemkit proxy: stopped; every running execution recorded its outcome");
+            ExitCode::SUCCESS
+        }
+        Ok(Stopped::GraceOver { grace, left }) => {
+            let names: Vec<String> = left.iter().map(ToString::to_string).collect();
+            eprintln!(
+                "idemkit proxy: stopped after the {} ms grace period; {} running execution(s) \
+                 had not recorded and are left to their lease's expiry (a retry gets 409 until \
+                 then): {}",
+                grace.as_millis(),
+                names.len(),
+                names.join(", ")
+            );
+            // Straight out: the running executions' guards must not be dropped
+            // (that would record them as if they had failed); their records
+            // stay Running until the lease expires, as after a crash.
+            std::process::exit(i32::from(exit::TEMP_FAIL));
+        }
         Err(e) => {
             eprintln!("idemkit proxy: {e}");
             ExitCode::from(exit::IO_ERR)
@@ -87,6 +113,7 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
     }
 }
 
+/// Opens the configured store.
 pub(crate) fn open_store(choice: &StoreChoice) -> Result<Store, String> {
     match choice {
         StoreChoice::Redb(path) => {
@@ -125,68 +152,35 @@ pub(crate) fn open_store(choice: &StoreChoice) -> Result<Store, String> {
     }
 }
 
-/// The tenant of a request, by the configured rule.
-pub(crate) fn principal(
-    rule: &TenantRule,
-) -> impl Fn(&Parts) -> Option<String> + Send + Sync + 'static {
-    let rule = rule.clone();
-    move |parts: &Parts| match &rule {
-        TenantRule::Header(name) => parts
-            .headers
-            .get(name.as_str())
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned),
-        TenantRule::DigestOf(name) => parts
-            .headers
-            .get(name.as_str())
-            .filter(|v| !v.is_empty())
-            .map(|v| {
-                let digest = blake3::derive_key("idemkit proxy tenant credential v1", v.as_bytes());
-                let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-                format!("cred-{hex}")
-            }),
-        TenantRule::Fixed(tenant) => Some(tenant.clone()),
-    }
-}
+/// One configured route's service: its idempotency layer around a forwarder.
+type RouteService = Idempotency<Forwarder>;
 
-fn forwarder(forward: Arc<Forward>) -> MethodRouter {
-    axum::routing::any(move |request: Request<Body>| {
-        let forward = Arc::clone(&forward);
-        async move { forward.send(request).await }
-    })
-}
-
-/// The router: one method router per configured path, each configured method
-/// behind its idempotency layer, every other method and path passed through.
-/// `passthrough` is the worker's one pass-through forwarder; its upstream
-/// (the worker's connection pool) serves every route.
-fn app(
-    config: &ProxyConfig,
-    store: &Store,
-    metrics: &Arc<Metrics>,
-    passthrough: &Arc<Forward>,
-) -> Router {
-    let upstream = &passthrough.upstream;
-    let mut paths: Vec<&str> = config.routes.iter().map(|r| r.path.as_str()).collect();
-    paths.sort_unstable();
-    paths.dedup();
-    let mut router = Router::new();
-    for path in paths {
-        let mut methods = MethodRouter::new().fallback_service(forwarder(Arc::clone(passthrough)));
-        for route in config.routes.iter().filter(|r| r.path == path) {
-            let mut rc = RouteConfig::new(route.operation.clone(), route.effect)
+/// The configured routes' services, in configuration order (the route
+/// table's indexes), all forwarding through `upstream` (a worker's pool).
+fn route_services(shared: &Shared, upstream: &Upstream) -> Vec<RouteService> {
+    let config = &shared.config;
+    config
+        .routes
+        .iter()
+        .map(|route| {
+            // Behind a proxy nobody sees the upstream's transaction: every
+            // claim is recorded as External, so a claim whose proxy died (or
+            // whose answer never came) is unresolved, never taken over and
+            // sent again. A Local route's answers keep its own rules (below).
+            let claimed = route.policy.with_effect(EffectKind::External);
+            let mut rc = RouteConfig::new(route.operation.clone(), EffectKind::External)
                 .fingerprint(route.spec.clone())
-                .policy(route.policy)
-                .principal(principal(&config.tenant))
+                .policy(claimed)
+                .principal(tenant::principal(&config.tenant))
                 .key(if route.required {
                     KeyRequirement::Required
                 } else {
                     KeyRequirement::Optional
                 })
                 .owner(format!("proxy:{}", std::process::id()))
-                .metrics(Arc::clone(metrics));
+                .metrics(Arc::clone(&shared.metrics))
+                .executions(Arc::clone(&shared.executions))
+                .on_disconnect(route.on_disconnect);
             if let Some(limit) = route.max_execution {
                 rc = rc.max_execution(limit);
             }
@@ -199,52 +193,53 @@ fn app(
             if let Some(after) = route.store_retry_after {
                 rc = rc.store_retry_after(after);
             }
-            rc = rc.on_disconnect(route.on_disconnect);
-            let forward = forwarder(Arc::new(Forward {
+            let forward = Forwarder(Arc::new(Forward {
                 upstream: upstream.clone(),
-                timeout: route.upstream_timeout,
+                timeouts: route.timeouts,
                 forward_key: route.forward_key,
+                answers_as: (route.effect == EffectKind::Local).then_some(route.policy),
             }));
-            let service = tower::Layer::layer(&IdempotencyLayer::new(store.clone(), rc), forward);
-            let Ok(filter) = axum::routing::MethodFilter::try_from(route.method.clone()) else {
-                // config.rs accepted only methods a filter exists for.
-                continue;
-            };
-            methods = methods.on_service(filter, service);
-        }
-        router = router.route(path, methods);
-    }
-    router.fallback_service(forwarder(Arc::clone(passthrough)))
+            tower::Layer::layer(&IdempotencyLayer::new(shared.store.clone(), rc), forward)
+        })
+        .collect()
 }
 
 /// What a worker's connections dispatch to.
 #[derive(Clone)]
 struct Entry {
-    /// The configured routes (each behind its idempotency layer); a path
-    /// there with another method, or no route at all, falls back to the
-    /// pass-through.
-    routes: Router,
-    /// The configured path templates: a request no template can match goes
-    /// straight to the pass-through, without the router's matching, boxing
-    /// and method dispatch (a quarter of the proxy's own instructions on the
-    /// pass-through benchmark, by callgrind).
-    templates: Arc<Templates>,
+    /// Which route a request is (path variants included).
+    table: Arc<RouteTable>,
+    /// Each configured route behind its idempotency layer, by table index.
+    routes: Arc<Vec<RouteService>>,
     passthrough: Arc<Forward>,
+    tenant: Arc<TenantRule>,
+    request_body_idle: Duration,
 }
 
-/// One accepted connection: the entry and the caller's address.
+/// One accepted connection: the entry, the caller's address, and its place
+/// among the open connections.
 #[derive(Clone)]
 struct Connection {
     entry: Entry,
     peer: SocketAddr,
+    slot: Arc<Slot>,
+}
+
+type Answer = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<axum::response::Response, std::convert::Infallible>>
+            + Send,
+    >,
+>;
+
+fn answer(response: axum::response::Response) -> Answer {
+    Box::pin(std::future::ready(Ok(response)))
 }
 
 impl tower::Service<Request<Body>> for Connection {
     type Response = axum::response::Response;
     type Error = std::convert::Infallible;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
-    >;
+    type Future = Answer;
 
     fn poll_ready(
         &mut self,
@@ -253,18 +248,93 @@ impl tower::Service<Request<Body>> for Connection {
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        if !self.slot.within_cap {
+            return answer(too_many_connections());
+        }
+        let mut request = limits::with_body_idle_timeout(request, self.entry.request_body_idle);
         request
             .extensions_mut()
             .insert(axum::extract::ConnectInfo(self.peer));
-        if self.entry.templates.may_match(request.uri().path()) {
-            let mut routes = self.entry.routes.clone();
-            Box::pin(async move { tower::Service::call(&mut routes, request).await })
-        } else {
-            let passthrough = Arc::clone(&self.entry.passthrough);
-            Box::pin(async move { Ok(passthrough.send(request).await) })
+        match self
+            .entry
+            .table
+            .resolve(request.method(), request.uri().path())
+        {
+            Resolved::PassThrough => {
+                let passthrough = Arc::clone(&self.entry.passthrough);
+                Box::pin(async move { Ok(passthrough.send(request).await) })
+            }
+            Resolved::Refused(refusal) => answer(refused_path(&refusal)),
+            Resolved::Route { index, path } => {
+                if tenant::repeated(&self.entry.tenant, request.headers()) {
+                    return answer(problem(
+                        StatusCode::BAD_REQUEST,
+                        "ambiguous-tenant",
+                        "The tenant header was sent more than once",
+                        "The request names its tenant twice; send the tenant's header once. \
+                         Nothing was executed.",
+                    ));
+                }
+                if path != request.uri().path() {
+                    match normalized_uri(request.uri(), &path) {
+                        Some(uri) => *request.uri_mut() = uri,
+                        None => return answer(refused_path(&Refusal::Ambiguous)),
+                    }
+                }
+                let Some(route) = self.entry.routes.get(index).cloned() else {
+                    return answer(refused_path(&Refusal::Ambiguous));
+                };
+                Box::pin(async move { tower::ServiceExt::oneshot(route, request).await })
+            }
         }
     }
+}
+
+/// `uri` with its path replaced by `path` (its query kept).
+fn normalized_uri(uri: &http::Uri, path: &str) -> Option<http::Uri> {
+    let path_and_query = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    http::Uri::try_from(path_and_query).ok()
+}
+
+fn refused_path(refusal: &Refusal) -> axum::response::Response {
+    match refusal {
+        Refusal::Ambiguous => problem(
+            StatusCode::BAD_REQUEST,
+            "ambiguous-path",
+            "The request path is ambiguous",
+            "The path holds an encoded `/` or `\\`, a NUL or a malformed escape, and one way \
+             of reading it is an idempotent route: routers disagree on such paths, so it is \
+             refused rather than forwarded. Nothing was executed.",
+        ),
+        Refusal::Variant { canonical } => problem(
+            StatusCode::BAD_REQUEST,
+            "non-canonical-path",
+            "The request path is a variant of an idempotent route",
+            &format!(
+                "This route accepts only its own spelling of the path: send it to {canonical}. \
+                 Nothing was executed."
+            ),
+        ),
+    }
+}
+
+/// The answer on a connection past `max_connections`, which then closes.
+fn too_many_connections() -> axum::response::Response {
+    let mut response = problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too-many-connections",
+        "Too many open connections",
+        "The proxy holds as many client connections as it is configured to; this one is \
+         closed. Nothing was executed; retry later.",
+    );
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// What every worker shares.
@@ -272,7 +342,29 @@ struct Shared {
     config: ProxyConfig,
     store: Store,
     metrics: Arc<Metrics>,
+    /// Every route's running executions, attached to a client or not.
+    executions: Arc<Executions>,
+    connections: Arc<Connections>,
     stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// How the proxy stopped.
+enum Stopped {
+    /// Every running execution recorded its outcome.
+    AllRecorded,
+    /// The grace period ended first; these executions were still running.
+    GraceOver {
+        grace: Duration,
+        left: Vec<idemkit::core::LogRef>,
+    },
+}
+
+/// What the serving threads tell the main one.
+enum Event {
+    /// SIGTERM or SIGINT arrived (again, for a second one).
+    Stop(Instant),
+    /// A worker ended: its connections closed and no execution runs.
+    WorkerDone(Result<(), String>),
 }
 
 /// Serves with `workers` threads, each a single-threaded runtime with its own
@@ -280,15 +372,22 @@ struct Shared {
 /// connections) and its own upstream pool, the way nginx runs its workers: a
 /// request never hops between threads. Worker 0 also runs the admin listener
 /// and GC.
-fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<(), String> {
+///
+/// After a stop signal the workers close their listeners and wait for their
+/// connections and for every running execution; this thread waits for them
+/// up to the grace period (a second signal ends it at once).
+fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<Stopped, String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    spawn_signal_thread(stop_tx, "proxy")?;
+    let (events, inbox) = std::sync::mpsc::channel();
+    spawn_signal_thread(stop_tx.clone(), events.clone())?;
     let metrics = Arc::new(Metrics::new());
     metrics.orphans_settled(store.orphans_settled_at_open().len());
     let shared = Arc::new(Shared {
+        connections: Connections::new(config.max_connections),
         config,
         store,
         metrics,
+        executions: Arc::new(Executions::new()),
         stop: stop_rx,
     });
     let first: SocketAddr = shared
@@ -297,7 +396,13 @@ fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<(), String
         .parse()
         .map_err(|e| format!("listen {}: {e}", shared.config.listen))?;
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    let mut threads = vec![spawn_worker(0, Arc::clone(&shared), first, Some(bound_tx))?];
+    spawn_worker(
+        0,
+        Arc::clone(&shared),
+        first,
+        Some(bound_tx),
+        events.clone(),
+    )?;
     // The first worker bound the address (a port 0 became a real one); the
     // others bind the same.
     let addr = match bound_rx.recv() {
@@ -305,30 +410,58 @@ fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<(), String
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err("the first worker stopped before it listened".to_owned()),
     };
-    for id in 1..workers.max(1) {
-        threads.push(spawn_worker(id, Arc::clone(&shared), addr, None)?);
+    let workers = workers.max(1);
+    for id in 1..workers {
+        spawn_worker(id, Arc::clone(&shared), addr, None, events.clone())?;
     }
+    drop(events);
     println!(
-        "idemkit proxy: {} routes to {}, {} workers, listening on http://{addr}",
+        "idemkit proxy: {} routes to {}, {workers} workers, listening on http://{addr}",
         shared.config.routes.len(),
         shared.config.upstream,
-        threads.len()
     );
+    let grace = shared.config.shutdown_grace;
+    let mut running = workers;
+    let mut deadline: Option<Instant> = None;
     let mut failure = None;
-    for thread in threads {
-        match thread.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failure = Some(e),
-            Err(_) => failure = Some("a worker panicked".to_owned()),
+    while running > 0 {
+        let event = match deadline {
+            None => inbox.recv().ok(),
+            Some(at) => inbox
+                .recv_timeout(at.saturating_duration_since(Instant::now()))
+                .ok(),
+        };
+        match event {
+            Some(Event::Stop(at)) => {
+                deadline = Some(match deadline {
+                    None => at + grace,
+                    // A second signal: stop waiting.
+                    Some(_) => at,
+                });
+            }
+            Some(Event::WorkerDone(result)) => {
+                running -= 1;
+                if let Err(e) = result {
+                    failure = Some(e);
+                    // The others stop too, and get the grace period.
+                    let _ = stop_tx.send(true);
+                    deadline.get_or_insert_with(|| Instant::now() + grace);
+                }
+            }
+            // The grace period is over (or every sender is gone).
+            None => break,
         }
     }
-    match failure {
-        Some(e) => Err(e),
-        None => {
-            eprintln!("idemkit proxy: stopped; running requests finished and were recorded");
-            Ok(())
-        }
+    if let Some(e) = failure {
+        return Err(e);
     }
+    if running == 0 && shared.executions.is_empty() {
+        return Ok(Stopped::AllRecorded);
+    }
+    Ok(Stopped::GraceOver {
+        grace,
+        left: shared.executions.log_refs(),
+    })
 }
 
 type Bound = std::sync::mpsc::Sender<Result<SocketAddr, String>>;
@@ -338,7 +471,8 @@ fn spawn_worker(
     shared: Arc<Shared>,
     addr: SocketAddr,
     bound: Option<Bound>,
-) -> Result<std::thread::JoinHandle<Result<(), String>>, String> {
+    events: std::sync::mpsc::Sender<Event>,
+) -> Result<(), String> {
     std::thread::Builder::new()
         .name(format!("proxy-worker-{id}"))
         .spawn(move || {
@@ -346,17 +480,18 @@ fn spawn_worker(
                 .enable_all()
                 .build()
                 .map_err(|e| format!("cannot start a runtime: {e}"));
-            let runtime = match runtime {
-                Ok(r) => r,
+            let result = match runtime {
+                Ok(runtime) => runtime.block_on(worker(id, shared, addr, bound)),
                 Err(e) => {
                     if let Some(tx) = &bound {
                         let _ = tx.send(Err(e.clone()));
                     }
-                    return Err(e);
+                    Err(e)
                 }
             };
-            runtime.block_on(worker(id, shared, addr, bound))
+            let _ = events.send(Event::WorkerDone(result));
         })
+        .map(drop)
         .map_err(|e| format!("cannot start worker {id}: {e}"))
 }
 
@@ -412,34 +547,40 @@ async fn worker(
     // One pool of upstream connections per worker, for every route.
     let passthrough = Arc::new(Forward {
         upstream: Upstream::new(&shared.config.upstream),
-        timeout: shared.config.upstream_timeout,
+        timeouts: shared.config.timeouts,
         forward_key: true,
+        answers_as: None,
     });
     let entry = Entry {
-        routes: app(&shared.config, &shared.store, &shared.metrics, &passthrough),
-        templates: Arc::new(Templates::new(
-            shared.config.routes.iter().map(|r| r.path.as_str()),
-        )),
+        table: Arc::new(RouteTable::new(&shared.config.routes)),
+        routes: Arc::new(route_services(&shared, &passthrough.upstream)),
         passthrough,
+        tenant: Arc::new(shared.config.tenant.clone()),
+        request_body_idle: shared.config.request_body_idle,
     };
     let mut stop = shared.stop.clone();
     // Small answers go out at once (no Nagle delay behind the client's ACK).
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let connections = tower::service_fn(move |incoming: axum::serve::IncomingStream<'_, _>| {
+    let connections = Arc::clone(&shared.connections);
+    let make = tower::service_fn(move |incoming: axum::serve::IncomingStream<'_, _>| {
         let connection = Connection {
             entry: entry.clone(),
             peer: *incoming.remote_addr(),
+            slot: Arc::new(connections.open()),
         };
         std::future::ready(Ok::<_, std::convert::Infallible>(connection))
     });
-    axum::serve(listener, connections)
+    axum::serve(listener, make)
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;
         })
         .await
-        .map_err(|e| format!("serving: {e}"))
+        .map_err(|e| format!("serving: {e}"))?;
+    // The connections are closed; executions whose client left run on.
+    shared.executions.idle().await;
+    Ok(())
 }
 
 /// Every forwarded request arms a timeout (the route's `upstream_timeout_ms`).
@@ -454,13 +595,13 @@ fn keep_the_next_timer_close(config: &ProxyConfig) {
     let shortest = config
         .routes
         .iter()
-        .map(|r| r.upstream_timeout)
-        .fold(config.upstream_timeout, std::cmp::min);
+        .map(|r| r.timeouts.answer)
+        .fold(config.timeouts.answer, std::cmp::min);
     let period = shortest
-        .min(std::time::Duration::from_secs(1))
+        .min(Duration::from_secs(1))
         .checked_div(2)
         .unwrap_or_default()
-        .max(std::time::Duration::from_millis(1));
+        .max(Duration::from_millis(1));
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -493,21 +634,55 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
     });
     let mut stop = shared.stop.clone();
     tokio::spawn(async move {
-        let _ = axum::serve(admin_listener, admin::router(admin))
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await;
+        let _ = axum::serve(
+            admin_listener,
+            admin::router(admin).into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
     });
+    if shared.config.admin_token.is_none() {
+        eprintln!(
+            "idemkit proxy: the admin listener on {admin_bound} has no token \
+             (admin_insecure_no_token): anyone on this host can list keys and resolve records"
+        );
+    }
     println!("idemkit proxy: admin on http://{admin_bound}");
     Ok(())
 }
 
-/// SIGTERM / SIGINT → graceful shutdown (axum stops accepting and waits for the
-/// connections it serves, so every running execution records its outcome).
-/// `command` names the subcommand in the message (`proxy`, `mcp`).
+/// SIGTERM / SIGINT → graceful shutdown: the workers stop accepting, and the
+/// main thread waits for running executions up to the grace period (a second
+/// signal ends the wait).
 #[cfg(unix)]
-pub(crate) fn spawn_signal_thread(
+fn spawn_signal_thread(
+    stop: tokio::sync::watch::Sender<bool>,
+    events: std::sync::mpsc::Sender<Event>,
+) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            eprintln!(
+                "idemkit proxy: stopping (no new connections; waiting for running executions to record)"
+            );
+            let _ = stop.send(true);
+            if events.send(Event::Stop(Instant::now())).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// SIGTERM / SIGINT → `stop` (for `idemkit mcp`: axum stops accepting and
+/// waits for the connections it serves). `command` names the subcommand in
+/// the message.
+#[cfg(unix)]
+pub(crate) fn stop_on_signal(
     stop: tokio::sync::watch::Sender<bool>,
     command: &'static str,
 ) -> Result<(), String> {
@@ -527,13 +702,21 @@ pub(crate) fn spawn_signal_thread(
 
 /// Elsewhere the process ends with the default handling of Ctrl-C.
 #[cfg(not(unix))]
-pub(crate) fn spawn_signal_thread(
+pub(crate) fn stop_on_signal(
     _stop: tokio::sync::watch::Sender<bool>,
     _command: &'static str,
 ) -> Result<(), String> {
     Ok(())
 }
 
+/// Elsewhere the process ends with the default handling of Ctrl-C.
+#[cfg(not(unix))]
+fn spawn_signal_thread(
+    _stop: tokio::sync::watch::Sender<bool>,
+    _events: std::sync::mpsc::Sender<Event>,
+) -> Result<(), String> {
+    Ok(())
+}
 /// Prunes and deletes records past their windows every `interval`, in batches.
 pub(crate) fn spawn_gc(store: Store, metrics: Arc<Metrics>, interval: std::time::Duration) {
     tokio::spawn(async move {
