@@ -188,7 +188,7 @@ fn numbers(rng: &mut Rng, target: usize, out: &mut String) {
             4 => {
                 // An exponent, rewritten: `25e-1`, `3E2`.
                 push_u32(out, a);
-                out.push_str(if b % 2 == 0 { "e-2" } else { "E2" });
+                out.push_str(if b.is_multiple_of(2) { "e-2" } else { "E2" });
             }
             5 => {
                 out.push_str("0.");

@@ -391,10 +391,10 @@ fn download(addr: SocketAddr, path: &str, key: &str) -> (u16, Option<String>, u6
         if line.trim().is_empty() {
             break;
         }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("idempotent-replayed") {
-                replayed = Some(value.trim().to_owned());
-            }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("idempotent-replayed")
+        {
+            replayed = Some(value.trim().to_owned());
         }
     }
     let length = std::io::copy(&mut reader, &mut std::io::sink()).unwrap();

@@ -41,7 +41,7 @@ fn str_of<'a>(v: &'a Value, name: &str) -> Res<&'a str> {
 
 fn unhex(text: &str) -> Res<Vec<u8>> {
     let digits = text.as_bytes();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err("odd hex length".into());
     }
     digits

@@ -798,13 +798,13 @@ impl World {
         let n = self.step_no;
         StoredResponse {
             status,
-            headers: if n % 2 == 0 {
+            headers: if n.is_multiple_of(2) {
                 vec![("x-n".into(), n.to_le_bytes().to_vec())]
             } else {
                 vec![]
             },
             body: Some(format!("key {key} status {status} op {n}").into_bytes()),
-            resource_ref: (n % 3 != 0).then(|| format!("res-{n}")),
+            resource_ref: (!n.is_multiple_of(3)).then(|| format!("res-{n}")),
         }
     }
 
@@ -1186,26 +1186,27 @@ impl World {
             }
         }
         // A completed key replays the identical response, then ResponseExpired, never Execute.
-        if let Some(p) = self.promises.get(&key) {
-            if same_request(p.scheme, &p.fingerprint, fp, line) && now < p.keep_until {
-                let want_replay = now < p.replay_until;
-                let ok = match answer {
-                    Answer::Replay { response } => want_replay && *response == p.response,
-                    Answer::ResponseExpired {
-                        status,
-                        resource_ref,
-                    } => {
-                        *status == p.response.status && *resource_ref == p.response.resource_ref
-                            // Replay may end early only if GC pruned the body.
-                            && (!want_replay || self.store.get(&key).and_then(|b| Record::decode(b).ok()).is_some_and(|r| matches!(r.state, RecordState::Completed { ref response, .. } if response.body.is_none())))
-                    }
-                    _ => false,
-                };
-                if !ok {
-                    return Err(format!(
-                        "completed key {key} answered {answer:?}, promised {p:?}"
-                    ));
+        if let Some(p) = self.promises.get(&key)
+            && same_request(p.scheme, &p.fingerprint, fp, line)
+            && now < p.keep_until
+        {
+            let want_replay = now < p.replay_until;
+            let ok = match answer {
+                Answer::Replay { response } => want_replay && *response == p.response,
+                Answer::ResponseExpired {
+                    status,
+                    resource_ref,
+                } => {
+                    *status == p.response.status && *resource_ref == p.response.resource_ref
+                        // Replay may end early only if GC pruned the body.
+                        && (!want_replay || self.store.get(&key).and_then(|b| Record::decode(b).ok()).is_some_and(|r| matches!(r.state, RecordState::Completed { ref response, .. } if response.body.is_none())))
                 }
+                _ => false,
+            };
+            if !ok {
+                return Err(format!(
+                    "completed key {key} answered {answer:?}, promised {p:?}"
+                ));
             }
         }
         if let Answer::Execute { token, expires, .. } = answer {
@@ -1214,17 +1215,17 @@ impl World {
             }
             // At most one live lease; an External lease that ended ambiguously is
             // never executed again without resolve/recover.
-            if let Some(&(old_token, old_expires)) = self.active.get(&key) {
-                if now < old_expires || key_is_external(key) {
-                    return Err(format!(
-                        "Execute (token {token}) while lease {old_token} (expires {old_expires}) may still act at {now}"
-                    ));
-                }
+            if let Some(&(old_token, old_expires)) = self.active.get(&key)
+                && (now < old_expires || key_is_external(key))
+            {
+                return Err(format!(
+                    "Execute (token {token}) while lease {old_token} (expires {old_expires}) may still act at {now}"
+                ));
             }
-            if let Some(r) = existing {
-                if *token <= r.last_token.get() {
-                    return Err(format!("token {token} does not grow past {}", r.last_token));
-                }
+            if let Some(r) = existing
+                && *token <= r.last_token.get()
+            {
+                return Err(format!("token {token} does not grow past {}", r.last_token));
             }
             self.issued.entry(key).or_default().push(*token);
             self.active.insert(key, (*token, *expires));
@@ -1274,12 +1275,11 @@ impl World {
                 self.ambiguous.remove(&key);
             }
         }
-        if let Op::Renew { key, .. } = op {
-            if *answer == Answer::Done {
-                if let Some(lease) = self.active.get_mut(key) {
-                    lease.1 = self.now + LEASE_MS;
-                }
-            }
+        if let Op::Renew { key, .. } = op
+            && *answer == Answer::Done
+            && let Some(lease) = self.active.get_mut(key)
+        {
+            lease.1 = self.now + LEASE_MS;
         }
         // Every stored record decodes and obeys the record-level invariants.
         for (key, bytes) in &self.store {
@@ -1297,10 +1297,10 @@ impl World {
                     r.state.name()
                 ));
             }
-            if let RecordState::Running { lease } = &r.state {
-                if r.is_unresolved(t(self.now)) != (self.now >= lease.expires_at.as_millis()) {
-                    return Err(format!("key {key}: is_unresolved disagrees with the lease"));
-                }
+            if let RecordState::Running { lease } = &r.state
+                && r.is_unresolved(t(self.now)) != (self.now >= lease.expires_at.as_millis())
+            {
+                return Err(format!("key {key}: is_unresolved disagrees with the lease"));
             }
             // A store's GC index (ordered by gc_due_at) finds exactly the records
             // gc() has work for.

@@ -413,7 +413,7 @@ fn human_duration(ms: u64) -> String {
         (1_000, "s"),
     ];
     for (size, name) in UNITS {
-        if ms >= size && ms % size == 0 {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{} {name}", ms / size);
         }
     }

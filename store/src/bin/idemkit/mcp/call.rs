@@ -376,10 +376,10 @@ impl Gateway {
             if h.deadline > now {
                 return true;
             }
-            if let Some(mut running) = h.running.take() {
-                if let Some(guard) = running.guard.take() {
-                    guard.abandon();
-                }
+            if let Some(mut running) = h.running.take()
+                && let Some(guard) = running.guard.take()
+            {
+                guard.abandon();
             }
             false
         });

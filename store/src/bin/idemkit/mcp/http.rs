@@ -131,10 +131,10 @@ impl HttpGateway {
                     .await
             }
             Some("tools/call") => {
-                if let Some(name) = message.pointer("/params/name").and_then(Value::as_str) {
-                    if !self.gateway.knows(name) {
-                        self.list_tools(&parts, &message, era).await;
-                    }
+                if let Some(name) = message.pointer("/params/name").and_then(Value::as_str)
+                    && !self.gateway.knows(name)
+                {
+                    self.list_tools(&parts, &message, era).await;
                 }
                 let tenant = (self.tenant)(&parts);
                 match self.gateway.decide(&message, &bytes, tenant, era).await {
@@ -257,10 +257,10 @@ impl HttpGateway {
         let Ok(mut message) = serde_json::from_slice::<Value>(&bytes) else {
             return Response::from_parts(head, Body::from(bytes));
         };
-        if message.get("id") == Some(&id) {
-            if let Some(result) = message.get_mut("result") {
-                rewrite(result);
-            }
+        if message.get("id") == Some(&id)
+            && let Some(result) = message.get_mut("result")
+        {
+            rewrite(result);
         }
         Response::from_parts(head, Body::from(message.to_string()))
     }

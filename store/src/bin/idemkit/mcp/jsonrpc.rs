@@ -330,18 +330,18 @@ pub(crate) fn tools_list_request(id: &str, call: &Value, era: Era, cursor: Optio
     if let Some(cursor) = cursor {
         params.insert("cursor".to_owned(), json!(cursor));
     }
-    if era == Era::Modern {
-        if let Some(Value::Object(meta)) = call.pointer("/params/_meta") {
-            let mut meta = meta.clone();
-            meta.remove(KEY_META);
-            params.insert("_meta".to_owned(), Value::Object(meta));
-        }
+    if era == Era::Modern
+        && let Some(Value::Object(meta)) = call.pointer("/params/_meta")
+    {
+        let mut meta = meta.clone();
+        meta.remove(KEY_META);
+        params.insert("_meta".to_owned(), Value::Object(meta));
     }
     let mut request = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/list" });
-    if !params.is_empty() {
-        if let Some(object) = request.as_object_mut() {
-            object.insert("params".to_owned(), Value::Object(params));
-        }
+    if !params.is_empty()
+        && let Some(object) = request.as_object_mut()
+    {
+        object.insert("params".to_owned(), Value::Object(params));
     }
     request
 }

@@ -194,10 +194,10 @@ async fn relay(
     }
     // The server is gone: a call it never answered may have run.
     for (_, waiting) in relay.pending.drain() {
-        if let Pending::Call { running, .. } = waiting {
-            if let Reply::Replace(answer) = relay.gateway.finish(running, Outcome::Lost).await {
-                let _ = relay.to_client.send(answer.to_string());
-            }
+        if let Pending::Call { running, .. } = waiting
+            && let Reply::Replace(answer) = relay.gateway.finish(running, Outcome::Lost).await
+        {
+            let _ = relay.to_client.send(answer.to_string());
         }
     }
 }
@@ -258,16 +258,16 @@ impl Relay {
             .gateway
             .decide(&message, text.as_bytes(), self.tenant.clone(), era)
             .await;
-        if !self.gc_started {
-            if let Some(store) = self.gateway.store_if_open() {
-                let gateway = &self.gateway;
-                crate::proxy::spawn_gc(
-                    store,
-                    Arc::clone(&gateway.metrics),
-                    gateway.config.gc_interval,
-                );
-                self.gc_started = true;
-            }
+        if !self.gc_started
+            && let Some(store) = self.gateway.store_if_open()
+        {
+            let gateway = &self.gateway;
+            crate::proxy::spawn_gc(
+                store,
+                Arc::clone(&gateway.metrics),
+                gateway.config.gc_interval,
+            );
+            self.gc_started = true;
         }
         match decision {
             Decision::PassThrough => self.to_server(text),
@@ -301,10 +301,10 @@ impl Relay {
         if self.answered.remove(&key) {
             return;
         }
-        if let Some((lookup, page)) = self.lookup.clone() {
-            if lookup == key {
-                return self.listed(&message, page).await;
-            }
+        if let Some((lookup, page)) = self.lookup.clone()
+            && lookup == key
+        {
+            return self.listed(&message, page).await;
         }
         let rewrite = |message: &mut Value, f: &dyn Fn(&mut Value)| {
             if let Some(result) = message.get_mut("result") {
@@ -347,13 +347,12 @@ impl Relay {
         if let Some(result) = message.get("result") {
             self.gateway.learn_tools(result);
             let next = result.get("nextCursor").and_then(Value::as_str);
-            if let (Some(cursor), Some(first)) = (next, self.waiting.first()) {
-                if page + 1 < jsonrpc::MAX_TOOL_PAGES {
-                    if let Ok(call) = serde_json::from_str::<Value>(first) {
-                        let era = Era::of(&call, None);
-                        return self.list_tools(&call, era, Some(cursor), page + 1);
-                    }
-                }
+            if let (Some(cursor), Some(first)) = (next, self.waiting.first())
+                && page + 1 < jsonrpc::MAX_TOOL_PAGES
+                && let Ok(call) = serde_json::from_str::<Value>(first)
+            {
+                let era = Era::of(&call, None);
+                return self.list_tools(&call, era, Some(cursor), page + 1);
             }
         }
         for text in std::mem::take(&mut self.waiting) {

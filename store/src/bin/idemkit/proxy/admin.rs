@@ -126,22 +126,21 @@ fn view(r: &ListedRecord, bodies: bool) -> serde_json::Value {
         "created_at_ms": r.record.created_at.as_millis(),
         "updated_at_ms": r.record.updated_at.as_millis(),
     });
-    if bodies {
-        if let (RecordState::Completed { response, .. }, Some(object)) =
+    if bodies
+        && let (RecordState::Completed { response, .. }, Some(object)) =
             (&r.record.state, view.as_object_mut())
-        {
-            let mut stored = serde_json::json!({
-                "status": response.status,
-                "resource_ref": response.resource_ref,
-            });
-            if let (Some(body), Some(fields)) = (&response.body, stored.as_object_mut()) {
-                match std::str::from_utf8(body) {
-                    Ok(text) => fields.insert("body".to_owned(), text.into()),
-                    Err(_) => fields.insert("body_hex".to_owned(), hex(body).into()),
-                };
-            }
-            object.insert("response".to_owned(), stored);
+    {
+        let mut stored = serde_json::json!({
+            "status": response.status,
+            "resource_ref": response.resource_ref,
+        });
+        if let (Some(body), Some(fields)) = (&response.body, stored.as_object_mut()) {
+            match std::str::from_utf8(body) {
+                Ok(text) => fields.insert("body".to_owned(), text.into()),
+                Err(_) => fields.insert("body_hex".to_owned(), hex(body).into()),
+            };
         }
+        object.insert("response".to_owned(), stored);
     }
     view
 }
@@ -151,7 +150,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())

@@ -694,13 +694,13 @@ fn route(src: &Source<'_>, r: RouteSection, defaults: Timeouts) -> Result<Route,
             ));
         }
     };
-    if content != ContentKind::Json {
-        if let Some(pointer) = r.include.iter().chain(&r.exclude).flatten().next() {
-            return Err(src.at(
-                Some(pointer.span()),
-                "include and exclude pick JSON fields: they need fingerprint = \"json\"",
-            ));
-        }
+    if content != ContentKind::Json
+        && let Some(pointer) = r.include.iter().chain(&r.exclude).flatten().next()
+    {
+        return Err(src.at(
+            Some(pointer.span()),
+            "include and exclude pick JSON fields: they need fingerprint = \"json\"",
+        ));
     }
     let mut spec = FingerprintSpec::new(content);
     for (list, include) in [(&r.include, true), (&r.exclude, false)] {

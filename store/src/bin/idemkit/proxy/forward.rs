@@ -96,10 +96,11 @@ impl Pool {
     }
 
     fn give_back(&self, sender: SendRequest<Body>) {
-        if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < MAX_IDLE_PER_WORKER && !sender.is_closed() {
-                idle.push(sender);
-            }
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < MAX_IDLE_PER_WORKER
+            && !sender.is_closed()
+        {
+            idle.push(sender);
         }
     }
 
@@ -244,10 +245,10 @@ fn forwarded_for(ip: IpAddr) -> Option<HeaderValue> {
     }
     LAST.with(|last| {
         let mut last = last.borrow_mut();
-        if let Some((cached, value)) = last.as_ref() {
-            if *cached == ip {
-                return Some(value.clone());
-            }
+        if let Some((cached, value)) = last.as_ref()
+            && *cached == ip
+        {
+            return Some(value.clone());
         }
         let value = HeaderValue::from_str(&ip.to_string()).ok()?;
         *last = Some((ip, value.clone()));
