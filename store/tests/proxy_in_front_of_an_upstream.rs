@@ -25,17 +25,6 @@ fn withdraw(proxy: &ProxyProcess, key: &str) -> Reply {
     )
 }
 
-fn admin_get(proxy: &ProxyProcess, path: &str) -> Reply {
-    request(
-        proxy.admin,
-        "GET",
-        path,
-        &[("Authorization", &admin_authorization())],
-        b"",
-    )
-    .unwrap()
-}
-
 fn redb_store(dir: &std::path::Path) -> String {
     format!("path = {:?}", dir.join("proxy.redb"))
 }
@@ -213,7 +202,7 @@ fn an_upstream_timeout_is_504_then_outcome_uncertain_with_one_upstream_call() {
     assert_eq!(upstream.calls("slow"), 1, "never a second upstream call");
 
     // The operator sees it and settles it through the admin listener.
-    let unknown = admin_get(&proxy, "/records?state=unknown");
+    let unknown = proxy.admin("GET", "/records?state=unknown", b"");
     let listed = unknown.json();
     let records = listed["records"].as_array().unwrap();
     assert_eq!(records.len(), 1, "{listed}");
@@ -328,7 +317,7 @@ fn metrics_count_the_claims_and_the_replays() {
         Some("acme"),
         br#"{"amount":1}"#,
     );
-    let metrics = admin_get(&proxy, "/metrics");
+    let metrics = proxy.admin("GET", "/metrics", b"");
     assert_eq!(metrics.status, 200);
     let text = String::from_utf8(metrics.body).unwrap();
     for line in [
