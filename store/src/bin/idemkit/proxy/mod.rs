@@ -181,6 +181,9 @@ fn app(
             if let Some(bytes) = route.max_stored_response_bytes {
                 rc = rc.max_stored_response_bytes(bytes);
             }
+            if let Some(list) = &route.replayed_headers {
+                rc = rc.replayed_headers(list.clone());
+            }
             if let Some(bytes) = route.body_limit {
                 rc = rc.body_limit(bytes);
             }
