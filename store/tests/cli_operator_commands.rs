@@ -159,3 +159,55 @@ fn list_show_resolve_gc_stats() {
         (Some(0), Some(0))
     );
 }
+
+/// A stored body is whatever a handler or command produced, possibly a
+/// client's input echoed back: printed raw, its escape sequences reached the
+/// operator's terminal (clear the screen, retitle the window, hide a line
+/// behind a carriage return). `show` prints control characters escaped; the
+/// exact bytes stay available with `--json`.
+#[test]
+fn show_escapes_control_characters_of_stored_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.redb");
+    let out = exec(
+        &db,
+        "esc",
+        &["--effect", "local"],
+        r"printf 'ok\033[2J\033]0;owned\007\rfake\n'",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let args = [
+        "show",
+        "--tenant",
+        "acme",
+        "--operation",
+        "report",
+        "--key",
+        "esc",
+    ];
+    let shown = idemkit(&db, &args);
+    assert_eq!(shown.status.code(), Some(0));
+    for raw in [0x1b_u8, 0x07, b'\r'] {
+        assert!(
+            !shown.stdout.contains(&raw),
+            "show printed byte {raw:#04x} raw: {:?}",
+            String::from_utf8_lossy(&shown.stdout)
+        );
+    }
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains(r"ok\u{1b}[2J\u{1b}]0;owned\u{7}\u{d}fake"),
+        "{text}"
+    );
+    // --json keeps the exact bytes (escaped by JSON itself).
+    let exact = json(&idemkit(&db, &[&args[..], &["--json"]].concat()));
+    assert_eq!(
+        exact["response"]["body"]["utf8"],
+        "ok\u{1b}[2J\u{1b}]0;owned\u{7}\rfake\n"
+    );
+}
