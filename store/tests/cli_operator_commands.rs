@@ -43,6 +43,20 @@ fn exec(db: &Path, key: &str, extra: &[&str], script: &str) -> Output {
     idemkit(db, &args)
 }
 
+/// `idemkit show` of the record `key` (tenant acme, operation report).
+fn show(db: &Path, key: &str, extra: &[&str]) -> Output {
+    let args = [
+        "show",
+        "--tenant",
+        "acme",
+        "--operation",
+        "report",
+        "--key",
+        key,
+    ];
+    idemkit(db, &[&args[..], extra].concat())
+}
+
 #[test]
 fn list_show_resolve_gc_stats() {
     let dir = tempfile::tempdir().unwrap();
@@ -74,33 +88,10 @@ fn list_show_resolve_gc_stats() {
     let released = json(&idemkit(&db, &["list", "--state", "released", "--json"]));
     assert_eq!(released[0]["key"], "released");
 
-    let shown = json(&idemkit(
-        &db,
-        &[
-            "show",
-            "--tenant",
-            "acme",
-            "--operation",
-            "report",
-            "--key",
-            "done",
-            "--json",
-        ],
-    ));
+    let shown = json(&show(&db, "done", &["--json"]));
     assert_eq!(shown["state"], "completed");
     assert_eq!(shown["response"]["body"]["utf8"], "SECRET-BODY\n");
-    let missing = idemkit(
-        &db,
-        &[
-            "show",
-            "--tenant",
-            "acme",
-            "--operation",
-            "report",
-            "--key",
-            "nope",
-        ],
-    );
+    let missing = show(&db, "nope", &[]);
     assert_eq!(missing.status.code(), Some(65));
 
     // Resolve the unknown one as applied, with a body to replay.
@@ -181,16 +172,7 @@ fn show_escapes_control_characters_of_stored_bodies() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let args = [
-        "show",
-        "--tenant",
-        "acme",
-        "--operation",
-        "report",
-        "--key",
-        "esc",
-    ];
-    let shown = idemkit(&db, &args);
+    let shown = show(&db, "esc", &[]);
     assert_eq!(shown.status.code(), Some(0));
     for raw in [0x1b_u8, 0x07, b'\r'] {
         assert!(
@@ -205,7 +187,7 @@ fn show_escapes_control_characters_of_stored_bodies() {
         "{text}"
     );
     // --json keeps the exact bytes (escaped by JSON itself).
-    let exact = json(&idemkit(&db, &[&args[..], &["--json"]].concat()));
+    let exact = json(&show(&db, "esc", &["--json"]));
     assert_eq!(
         exact["response"]["body"]["utf8"],
         "ok\u{1b}[2J\u{1b}]0;owned\u{7}\rfake\n"

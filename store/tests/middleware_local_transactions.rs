@@ -104,12 +104,20 @@ fn created() -> StoredResponse {
 }
 
 async fn write_note(exec: &Execution) -> Result<(), LocalError<redb::Error>> {
+    write_note_answering(exec, created()).await
+}
+
+/// Writes the note and completes the record with `response`, in one transaction.
+async fn write_note_answering(
+    exec: &Execution,
+    response: StoredResponse,
+) -> Result<(), LocalError<redb::Error>> {
     exec.complete_with(
         |txn| -> Result<(), redb::Error> {
             txn.open_table(NOTES)?.insert("note_1", "hello")?;
             Ok(())
         },
-        created(),
+        response,
     )
     .await
 }
@@ -204,15 +212,7 @@ async fn a_body_over_the_stored_bound_is_answered_once_and_the_retry_gets_410() 
         post(|Extension(exec): Extension<Execution>| async move {
             let mut response = created();
             response.resource_ref = Some("note_1".into());
-            exec.complete_with(
-                |txn| -> Result<(), redb::Error> {
-                    txn.open_table(NOTES)?.insert("note_1", "hello")?;
-                    Ok(())
-                },
-                response,
-            )
-            .await
-            .unwrap();
+            write_note_answering(&exec, response).await.unwrap();
         }),
     );
     let first = send(&app, "k1").await;
@@ -251,15 +251,7 @@ async fn a_local_completion_keeps_only_the_replayed_headers() {
             ] {
                 response.headers.push((name.into(), value.into()));
             }
-            exec.complete_with(
-                |txn| -> Result<(), redb::Error> {
-                    txn.open_table(NOTES)?.insert("note_1", "hello")?;
-                    Ok(())
-                },
-                response,
-            )
-            .await
-            .unwrap();
+            write_note_answering(&exec, response).await.unwrap();
         }),
     );
     let first = send(&app, "k1").await;
