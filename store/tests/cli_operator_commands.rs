@@ -28,9 +28,11 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn exec(db: &Path, key: &str, extra: &[&str], script: &str) -> Output {
-    let mut args = vec![
-        "exec",
+/// `idemkit SUBCOMMAND` on the record `key` (tenant acme, operation report),
+/// then `extra`.
+fn on_record(db: &Path, subcommand: &str, key: &str, extra: &[&str]) -> Output {
+    let address = [
+        subcommand,
         "--tenant",
         "acme",
         "--operation",
@@ -38,23 +40,20 @@ fn exec(db: &Path, key: &str, extra: &[&str], script: &str) -> Output {
         "--key",
         key,
     ];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "sh", "-c", script]);
-    idemkit(db, &args)
+    idemkit(db, &[&address[..], extra].concat())
 }
 
-/// `idemkit show` of the record `key` (tenant acme, operation report).
-fn show(db: &Path, key: &str, extra: &[&str]) -> Output {
-    let args = [
-        "show",
-        "--tenant",
-        "acme",
-        "--operation",
-        "report",
-        "--key",
+fn exec(db: &Path, key: &str, extra: &[&str], script: &str) -> Output {
+    on_record(
+        db,
+        "exec",
         key,
-    ];
-    idemkit(db, &[&args[..], extra].concat())
+        &[extra, &["--", "sh", "-c", script]].concat(),
+    )
+}
+
+fn show(db: &Path, key: &str, extra: &[&str]) -> Output {
+    on_record(db, "show", key, extra)
 }
 
 #[test]
