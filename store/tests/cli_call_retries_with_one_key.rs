@@ -429,3 +429,37 @@ fn the_journal_holds_no_credential_and_a_rotated_token_continues_the_action() {
         assert_eq!(mode, 0o600, "the journal is private: {mode:o}");
     }
 }
+
+/// An action journalled with its credential (as builds that journalled
+/// credentials wrote it) resumes under its key when the token rotated, and is
+/// sent with this run's credential, never the journalled one.
+#[test]
+fn an_action_journalled_with_its_credential_resumes_with_the_new_one() {
+    let server = start(Mode::Idempotent);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.redb");
+    let legacy = serde_json::json!({
+        "method": "POST",
+        "url": server.url,
+        "headers": [["Content-Type", "application/json"], ["Authorization", "Bearer tok-OLD"]],
+        "body": br#"{"slot_id":"s-9"}"#.to_vec(),
+    });
+    let key = {
+        let journal = idemkit::journal::Journal::open(&journal).unwrap();
+        let payload = serde_json::to_vec(&legacy).unwrap();
+        journal
+            .begin("run-3/book", &payload, journal.now())
+            .unwrap()
+            .key
+    };
+    let (code, report) = run(&mut idemkit(
+        &journal,
+        "run-3/book",
+        &server.url,
+        &["-H", "Authorization: Bearer tok-NEW"],
+    ));
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["resumed"], true);
+    assert_eq!(report["idempotency_key"], key.as_str());
+    assert_eq!(server.credentials(), ["Bearer tok-NEW"]);
+}
