@@ -470,3 +470,94 @@ fn a_bad_config_file_is_refused_at_start_with_the_file_line_and_what() {
     assert!(stderr.starts_with(&want), "{stderr}");
     assert!(stderr.contains("pointer-missing-leading-slash"), "{stderr}");
 }
+
+/// An upstream that answers every request 201 with a session cookie, a
+/// session token in a custom header and an application header besides its
+/// content type and location; it serves until the test ends.
+fn upstream_with_session_headers() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    match line.trim_end().split_once(':') {
+                        Some((name, value)) if name.eq_ignore_ascii_case("content-length") => {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                        None if line.trim_end().is_empty() => break,
+                        _ => {}
+                    }
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let answer = br#"{"id":"w_1"}"#;
+                let mut stream = stream;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n\
+                     location: /withdrawals/w_1\r\nset-cookie: session=s3cret\r\n\
+                     x-session-token: tok-s3cret\r\nx-request-cost: 3\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    answer.len()
+                );
+                let _ = stream.write_all(answer);
+            });
+        }
+    });
+    addr
+}
+
+/// The proxy stored and replayed every upstream header but a short deny
+/// list, so an upstream's session token in `X-Session-Token` was handed to
+/// whoever retried with the key. A route replays an allow list (content type,
+/// location, caching… by default, or its `replayed_headers`); `Set-Cookie` is
+/// never stored.
+#[test]
+fn the_proxy_replays_only_the_allowed_upstream_headers() {
+    for (route_extra, kept, dropped) in [
+        (
+            "",
+            &["content-type", "location"][..],
+            &["set-cookie", "x-session-token", "x-request-cost"][..],
+        ),
+        (
+            "replayed_headers = [\"content-type\", \"x-request-cost\"]",
+            &["content-type", "x-request-cost"][..],
+            &["set-cookie", "x-session-token", "location"][..],
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let upstream = upstream_with_session_headers();
+        let proxy = ProxyProcess::start(&config(
+            dir.path(),
+            upstream,
+            &redb_store(dir.path()),
+            route_extra,
+        ));
+        let first = withdraw(&proxy, "k-headers");
+        assert_eq!(first.status, 201, "{first:?}");
+        assert_eq!(first.header("x-session-token"), Some("tok-s3cret"));
+        let replay = withdraw(&proxy, "k-headers");
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+        for name in kept {
+            assert_eq!(
+                replay.header(name),
+                first.header(name),
+                "{route_extra}: {name}"
+            );
+        }
+        for name in dropped {
+            assert_eq!(replay.header(name), None, "{route_extra}: {name} replayed");
+        }
+    }
+}

@@ -87,7 +87,9 @@ pub enum Migrations {
 /// Options of a [`PgStore`].
 #[derive(Clone, Debug)]
 pub struct PgOptions {
-    /// The PostgreSQL schema holding the tables; `None`: the connection's search path.
+    /// The PostgreSQL schema holding the tables; `None`: `public`. Every
+    /// statement names it, so the connection's `search_path` never decides
+    /// which tables a store reads and writes.
     pub schema: Option<String>,
     /// Connections in the pool (default 16).
     pub pool_size: u32,
