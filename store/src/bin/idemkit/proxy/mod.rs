@@ -96,7 +96,7 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
             eprintln!(
                 "idemkit proxy: stopped after the {} ms grace period; {} running execution(s) \
                  had not recorded and are left to their lease's expiry (a retry gets 409 until \
-                 then): {}",
+                 then; a proxy that next opens this redb file settles them as unknown at once): {}",
                 grace.as_millis(),
                 names.len(),
                 names.join(", ")
