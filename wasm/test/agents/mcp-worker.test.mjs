@@ -1,0 +1,182 @@
+// The MCP server in a Worker (wasm/examples/mcp-worker) in workerd through Miniflare,
+// bundled by esbuild as Wrangler bundles it: the SDK v2 server, its records and
+// bookings in D1 or in the tenant's Durable Object, called by the SDK v2 client
+// (2026-07-28) and the SDK v1 client (2025-11-25, served statelessly).
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+import { Miniflare } from "miniflare";
+import { MCP_CAPABILITY, MCP_REPLAYED_META } from "idemkit";
+import { workerModules } from "../workerd/miniflare.js";
+import { connect, droppingFetch } from "./mcp-clients.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const wasmDir = join(here, "..", "..");
+const ERAS = { v2: "2026-07-28", v1: "2025-11-25" };
+const API_KEY = "sk_test_clinic_a";
+
+let mf;
+before(async () => {
+  // As `wrangler deploy` would: one module with the SDK and zod bundled in, `idemkit`
+  // left to the package's "workerd" entry (and its .wasm, a compiled module).
+  const bundles = join(here, "node_modules", ".idemkit-bundles");
+  mkdirSync(bundles, { recursive: true });
+  const worker = join(bundles, "mcp-worker.js");
+  await build({
+    entryPoints: [join(wasmDir, "examples", "mcp-worker", "worker.js")],
+    bundle: true,
+    format: "esm",
+    platform: "neutral",
+    conditions: ["workerd", "worker", "import"],
+    mainFields: ["module", "main"],
+    external: ["idemkit"],
+    nodePaths: [join(here, "node_modules")],
+    outfile: worker,
+    logLevel: "warning",
+  });
+  const started = Date.now();
+  const example = (name) => ({
+    name,
+    ...workerModules([worker]),
+    // Both instances serve from one D1 database.
+    d1Databases: { DB: "mcp-bookings" },
+    durableObjects: { BOOKING_DESK: "BookingDesk" },
+  });
+  mf = new Miniflare({ workers: [example("mcp-a"), example("mcp-b")] });
+  await mf.ready;
+  console.log(`workerd started in ${Date.now() - started} ms`);
+});
+after(() => mf?.dispose());
+
+/** A fetch into worker `name` with the clinic's API key. */
+function workerFetch(name) {
+  return async (url, init = {}) => {
+    const worker = await mf.getWorker(name);
+    const headers = new Headers(init.headers);
+    headers.set("authorization", `Bearer ${API_KEY}`);
+    return worker.fetch(url, { ...init, headers });
+  };
+}
+
+for (const [store, path] of [["D1", "/mcp"], ["a Durable Object", "/do/mcp"]]) {
+  for (const sdk of ["v2", "v1"]) {
+    describe(`workerd, records in ${store}, SDK ${sdk} client (${ERAS[sdk]})`, () => {
+      const url = new URL(`http://mcp.example${path}`);
+      const marker = `${store === "D1" ? "d1" : "do"}-${sdk}`;
+
+      async function client(fetchFn = workerFetch("mcp-a")) {
+        const c = await connect(sdk, url, { fetch: fetchFn });
+        assert.equal(c.version, ERAS[sdk]);
+        return c;
+      }
+
+      /** The bookings of `customer`, read through the read-only tool (no key: never claimed). */
+      async function bookings(c, customer) {
+        const listed = await c.call("list_bookings", {});
+        return listed.result.structuredContent.bookings.filter((b) => b.customer === customer);
+      }
+
+      test("a retry after a lost response with the same key executes once and replays", async () => {
+        const key = `${marker}-lost`;
+        const c = await client(droppingFetch(key, workerFetch("mcp-a")));
+        const args = { customer: key, slot: "s-1" };
+        const first = await c.call("book", args, key);
+        assert.ok(first.error, "the first answer was lost on the way");
+        const retry = await c.call("book", args, key);
+        assert.equal(retry.result._meta[MCP_REPLAYED_META], true);
+        assert.deepEqual(await bookings(c, key), [{ booking: retry.result.structuredContent.booking, customer: key, slot: "s-1" }]);
+        await c.close();
+      });
+
+      test("50 concurrent calls with one key execute once", async () => {
+        const key = `${marker}-race`;
+        const c = await client();
+        const all = await Promise.all(Array.from({ length: 50 }, () => c.call("book", { customer: key, slot: "s-1" }, key)));
+        const results = all.filter((o) => o.result);
+        const inProgress = all.filter((o) => o.error?.data?.type === "idempotency_key_in_progress");
+        console.log(`workerd ${store} ${sdk}: 50 calls: ${results.length} results, ${inProgress.length} in progress`);
+        assert.equal(results.length + inProgress.length, 50, JSON.stringify(all.find((o) => !o.result && !inProgress.includes(o))));
+        assert.equal(new Set(results.map((o) => o.result.structuredContent.booking)).size, 1);
+        assert.equal((await bookings(c, key)).length, 1);
+        await c.close();
+      });
+
+      test("other arguments under the key are refused and not executed", async () => {
+        const key = `${marker}-reuse`;
+        const c = await client();
+        assert.ok((await c.call("book", { customer: key, slot: "s-1" }, key)).result);
+        const other = await c.call("book", { customer: key, slot: "s-2" }, key);
+        assert.equal(other.error.code, -31003);
+        assert.equal(other.error.data.type, "idempotency_key_conflict");
+        assert.deepEqual((await bookings(c, key)).map((b) => b.slot), ["s-1"]);
+        await c.close();
+      });
+
+      test("a read-only tool is never claimed", async () => {
+        const c = await client();
+        const key = `${marker}-read`;
+        const first = await c.call("list_bookings", {}, key);
+        assert.ok((await c.call("book", { customer: key, slot: "s-1" }, `${key}-book`)).result);
+        const second = await c.call("list_bookings", {}, key);
+        // Run again, not replayed: the second listing sees the booking made in between.
+        assert.equal(second.result._meta?.[MCP_REPLAYED_META], undefined);
+        const mine = (r) => r.result.structuredContent.bookings.filter((b) => b.customer === key).length;
+        assert.deepEqual([mine(first), mine(second)], [0, 1]);
+        await c.close();
+      });
+
+      // A 2025 client is served statelessly, one request per instance, so the server
+      // cannot push a question to it: the question is for 2026-07-28 clients.
+      const v2Only = sdk === "v2" ? test : () => {};
+      v2Only("an input_required tool executes once and a later retry replays its final result", async () => {
+        const key = `${marker}-confirm`;
+        const c = await client();
+        const args = { customer: key, slot: "s-1" };
+        const first = await c.call("book_after_confirmation", args, key);
+        assert.ok(first.result?.structuredContent?.booking, JSON.stringify(first));
+        assert.equal(c.elicitations(), 1);
+        const retry = await c.call("book_after_confirmation", args, key);
+        assert.equal(retry.result._meta[MCP_REPLAYED_META], true);
+        assert.equal(retry.result.structuredContent.booking, first.result.structuredContent.booking);
+        assert.equal(c.elicitations(), 1, "a replay asks nobody");
+        assert.equal((await bookings(c, key)).length, 1);
+        await c.close();
+      });
+
+      test("the server advertises io.idemkit/idempotency and idempotentHint only on protected tools", async () => {
+        const c = await client();
+        assert.ok(c.capabilities[sdk === "v2" ? "extensions" : "experimental"][MCP_CAPABILITY]);
+        const hints = Object.fromEntries((await c.listTools()).map((t) => [t.name, t.annotations?.idempotentHint ?? null]));
+        assert.deepEqual(hints, { book: true, book_after_confirmation: true, list_bookings: null });
+        await c.close();
+      });
+    });
+  }
+}
+
+test("workerd: two server instances on one D1 store still execute once", async () => {
+  const key = "two-instances";
+  const clients = await Promise.all(["mcp-a", "mcp-b"].map((name) => connect("v2", new URL("http://mcp.example/mcp"), { fetch: workerFetch(name) })));
+  const all = await Promise.all(Array.from({ length: 40 }, (_, i) => clients[i % 2].call("book", { customer: key, slot: "s-1" }, key)));
+  const results = all.filter((o) => o.result);
+  console.log(`workerd two instances: 40 calls: ${results.length} results`);
+  for (const o of all) assert.ok(o.result || o.error.data.type === "idempotency_key_in_progress", JSON.stringify(o));
+  assert.equal(new Set(results.map((o) => o.result.structuredContent.booking)).size, 1);
+  for (const c of clients) {
+    const replay = await c.call("book", { customer: key, slot: "s-1" }, key);
+    assert.equal(replay.result._meta[MCP_REPLAYED_META], true);
+  }
+  const listed = await clients[1].call("list_bookings", {});
+  assert.equal(listed.result.structuredContent.bookings.filter((b) => b.customer === key).length, 1);
+  for (const c of clients) await c.close();
+});
+
+test("workerd: a request without a known API key is refused before any MCP handling", async () => {
+  const worker = await mf.getWorker("mcp-a");
+  const response = await worker.fetch("http://mcp.example/mcp", { method: "POST", body: "{}" });
+  assert.equal(response.status, 401);
+  await response.arrayBuffer();
+});
