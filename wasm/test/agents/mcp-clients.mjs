@@ -4,16 +4,17 @@
 import { MCP_KEY_META } from "idemkit";
 
 /**
- * A fetch that swallows the answer to the first `tools/call` carrying `key`: the
- * request reaches the server and runs, the response is read to its end and thrown
- * away, and the client sees a network failure. `base` does the fetching.
+ * A fetch that swallows the answer to the first `tools/call` whose body holds
+ * `needle` (a key, a customer): the request reaches the server and runs, the response
+ * is read to its end and thrown away, and the client sees a network failure. `base`
+ * does the fetching.
  */
-export function droppingFetch(key, base = fetch) {
+export function droppingFetch(needle, base = fetch) {
   let dropped = false;
   return async (url, init) => {
     const response = await base(url, init);
     const body = typeof init?.body === "string" ? init.body : "";
-    if (!dropped && body.includes('"tools/call"') && body.includes(JSON.stringify(key))) {
+    if (!dropped && body.includes('"tools/call"') && body.includes(needle)) {
       dropped = true;
       await response.arrayBuffer();
       throw new TypeError("fetch failed: the response was lost");
