@@ -26,45 +26,15 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { performance } from "node:perf_hooks";
 import Database from "better-sqlite3";
 import { McpServer, createMcpHandler } from "@modelcontextprotocol/server";
 import * as z from "zod/v4";
 import { aiSdkExecute, createJournal, createMcpIdempotency, memoryAdapter, sqliteAdapter } from "idemkit";
+import { benchSeconds, measure } from "./measure.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const sdkVersion = JSON.parse(readFileSync(join(benchDir, "node_modules", "@modelcontextprotocol", "server", "package.json"), "utf8")).version;
-const SECONDS = Number(process.env.BENCH_SECONDS ?? "1");
-if (!(SECONDS > 0)) throw new Error("BENCH_SECONDS must be a positive number");
-
-async function measure(fn) {
-  // Warm-up (JIT, caches): a tenth of the budget, at least 3 calls.
-  const warm = performance.now() + SECONDS * 100;
-  for (let i = 0; i < 3 || performance.now() < warm; i++) await fn();
-  const budget = SECONDS * 1000;
-  const times = [];
-  const cpu = process.cpuUsage();
-  const start = performance.now();
-  let now = start;
-  while (times.length < 3 || now - start < budget) {
-    const t = now;
-    await fn();
-    now = performance.now();
-    times.push(now - t);
-  }
-  const meanUs = ((now - start) * 1000) / times.length;
-  const { user, system } = process.cpuUsage(cpu);
-  times.sort((a, b) => a - b);
-  const round = (x) => Math.round(x * 100) / 100;
-  return {
-    mean_us: round(meanUs),
-    p50_us: round(times[times.length >> 1] * 1000),
-    p99_us: round(times[Math.min(times.length - 1, Math.floor(times.length * 0.99))] * 1000),
-    ops_per_s: Math.round(1e6 / meanUs),
-    cpu_us: round((user + system) / times.length),
-    iterations: times.length,
-  };
-}
+const SECONDS = benchSeconds();
 
 let counter = 0;
 const freshKey = () => `key-${++counter}`;
@@ -151,7 +121,7 @@ const figures = {
   },
 };
 const results = {};
-for (const [name, fn] of Object.entries(figures)) results[name] = await measure(fn);
+for (const [name, fn] of Object.entries(figures)) results[name] = await measure(fn, SECONDS);
 db.close();
 rmSync(dir, { recursive: true, force: true });
 

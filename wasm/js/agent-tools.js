@@ -11,15 +11,13 @@
 // and with core's retry rules. An unknown outcome is returned to the model as a
 // structured result that says not to call again; only a pending action (nothing
 // definitive yet, resuming is safe) is thrown, which invites the retry it needs.
-import { callWithRetry, createBreaker, decideRetry } from "./client.js";
+import { callWithRetry, createBreaker, decideRetry, isConnectError, sleep } from "./client.js";
 import { IdemkitError } from "./errors.js";
 import { MCP_KEY_META } from "./mcp-names.js";
 import { DEFAULT_CHECK, unknownResult } from "./mcp-server.js";
 
 /** `idemkit call --timeout-ms` default, as callWithRetry's. */
 const DEFAULT_TIMEOUT_MS = 10_000;
-/** Connection errors that mean the request was never sent (Node/undici, Bun, Deno). */
-const CONNECT_ERROR_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT", "ConnectionRefused"]);
 /** Codes the SDK v1 client raises itself: the connection closed, the request timed out (it may have arrived). */
 const V1_LOCAL_CODES = new Set([-32000, -32001]);
 
@@ -84,13 +82,6 @@ async function callTool(client, name, args, key, signal, timeoutMs) {
   const params = { name, arguments: args, _meta: { [MCP_KEY_META]: key } };
   // The SDK v2 client (`@modelcontextprotocol/client`): callTool(params, options); v1: callTool(params, resultSchema, options).
   return typeof client.getProtocolEra === "function" ? client.callTool(params, options) : client.callTool(params, undefined, options);
-}
-
-function isConnectError(err) {
-  for (let e = err, depth = 0; e != null && depth < 4; e = e.cause, depth++) {
-    if (CONNECT_ERROR_CODES.has(e.code) || CONNECT_ERROR_CODES.has(e.errno)) return true;
-  }
-  return false;
 }
 
 /** A JSON-RPC error a server answered with, as `{ code, message, data }`, or null for a local failure. */
@@ -159,22 +150,6 @@ async function sendAttempt(client, name, args, key, timeoutMs, signal) {
     clearTimeout(timer);
     signal?.removeEventListener("abort", onAbort);
   }
-}
-
-function sleep(ms, signal) {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const done = () => {
-      signal?.removeEventListener("abort", stop);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    const stop = () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    signal?.addEventListener("abort", stop, { once: true });
-  });
 }
 
 /** The attempt's outcome as `idemkit call` prints it. */

@@ -21,7 +21,7 @@
 // key again, so it may reach another instance of a stateless server (a Worker) and
 // still run under a claim; only the complete result or an error records the call.
 import * as wasm from "./idemkit_wasm.js";
-import { createIdempotency } from "./idempotency.js";
+import { createIdempotency, withRetries } from "./idempotency.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META } from "./mcp-names.js";
 
@@ -31,9 +31,6 @@ const PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion";
 const FIRST_MODERN = "2026-07-28";
 /** How long a client is told to wait when the store is unavailable (seconds). */
 const STORE_RETRY_AFTER_SECONDS = 1;
-/** Attempts at writing an outcome while the store fails, 25 ms apart, doubling (the gateway's). */
-const RECORD_ATTEMPTS = 4;
-const RECORD_BACKOFF_MS = 25;
 /** The longest execution whose lease is renewed (the gateway's `max_execution_ms` default). */
 const DEFAULT_MAX_EXECUTION_MS = 15 * 60 * 1000;
 /** The largest result kept for replay (the gateway's `max_stored_result_bytes` default). */
@@ -252,19 +249,6 @@ function toolOf(name, given, shared) {
   return { name, effect, maxExecutionMs, check, idempotency, policy: idempotency.policy };
 }
 
-/** Runs `write` up to RECORD_ATTEMPTS times while the store fails; a refusal is final at once. */
-async function withRecordRetries(write) {
-  let pause = RECORD_BACKOFF_MS;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await write();
-    } catch (err) {
-      if (!(err instanceof IdemkitError && err.code === "store-unavailable") || attempt >= RECORD_ATTEMPTS) throw err;
-      await new Promise((resolve) => setTimeout(resolve, pause));
-      pause *= 2;
-    }
-  }
-}
 
 /**
  * @param {import("./index.d.ts").McpIdempotencyOptions} options
@@ -401,16 +385,16 @@ export function createMcpIdempotency(options) {
     const { tool, claim } = running;
     const plan = writeFor(running, response);
     try {
-      if (plan.write === "release") await withRecordRetries(() => tool.idempotency.release(claim));
-      else if (plan.write === "complete") await withRecordRetries(() => tool.idempotency.complete(claim, plan.complete));
-      else await withRecordRetries(() => tool.idempotency.markUnknown(claim, plan.reason));
+      if (plan.write === "release") await withRetries(() => tool.idempotency.release(claim));
+      else if (plan.write === "complete") await withRetries(() => tool.idempotency.complete(claim, plan.complete));
+      else await withRetries(() => tool.idempotency.markUnknown(claim, plan.reason));
       return response;
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
       if (plan.write === "release") return response;
       // Once the server answered, no failure here releases the record: an honest
       // Unknown if the store allows, else the lease runs out.
-      await withRecordRetries(() => tool.idempotency.markUnknown(claim, "outcome not recorded")).catch(() => {});
+      await withRetries(() => tool.idempotency.markUnknown(claim, "outcome not recorded")).catch(() => {});
       return problem(running.id, "idempotency_outcome_not_recorded", { logRef: claim.logRef });
     }
   }
@@ -424,7 +408,7 @@ export function createMcpIdempotency(options) {
     await running.stopLease();
     const { tool, claim } = running;
     const settle = tool.effect === "local" ? () => tool.idempotency.release(claim) : () => tool.idempotency.markUnknown(claim, reason);
-    await withRecordRetries(settle).catch(() => {});
+    await withRetries(settle).catch(() => {});
   }
 
   /** Wraps a transport the SDK connected: its `onmessage`, `send` and `onclose`. */

@@ -139,6 +139,16 @@ for (const [sdk, { tools, run }] of Object.entries(SDKS)) {
   });
 }
 
+/** An Agents JS tool calling the MCP tool `book` through `client` as one action (`settings`: journal, actionId, retries). */
+function mcpBookTool(client, settings) {
+  return agentsTool({
+    name: "book",
+    description: "Book a slot",
+    parameters: z.object({ customer: z.string(), slot: z.string(), delay_ms: z.number().optional() }),
+    execute: openaiAgentsExecute({ breaker: createBreaker(), ...settings, mcp: (args) => ({ client, name: "book", arguments: args }) }),
+  });
+}
+
 describe("MCP tools called by agents", () => {
   // A short lease: a retry that finds a call still running waits at most that long.
   const protection = createMcpIdempotency({ adapter: memoryAdapter(), tenant: "clinic-a", tools: { book: { policy: { leaseMs: 3000 } } } });
@@ -177,17 +187,7 @@ describe("MCP tools called by agents", () => {
     const c = await connect("v2", server.url, { fetch: droppingFetch(customer) });
     try {
       const journal = createJournal({ adapter: memoryAdapter() });
-      const book = agentsTool({
-        name: "book",
-        description: "Book a slot",
-        parameters: z.object({ customer: z.string(), slot: z.string() }),
-        execute: openaiAgentsExecute({
-          journal,
-          actionId: (_input, { context }) => `${context.runId}/book`,
-          mcp: (args) => ({ client: c.client, name: "book", arguments: args }),
-          breaker: createBreaker(),
-        }),
-      });
+      const book = mcpBookTool(c.client, { journal, actionId: (_input, { context }) => `${context.runId}/book` });
       const { results } = await runOpenAIAgents({ tools: [book], toolName: "book", input: { customer, slot: "s-1" }, turns: 1, context: { runId: "run-11" } });
       const result = valueOf(results[0].output);
       assert.equal(result.structuredContent.customer, customer);
@@ -206,19 +206,12 @@ describe("MCP tools called by agents", () => {
     const c = await connect("v1", v1Server.url);
     try {
       const journal = createJournal({ adapter: memoryAdapter() });
-      const book = agentsTool({
-        name: "book",
-        description: "Book a slot",
-        parameters: z.object({ customer: z.string(), slot: z.string(), delay_ms: z.number() }),
-        execute: openaiAgentsExecute({
-          journal,
-          actionId: () => "run-12/book",
-          mcp: (args) => ({ client: c.client, name: "book", arguments: args }),
-          // The client waits 150 ms for a tool that takes 400: it cancels the call.
-          timeoutMs: 150,
-          maxAttempts: 6,
-          breaker: createBreaker(),
-        }),
+      const book = mcpBookTool(c.client, {
+        journal,
+        actionId: () => "run-12/book",
+        // The client waits 150 ms for a tool that takes 400: it cancels the call.
+        timeoutMs: 150,
+        maxAttempts: 6,
       });
       const { results, inputs } = await runOpenAIAgents({ tools: [book], toolName: "book", input: { customer, slot: "s-1", delay_ms: 400 }, turns: 1 });
       const output = valueOf(results[0].output);
