@@ -9,7 +9,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import { Miniflare } from "miniflare";
-import { MCP_CAPABILITY, MCP_REPLAYED_META } from "idemkit";
+import { MCP_CAPABILITY, MCP_REPLAYED_META, createIdempotency, d1Schema, memoryAdapter, recordId } from "idemkit";
 import { workerModules } from "../workerd/miniflare.js";
 import { connect, droppingFetch } from "./mcp-clients.mjs";
 
@@ -192,4 +192,26 @@ test("workerd: a request without a known API key is refused before any MCP handl
   const response = await worker.fetch("http://mcp.example/mcp", { method: "POST", body: "{}" });
   assert.equal(response.status, 401);
   await response.arrayBuffer();
+});
+
+test("workerd: the example's Cron Trigger collects the D1 records whose windows are over, and keeps unknown ones", async () => {
+  // Calls recorded 8 days ago (the default record window is 7 days), by the same core
+  // in Node, stored in the example's D1 as its adapter stores them.
+  const written = memoryAdapter();
+  const eightDaysAgo = Date.now() - 8 * 24 * 3600 * 1000;
+  const old = createIdempotency({ adapter: written, operation: "book", effect: "external", tenant: () => "clinic-a", clock: () => eightDaysAgo });
+  await old.complete(await old.claim({ tenant: "clinic-a", key: "gc-old", body: "{}" }), { status: 200, body: '{"result":{}}' });
+  await old.markUnknown(await old.claim({ tenant: "clinic-a", key: "gc-unknown", body: "{}" }), "timeout");
+  const due = new Map((await written.scan({ gcDueBefore: Number.MAX_SAFE_INTEGER, limit: 10 })).entries.map((e) => [e.id, e.gcDueAt]));
+  const db = await mf.getD1Database("DB");
+  for (const statement of d1Schema().split(";").filter((s) => s.trim())) await db.prepare(statement).run();
+  const ids = ["gc-old", "gc-unknown"].map((key) => recordId("clinic-a", "book", key));
+  for (const id of ids) {
+    const { record } = await written.get(id);
+    await db.prepare("INSERT INTO idemkit_records (id, record, version, gc_due_at) VALUES (?, ?, 1, ?)").bind(id, record, due.get(id) ?? null).run();
+  }
+  const worker = await mf.getWorker("mcp-a");
+  assert.equal((await worker.scheduled({ cron: "0 * * * *" })).outcome, "ok");
+  const left = await db.prepare("SELECT id FROM idemkit_records WHERE id IN (?, ?)").bind(...ids).all();
+  assert.deepEqual(left.results.map((r) => r.id), [ids[1]], "the completed record went, the unknown one stays");
 });
