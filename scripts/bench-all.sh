@@ -125,6 +125,16 @@ else
   echo "npm: wasm/bench/overhead.mjs did not run (needs the built package: npm --prefix wasm run build)" >>"$OUT/skipped.txt"
 fi
 
+step "what the npm package's MCP server and agent tool wrappers add to a tool call (Node)"
+if command -v node >/dev/null && [ -f wasm/pkg/package.json ] \
+  && { [ -d wasm/bench/node_modules/@modelcontextprotocol/server ] || npm --prefix wasm/bench ci >&2; } \
+  && BENCH_SECONDS=$WASM_SECONDS node wasm/bench/mcp-wrapper.mjs >"$OUT/npm_mcp.json"; then
+  :
+else
+  rm -f "$OUT/npm_mcp.json"
+  echo "npm_mcp: wasm/bench/mcp-wrapper.mjs did not run (needs the built package: npm --prefix wasm run build)" >>"$OUT/skipped.txt"
+fi
+
 step "idemkit proxy vs nginx under wrk"
 if [ "$SMOKE" = 1 ]; then PROXY_SECONDS=1; else PROXY_SECONDS=5; fi
 if ! BENCH_SECONDS=$PROXY_SECONDS benches/proxy/run.sh "$OUT/proxy.json" >/dev/null; then

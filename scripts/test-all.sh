@@ -125,6 +125,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet --fe
 step "wasm: build the npm package (npm --prefix wasm run build)"
 npm --prefix wasm run build
 
+# It installs (npm ci, about 17 s, only when wasm/test/agents/package-lock.json changed)
+# the MCP SDKs, the AI SDK, OpenAI Agents JS and esbuild for the MCP server and agent
+# tool wrappers' tests.
 step "wasm: JavaScript tests in Node, workerd (Miniflare), Deno and Bun"
 npm --prefix wasm test
 # ------------------------------------------------------------------------------------

@@ -24,8 +24,8 @@
 // Prints one JSON object (see benches/report_npm.py).
 import { createRequire } from "node:module";
 import os from "node:os";
-import { performance } from "node:perf_hooks";
 import * as idemkit from "idemkit";
+import { benchSeconds, measure } from "./measure.mjs";
 
 const require = createRequire(import.meta.url);
 const { Idempotency } = require("@node-idempotency/core");
@@ -33,8 +33,7 @@ const { MemoryStorageAdapter } = require("@node-idempotency/storage-adapter-memo
 const peerVersion = require("@node-idempotency/core/package.json").version;
 const peerAdapterVersion = require("@node-idempotency/storage-adapter-memory/package.json").version;
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? "1");
-if (!(SECONDS > 0)) throw new Error("BENCH_SECONDS must be a positive number");
+const SECONDS = benchSeconds();
 const BODY_BYTES = 750;
 
 /** A payment-like JSON object, padded by its `note` to exactly BODY_BYTES of UTF-8. */
@@ -60,36 +59,6 @@ const responseValue = { id: "pay_1", status: "captured", amount: 1200 };
 const responseBody = new TextEncoder().encode(JSON.stringify(responseValue));
 const OPERATION = "payments.capture";
 const URL_ = "https://api.example/payments";
-
-async function measure(fn) {
-  // Warm-up (JIT, caches): a tenth of the budget, at least 3 calls.
-  const warm = performance.now() + SECONDS * 100;
-  for (let i = 0; i < 3 || performance.now() < warm; i++) await fn();
-  const budget = SECONDS * 1000;
-  const times = [];
-  const cpu = process.cpuUsage();
-  const start = performance.now();
-  let now = start;
-  while (times.length < 3 || now - start < budget) {
-    const t = now;
-    await fn();
-    now = performance.now();
-    times.push(now - t);
-  }
-  const meanUs = ((now - start) * 1000) / times.length;
-  const { user, system } = process.cpuUsage(cpu);
-  times.sort((a, b) => a - b);
-  const round = (x) => Math.round(x * 100) / 100;
-  return {
-    mean_us: round(meanUs),
-    p50_us: round(times[times.length >> 1] * 1000),
-    ops_per_s: Math.round(1e6 / meanUs),
-    // The process's CPU time per op (every thread, GC helpers too): unlike the wall
-    // clock it does not grow when other processes take the cores.
-    cpu_us: round((user + system) / times.length),
-    iterations: times.length,
-  };
-}
 
 let counter = 0;
 const freshKey = () => `key-${++counter}`;
@@ -175,7 +144,7 @@ const figures = {
 };
 const results = {};
 const only = process.env.BENCH_ONLY?.split(",");
-for (const [name, fn] of Object.entries(figures)) if (!only || only.includes(name)) results[name] = await measure(fn);
+for (const [name, fn] of Object.entries(figures)) if (!only || only.includes(name)) results[name] = await measure(fn, SECONDS);
 const diff = (a, b) => (a === undefined || b === undefined ? null : Math.round((a - b) * 100) / 100);
 const quotient = (a, b) => (a === undefined || b === undefined ? null : Math.round((a / b) * 1000) / 1000);
 

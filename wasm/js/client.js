@@ -475,14 +475,16 @@ function problemFields(body) {
   return { problemType, originalStatus };
 }
 
-function isConnectError(err) {
+/** Whether `err` (or a cause) says the connection was refused: the request was never sent. */
+export function isConnectError(err) {
   for (let e = err, depth = 0; e != null && depth < 4; e = e.cause, depth++) {
     if (CONNECT_ERROR_CODES.has(e.code) || CONNECT_ERROR_CODES.has(e.errno)) return true;
   }
   return false;
 }
 
-function sleep(ms, signal) {
+/** Waits `ms`; rejects with the signal's reason when it aborts. */
+export function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
     const onAbort = () => {

@@ -43,7 +43,7 @@ function transientStoreError(err) {
 }
 
 /** Runs `write` up to RECORD_ATTEMPTS times while the store fails; a refusal is final at once. */
-async function withRetries(write) {
+export async function withRetries(write) {
   let pause = RECORD_BACKOFF_MS;
   for (let attempt = 1; ; attempt++) {
     try {

@@ -6,8 +6,12 @@ export class IdemkitError extends Error {
   readonly name: "IdemkitError";
   /** e.g. `key-too-long`, `json-duplicate-member-name`, `stale-token`, `store-unavailable`. */
   readonly code: string;
-  /** `action-payload-changed`: the action id that was begun with another payload. */
+  /** `action-payload-changed`, `action-pending`: the action id. */
   actionId?: string;
+  /** `action-pending`: the action's key, which calling again sends again. */
+  idempotencyKey?: string;
+  /** `action-pending`: when an open circuit breaker lets an attempt through again (ms since the epoch), else null. */
+  retryAt?: number | null;
   constructor(code: string, message: string, options?: { cause?: unknown });
 }
 
@@ -751,3 +755,249 @@ export interface CallReport {
 
 /** Sends a state-changing request as one logical action, retrying safely with one key. */
 export function callWithRetry(options: CallOptions): Promise<CallReport>;
+
+// ---- MCP: the contract of `idemkit mcp` inside an MCP server (createMcpIdempotency) ----
+
+/** Where a client puts a call's key: `params._meta["io.idemkit/idempotency-key"]`. */
+export const MCP_KEY_META: "io.idemkit/idempotency-key";
+/** The other place a key is read from: `params.idempotencyKey` (SEP-3182). */
+export const MCP_KEY_PARAM: "idempotencyKey";
+/** `true` in a replayed result's `_meta`. */
+export const MCP_REPLAYED_META: "io.idemkit/replayed";
+/** The capability (2025: `capabilities.experimental`) or extension (2026-07-28: `capabilities.extensions`) a protected server advertises. */
+export const MCP_CAPABILITY: "io.idemkit/idempotency";
+/** The JSON-RPC error codes of the refusals, by their `data.type` (the gateway's codes). */
+export const MCP_PROBLEM_CODES: Readonly<{
+  idempotency_key_missing: -31000;
+  idempotency_key_invalid: -31001;
+  idempotency_key_in_progress: -31002;
+  idempotency_key_conflict: -31003;
+  idempotency_store_unavailable: -31004;
+  idempotency_result_expired: -31005;
+  idempotency_outcome_not_recorded: -31006;
+  idempotency_task_only: -31007;
+  idempotency_arguments_invalid: -31008;
+  idempotency_tenant_missing: -31009;
+}>;
+/** The `data.type` of a refusal. */
+export type McpProblemType = keyof typeof MCP_PROBLEM_CODES;
+
+/** A `CallToolResult` as far as idemkit reads and writes one. */
+export interface CallToolResultLike {
+  content?: unknown[];
+  structuredContent?: unknown;
+  isError?: boolean;
+  _meta?: Record<string, unknown>;
+  [field: string]: unknown;
+}
+
+/** The settings of one protected tool (as a `[[tools]]` entry of `idemkit mcp`). */
+export interface McpToolSettings {
+  /** `external` (default): a call that may have acted without answering becomes unknown. `local`: it is released. */
+  effect?: "external" | "local";
+  /** `leaseMs`, `replayWindowMs`, `recordWindowMs`, `store`, as for createIdempotency. */
+  policy?: Omit<PolicyOptions, "mismatchStatus" | "storeRetryAfterSeconds">;
+  /** The longest time a call's lease is renewed while the tool runs (default 15 minutes). */
+  maxExecutionMs?: number;
+  /** Results larger than this are not kept for replay: a retry gets -31005 (default 1 MiB). */
+  maxStoredResultBytes?: number;
+  /** What the model is told to check when the call's outcome is unknown. */
+  check?: string;
+}
+
+/** What a `tenant` function is given for each protected call. */
+export interface McpCallContext {
+  /** The HTTP request's headers (empty over stdio). */
+  headers: Headers;
+  /** What the serving code verified and passed to the SDK (`authInfo`), if anything. */
+  authInfo: unknown;
+  /** The `tools/call` request. */
+  message: { jsonrpc: "2.0"; id: string | number; method: "tools/call"; params: { name: string; arguments?: Record<string, unknown>; _meta?: Record<string, unknown>; [field: string]: unknown } };
+}
+
+export interface McpIdempotencyOptions {
+  /** Where records live (D1, a Durable Object's storage, SQLite, memory, Deno KV). */
+  adapter: Adapter<any, any>;
+  /** The tenant of every call, or of each call from its credentials; null refuses the call (-31009). Never from the call's arguments or key. */
+  tenant: string | ((call: McpCallContext) => string | null | undefined | Promise<string | null | undefined>);
+  /** The tools whose calls are claimed (names, or names with settings); every other tool passes through. */
+  tools: readonly string[] | Record<string, true | McpToolSettings>;
+  /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */
+  clock?: () => number;
+}
+
+/** An MCP server of the official TypeScript SDK, v1 or v2 (`McpServer` or `Server`): whatever connects to a transport. */
+export interface McpServerLike {
+  connect(transport: any, ...rest: any[]): Promise<unknown>;
+}
+
+export interface McpIdempotency {
+  /**
+   * Protects `server` (returned as is): every transport it connects to from now on
+   * (and the one it is connected to) is hooked. Call it on every server a factory
+   * makes (`createMcpHandler(() => idempotency.protect(build()))`).
+   */
+  protect<S extends McpServerLike>(server: S): S;
+  /** Whether calls of `tool` are claimed. */
+  protects(tool: string): boolean;
+  /** The decoded record of a call, or null. */
+  inspect(target: { tenant: string; tool: string; key: string }): Promise<RecordView | null>;
+  /** Operator: settle an unknown call with the result every retry then gets, or null when it did not take effect (a retry runs it). */
+  resolve(target: { tenant: string; tool: string; key: string }, applied: CallToolResultLike | null): Promise<RecordView>;
+  /** One bounded GC pass over the adapter's records (as `Idempotency.gc`). */
+  gc(options?: { maxBatch?: number; after?: unknown }): Promise<GcReport>;
+}
+
+/** The gateway's contract for chosen tools of an MCP server, records in `adapter`. */
+export function createMcpIdempotency(options: McpIdempotencyOptions): McpIdempotency;
+
+// ---- Agent SDK tools: one journalled key per action, over HTTP or MCP -------------------
+
+/** An MCP client that can call tools: the official SDK's `Client` (v1 or v2), or an `@ai-sdk/mcp` client. */
+export interface McpClientLike {
+  callTool(...args: any[]): Promise<unknown>;
+}
+
+/** A JSON-RPC error a server answered a call with. */
+export interface McpRpcError {
+  code: number;
+  message: string;
+  data: unknown;
+}
+
+export interface McpCallOptions extends RetryOptions {
+  journal: Journal;
+  /** The logical action's id, from the workflow (run and step), never from a model. */
+  actionId: string;
+  client: McpClientLike;
+  /** The tool's name. */
+  name: string;
+  /** The tool's arguments (journalled with the name: the same action id with other arguments is refused). */
+  arguments?: Record<string, unknown>;
+  /** Per-attempt timeout (default 10 000 ms); the SDK client cancels the call after it. */
+  timeoutMs?: number;
+  /** The key of a new action instead of a random one; a resumed action keeps its own. */
+  key?: string;
+  /** Aborts the current attempt (journalled as `timeout`) and the waits; the call then rejects with its reason. */
+  signal?: AbortSignal;
+  /** The breaker asked before every attempt (default: one per client object; `false`: none). */
+  breaker?: Breaker | false;
+}
+
+/** What `callMcpToolWithRetry` came to (the fields of `CallReport` that apply, and the call's answer). */
+export interface McpCallReport {
+  actionId: string;
+  idempotencyKey: string;
+  resumed: boolean;
+  /** Derived from every finished attempt of the action, earlier runs included. */
+  status: ActionStatus;
+  /** The last CallToolResult of this run (a replay carries `_meta["io.idemkit/replayed"]`), or null. */
+  result: CallToolResultLike | null;
+  /** The last JSON-RPC error of this run, when the last answer was one. */
+  error: McpRpcError | null;
+  attempts: { number: number; attemptId: string; startedAt: number; endedAt: number; outcome: string }[];
+  breaker: "closed" | "open" | "half-open" | null;
+  retryAt: number | null;
+  stoppedByBreaker: boolean;
+}
+
+/** Calls an MCP tool as one logical action: the journalled key in `_meta` on every attempt, core's retry rules, a breaker. */
+export function callMcpToolWithRetry(options: McpCallOptions): Promise<McpCallReport>;
+
+/** The request of an HTTP action (sent by callWithRetry with the action's `Idempotency-Key`). */
+export type HttpActionRequest = Pick<CallOptions, "url" | "method" | "headers" | "volatileHeaders" | "body">;
+
+/** The call of an MCP action (sent by callMcpToolWithRetry with the action's key in `_meta`). */
+export interface McpActionCall {
+  client: McpClientLike;
+  name: string;
+  arguments?: Record<string, unknown>;
+}
+
+/** What the model gets when nobody knows whether the action happened: it must not be called again. */
+export interface UnknownActionOutcome {
+  state: "unknown";
+  actionId: string;
+  key: string;
+  /** What to check instead (the `check` option, or the default advice). */
+  check: string;
+}
+
+/** What the model gets when the action was refused and will not happen by calling again. */
+export type RejectedActionOutcome =
+  | { state: "rejected"; actionId: string; key: string; httpStatus: number | null; body: unknown }
+  | { state: "rejected"; actionId: string; reason: "action-payload-changed"; message: string };
+
+/** What an AI SDK execution tells `actionId` and `http` / `mcp`. */
+export interface AiSdkToolContext {
+  /** The model's tool-call id: new on every turn, so no action id by itself. */
+  toolCallId?: string;
+  /** The tool context the app passed to the AI SDK (`toolsContext`). */
+  context: unknown;
+  messages: unknown[] | undefined;
+  signal?: AbortSignal;
+}
+
+/** What an OpenAI Agents JS execution tells `actionId` and `http` / `mcp`. */
+export interface AgentsToolContext {
+  /** The model's tool-call id: new on every turn, so no action id by itself. */
+  toolCallId?: string;
+  /** The run's context object (`run(agent, input, { context })`). */
+  context: unknown;
+  runContext: unknown;
+  signal?: AbortSignal;
+}
+
+export interface AgentToolSettings<I, C> extends RetryOptions {
+  /** Where each action's key is kept before its first attempt. */
+  journal: Journal;
+  /** The action's id, from the application's run and step (a tool-call id only where the app decides so). */
+  actionId: (input: I, context: C) => string;
+  /** Per-attempt timeout (default 10 000 ms). */
+  timeoutMs?: number;
+  /** The breaker (default: one per origin for HTTP, one per client for MCP; `false`: none). */
+  breaker?: Breaker | false;
+  /** The fetch of HTTP attempts (default `globalThis.fetch`). */
+  fetch?: CallOptions["fetch"];
+  /** What the model is told to check when the outcome is unknown. */
+  check?: string;
+  /**
+   * What the model gets for a confirmed action (default: the response body, JSON
+   * parsed when it is JSON; for MCP the CallToolResult). `value` is that default.
+   */
+  output?: (confirmed: (CallReport | McpCallReport) & { value: unknown }) => unknown;
+}
+
+/** A tool's settings with how its action is sent: over HTTP or to an MCP tool. */
+export type AgentToolOptions<I, C> = AgentToolSettings<I, C> &
+  (
+    | { http: (input: I, context: C) => HttpActionRequest; mcp?: never }
+    | { mcp: (input: I, context: C) => McpActionCall; http?: never }
+  );
+
+/**
+ * An AI SDK `execute` for `tool({ inputSchema, execute })`. Confirmed: the output;
+ * unknown: an `UnknownActionOutcome` (MCP: the unknown CallToolResult); rejected: a
+ * `RejectedActionOutcome` (MCP: the error as a CallToolResult); pending: throws
+ * `IdemkitError` `action-pending` (calling again resumes the action with its key).
+ */
+export function aiSdkExecute<I = any>(
+  options: AgentToolOptions<I, AiSdkToolContext>,
+): (input: I, options: { toolCallId: string; context?: unknown; abortSignal?: AbortSignal; messages?: unknown[] }) => Promise<unknown>;
+
+/** An OpenAI Agents JS `execute` for `tool({ parameters, execute })`, with `aiSdkExecute`'s outcomes. */
+export function openaiAgentsExecute<I = any>(
+  options: AgentToolOptions<I, AgentsToolContext>,
+): (input: I, runContext?: { context?: unknown }, details?: { toolCall?: { callId?: string }; signal?: AbortSignal }) => Promise<unknown>;
+
+/**
+ * The tools of an `@ai-sdk/mcp` client (`await client.tools()`) with the protected
+ * ones' calls made as actions: the journalled key in `_meta`, retried, behind a
+ * breaker. Protected: the tools named in `tools`, else every tool whose annotations
+ * do not say `readOnlyHint`. The others are returned as they were.
+ */
+export function idempotentMcpTools<T extends Record<string, any>>(
+  client: McpClientLike & { toolsFromDefinitions(...args: any[]): unknown },
+  tools: T,
+  options: AgentToolSettings<Record<string, unknown>, AiSdkToolContext & { toolName: string }> & { tools?: (keyof T & string)[] },
+): T;

@@ -19,3 +19,6 @@ export {
   originBreaker,
   randomKey,
 } from "./client.js";
+export { createMcpIdempotency } from "./mcp-server.js";
+export { aiSdkExecute, callMcpToolWithRetry, idempotentMcpTools, openaiAgentsExecute } from "./agent-tools.js";
+export { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META } from "./mcp-names.js";

@@ -4,15 +4,17 @@
 //                    identity with the Rust CLI and core, workerd via Miniflare (D1,
 //                    Durable Objects, Workers example), the webhook example over HTTP,
 //                    callWithRetry against the appointments service, the README
-//                    examples (Node, Deno, Bun)
+//                    examples (Node, Deno, Bun), and (test/agents) the MCP server
+//                    wrapper under the MCP SDKs v1 and v2 in Node and workerd, the agent
+//                    tool wrappers under the AI SDK and OpenAI Agents JS
 //   deno             conformance and journal suites over Deno KV + 50 concurrent calls
 //   bun              conformance and journal suites over bun:sqlite + 50 concurrent calls
 //   types            the hand-written index.d.ts against a strict TypeScript usage file
 //   bench            a smoke run of bench/overhead.mjs against the peer (bench/smoke.mjs)
 //
 // Any failure, and any runtime that cannot start, fails the run: nothing is skipped.
-import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { copyFileSync, existsSync, readFileSync, readdirSync, rmSync, symlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -22,7 +24,24 @@ if (!existsSync(join(wasmDir, "pkg", "package.json")) || !existsSync(join(wasmDi
   process.exit(1);
 }
 const bin = (name) => join(wasmDir, "node_modules", ".bin", name);
-const nodeTests = readdirSync(join(wasmDir, "test", "node")).filter((f) => f.endsWith(".test.mjs")).sort().map((f) => join("test", "node", f));
+
+// The MCP SDKs, the AI SDK (with @ai-sdk/mcp), OpenAI Agents JS and esbuild, pinned in
+// test/agents/package-lock.json: installed (about 15 s) only when the lockfile changed
+// since the last install. The examples import them as an application would, so
+// examples/node_modules points at test/agents/node_modules.
+const agents = join(wasmDir, "test", "agents");
+const installedLock = join(agents, "node_modules", ".idemkit-installed-lock");
+const lock = readFileSync(join(agents, "package-lock.json"));
+if (!existsSync(installedLock) || !lock.equals(readFileSync(installedLock))) {
+  execFileSync("npm", ["ci", "--no-audit", "--no-fund", "--loglevel=error"], { cwd: agents, stdio: "inherit" });
+  copyFileSync(join(agents, "package-lock.json"), installedLock);
+}
+const examplesModules = join(wasmDir, "examples", "node_modules");
+rmSync(examplesModules, { recursive: true, force: true });
+symlinkSync("../test/agents/node_modules", examplesModules, "dir");
+
+const testsIn = (dir) => readdirSync(join(wasmDir, "test", dir)).filter((f) => f.endsWith(".test.mjs")).sort().map((f) => join("test", dir, f));
+const nodeTests = [...testsIn("node"), ...testsIn("agents")];
 
 const suites = [
   ["types", bin("tsc"), ["-p", "test/types"]],

@@ -222,3 +222,63 @@ void d1Schema("t");
 const upgrade: string = d1Upgrade("t");
 void upgrade;
 void flow;
+
+// MCP servers and agent tools.
+import {
+  MCP_KEY_META,
+  MCP_PROBLEM_CODES,
+  aiSdkExecute,
+  callMcpToolWithRetry,
+  createMcpIdempotency,
+  idempotentMcpTools,
+  openaiAgentsExecute,
+  type McpCallReport,
+  type McpProblemType,
+} from "idemkit";
+
+async function mcpAndAgents(server: { connect(transport: unknown): Promise<void>; registerTool(name: string): void }, client: { callTool(params: object): Promise<object> }): Promise<void> {
+  const mcp = createMcpIdempotency({
+    adapter: memoryAdapter(),
+    tenant: ({ authInfo, headers }) => (authInfo as { clientId?: string } | undefined)?.clientId ?? headers.get("x-tenant"),
+    tools: { book: { effect: "external", policy: { leaseMs: 10_000 }, check: "List the bookings first." }, note: true },
+  });
+  // protect returns the server it was given, with its own type.
+  const same = mcp.protect(server);
+  same.registerTool("list");
+  createMcpIdempotency({ adapter: memoryAdapter(), tenant: "clinic-a", tools: ["book"] });
+  // @ts-expect-error a tenant is a string or a function of the call, never absent
+  createMcpIdempotency({ adapter: memoryAdapter(), tools: ["book"] });
+  // @ts-expect-error the effects are "external" and "local"
+  createMcpIdempotency({ adapter: memoryAdapter(), tenant: "t", tools: { book: { effect: "remote" } } });
+  await mcp.resolve({ tenant: "clinic-a", tool: "book", key: "k" }, { content: [{ type: "text", text: "booked by hand" }] });
+  const code: -31002 = MCP_PROBLEM_CODES.idempotency_key_in_progress;
+  const type: McpProblemType = "idempotency_key_conflict";
+  const meta: "io.idemkit/idempotency-key" = MCP_KEY_META;
+  void [code, type, meta];
+
+  const journal = createJournal({ adapter: memoryAdapter() });
+  const report: McpCallReport = await callMcpToolWithRetry({ journal, actionId: "run-1/book", client, name: "book", arguments: { slot: "s-1" }, maxAttempts: 3 });
+  const booked: boolean = report.status === "confirmed" && report.result?.isError !== true;
+  void booked;
+
+  const execute = aiSdkExecute<{ slot: string }>({
+    journal,
+    actionId: (input, { context }) => `${(context as { runId: string }).runId}/book/${input.slot}`,
+    http: (input) => ({ url: "https://api.example/appointments", body: { slot: input.slot } }),
+    timeoutMs: 5_000,
+    breaker: createBreaker(),
+  });
+  await execute({ slot: "s-1" }, { toolCallId: "call_1", context: { runId: "run-1" } });
+  openaiAgentsExecute({ journal, actionId: (_input, { toolCallId }) => toolCallId ?? "no-call", mcp: (input) => ({ client, name: "book", arguments: input }) });
+  // @ts-expect-error an action is sent over HTTP or to an MCP tool, not both
+  aiSdkExecute({ journal, actionId: () => "a", http: () => ({ url: "https://x" }), mcp: () => ({ client, name: "book" }) });
+  // @ts-expect-error the action id comes from a function of the app, not a constant the model could repeat
+  aiSdkExecute({ journal, actionId: "run-1/book", http: () => ({ url: "https://x" }) });
+  const tools = idempotentMcpTools({ ...client, toolsFromDefinitions: () => ({}) }, { book: { description: "Book" }, list: { description: "List" } }, {
+    journal,
+    actionId: (_input, { toolName }) => `run-1/${toolName}`,
+    tools: ["book"],
+  });
+  void tools.list.description;
+}
+void mcpAndAgents;

@@ -17,10 +17,11 @@ function walk(dir) {
 }
 
 /**
- * @param {string[]} scripts ESM files (absolute), the first is the entry
- * @param {object} options extra Miniflare options (bindings)
+ * The modules of a Worker whose code is `scripts` (ESM files, absolute, the first the
+ * entry) with the package's modules, `idemkit` resolving to its "workerd" entry.
+ * @param {string[]} scripts
  */
-export function miniflare(scripts, options) {
+export function workerModules(scripts) {
   const modules = scripts.map((path) => ({ type: "ESModule", path }));
   for (const path of walk(pkg)) {
     if (path.endsWith(".js")) modules.push({ type: "ESModule", path });
@@ -37,10 +38,13 @@ export function miniflare(scripts, options) {
       contents: `export * from ${JSON.stringify(relative(dir, join(pkg, "entry-workerd.js")))};`,
     });
   }
-  return new Miniflare({
-    modules,
-    modulesRoot: wasmDir,
-    compatibilityDate: "2026-04-01",
-    ...options,
-  });
+  return { modules, modulesRoot: wasmDir, compatibilityDate: "2026-04-01" };
+}
+
+/**
+ * @param {string[]} scripts ESM files (absolute), the first is the entry
+ * @param {object} options extra Miniflare options (bindings)
+ */
+export function miniflare(scripts, options) {
+  return new Miniflare({ ...workerModules(scripts), ...options });
 }
