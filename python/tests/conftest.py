@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import pytest
 
@@ -101,3 +101,152 @@ def servers() -> Iterator[List[Server]]:
 
 
 PYTHON = sys.executable
+
+
+# --- an upstream that records what it was sent -------------------------------------
+
+import http.server
+import threading
+from dataclasses import dataclass, field as dc_field
+
+
+@dataclass
+class Seen:
+    """One request the recording upstream received."""
+
+    method: str
+    path: str
+    headers: dict
+    body: bytes
+
+
+@dataclass
+class Recording:
+    """An HTTP server on 127.0.0.1 that answers from a script and records every
+    request: `answers` are `(status, headers, body)`, used in order, the last one
+    repeated."""
+
+    answers: List[tuple]
+    seen: List[Seen] = dc_field(default_factory=list)
+    server: Optional[http.server.ThreadingHTTPServer] = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/bookings"
+
+    def keys(self) -> List[str]:
+        return [s.headers.get("idempotency-key", "") for s in self.seen]
+
+    def start(self) -> "Recording":
+        recording = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                recording.seen.append(
+                    Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                )
+                index = min(len(recording.seen), len(recording.answers)) - 1
+                status, headers, reply = recording.answers[index]
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            do_PUT = do_POST
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[Callable[..., Recording]]:
+    """`upstream(answers)` starts a recording upstream, stopped at the end of the test."""
+    started: List[Recording] = []
+
+    def start(answers: List[tuple]) -> Recording:
+        recording = Recording(answers).start()
+        started.append(recording)
+        return recording
+
+    yield start
+    for recording in started:
+        recording.stop()
+
+
+PROBLEM = [("content-type", "application/problem+json")]
+
+
+def problem(status: int, name: str, **members: object) -> tuple:
+    """An idemkit problem answer for the recording upstream."""
+    import json
+
+    body = json.dumps({"type": f"https://idemkit.dev/problems/{name}", "status": status, **members}).encode()
+    return (status, PROBLEM, body)
+
+
+# --- the appointments reference service ---------------------------------------------
+
+
+class Appointments:
+    """The appointments reference service (`cargo build -p idemkit --example
+    appointments`) on its own databases in `directory`, listening on a free port."""
+
+    def __init__(self, directory: Path, *extra: str) -> None:
+        binary = TARGET / "debug" / "examples" / "appointments"
+        assert binary.is_file(), f"{binary} is missing: `cargo build -p idemkit --example appointments` first"
+        self.process = subprocess.Popen(
+            [
+                str(binary),
+                "--db", str(directory / "appointments.redb"),
+                "--provider-db", str(directory / "provider.redb"),
+                "--listen", "127.0.0.1:0",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().decode()
+        self.url = "http://" + line.rsplit("http://", 1)[-1].strip()
+        assert self.url.count(":") == 2, f"no address in {line!r}"
+        # Keep draining stdout so the service never blocks on a full pipe.
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()
+
+    def bookings(self, tenant: str) -> list:
+        import httpx
+
+        answer = httpx.get(f"{self.url}/appointments", headers={"Authorization": f"Bearer {tenant}"})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["appointments"]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def appointments(tmp_path: Path) -> Iterator[Callable[..., Appointments]]:
+    started: List[Appointments] = []
+
+    def start(*extra: str) -> Appointments:
+        service = Appointments(tmp_path, *extra)
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
