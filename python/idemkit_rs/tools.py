@@ -207,7 +207,8 @@ def idempotent_tool(*, journal: Journal, action_id: Callable[..., str]) -> Calla
 def langgraph_action_id(step: str) -> str:
     """The action id of `step` in the LangGraph task running now: the thread id and
     the task's checkpoint namespace, which LangGraph computes again, the same, when
-    it resumes the thread after a failure. Call it inside a node or a ``@task``."""
+    it resumes the thread from its checkpointer after a failure (across processes:
+    a persistent checkpointer). Call it inside a node or a ``@task``."""
     from langgraph.config import get_config
 
     configurable = get_config().get("configurable", {})

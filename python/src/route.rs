@@ -1,16 +1,16 @@
 //! One idempotent route for the ASGI middleware (`idemkit_rs/asgi.py`): the
 //! decisions the tower/axum layer makes (`idemkit::http`), in the same order and
 //! with the same answers, each built by core's HTTP contract
-//! ([`Refusal`](idemkit_core::http::Refusal)).
+//! ([`Refusal`]).
 //!
 //! The middleware drives it in three calls:
 //!
-//! 1. [`Route::admit`] (no I/O): the principal (none → 401) and the
+//! 1. `Route.admit` (no I/O): the principal (none → 401) and the
 //!    `Idempotency-Key` header (missing and required → 400, malformed → 400,
 //!    missing and optional → pass through);
-//! 2. the middleware reads the body up to [`Route::body_limit`] (over →
-//!    [`Route::too_large`], 413);
-//! 3. [`Route::claim`] (blocking: the middleware runs it in a worker thread, and it
+//! 2. the middleware reads the body up to `Route.body_limit` (over →
+//!    `Route.too_large`, 413);
+//! 3. `Route.claim` (blocking: the middleware runs it in a worker thread, and it
 //!    releases the GIL): the fingerprint of the method, concrete path, query and
 //!    body (unreadable → 400), then the store's claim (failure → 503, nothing
 //!    executed). Every answer but `Execute` is final: a replay (with
@@ -19,9 +19,9 @@
 //!    [`Execution`].
 //!
 //! The handler runs under the [`Execution`] (steps, provider keys, evidence of
-//! dispatch), and [`Execution::finish`] records its response per core's
+//! dispatch), and `Execution.finish` records its response per core's
 //! [`classify_attempt`] before the middleware sends it: durable before
-//! acknowledged. A handler that raises ends with [`Execution::settle`]: an External
+//! acknowledged. A handler that raises ends with `Execution.settle`: an External
 //! record becomes Unknown, a Local one is released, never executed twice silently.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -134,7 +134,7 @@ struct Config {
     dispatches_only_through_steps: bool,
 }
 
-/// What [`Route::admit`] lets through: the request's key, or nothing to claim.
+/// What `Route.admit` lets through: the request's key, or nothing to claim.
 enum Admitted {
     Key(IdempotencyKey),
     PassThrough,
@@ -337,7 +337,7 @@ impl Route {
         &self.config.operation
     }
 
-    /// The largest body read, in bytes; a larger one is answered [`Route::too_large`].
+    /// The largest body read, in bytes; a larger one is answered `Route.too_large`.
     #[getter]
     fn body_limit(&self) -> usize {
         self.config.body_limit

@@ -293,3 +293,28 @@ def test_openai_agents_function_tool_takes_its_action_id_from_the_run_context(up
     assert first == again == other
     keys = service.keys()
     assert keys[0] == keys[1] and keys[2] != keys[0]
+
+
+def test_the_agent_examples_book_once_against_the_appointments_service(appointments, tmp_path):
+    """python/examples/langgraph_tool.py (its worker dies once after the booking, then
+    the thread resumes) and openai_agents_tool.py run twice for one run: one booking."""
+    import os
+
+    from conftest import PYTHON, REPO
+
+    service = appointments()
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+
+    def run(example: str, directory: Path) -> bytes:
+        directory.mkdir(exist_ok=True)
+        done = subprocess.run([PYTHON, str(REPO / "python" / "examples" / example), service.url],
+                              cwd=directory, env=env, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout
+
+    langgraph = run("langgraph_tool.py", tmp_path / "langgraph")
+    assert b"first run: the worker died" in langgraph and b"'status': 'confirmed'" in langgraph
+    assert len(service.bookings("clinic-a")) == 1
+    agents = [run("openai_agents_tool.py", tmp_path / "agents") for _ in range(2)]
+    assert agents[0] == agents[1] and b"'status': 'confirmed'" in agents[0]
+    assert len(service.bookings("clinic-a")) == 2  # the agent's run-42 is its own action

@@ -452,3 +452,23 @@ def test_keys_are_checked_as_the_cli_checks_them(idemkit_bin):
     assert idemkit_rs.derive_key("travel-agent", "run-7", "book").startswith("ik1-")
     assert idemkit_rs.derive_key("n", "r", "s") == idemkit_rs.derive_key("n", "r", "s")
     assert idemkit_rs.derive_key("n", "r", "s") != idemkit_rs.derive_key("n", "r", "t")
+
+
+def test_the_type_stubs_and_docstrings_cover_every_public_name():
+    """`_native.pyi` declares exactly what the extension exports, and every public
+    name of the package has a docstring."""
+    import ast
+    import inspect
+
+    import idemkit_rs._native as native
+    from idemkit_rs import asgi, client, tools
+
+    stub = ast.parse((Path(native.__file__).parent / "_native.pyi").read_text())
+    declared = {node.name for node in stub.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    exported = {name for name in dir(native) if not name.startswith("_")}
+    assert declared == exported
+    for module in (idemkit_rs, client, tools, asgi):
+        for name in getattr(module, "__all__", []):
+            value = getattr(module, name)
+            if inspect.isfunction(value) or inspect.isclass(value) or inspect.isbuiltin(value):
+                assert (value.__doc__ or "").strip(), f"{module.__name__}.{name} has no docstring"
