@@ -109,19 +109,13 @@ scripts/with-postgres.sh cargo test -p idemkit-benches --features postgres --loc
 
 # --- Python: the idemkit-rs package (python/) ---------------------------------------
 # The pinned test requirements (python/requirements-test.txt: maturin, pytest, httpx,
-# starlette, uvicorn, fastapi, langgraph, openai-agents) go into tools/python/, only
-# when the pins changed since the last install; maturin builds the extension in the
-# dev profile into that venv; pytest runs python/tests (the CLI and the appointments
-# example the workspace tests built are what they compare with and run against)
-# under a throwaway PostgreSQL server, as the ASGI scenarios run on redb and on
-# PostgreSQL.
+# starlette, uvicorn, fastapi, langgraph, openai-agents) go into tools/python/ when the
+# pins changed (scripts/python-venv.sh); maturin builds the extension in the dev
+# profile into that venv; pytest runs python/tests (the CLI and the appointments
+# example the workspace tests built are what they compare with and run against) under
+# a throwaway PostgreSQL server, as the ASGI scenarios run on redb and on PostgreSQL.
 step "Python package (python/): build the extension, run pytest"
-if ! cmp -s python/requirements-test.txt tools/python/requirements-test.txt; then
-  command -v python3 >/dev/null || { echo "test-all: 'python3' is required but not on PATH" >&2; exit 1; }
-  python3 -m venv tools/python
-  tools/python/bin/pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
-  cp python/requirements-test.txt tools/python/requirements-test.txt
-fi
+scripts/python-venv.sh
 VIRTUAL_ENV="$PWD/tools/python" tools/python/bin/maturin develop --manifest-path python/Cargo.toml --locked --quiet
 scripts/with-postgres.sh tools/python/bin/python -m pytest python/tests -q -p no:cacheprovider
 # -----------------------------------------------------------------------------------
