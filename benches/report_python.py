@@ -45,7 +45,7 @@ def render(results: Path) -> list[str]:
         SECTION,
         "",
         f"CPython {doc.get('python', '?')} ({doc.get('cpu', '?')}), the extension built in release "
-        f"mode, {doc.get('seconds_per_measurement', '?')} s per figure, the benchmark bodies of the "
+        f"mode, {doc.get('seconds_per_measurement', '?')} s per figure (the best of 5 rounds), the benchmark bodies of the "
         "criterion figures above (`idemkit-bodies`). Command: `benches/python/run.sh OUT.json`. "
         "The fingerprint is computed from the bytes a server receives (strict RFC 8785 validation "
         "included); the baseline from a body Python already parsed, which needs neither.",

@@ -59,7 +59,8 @@ class App:
         if key is not None:
             sent["Idempotency-Key"] = key
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return httpx.post(self.server.url + path, content=content, headers=sent, timeout=30, **kw)
+        kw.setdefault("timeout", 30)
+        return httpx.post(self.server.url + path, content=content, headers=sent, **kw)
 
     def executions(self, route: str) -> int:
         return httpx.get(self.server.url + "/executions").json().get(route, 0)
@@ -104,6 +105,28 @@ def test_a_retry_while_the_first_runs_gets_409_with_retry_after_then_the_replay(
     replay = app.post("/accounts/A/withdraw", {"amount": 10, "delay": 1.5}, key)
     assert replay.status_code == 201 and replay.content == original.content
     assert replay.headers["idempotent-replayed"] == "true"
+    assert app.executions("withdraw") == 1
+
+
+def test_a_client_that_times_out_does_not_stop_the_execution(app):
+    """The client gives up after 0.3 s on a 1.5 s withdrawal and disconnects; the
+    execution runs to its end and is recorded: the retry gets 409 in progress, then
+    the replay of that one execution."""
+    key = new_key()
+    body = {"amount": 3, "delay": 1.5}
+    with pytest.raises(httpx.TimeoutException):
+        app.post("/accounts/A/withdraw", body, key, timeout=0.3)
+    during = app.post("/accounts/A/withdraw", body, key)
+    assert during.status_code == 409 and problem(during) == "request-in-progress"
+    deadline = time.monotonic() + 20
+    while True:
+        retry = app.post("/accounts/A/withdraw", body, key)
+        if retry.status_code != 409:
+            break
+        assert time.monotonic() < deadline, "the abandoned execution was never recorded"
+        time.sleep(0.1)
+    assert retry.status_code == 201 and retry.headers["idempotent-replayed"] == "true"
+    assert retry.json()["execution"] == 1
     assert app.executions("withdraw") == 1
 
 
