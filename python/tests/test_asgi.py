@@ -277,3 +277,55 @@ def test_the_fastapi_example_service_books_once(tmp_path, servers):
     assert again.headers["idempotent-replayed"] == "true"
     listed = httpx.get(server.url + "/bookings", headers={"Authorization": "Bearer clinic-a"}).json()
     assert len(listed["bookings"]) == 1
+
+
+def test_a_request_cancelled_by_its_server_still_records_its_execution():
+    """A server that cancels a request's task when its client leaves (as some ASGI
+    servers do) does not cancel the execution: it runs on its own task to the end
+    and is recorded, so the retry replays it (in process, no server)."""
+    import asyncio
+
+    from idemkit_rs import Route
+    from idemkit_rs.asgi import IdempotencyMiddleware, bearer_tenant
+
+    ran = []
+
+    async def slow_app(scope, receive, send):
+        await receive()
+        await asyncio.sleep(0.3)
+        ran.append(1)
+        await send({"type": "http.response.start", "status": 201, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"ok":true}'})
+
+    store = Store.in_memory()
+    middleware = IdempotencyMiddleware(
+        slow_app, store=store, principal=bearer_tenant, routes={("POST", "/x"): Route("x.create")}
+    )
+    scope = {"type": "http", "method": "POST", "path": "/x", "raw_path": b"/x", "query_string": b"",
+             "headers": [(b"authorization", b"Bearer acme"), (b"idempotency-key", b"k-1")]}
+
+    async def request(sent: list) -> None:
+        async def receive():
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        await middleware(scope, receive, send)
+
+    async def scenario():
+        first: list = []
+        task = asyncio.ensure_future(request(first))
+        await asyncio.sleep(0.1)
+        task.cancel()  # the client left and the server cancelled its request
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.5)
+        retry: list = []
+        await request(retry)
+        return first, retry
+
+    first, retry = asyncio.run(scenario())
+    assert first == [] and ran == [1]
+    assert retry[0]["status"] == 201 and (b"idempotent-replayed", b"true") in retry[0]["headers"]
+    assert store.get("acme", "x.create", "k-1")["state"] == "completed"
