@@ -335,6 +335,48 @@ async def _asend(client: httpx.AsyncClient, method: str, url: str, headers: list
     return _result_of(response, data), (response, data)
 
 
+def _start(
+    journal: Journal,
+    action_id: str,
+    url: str,
+    method: str,
+    headers: Headers,
+    json: Any,
+    content: Union[bytes, str, None],
+    secret_headers: Iterable[str],
+    key: Optional[str],
+    timeout: float,
+    policy: RetryPolicy,
+    failures: int,
+    cool_down: float,
+) -> Generator[_Effect, Any, CallResult]:
+    """The retry loop of one call, its arguments checked before anything is journalled."""
+    request = _prepare(method, url, headers, json, content, secret_headers)
+    return _call(journal, action_id, request, key=key, policy=policy, timeout=timeout,
+                 failures=failures, cool_down=cool_down)
+
+
+class _Steps:
+    """Steps a driver through the loop: `next()` is the next effect to carry out
+    (`None` once the loop returned `result`); the driver sets `reply` to what the
+    effect gave, or `error` to what it raised."""
+
+    def __init__(self, loop: Generator[_Effect, Any, CallResult]) -> None:
+        self.loop = loop
+        self.reply: Any = None
+        self.error: Optional[BaseException] = None
+        self.result: Optional[CallResult] = None
+
+    def next(self) -> Optional[_Effect]:
+        try:
+            effect = self.loop.throw(self.error) if self.error else self.loop.send(self.reply)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        self.reply, self.error = None, None
+        return effect
+
+
 def call_with_retry(
     journal: Journal,
     action_id: str,
@@ -365,39 +407,28 @@ def call_with_retry(
     its own. Raises :class:`~idemkit_rs.PayloadChangedError` when the action id was
     begun with another request.
     """
-    request = _prepare(method, url, headers, json, content, secret_headers)
-    loop = _call(
-        journal,
-        action_id,
-        request,
-        key=key,
-        policy=RetryPolicy(max_attempts=max_attempts, base_delay=base_delay, max_delay=max_delay, max_retry_after=max_retry_after),
-        timeout=timeout,
-        failures=breaker_failures,
-        cool_down=breaker_cool_down,
+    steps = _Steps(
+        _start(journal, action_id, url, method, headers, json, content, secret_headers, key, timeout,
+               RetryPolicy(max_attempts=max_attempts, base_delay=base_delay, max_delay=max_delay,
+                           max_retry_after=max_retry_after),
+               breaker_failures, breaker_cool_down)
     )
-    owned = client is None
     http = client or httpx.Client()
     try:
-        reply: Any = None
-        error: Optional[BaseException] = None
-        while True:
-            try:
-                effect, arg = loop.throw(error) if error else loop.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply, error = None, None
-            if effect == "journal":
+        while (effect := steps.next()) is not None:
+            kind, arg = effect
+            if kind == "journal":
                 try:
-                    reply = arg()
+                    steps.reply = arg()
                 except Exception as e:  # handed back to the loop, which decides
-                    error = e
-            elif effect == "send":
-                reply = _send(http, *arg, timeout)
+                    steps.error = e
+            elif kind == "send":
+                steps.reply = _send(http, *arg, timeout)
             else:
                 time.sleep(arg)
+        return steps.result
     finally:
-        if owned:
+        if client is None:
             http.close()
 
 
@@ -423,37 +454,26 @@ async def acall_with_retry(
 ) -> CallResult:
     """:func:`call_with_retry` over ``httpx.AsyncClient``. Every journal write
     (an fsync) runs in a worker thread, off the event loop."""
-    request = _prepare(method, url, headers, json, content, secret_headers)
-    loop = _call(
-        journal,
-        action_id,
-        request,
-        key=key,
-        policy=RetryPolicy(max_attempts=max_attempts, base_delay=base_delay, max_delay=max_delay, max_retry_after=max_retry_after),
-        timeout=timeout,
-        failures=breaker_failures,
-        cool_down=breaker_cool_down,
+    steps = _Steps(
+        _start(journal, action_id, url, method, headers, json, content, secret_headers, key, timeout,
+               RetryPolicy(max_attempts=max_attempts, base_delay=base_delay, max_delay=max_delay,
+                           max_retry_after=max_retry_after),
+               breaker_failures, breaker_cool_down)
     )
-    owned = client is None
     http = client or httpx.AsyncClient()
     try:
-        reply: Any = None
-        error: Optional[BaseException] = None
-        while True:
-            try:
-                effect, arg = loop.throw(error) if error else loop.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply, error = None, None
-            if effect == "journal":
+        while (effect := steps.next()) is not None:
+            kind, arg = effect
+            if kind == "journal":
                 try:
-                    reply = await asyncio.to_thread(arg)
+                    steps.reply = await asyncio.to_thread(arg)
                 except Exception as e:
-                    error = e
-            elif effect == "send":
-                reply = await _asend(http, *arg, timeout)
+                    steps.error = e
+            elif kind == "send":
+                steps.reply = await _asend(http, *arg, timeout)
             else:
                 await asyncio.sleep(arg)
+        return steps.result
     finally:
-        if owned:
+        if client is None:
             await http.aclose()
