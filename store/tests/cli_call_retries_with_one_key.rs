@@ -33,6 +33,8 @@ struct Seen {
     keys: Vec<String>,
     /// Executions per key.
     executions: HashMap<String, usize>,
+    /// The `Authorization` and `X-Api-Key` values received, in order.
+    credentials: Vec<String>,
 }
 
 struct Server {
@@ -62,6 +64,7 @@ fn serve(stream: TcpStream, mode: Mode, n: usize, seen: &Mutex<Seen>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut key = None;
     let mut content_length = 0usize;
+    let mut credentials = Vec::new();
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -75,6 +78,7 @@ fn serve(stream: TcpStream, mode: Mode, n: usize, seen: &Mutex<Seen>) {
             match name.to_ascii_lowercase().as_str() {
                 "idempotency-key" => key = Some(value.trim().to_owned()),
                 "content-length" => content_length = value.trim().parse().unwrap_or(0),
+                "authorization" | "x-api-key" => credentials.push(value.trim().to_owned()),
                 _ => {}
             }
         }
@@ -85,6 +89,7 @@ fn serve(stream: TcpStream, mode: Mode, n: usize, seen: &Mutex<Seen>) {
     let (status, problem) = {
         let mut seen = seen.lock().unwrap();
         seen.keys.push(key.clone());
+        seen.credentials.extend(credentials);
         match mode {
             Mode::Fixed { status, problem } => (status, Some(problem)),
             _ => {
@@ -127,6 +132,9 @@ impl Server {
     }
     fn keys(&self) -> Vec<String> {
         self.seen.lock().unwrap().keys.clone()
+    }
+    fn credentials(&self) -> Vec<String> {
+        self.seen.lock().unwrap().credentials.clone()
     }
 }
 
@@ -349,4 +357,109 @@ fn connection_refused_is_pending_and_safe_to_rerun() {
     assert_eq!(code, 75, "{report}");
     assert_eq!(report["status"], "pending");
     assert_eq!(report["attempts"][0]["outcome"], "connect-error");
+}
+
+/// A journal holds keys and requests, so it must never hold a credential: an
+/// agent's journal file read by anyone (it was 0644) gave away its bearer
+/// token, and the token's rotation made the next run of a pending action exit
+/// 65 as if the request had changed. The credential headers, and those named
+/// with --secret-header, are sent on every attempt from the run's own command
+/// line and never journalled; the journal file is private.
+#[test]
+fn the_journal_holds_no_credential_and_a_rotated_token_continues_the_action() {
+    let server = start(Mode::Idempotent);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.redb");
+    let (code, first) = run(&mut idemkit(
+        &journal,
+        "run-9/book",
+        &server.url,
+        &["-H", "Authorization: Bearer tok-ONE-s3cret"],
+    ));
+    assert_eq!(code, 0, "{first}");
+    // The token rotated; the action is the same.
+    let (code, second) = run(&mut idemkit(
+        &journal,
+        "run-9/book",
+        &server.url,
+        &["-H", "Authorization: Bearer tok-TWO-s3cret"],
+    ));
+    assert_eq!(code, 0, "a rotated token is the same action: {second}");
+    assert_eq!(second["resumed"], true);
+    assert_eq!(second["idempotency_key"], first["idempotency_key"]);
+    // A secret in a header of the caller's choosing, named with --secret-header.
+    let (code, third) = run(&mut idemkit(
+        &journal,
+        "run-9/book",
+        &server.url,
+        &[
+            "-H",
+            "Authorization: Bearer tok-TWO-s3cret",
+            "-H",
+            "X-Api-Key: key-THREE-s3cret",
+            "--secret-header",
+            "x-api-key",
+        ],
+    ));
+    assert_eq!(code, 0, "{third}");
+    assert_eq!(third["idempotency_key"], first["idempotency_key"]);
+    assert_eq!(
+        server.credentials(),
+        [
+            "Bearer tok-ONE-s3cret",
+            "Bearer tok-TWO-s3cret",
+            "Bearer tok-TWO-s3cret",
+            "key-THREE-s3cret"
+        ],
+        "each run sends its own credentials"
+    );
+    assert_eq!(server.executions(), 1);
+
+    let bytes = std::fs::read(&journal).unwrap();
+    for secret in ["tok-ONE", "tok-TWO", "key-THREE", "s3cret"] {
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the journal holds {secret:?}"
+        );
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&journal).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the journal is private: {mode:o}");
+    }
+}
+
+/// An action journalled with its credential (as builds that journalled
+/// credentials wrote it) resumes under its key when the token rotated, and is
+/// sent with this run's credential, never the journalled one.
+#[test]
+fn an_action_journalled_with_its_credential_resumes_with_the_new_one() {
+    let server = start(Mode::Idempotent);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.redb");
+    let legacy = serde_json::json!({
+        "method": "POST",
+        "url": server.url,
+        "headers": [["Content-Type", "application/json"], ["Authorization", "Bearer tok-OLD"]],
+        "body": br#"{"slot_id":"s-9"}"#.to_vec(),
+    });
+    let key = {
+        let journal = idemkit::journal::Journal::open(&journal).unwrap();
+        let payload = serde_json::to_vec(&legacy).unwrap();
+        journal
+            .begin("run-3/book", &payload, journal.now())
+            .unwrap()
+            .key
+    };
+    let (code, report) = run(&mut idemkit(
+        &journal,
+        "run-3/book",
+        &server.url,
+        &["-H", "Authorization: Bearer tok-NEW"],
+    ));
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["resumed"], true);
+    assert_eq!(report["idempotency_key"], key.as_str());
+    assert_eq!(server.credentials(), ["Bearer tok-NEW"]);
 }

@@ -622,3 +622,81 @@ fn a_renewal_attempt_gives_up_after_a_third_of_the_lease_while_another_process_h
     assert_eq!(text(&replay.stdout), "finished\n");
     assert_eq!(lines(&ran), 1, "the command ran once");
 }
+
+/// Kills a process when dropped, so a test that fails leaves nothing running.
+#[cfg(target_os = "linux")]
+struct KillOnDrop(u32);
+
+#[cfg(target_os = "linux")]
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// `sh -c 'sleep 600 & echo done'` ends at once, but its background `sleep`
+/// holds the command's stdout for ten minutes: exec used to read that pipe to
+/// its end, so it held the lease (and kept its caller waiting) for the
+/// background child. exec ends when the command ends, after a bounded drain of
+/// output still in flight, records the outcome, and warns that a process the
+/// command started is still running.
+#[cfg(target_os = "linux")]
+#[test]
+fn exec_ends_when_the_command_ends_though_a_background_child_holds_its_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("exec.redb");
+    let bg = dir.path().join("bg.pid");
+    let script = format!(
+        "sleep 600 & echo $! > {d}/bg.tmp; mv {d}/bg.tmp {bg}; echo done",
+        d = dir.path().display(),
+        bg = bg.display()
+    );
+    // Files, not pipes: the background child inherits exec's stderr too, and
+    // a pipe would keep this test reading until it ends.
+    let (stdout, stderr) = (dir.path().join("out"), dir.path().join("err"));
+    let mut runner = Command::new(env!("CARGO_BIN_EXE_idemkit"))
+        .args(["exec", "--db"])
+        .arg(&db)
+        .args(["--tenant", "acme", "--operation", "invoice.send"])
+        .args(["--key", "bg-1", "--", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let background = KillOnDrop(read_pid(&bg));
+    // A watchdog against a hang, far below the background child's 600 s.
+    let ended = poll_until(120, || runner.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = runner.kill();
+    }
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    assert!(ended, "exec waited for the background child: {err}");
+    assert_eq!(runner.wait().unwrap().code(), Some(0), "{err}");
+    assert_eq!(std::fs::read_to_string(&stdout).unwrap(), "done\n");
+    assert!(err.contains("still running"), "{err}");
+    assert!(
+        Watched::new(background.0).alive(),
+        "the background child is left running"
+    );
+    // The outcome was recorded: a retry replays it and runs nothing.
+    let replay = exec(&db, "bg-1", &[], "echo again");
+    assert_eq!(replay.status.code(), Some(0), "{}", text(&replay.stderr));
+    assert_eq!(text(&replay.stdout), "done\n");
+}
+
+/// The store file holds raw keys and stored output: it is created private
+/// (0600), never readable by other users.
+#[cfg(unix)]
+#[test]
+fn a_new_store_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("exec.redb");
+    let out = exec(&db, "private-1", &[], "echo secret-ish");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{mode:o}");
+}

@@ -28,9 +28,11 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn exec(db: &Path, key: &str, extra: &[&str], script: &str) -> Output {
-    let mut args = vec![
-        "exec",
+/// `idemkit SUBCOMMAND` on the record `key` (tenant acme, operation report),
+/// then `extra`.
+fn on_record(db: &Path, subcommand: &str, key: &str, extra: &[&str]) -> Output {
+    let address = [
+        subcommand,
         "--tenant",
         "acme",
         "--operation",
@@ -38,9 +40,20 @@ fn exec(db: &Path, key: &str, extra: &[&str], script: &str) -> Output {
         "--key",
         key,
     ];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "sh", "-c", script]);
-    idemkit(db, &args)
+    idemkit(db, &[&address[..], extra].concat())
+}
+
+fn exec(db: &Path, key: &str, extra: &[&str], script: &str) -> Output {
+    on_record(
+        db,
+        "exec",
+        key,
+        &[extra, &["--", "sh", "-c", script]].concat(),
+    )
+}
+
+fn show(db: &Path, key: &str, extra: &[&str]) -> Output {
+    on_record(db, "show", key, extra)
 }
 
 #[test]
@@ -74,33 +87,10 @@ fn list_show_resolve_gc_stats() {
     let released = json(&idemkit(&db, &["list", "--state", "released", "--json"]));
     assert_eq!(released[0]["key"], "released");
 
-    let shown = json(&idemkit(
-        &db,
-        &[
-            "show",
-            "--tenant",
-            "acme",
-            "--operation",
-            "report",
-            "--key",
-            "done",
-            "--json",
-        ],
-    ));
+    let shown = json(&show(&db, "done", &["--json"]));
     assert_eq!(shown["state"], "completed");
     assert_eq!(shown["response"]["body"]["utf8"], "SECRET-BODY\n");
-    let missing = idemkit(
-        &db,
-        &[
-            "show",
-            "--tenant",
-            "acme",
-            "--operation",
-            "report",
-            "--key",
-            "nope",
-        ],
-    );
+    let missing = show(&db, "nope", &[]);
     assert_eq!(missing.status.code(), Some(65));
 
     // Resolve the unknown one as applied, with a body to replay.
@@ -157,5 +147,48 @@ fn list_show_resolve_gc_stats() {
     assert_eq!(
         (gc["pruned"].as_u64(), gc["deleted"].as_u64()),
         (Some(0), Some(0))
+    );
+}
+
+/// A stored body is whatever a handler or command produced, possibly a
+/// client's input echoed back: printed raw, its escape sequences reached the
+/// operator's terminal (clear the screen, retitle the window, hide a line
+/// behind a carriage return). `show` prints control characters escaped; the
+/// exact bytes stay available with `--json`.
+#[test]
+fn show_escapes_control_characters_of_stored_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.redb");
+    let out = exec(
+        &db,
+        "esc",
+        &["--effect", "local"],
+        r"printf 'ok\033[2J\033]0;owned\007\rfake\n'",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = show(&db, "esc", &[]);
+    assert_eq!(shown.status.code(), Some(0));
+    for raw in [0x1b_u8, 0x07, b'\r'] {
+        assert!(
+            !shown.stdout.contains(&raw),
+            "show printed byte {raw:#04x} raw: {:?}",
+            String::from_utf8_lossy(&shown.stdout)
+        );
+    }
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains(r"ok\u{1b}[2J\u{1b}]0;owned\u{7}\u{d}fake"),
+        "{text}"
+    );
+    // --json keeps the exact bytes (escaped by JSON itself).
+    let exact = json(&show(&db, "esc", &["--json"]));
+    assert_eq!(
+        exact["response"]["body"]["utf8"],
+        "ok\u{1b}[2J\u{1b}]0;owned\u{7}\rfake\n"
     );
 }

@@ -97,6 +97,7 @@ admin_token = "{ADMIN_TOKEN}"
 path = {store:?}
 [tenant]
 from = "Authorization"
+secret = "the test gateway's tenant secret, 32+ bytes"
 "#,
             upstream = service.mcp_url,
             store = dir.join("mcp.redb"),

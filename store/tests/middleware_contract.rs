@@ -422,3 +422,104 @@ async fn optional_key_passes_through_and_5xx_is_not_stored() {
         .unwrap();
     assert_eq!(local.calls.load(Ordering::SeqCst), 2);
 }
+
+/// The handler's answer with the headers a real one sends: a representation
+/// header, a location, caching, a session cookie, a session token in a custom
+/// header and an application header.
+fn with_custom_headers() -> Response<Body> {
+    Response::builder()
+        .status(201)
+        .header("content-type", "application/json")
+        .header("location", "/orders/1")
+        .header("cache-control", "no-store")
+        .header("set-cookie", "session=s3cret")
+        .header("x-session-token", "tok-s3cret")
+        .header("x-request-cost", "3")
+        .body(Body::from(r#"{"order":1}"#))
+        .unwrap()
+}
+
+/// The names of the headers stored with the completed record of `key`.
+fn stored_header_names(store: &Store, key: &str) -> Vec<String> {
+    let record = store
+        .get(
+            &Scope::new("t", OP).unwrap(),
+            &IdempotencyKey::new(key).unwrap(),
+        )
+        .unwrap()
+        .unwrap();
+    let idemkit::core::record::RecordState::Completed { response, .. } = record.state else {
+        panic!("not completed: {:?}", record.state);
+    };
+    let mut names: Vec<String> = response.headers.into_iter().map(|(n, _)| n).collect();
+    names.sort_unstable();
+    names
+}
+
+/// Replayed headers were chosen by a deny list, so a session token the handler
+/// sent in `X-Session-Token` was stored and handed to whoever retried with the
+/// key. They come from an allow list: the content type, location and caching
+/// headers are replayed; the session token, the cookie and any other header
+/// reach only the client that asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_headers_come_from_an_allow_list() {
+    let store = Store::in_memory().unwrap();
+    let svc = IdempotencyLayer::new(store.clone(), config()).layer(tower::service_fn(
+        |_: Request<Body>| async { Ok::<_, Infallible>(with_custom_headers()) },
+    ));
+    let first = got(svc
+        .clone()
+        .oneshot(req(Some("k-allow"), Some("t"), "{}"))
+        .await
+        .unwrap())
+    .await;
+    assert_eq!(first.status, 201);
+    assert_eq!(
+        first.headers["x-session-token"], "tok-s3cret",
+        "the client that asked gets the whole answer"
+    );
+    let replay = got(svc
+        .clone()
+        .oneshot(req(Some("k-allow"), Some("t"), "{}"))
+        .await
+        .unwrap())
+    .await;
+    assert_eq!(replay.headers["idempotent-replayed"], "true");
+    for kept in ["content-type", "location", "cache-control"] {
+        assert_eq!(replay.headers.get(kept), first.headers.get(kept), "{kept}");
+    }
+    for dropped in ["set-cookie", "x-session-token", "x-request-cost"] {
+        assert!(replay.headers.get(dropped).is_none(), "{dropped} replayed");
+    }
+    assert_eq!(
+        stored_header_names(&store, "k-allow"),
+        ["cache-control", "content-type", "location"]
+    );
+}
+
+/// A route names the headers it replays (here an application header the
+/// default list leaves out); a cookie or a credential can never be named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_names_its_replayed_headers_and_never_a_cookie() {
+    use idemkit::core::http::ReplayedHeaders;
+    let store = Store::in_memory().unwrap();
+    let list = ReplayedHeaders::new(["Content-Type", "X-Request-Cost"]).unwrap();
+    let svc = IdempotencyLayer::new(store.clone(), config().replayed_headers(list)).layer(
+        tower::service_fn(|_: Request<Body>| async { Ok::<_, Infallible>(with_custom_headers()) }),
+    );
+    for _ in 0..2 {
+        let _ = svc
+            .clone()
+            .oneshot(req(Some("k-named"), Some("t"), "{}"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        stored_header_names(&store, "k-named"),
+        ["content-type", "x-request-cost"]
+    );
+    for never in ["Set-Cookie", "cookie", "authorization"] {
+        let refused = ReplayedHeaders::default().with(never).unwrap_err();
+        assert_eq!(refused.code(), "replayed-header-never-stored", "{never}");
+    }
+}

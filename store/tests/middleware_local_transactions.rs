@@ -104,12 +104,20 @@ fn created() -> StoredResponse {
 }
 
 async fn write_note(exec: &Execution) -> Result<(), LocalError<redb::Error>> {
+    write_note_answering(exec, created()).await
+}
+
+/// Writes the note and completes the record with `response`, in one transaction.
+async fn write_note_answering(
+    exec: &Execution,
+    response: StoredResponse,
+) -> Result<(), LocalError<redb::Error>> {
     exec.complete_with(
         |txn| -> Result<(), redb::Error> {
             txn.open_table(NOTES)?.insert("note_1", "hello")?;
             Ok(())
         },
-        created(),
+        response,
     )
     .await
 }
@@ -204,15 +212,7 @@ async fn a_body_over_the_stored_bound_is_answered_once_and_the_retry_gets_410() 
         post(|Extension(exec): Extension<Execution>| async move {
             let mut response = created();
             response.resource_ref = Some("note_1".into());
-            exec.complete_with(
-                |txn| -> Result<(), redb::Error> {
-                    txn.open_table(NOTES)?.insert("note_1", "hello")?;
-                    Ok(())
-                },
-                response,
-            )
-            .await
-            .unwrap();
+            write_note_answering(&exec, response).await.unwrap();
         }),
     );
     let first = send(&app, "k1").await;
@@ -230,4 +230,55 @@ async fn a_body_over_the_stored_bound_is_answered_once_and_the_retry_gets_410() 
     );
     assert!(String::from_utf8_lossy(&retry.body).contains("note_1"));
     assert_eq!(note_count(&store), 1);
+}
+
+/// A Local completion stored every header the handler put in its response,
+/// `Set-Cookie` included, and replayed it to whoever retried with the key. It
+/// keeps only the route's replayed headers (content type, location, … by
+/// default): the session cookie and the custom session token are neither
+/// stored nor answered, the first time or on a retry.
+#[tokio::test]
+async fn a_local_completion_keeps_only_the_replayed_headers() {
+    let store = Store::in_memory().unwrap();
+    let app = app(
+        &store,
+        post(|Extension(exec): Extension<Execution>| async move {
+            let mut response = created();
+            for (name, value) in [
+                ("location", "/notes/note_1"),
+                ("set-cookie", "session=s3cret"),
+                ("x-session-token", "tok-s3cret"),
+            ] {
+                response.headers.push((name.into(), value.into()));
+            }
+            write_note_answering(&exec, response).await.unwrap();
+        }),
+    );
+    let first = send(&app, "k1").await;
+    let retry = send(&app, "k1").await;
+    assert_eq!((first.status, retry.status), (201, 201));
+    assert_eq!(retry.headers["idempotent-replayed"], "true");
+    for got in [&first, &retry] {
+        assert_eq!(got.headers["content-type"], "application/json");
+        assert_eq!(got.headers["location"], "/notes/note_1");
+        assert!(got.headers.get("set-cookie").is_none(), "{:?}", got.headers);
+        assert!(
+            got.headers.get("x-session-token").is_none(),
+            "{:?}",
+            got.headers
+        );
+    }
+    let record = store
+        .get(
+            &idemkit::Scope::new("t", "notes.create").unwrap(),
+            &idemkit::IdempotencyKey::new("k1").unwrap(),
+        )
+        .unwrap()
+        .unwrap();
+    let idemkit::core::record::RecordState::Completed { response, .. } = &record.state else {
+        panic!("not completed: {:?}", record.state);
+    };
+    let mut stored: Vec<&str> = response.headers.iter().map(|(n, _)| n.as_str()).collect();
+    stored.sort_unstable();
+    assert_eq!(stored, ["content-type", "location"]);
 }

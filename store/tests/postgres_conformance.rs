@@ -124,3 +124,81 @@ fn the_database_clock_estimates_only_short_intervals_of_its_own_time() {
         .database_clock();
     assert_eq!(given.estimate_after(at, short), None);
 }
+
+/// Without a configured schema the statements named none, so the connection's
+/// `search_path` chose the tables: a role or database whose search path starts
+/// with another schema (set by an administrator, a pooler, a migration tool)
+/// got a second set of tables there, and a key claimed through one instance
+/// could run again through another. Every statement names `public` unless a
+/// schema is configured; tables that were made elsewhere through the search
+/// path are refused at start, naming the schema to configure.
+#[test]
+fn without_a_schema_the_tables_are_public_whatever_the_search_path() {
+    use idemkit::core::machine::Policy;
+    use idemkit::core::record::StoredResponse;
+    use idemkit::store::Claim;
+    use idemkit::{Fingerprint, IdempotencyKey, Scope};
+
+    let url = pg_support::url();
+    let database = pg_support::unique_schema("search_path");
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {database}"))
+        .unwrap();
+    let (server, _) = url.rsplit_once('/').unwrap();
+    let db_url = format!("{server}/{database}");
+    let mut client = postgres::Client::connect(&db_url, postgres::NoTls).unwrap();
+    client.batch_execute("CREATE SCHEMA elsewhere").unwrap();
+    // What `ALTER ROLE … SET search_path = elsewhere, public` does to every session.
+    let steered = format!("{db_url}?options=-c%20search_path%3Delsewhere%2Cpublic");
+    let options = idemkit::adapters::postgres::PgOptions {
+        schema: None,
+        pool_size: 2,
+        ..idemkit::adapters::postgres::PgOptions::default()
+    };
+
+    let store = Store::postgres(PgStore::connect_with(&steered, options.clone()).unwrap());
+    let scope = Scope::new("acme", "orders.create").unwrap();
+    let key = IdempotencyKey::new("k-public").unwrap();
+    let fingerprint = Fingerprint::from_bytes([7; 32]);
+    let Claim::Execute(guard) = store
+        .claim(&scope, &key, fingerprint, "w", &Policy::default())
+        .unwrap()
+    else {
+        panic!("a fresh key executes");
+    };
+    guard
+        .complete(StoredResponse::new(201, b"{}".to_vec()))
+        .unwrap();
+    drop(store);
+    let in_public: i64 = client
+        .query_one("SELECT count(*) FROM public.idemkit_records", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(in_public, 1, "the record is in public");
+    let elsewhere: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'elsewhere'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        elsewhere, 0,
+        "nothing was made where the search path pointed"
+    );
+
+    // Tables the search path finds outside public (as a build that left the
+    // schema to the search path made them): refused, naming the schema.
+    client
+        .batch_execute("CREATE TABLE elsewhere.idemkit_records (x int)")
+        .unwrap();
+    match PgStore::connect_with(&steered, options) {
+        Err(e) => assert!(e.to_string().contains("\"elsewhere\""), "{e}"),
+        Ok(_) => panic!("tables found through the search path were ignored"),
+    }
+    drop(client);
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .unwrap();
+}

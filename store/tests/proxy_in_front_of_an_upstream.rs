@@ -25,17 +25,6 @@ fn withdraw(proxy: &ProxyProcess, key: &str) -> Reply {
     )
 }
 
-fn admin_get(proxy: &ProxyProcess, path: &str) -> Reply {
-    request(
-        proxy.admin,
-        "GET",
-        path,
-        &[("Authorization", &admin_authorization())],
-        b"",
-    )
-    .unwrap()
-}
-
 fn redb_store(dir: &std::path::Path) -> String {
     format!("path = {:?}", dir.join("proxy.redb"))
 }
@@ -213,7 +202,7 @@ fn an_upstream_timeout_is_504_then_outcome_uncertain_with_one_upstream_call() {
     assert_eq!(upstream.calls("slow"), 1, "never a second upstream call");
 
     // The operator sees it and settles it through the admin listener.
-    let unknown = admin_get(&proxy, "/records?state=unknown");
+    let unknown = proxy.admin("GET", "/records?state=unknown", b"");
     let listed = unknown.json();
     let records = listed["records"].as_array().unwrap();
     assert_eq!(records.len(), 1, "{listed}");
@@ -328,7 +317,7 @@ fn metrics_count_the_claims_and_the_replays() {
         Some("acme"),
         br#"{"amount":1}"#,
     );
-    let metrics = admin_get(&proxy, "/metrics");
+    let metrics = proxy.admin("GET", "/metrics", b"");
     assert_eq!(metrics.status, 200);
     let text = String::from_utf8(metrics.body).unwrap();
     for line in [
@@ -480,4 +469,95 @@ fn a_bad_config_file_is_refused_at_start_with_the_file_line_and_what() {
     let want = format!("idemkit proxy: {}:19: include pointer", file.display());
     assert!(stderr.starts_with(&want), "{stderr}");
     assert!(stderr.contains("pointer-missing-leading-slash"), "{stderr}");
+}
+
+/// An upstream that answers every request 201 with a session cookie, a
+/// session token in a custom header and an application header besides its
+/// content type and location; it serves until the test ends.
+fn upstream_with_session_headers() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    match line.trim_end().split_once(':') {
+                        Some((name, value)) if name.eq_ignore_ascii_case("content-length") => {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                        None if line.trim_end().is_empty() => break,
+                        _ => {}
+                    }
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let answer = br#"{"id":"w_1"}"#;
+                let mut stream = stream;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n\
+                     location: /withdrawals/w_1\r\nset-cookie: session=s3cret\r\n\
+                     x-session-token: tok-s3cret\r\nx-request-cost: 3\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    answer.len()
+                );
+                let _ = stream.write_all(answer);
+            });
+        }
+    });
+    addr
+}
+
+/// The proxy stored and replayed every upstream header but a short deny
+/// list, so an upstream's session token in `X-Session-Token` was handed to
+/// whoever retried with the key. A route replays an allow list (content type,
+/// location, caching… by default, or its `replayed_headers`); `Set-Cookie` is
+/// never stored.
+#[test]
+fn the_proxy_replays_only_the_allowed_upstream_headers() {
+    for (route_extra, kept, dropped) in [
+        (
+            "",
+            &["content-type", "location"][..],
+            &["set-cookie", "x-session-token", "x-request-cost"][..],
+        ),
+        (
+            "replayed_headers = [\"content-type\", \"x-request-cost\"]",
+            &["content-type", "x-request-cost"][..],
+            &["set-cookie", "x-session-token", "location"][..],
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let upstream = upstream_with_session_headers();
+        let proxy = ProxyProcess::start(&config(
+            dir.path(),
+            upstream,
+            &redb_store(dir.path()),
+            route_extra,
+        ));
+        let first = withdraw(&proxy, "k-headers");
+        assert_eq!(first.status, 201, "{first:?}");
+        assert_eq!(first.header("x-session-token"), Some("tok-s3cret"));
+        let replay = withdraw(&proxy, "k-headers");
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+        for name in kept {
+            assert_eq!(
+                replay.header(name),
+                first.header(name),
+                "{route_extra}: {name}"
+            );
+        }
+        for name in dropped {
+            assert_eq!(replay.header(name), None, "{route_extra}: {name} replayed");
+        }
+    }
 }

@@ -14,9 +14,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use proxy_support::{
-    ADMIN_TOKEN, ProxyProcess, Upstream, admin_authorization, config, config_with, post_json,
-};
+use proxy_support::{ADMIN_TOKEN, ProxyProcess, Upstream, config, config_with, post_json};
 use support::{Reply, request};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
@@ -64,21 +62,6 @@ fn wait_until(what: &str, within: Duration, done: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "{what} within {within:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-fn admin(proxy: &ProxyProcess, method: &str, path: &str, body: &[u8]) -> Reply {
-    let token = admin_authorization();
-    request(
-        proxy.admin,
-        method,
-        path,
-        &[
-            ("Authorization", token.as_slice()),
-            ("Content-Type", b"application/json"),
-        ],
-        body,
-    )
-    .unwrap()
 }
 
 /// Runs `idemkit proxy` on `config`, expecting it to refuse to start: its exit
@@ -474,7 +457,7 @@ fn an_answer_whose_body_stalls_is_unknown_and_never_sent_again() {
         (409, "outcome-uncertain")
     );
     assert_eq!(upstream.calls("stall"), 1);
-    let unknown = admin(&proxy, "GET", "/records?state=unknown", b"").json();
+    let unknown = proxy.admin("GET", "/records?state=unknown", b"").json();
     assert_eq!(
         unknown["records"].as_array().map(Vec::len),
         Some(1),
@@ -601,7 +584,7 @@ fn records_come_in_pages_without_bodies_and_every_resolve_is_logged() {
     let mut path = "/records?limit=2".to_owned();
     let mut pages = 0;
     loop {
-        let page = admin(&proxy, "GET", &path, b"").json();
+        let page = proxy.admin("GET", &path, b"").json();
         pages += 1;
         let records = page["records"].as_array().unwrap();
         assert!(records.len() <= 2, "{page}");
@@ -620,13 +603,9 @@ fn records_come_in_pages_without_bodies_and_every_resolve_is_logged() {
     keys.sort();
     assert_eq!(keys, ["p-1", "p-2", "p-3", "p-4", "p-5"]);
     assert!(pages >= 3, "{pages} pages");
-    let with_bodies = admin(
-        &proxy,
-        "GET",
-        "/records?state=completed&bodies=true&limit=1",
-        b"",
-    )
-    .json();
+    let with_bodies = proxy
+        .admin("GET", "/records?state=completed&bodies=true&limit=1", b"")
+        .json();
     let stored = &with_bodies["records"][0]["response"];
     assert_eq!(stored["status"], 201, "{with_bodies}");
     assert!(
@@ -636,19 +615,18 @@ fn records_come_in_pages_without_bodies_and_every_resolve_is_logged() {
             .contains("\"account\":\"A\""),
         "{with_bodies}"
     );
-    let too_many = admin(&proxy, "GET", "/records?limit=100000", b"");
+    let too_many = proxy.admin("GET", "/records?limit=100000", b"");
     assert_eq!(too_many.status, 400);
 
     // An unknown outcome (the `slow` account outlasts the route's 1 s), settled.
     let timed_out = withdraw(&proxy, "/accounts/slow/withdraw", Some("p-6"));
     assert_eq!(timed_out.status, 504);
-    let unknown = admin(&proxy, "GET", "/records?state=unknown", b"").json();
+    let unknown = proxy.admin("GET", "/records?state=unknown", b"").json();
     let log_ref = unknown["records"][0]["log_ref"]
         .as_str()
         .unwrap()
         .to_owned();
-    let resolved = admin(
-        &proxy,
+    let resolved = proxy.admin(
         "POST",
         &format!("/records/{log_ref}/resolve"),
         br#"{"applied":true,"status":201,"body":"{}","by":"alice"}"#,
@@ -758,7 +736,7 @@ fn sigterm_past_the_grace_period_names_what_is_left_to_lease_expiry() {
     drop(proxy);
 
     let restarted = ProxyProcess::start(&file);
-    let running = admin(&restarted, "GET", "/records?state=running", b"").json();
+    let running = restarted.admin("GET", "/records?state=running", b"").json();
     let log_ref = running["records"][0]["log_ref"]
         .as_str()
         .unwrap()

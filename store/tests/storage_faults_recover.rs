@@ -16,7 +16,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use proxy_support::{ProxyProcess, Upstream, post_json};
+use proxy_support::{ProxyProcess, Upstream, config, post_json};
 use rustix::process::{Pid, Resource, Rlimit, prlimit};
 use support::{Reply, Service, request};
 
@@ -130,8 +130,6 @@ fn appointments_serve_again_after_a_failed_write_without_a_restart() {
     );
 }
 
-const ADMIN_TOKEN: &str = "storage-fault-test-admin-token-0123456789abcdef";
-
 fn withdraw(proxy: &ProxyProcess, key: &str) -> Reply {
     post_json(
         proxy.addr,
@@ -142,58 +140,22 @@ fn withdraw(proxy: &ProxyProcess, key: &str) -> Reply {
     )
 }
 
-fn admin_get(proxy: &ProxyProcess, path: &str) -> Reply {
-    let bearer = format!("Bearer {ADMIN_TOKEN}");
-    request(
-        proxy.admin,
-        "GET",
-        path,
-        &[("Authorization", bearer.as_bytes())],
-        b"",
-    )
-    .unwrap()
-}
-
 #[test]
 fn the_proxy_serves_again_after_a_failed_write_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::start(Duration::ZERO);
-    let config = dir.path().join("proxy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"listen = "127.0.0.1:0"
-upstream = "http://{upstream}"
-admin = "127.0.0.1:0"
-admin_token = "{ADMIN_TOKEN}"
-
-[store]
-path = {store:?}
-
-[tenant]
-header = "X-Tenant-Id"
-
-[[routes]]
-method = "POST"
-path = "/accounts/{{account}}/withdraw"
-operation = "accounts.withdraw"
-effect = "external"
-"#,
-            upstream = upstream.addr,
-            store = dir.path().join("proxy.redb"),
-        ),
-    )
-    .unwrap();
+    let store = format!("path = {:?}", dir.path().join("proxy.redb"));
+    let config = config(dir.path(), upstream.addr, &store, "");
     let proxy = ProxyProcess::start(&config);
     assert_eq!(withdraw(&proxy, "before-fault").status, 201);
-    assert_eq!(admin_get(&proxy, "/healthz").status, 200);
+    assert_eq!(proxy.admin("GET", "/healthz", b"").status, 200);
 
     limit_file_size(proxy.child.id(), Some(1));
     assert_eq!(withdraw(&proxy, "during-fault").status, 503);
-    let health = admin_get(&proxy, "/healthz");
+    let health = proxy.admin("GET", "/healthz", b"");
     assert_eq!(health.status, 503, "{health:?}");
     assert!(health.json()["reason"].as_str().is_some(), "{health:?}");
-    let metrics = String::from_utf8_lossy(&admin_get(&proxy, "/metrics").body).into_owned();
+    let metrics = String::from_utf8_lossy(&proxy.admin("GET", "/metrics", b"").body).into_owned();
     assert!(metrics.contains("idemkit_store_writable 0"), "{metrics}");
 
     limit_file_size(proxy.child.id(), None);
@@ -201,11 +163,67 @@ effect = "external"
         withdraw(&proxy, "after-fault")
     });
     eprintln!("first 201 after the limit was restored: {took:?}");
-    assert_eq!(admin_get(&proxy, "/healthz").status, 200);
-    let metrics = String::from_utf8_lossy(&admin_get(&proxy, "/metrics").body).into_owned();
+    assert_eq!(proxy.admin("GET", "/healthz", b"").status, 200);
+    let metrics = String::from_utf8_lossy(&proxy.admin("GET", "/metrics", b"").body).into_owned();
     assert!(metrics.contains("idemkit_store_writable 1"), "{metrics}");
     // One upstream call per key that was claimed; the refused one never went.
     assert_eq!(upstream.calls("A"), 2);
     let replay = withdraw(&proxy, "before-fault");
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+}
+
+/// The MCP gateway shares the proxy's admin listener: while its store cannot
+/// write, a protected `tools/call` is refused with the store-unavailable error
+/// (nothing forwarded) and `/healthz` is 503; once the limit is lifted, the
+/// health checks alone bring the store back.
+#[test]
+fn the_mcp_gateway_health_tells_the_truth_and_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    // No server needs to answer: the claim is what fails.
+    let config = support::mcp::gateway_config(
+        dir.path(),
+        "http://127.0.0.1:9/mcp",
+        "[[tools]]\nname = \"book\"\neffect = \"external\"\n",
+    );
+    let gateway = support::mcp::Gateway::start(&config);
+    assert_eq!(gateway.admin_get("/healthz").status, 200);
+
+    limit_file_size(gateway.pid(), Some(1));
+    let call = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": "book",
+            "arguments": { "slot": "s-1" },
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.idemkit/idempotency-key": "during-fault",
+            },
+        },
+    })
+    .to_string();
+    let refused = request(
+        gateway.addr,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", b"application/json"),
+            ("Accept", b"application/json, text/event-stream"),
+            ("MCP-Protocol-Version", b"2026-07-28"),
+            ("Mcp-Method", b"tools/call"),
+            ("Mcp-Name", b"book"),
+        ],
+        call.as_bytes(),
+    )
+    .unwrap();
+    let text = String::from_utf8_lossy(&refused.body).into_owned();
+    assert!(text.contains("idempotency_store_unavailable"), "{text}");
+    let health = gateway.admin_get("/healthz");
+    assert_eq!(health.status, 503, "{health:?}");
+
+    limit_file_size(gateway.pid(), None);
+    let (_, took) = until_status(Duration::from_secs(5), 200, || {
+        gateway.admin_get("/healthz")
+    });
+    eprintln!("the gateway's health was 200 again {took:?} after the limit was restored");
 }

@@ -156,6 +156,12 @@ export function createIdempotency(options) {
   if (!Number.isSafeInteger(maxStoredResponseBytes) || maxStoredResponseBytes < 0) {
     throw new IdemkitError("invalid-argument", "maxStoredResponseBytes must be a non-negative integer");
   }
+  // Response headers stored and replayed: an allow list (core's defaults unless
+  // given); a credential or cookie header is refused by core, never stored.
+  if (options.replayedHeaders !== undefined && !(Array.isArray(options.replayedHeaders) && options.replayedHeaders.every((n) => typeof n === "string"))) {
+    throw new IdemkitError("invalid-argument", "replayedHeaders must be an array of header names");
+  }
+  const replayed = new Set(wasmCall(() => wasm.replayedHeaders(options.replayedHeaders)));
   const maxRecordBytes = adapter.maxRecordBytes ?? Infinity;
   if (maxRecordBytes !== Infinity && (!Number.isSafeInteger(maxRecordBytes) || maxRecordBytes <= 0)) {
     throw new IdemkitError("invalid-argument", "adapter.maxRecordBytes must be a positive integer");
@@ -261,7 +267,7 @@ export function createIdempotency(options) {
    * response-expired with the reference, never a second execution.
    */
   function completeHeld(held, response, local) {
-    const stored = toStored(response);
+    const stored = toStored(response, replayed);
     const bodiless = { ...stored, body: null };
     const kept = stored.body !== null && stored.body.length > maxStoredResponseBytes ? bodiless : stored;
     const fit = (row, decided, op) =>
@@ -316,7 +322,7 @@ export function createIdempotency(options) {
   /** Operator: settle an Unknown record. `applied` is the real response, or null if nothing happened. */
   async function resolve({ tenant: tenantId, key }, applied) {
     const id = recordId(tenantId, operation, key);
-    const op = { op: "resolve", applied: applied == null ? null : toStored(applied) };
+    const op = { op: "resolve", applied: applied == null ? null : toStored(applied, replayed) };
     const { current } = await readDecideWrite({
       adapter,
       id,
@@ -347,8 +353,19 @@ export function createIdempotency(options) {
    * due times) that needs nothing yet gets its real due time indexed. Bytes that do
    * not decode are counted and left alone, never a reason to stop.
    */
-  /** The token floor in the floor row as read (0n when there is none). */
-  const floorOf = (row) => (row === null ? 0n : BigInt(fromUtf8.decode(row.record)));
+  /**
+   * The token floor in the floor row as read (0n when there is none). A row that
+   * is not a decimal number is damaged storage: a typed error (handle answers 503),
+   * never a new record whose tokens might repeat.
+   */
+  function floorOf(row) {
+    if (row === null) return 0n;
+    const text = row.record instanceof Uint8Array ? fromUtf8.decode(row.record) : null;
+    if (text === null || !/^[0-9]{1,20}$/.test(text)) {
+      throw new IdemkitError("token-floor-corrupt", `the token floor row (${TOKEN_FLOOR_ID}) does not hold a decimal number; restore it (the highest fencing token of any record GC deleted, as decimal text)`);
+    }
+    return BigInt(text);
+  }
 
   /** The store's token floor: the highest token of any record GC deleted. */
   async function readTokenFloor() {
@@ -413,7 +430,25 @@ export function createIdempotency(options) {
     return report;
   }
 
-  async function handle(request, handler) {
+  /**
+   * With a Workers execution context (`ctx`, the third argument of `fetch`): the
+   * whole handling, the handler's run and its recording, is registered with
+   * `ctx.waitUntil`, so a client that disconnects (which cancels the request's
+   * own promise) cannot stop the outcome from being recorded and leave an
+   * External record Unknown.
+   */
+  function handle(request, handler, ctx) {
+    if (ctx !== undefined && ctx !== null && typeof ctx.waitUntil !== "function") {
+      return Promise.reject(new IdemkitError("invalid-argument", "handle's third argument must be an execution context with waitUntil (the Workers ctx), or absent"));
+    }
+    const handled = handleRequest(request, handler);
+    // waitUntil only keeps the work alive; the caller still gets the promise's
+    // outcome (and its rejection) itself.
+    ctx?.waitUntil(handled.catch(() => {}));
+    return handled;
+  }
+
+  async function handleRequest(request, handler) {
     const tenantId = await tenant(request);
     if (tenantId === null || tenantId === undefined) {
       return fromAnswer(wasm.refuseUnauthenticated());
@@ -536,20 +571,29 @@ export function createIdempotency(options) {
    * once, as `handle` answers one).
    */
   async function completeInHandler(held, lease, response, local) {
-    const stored = toStored(response instanceof Response ? recordedOf(response, new Uint8Array(await response.arrayBuffer())) : response);
+    let stored;
+    let answerBody;
+    if (response instanceof Response) {
+      const read = await readCapped(response, maxStoredResponseBytes);
+      stored = toStored(recordedOf(response, read.body), replayed);
+      answerBody = read.body ?? read.stream;
+    } else {
+      stored = toStored(response, replayed);
+      answerBody = stored.body;
+    }
     await lease.stop();
     try {
       const { record, result } = await withRetries(() => completeWith(held, stored, local));
-      return { record, result, answer: { ...record.response, body: record.response.body ?? stored.body } };
+      return { record, result, answer: { ...record.response, body: record.response.body ?? answerBody } };
     } catch (err) {
       lease.resume();
       throw err;
     }
   }
 
-  /** What `handle` records of a handler's Response whose body was read. */
+  /** What `handle` records of a handler's Response whose body was read (null: over the cap). */
   function recordedOf(response, body) {
-    return { status: response.status, headers: replayableHeaders(response.headers), body, resourceRef: resourceRefOf(response) ?? null };
+    return { status: response.status, headers: replayableHeaders(response.headers, replayed), body, resourceRef: resourceRefOf(response) ?? null };
   }
 
   /** The handler's view of its execution (the second argument of its call). */
@@ -597,12 +641,14 @@ export function createIdempotency(options) {
     const lease = keepLeased(held);
     const { execution, seen } = executionOf(held, lease);
     let response;
-    let body;
+    // The body read through the stored-body cap: `body` (all of it, within the
+    // cap) or `stream` (what was read and the rest, never held whole).
+    let read;
     let completed = null;
     try {
       response = await handler(request, execution);
       completed = await completedByHandler(seen);
-      if (completed === null && response instanceof Response) body = new Uint8Array(await response.arrayBuffer());
+      if (completed === null && response instanceof Response) read = await readCapped(response, maxStoredResponseBytes);
     } catch (err) {
       // A completeWith still running settles first: when it fails it resumes renewal.
       completed ??= await completedByHandler(seen);
@@ -638,7 +684,7 @@ export function createIdempotency(options) {
     } else {
       try {
         if (disposition === "store") {
-          const stored = recordedOf(response, body);
+          const stored = recordedOf(response, read.body);
           try {
             await withRetries(() => completeHeld(held, stored));
           } catch (err) {
@@ -657,7 +703,7 @@ export function createIdempotency(options) {
         return fromAnswer(wasmCall(() => wasm.refuseOutcomeNotRecorded(tenantId, operation, key, response.status)));
       }
     }
-    return new Response(nullBodyStatus(response.status) ? null : body, {
+    return new Response(nullBodyStatus(response.status) ? null : (read.body ?? read.stream), {
       status: response.status,
       statusText: response.statusText,
       headers: response.headers,
@@ -704,6 +750,48 @@ async function readBounded(request, limit) {
     }
     chunks.push(value);
   }
+  return concat(chunks, total);
+}
+
+/**
+ * A response body read through the stored-body cap: `{ body }`, all of it, when it
+ * is at most `cap` bytes; else `{ body: null, stream }`, a stream of the chunks read
+ * so far and then the rest of the body, read as the client reads it. Nothing
+ * past the cap (and the chunk that crossed it) is buffered.
+ * @param {Response} response
+ * @param {number} cap
+ * @returns {Promise<{ body: Uint8Array, stream?: undefined } | { body: null, stream: ReadableStream<Uint8Array> }>}
+ */
+async function readCapped(response, cap) {
+  if (response.body === null) return { body: new Uint8Array() };
+  const reader = response.body.getReader();
+  const chunks = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return { body: concat(chunks, total) };
+    chunks.push(value);
+    total += value.byteLength;
+    if (total > cap) break;
+  }
+  const stream = new ReadableStream({
+    start(controller) {
+      for (const chunk of chunks.splice(0)) controller.enqueue(chunk);
+    },
+    async pull(controller) {
+      const { done, value } = await reader.read();
+      if (done) controller.close();
+      else controller.enqueue(value);
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+  return { body: null, stream };
+}
+
+/** `chunks` (of `total` bytes together) as one array. */
+function concat(chunks, total) {
   if (chunks.length === 1) return chunks[0];
   const body = new Uint8Array(total);
   let at = 0;
@@ -727,10 +815,11 @@ function nullBodyStatus(status) {
   return status === 101 || status === 204 || status === 205 || status === 304;
 }
 
-function replayableHeaders(headers) {
+/** The headers of `headers` named in the allow list `replayed`, as stored. */
+function replayableHeaders(headers, replayed) {
   const out = [];
   for (const [name, value] of headers) {
-    if (wasm.isReplayableHeader(name)) out.push([name.toLowerCase(), utf8.encode(value)]);
+    if (replayed.has(name.toLowerCase())) out.push([name.toLowerCase(), utf8.encode(value)]);
   }
   return out;
 }
@@ -743,8 +832,11 @@ function fromStored(stored, { replayed }) {
   return new Response(nullBodyStatus(stored.status) ? null : stored.body, { status: stored.status, headers });
 }
 
-/** A user-supplied response description → the machine's stored response. */
-function toStored(response) {
+/**
+ * A user-supplied response description → the machine's stored response, with
+ * only the headers of the allow list `replayed` (what a retry may be handed).
+ */
+function toStored(response, replayed) {
   if (response instanceof Response) {
     throw new IdemkitError("invalid-argument", "pass { status, headers, body, resourceRef }, not a Response (its body would need to be read first)");
   }
@@ -752,7 +844,8 @@ function toStored(response) {
   const given = response?.headers ?? [];
   const entries = given instanceof Headers ? [...given] : Array.isArray(given) ? given : Object.entries(given);
   for (const [name, value] of entries) {
-    headers.push([String(name).toLowerCase(), value instanceof Uint8Array ? value : utf8.encode(String(value))]);
+    const lower = String(name).toLowerCase();
+    if (replayed.has(lower)) headers.push([lower, value instanceof Uint8Array ? value : utf8.encode(String(value))]);
   }
   const body = response?.body == null ? null : toBytes(response.body, "response.body");
   return { status: response?.status, headers, body, resourceRef: response?.resourceRef ?? null };

@@ -342,11 +342,24 @@ export interface IdempotencyOptions<L = never> {
   maxBodyBytes?: number;
   /**
    * Response bodies up to this many bytes are kept for replay (default 1 MiB; the
-   * adapter's `maxRecordBytes` may lower it). A larger response is answered in full
-   * once and recorded as completed without its body: a retry gets 410
+   * adapter's `maxRecordBytes` may lower it). The handler's body is read through
+   * this cap: a larger response is never held whole, it streams to the client
+   * once and is recorded as completed without its body: a retry gets 410
    * `response-expired` with the resource reference, and nothing runs twice.
    */
   maxStoredResponseBytes?: number;
+  /**
+   * The response headers stored with an outcome and replayed, an allow list that
+   * replaces the default one (`content-type`, `content-encoding`,
+   * `content-language`, `content-disposition`, `content-location`, `location`,
+   * `link`, `cache-control`, `expires`, `etag`, `last-modified`, `vary`, `allow`,
+   * `retry-after`); name those too to keep them. Any other header reaches the
+   * client that asked and is never stored. `set-cookie`, `cookie`,
+   * `authorization` and `proxy-authorization` are never stored: naming one throws
+   * `replayed-header-never-stored` (`replayed-header-per-transmission` for
+   * `content-length`, `connection`, … and `replayed-header-invalid-name`).
+   */
+  replayedHeaders?: string[];
   /** Renew the lease every third of `leaseMs` while the handler runs (default true). */
   autoRenew?: boolean;
   /**
@@ -364,6 +377,11 @@ export interface IdempotencyOptions<L = never> {
   dispatchesOnlyThroughSteps?: boolean;
   /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */
   clock?: () => number;
+}
+
+/** What `handle` needs of a Workers `ExecutionContext`. */
+export interface ExecutionContextLike {
+  waitUntil(promise: Promise<unknown>): void;
 }
 
 export interface ResponseInput {
@@ -408,8 +426,8 @@ export interface Execution<L = never> {
   /**
    * Completes the record with `response` and `local` (the adapter's kind of local
    * writes) in one transaction, as `Idempotency.completeWith`. A Response is
-   * recorded as `handle` records a returned one (replayable headers, `resourceRef`,
-   * its body read here). Once it resolved, `handle` answers the stored response
+   * recorded as `handle` records a returned one (the `replayedHeaders`,
+   * `resourceRef`, its body read here through `maxStoredResponseBytes`). Once it resolved, `handle` answers the stored response
    * (without `Idempotent-Replayed`), whatever the handler then returns or throws,
    * and records nothing more. When it rejects nothing was committed, and the
    * response the handler returns is recorded as usual. Once per execution: a
@@ -419,8 +437,18 @@ export interface Execution<L = never> {
 }
 
 export interface Idempotency<L = never> {
-  /** DESIGN.md's HTTP contract around a fetch-style handler. */
-  handle(request: Request, handler: (request: Request, execution: Execution<L>) => Promise<Response> | Response): Promise<Response>;
+  /**
+   * DESIGN.md's HTTP contract around a fetch-style handler. In Cloudflare Workers
+   * pass the execution context (`fetch(request, env, ctx)`): the handling, the
+   * handler's run and the recording of its outcome, is registered with
+   * `ctx.waitUntil`, so a client that disconnects cannot cancel it and leave an
+   * external record unknown.
+   */
+  handle(
+    request: Request,
+    handler: (request: Request, execution: Execution<L>) => Promise<Response> | Response,
+    ctx?: ExecutionContextLike,
+  ): Promise<Response>;
   /**
    * Ask the state machine for a claim and write its decision atomically. With
    * `method` and `path` the request line counts (scheme 2, as `handle`); without

@@ -38,6 +38,7 @@ use idemkit_core::client::{
 use idemkit_core::fingerprint::{
     FingerprintError, FormError, RequestFingerprint, SCHEME_BODY, SCHEME_REQUEST_LINE, SpecError,
 };
+use idemkit_core::http::ReplayedHeaderError;
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
     Answer, ClaimOutcome, ClaimRequest, Decision, Disposition, GcAction, MismatchStatus, Op,
@@ -141,6 +142,12 @@ impl Coded for TransitionError {
             TransitionError::TokensExhausted { .. } => "tokens-exhausted",
             _ => "transition-refused",
         }
+    }
+}
+
+impl Coded for ReplayedHeaderError {
+    fn code(&self) -> &'static str {
+        ReplayedHeaderError::code(self)
     }
 }
 

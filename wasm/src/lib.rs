@@ -413,12 +413,26 @@ pub fn refuse_unauthenticated() -> JsValue {
     interop::answer(&Refusal::Unauthenticated.to_answer())
 }
 
-/// Whether a response header is stored for replay (hop-by-hop, per-transmission
-/// headers and `set-cookie` are not).
+/// Whether a response header is in the default list of stored and replayed
+/// headers (core's `DEFAULT_REPLAYED_HEADERS`).
 #[wasm_bindgen(js_name = isReplayableHeader)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn is_replayable_header(name: &str) -> bool {
     idemkit_core::http::is_replayable_header(name)
+}
+
+/// The allow list of stored and replayed response headers, lowercase: `names`
+/// checked by core's `ReplayedHeaders::new` (a credential or cookie header, a
+/// header of one transmission or a name that is not one is refused), or the
+/// defaults when `names` is `undefined`.
+#[wasm_bindgen(js_name = replayedHeaders)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn replayed_headers(names: Option<Vec<String>>) -> JsResult<Vec<String>> {
+    let list = match names {
+        None => idemkit_core::http::ReplayedHeaders::default(),
+        Some(names) => idemkit_core::http::ReplayedHeaders::new(&names).map_err(interop::error)?,
+    };
+    Ok(list.names().to_vec())
 }
 
 // ---- The client side: core's `client` module and key constructors, so a JavaScript

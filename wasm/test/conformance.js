@@ -25,6 +25,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       policy: options.policy,
       fingerprint: options.fingerprint,
       maxStoredResponseBytes: options.maxStoredResponseBytes,
+      replayedHeaders: options.replayedHeaders,
       dispatchesOnlyThroughSteps: options.dispatchesOnlyThroughSteps,
       clock: () => clock.now,
     });
@@ -766,6 +767,116 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(counter.runs, 0);
       await assert.rejects(idem.claim(claimInput()), "record-corrupt");
       assert.throws(() => idemkit.decodeRecord(new Uint8Array([9])), "record-unknown-version");
+    }],
+
+    // ---- What is stored: an allow list of headers, never a credential, never more
+    // of a body than the cap.
+
+    ["replayed headers come from an allow list: a session token in a custom header reaches only the client that asked", async () => {
+      const respond = () =>
+        new Response('{"id":"pay_1"}', {
+          status: 201,
+          headers: { "content-type": "application/json", location: "/payments/pay_1", "cache-control": "no-store", "set-cookie": "session=s3cret", "x-session-token": "tok-s3cret", "x-request-cost": "3" },
+        });
+      const { idem, counter, handler } = await setup({ respond });
+      const first = await idem.handle(request("k-headers"), handler);
+      assert.equal(first.headers.get("x-session-token"), "tok-s3cret", "the caller gets the whole answer");
+      const replay = await idem.handle(request("k-headers"), handler);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      for (const kept of ["content-type", "location", "cache-control"]) assert.equal(replay.headers.get(kept), first.headers.get(kept), kept);
+      for (const dropped of ["set-cookie", "x-session-token", "x-request-cost"]) assert.equal(replay.headers.get(dropped), null, `${dropped} replayed`);
+      const record = await idem.inspect({ tenant: "acme", key: "k-headers" });
+      assert.equal(record.response.headers.map(([name]) => name).sort().join(), "cache-control,content-type,location");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["replayedHeaders names what a route stores; set-cookie and credentials can never be named", async () => {
+      const respond = () => new Response("{}", { status: 201, headers: { "content-type": "application/json", location: "/p/1", "x-request-cost": "3" } });
+      const { idem, handler } = await setup({ respond, replayedHeaders: ["Content-Type", "X-Request-Cost"] });
+      await idem.handle(request("k-named"), handler);
+      const replay = await idem.handle(request("k-named"), handler);
+      assert.equal(replay.headers.get("x-request-cost"), "3");
+      assert.equal(replay.headers.get("location"), null, "not in the route's list");
+      const base = { adapter: await makeAdapter(), operation: "x", effect: "local", tenant: () => "t" };
+      for (const never of ["set-cookie", "Cookie", "authorization", "proxy-authorization"]) {
+        assert.throws(() => createIdempotency({ ...base, replayedHeaders: ["content-type", never] }), "replayed-header-never-stored", never);
+      }
+      assert.throws(() => createIdempotency({ ...base, replayedHeaders: ["content-length"] }), "replayed-header-per-transmission");
+      assert.throws(() => createIdempotency({ ...base, replayedHeaders: ["bad name"] }), "replayed-header-invalid-name");
+      assert.throws(() => createIdempotency({ ...base, replayedHeaders: "content-type" }), "invalid-argument");
+    }],
+
+    ["complete and resolve store only the allowed headers: set-cookie never", async () => {
+      const { idem } = await setup();
+      const secrets = { "content-type": "text/plain", "set-cookie": "session=s3cret", "x-session-token": "tok-s3cret" };
+      const held = await idem.claim(claimInput("k-complete"));
+      const done = await idem.complete(held, { status: 201, headers: secrets, body: "ok" });
+      assert.equal(done.response.headers.map(([name]) => name).join(), "content-type");
+      const unsure = await idem.claim(claimInput("k-resolve"));
+      await idem.markUnknown(unsure, "timeout");
+      const resolved = await idem.resolve({ tenant: "acme", key: "k-resolve" }, { status: 201, headers: secrets, body: "ok" });
+      assert.equal(resolved.response.headers.map(([name]) => name).join(), "content-type");
+    }],
+
+    ["a corrupt token-floor row is a typed storage error: 503, never an uncaught throw", async () => {
+      const adapter = await makeAdapter();
+      await adapter.insert("idemkit:token-floor", new TextEncoder().encode("not a number"), { gcDueAt: null });
+      const { idem, counter, handler } = await setup({ adapter });
+      await problemOf(await idem.handle(request("k-floor"), handler), 503, "store-unavailable");
+      assert.equal(counter.runs, 0);
+      await assert.rejects(idem.claim(claimInput("k-floor")), "token-floor-corrupt");
+    }],
+
+    ["the handler's response body is read through the stored-body cap, never whole", async () => {
+      const chunk = new Uint8Array(16 * 1024).fill(114);
+      const chunks = 64;
+      let pulled = 0;
+      const respond = () =>
+        new Response(
+          new ReadableStream({
+            pull(controller) {
+              if (pulled === chunks) return controller.close();
+              pulled++;
+              controller.enqueue(chunk);
+            },
+          }),
+          { status: 201, headers: { location: "/reports/1" } },
+        );
+      const { idem, counter, handler } = await setup({ respond, maxStoredResponseBytes: 32 * 1024 });
+      const first = await idem.handle(request("k-stream"), handler);
+      assert.equal(first.status, 201);
+      assert.ok(pulled <= 8, `read ${pulled} of ${chunks} chunks before answering: the cap is 2`);
+      const record = await idem.inspect({ tenant: "acme", key: "k-stream" });
+      assert.equal(record.state, "completed", "recorded before it is answered");
+      assert.equal(record.response.body, null, "recorded without its body");
+      assert.equal((await first.arrayBuffer()).byteLength, chunks * chunk.length, "the caller gets the whole body, once");
+      await problemOf(await idem.handle(request("k-stream"), handler), 410, "response-expired");
+      assert.equal(counter.runs, 1);
+    }],
+
+    ["handle takes the Workers execution context: a client gone before the answer cannot stop the recording", async () => {
+      let release;
+      const gate = new Promise((resolve) => (release = resolve));
+      const respond = async () => {
+        await gate;
+        return Response.json({ id: "pay_1" }, { status: 201 });
+      };
+      const { idem, handler } = await setup({ respond });
+      const kept = [];
+      const ctx = { waitUntil: (promise) => kept.push(promise) };
+      // The client disconnects: nobody awaits what handle returns.
+      const handled = idem.handle(request("k-ctx"), handler, ctx).catch(() => {});
+      try {
+        assert.equal(kept.length, 1, "the handling is registered with waitUntil");
+      } finally {
+        // The handler finishes either way, so no lease renewal outlives the case.
+        release();
+        await handled;
+      }
+      await Promise.all(kept);
+      const record = await idem.inspect({ tenant: "acme", key: "k-ctx" });
+      assert.equal(record.state, "completed");
+      await assert.rejects(idem.handle(request("k-ctx-2"), handler, {}), "invalid-argument");
     }],
 
     // ---- The adapter seam itself: every adapter refuses what a stale caller asks.

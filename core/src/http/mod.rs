@@ -29,6 +29,13 @@ use core::time::Duration;
 use crate::key::KeyError;
 use crate::scope::LogRef;
 
+mod headers;
+
+pub use headers::{
+    DEFAULT_REPLAYED_HEADERS, NEVER_STORED_HEADERS, ReplayedHeaderError, ReplayedHeaders,
+    is_never_stored_header, is_replayable_header,
+};
+
 /// The header that carries the key (draft-ietf-httpapi-idempotency-key-header).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The header set on every replayed response.
@@ -289,38 +296,6 @@ pub fn retry_after_secs(duration: Duration) -> u64 {
     secs.max(1)
 }
 
-/// Whether a response header is worth storing and replaying.
-///
-/// Hop-by-hop and per-connection headers (RFC 9110 §7.6.1), headers that describe
-/// this particular transmission (`date`, `content-length`, `age`) and `set-cookie`
-/// (a session must never be handed to whoever retries) are dropped; everything else
-/// (`content-type`, `location`, `etag`, application headers) is kept.
-#[must_use]
-pub fn is_replayable_header(name: &str) -> bool {
-    const DROPPED: &[&str] = &[
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "date",
-        "content-length",
-        "age",
-        "set-cookie",
-        "server",
-        "via",
-        "alt-svc",
-        IDEMPOTENT_REPLAYED,
-    ];
-    !DROPPED
-        .iter()
-        .any(|dropped| dropped.eq_ignore_ascii_case(name))
-}
-
 enum JsonText {
     Str(String),
     Int(u64),
@@ -540,21 +515,5 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(999)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
         assert_eq!(retry_after_secs(Duration::from_secs(30)), 30);
-    }
-
-    #[test]
-    fn replayable_headers() {
-        for kept in ["content-type", "Location", "etag", "x-request-cost"] {
-            assert!(is_replayable_header(kept), "{kept}");
-        }
-        for dropped in [
-            "Set-Cookie",
-            "connection",
-            "Transfer-Encoding",
-            "date",
-            "content-length",
-        ] {
-            assert!(!is_replayable_header(dropped), "{dropped}");
-        }
     }
 }

@@ -899,3 +899,31 @@ fn apply_gc_prunes_then_deletes_a_completed_record_and_keeps_a_running_one() {
     let kept = apply(Some(&r), &Op::Gc, &p, t(10_000_000)).unwrap();
     assert!(kept.writes_nothing());
 }
+
+#[test]
+fn completions_and_resolutions_never_keep_a_credential_or_a_cookie() {
+    let p = policy(EffectKind::External);
+    let with_secrets = StoredResponse {
+        headers: vec![
+            ("Set-Cookie".into(), b"session=s3cret".to_vec()),
+            ("location".into(), b"/appointments/1".to_vec()),
+            ("authorization".into(), b"Bearer s3cret".to_vec()),
+            (
+                "x-session-token".into(),
+                b"kept by whoever built it".to_vec(),
+            ),
+        ],
+        ..ok_response()
+    };
+    let (r, tok) = running(EffectKind::External, 0);
+    let done = complete(&r, tok, with_secrets.clone(), &p, t(10)).unwrap();
+    let u = mark_unknown(&r, tok, UnknownReason::GuardDropped, t(10)).unwrap();
+    let resolved = resolve(&u, Resolution::Applied(with_secrets), &p, t(20)).unwrap();
+    for record in [done, resolved] {
+        let RecordState::Completed { response, .. } = &record.state else {
+            panic!("not completed: {:?}", record.state);
+        };
+        let names: Vec<&str> = response.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["location", "x-session-token"]);
+    }
+}

@@ -46,13 +46,18 @@ fn check_token(
 
 /// Sets the retention clocks of an outcome recorded at `now`, by the windows the
 /// record was claimed under (`policy`'s only for a format-1 record that has none);
-/// the record window never ends before the replay window.
+/// the record window never ends before the replay window. Credential and cookie
+/// headers are dropped from the response whoever built it: a record is replayed to
+/// anyone holding the key (DESIGN.md, invariant 9).
 fn completed(
     record: &Record,
-    response: StoredResponse,
+    mut response: StoredResponse,
     policy: &Policy,
     now: UnixMillis,
 ) -> Record {
+    response
+        .headers
+        .retain(|(name, _)| !crate::http::is_never_stored_header(name));
     let windows = record.windows_or(policy);
     let replay_until = now.saturating_add(windows.replay());
     let keep_until = now.saturating_add(windows.record()).max(replay_until);

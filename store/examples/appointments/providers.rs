@@ -105,6 +105,20 @@ impl std::fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
+/// Makes `path`, if absent, an empty file only its owner can read (0600): it
+/// holds customers' bookings and messages. redb then initialises it in place.
+/// An existing file is left as it is; a failure here shows in redb's open.
+fn create_private(path: &Path) {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let _ = options.open(path);
+}
+
 fn storage(e: impl std::fmt::Display) -> ProviderError {
     ProviderError::Storage(e.to_string())
 }
@@ -118,6 +132,7 @@ pub(crate) struct Providers {
 
 impl Providers {
     pub(crate) fn open(path: &Path, fail_notify: u64) -> Result<Self, ProviderError> {
+        create_private(path);
         let db = Database::create(path).map_err(storage)?;
         let txn = db.begin_write().map_err(storage)?;
         {

@@ -325,8 +325,8 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
     /// (PostgreSQL asks its server), so it is called on a blocking thread. The
     /// default says writable: an adapter whose failures pass with the call that
     /// met them has nothing to report between calls.
-    fn health(&self) -> AdapterHealth {
-        AdapterHealth::writable()
+    fn health(&self) -> Health {
+        Health::writable()
     }
 
     /// Applies several conditional writes, each refused or applied on its own
@@ -346,31 +346,40 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
     }
 }
 
-/// What an adapter knows of its ability to write ([`Adapter::health`]).
+/// Whether a store can write now: what an adapter reports
+/// ([`Adapter::health`]) and what [`Store::health`](crate::store::Store::health)
+/// completes with what this process saw.
+///
+/// A store that cannot write answers every new key 503 (nothing executes
+/// without a claim), while stored answers may still replay: a service whose
+/// health check reports this should be taken out of rotation until it
+/// recovers, which it does on its own once the cause is gone (a redb file is
+/// reopened, a PostgreSQL pool reconnects).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct AdapterHealth {
+pub struct Health {
     /// Why writes fail now; `None` when they can succeed.
     pub unwritable: Option<String>,
-    /// Since when writes fail, if the adapter knows.
+    /// Since when writes fail, if known.
     pub since: Option<SystemTime>,
-    /// When a write last succeeded in this process, if the adapter knows.
-    pub last_write: Option<SystemTime>,
+    /// When a write last succeeded, or the store was last found writable, in
+    /// this process, if known.
+    pub last_writable: Option<SystemTime>,
 }
 
-impl AdapterHealth {
+impl Health {
     /// Writes can succeed (nothing else known).
     #[must_use]
     pub fn writable() -> Self {
-        AdapterHealth::default()
+        Health::default()
     }
 
     /// Writes fail now, because of `reason`.
     #[must_use]
     pub fn unwritable(reason: impl Into<String>) -> Self {
-        AdapterHealth {
+        Health {
             unwritable: Some(reason.into()),
-            ..AdapterHealth::default()
+            ..Health::default()
         }
     }
 
@@ -381,11 +390,45 @@ impl AdapterHealth {
         self
     }
 
-    /// The same, saying when a write last succeeded.
+    /// The same, saying when the store last wrote.
     #[must_use]
-    pub fn last_write(mut self, last_write: Option<SystemTime>) -> Self {
-        self.last_write = last_write;
+    pub fn last_writable(mut self, at: Option<SystemTime>) -> Self {
+        self.last_writable = at;
         self
+    }
+
+    /// Whether the store can write now.
+    #[must_use]
+    pub fn is_writable(&self) -> bool {
+        self.unwritable.is_none()
+    }
+
+    /// The health as JSON for a health endpoint: `{"status":"ok"|"unavailable",
+    /// "writable":…, "reason":…, "since_ms":…, "last_writable_ms":…}`, instants
+    /// in Unix milliseconds, absent fields left out.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        let mut out: Vec<u8> = Vec::new();
+        out.extend_from_slice(if self.is_writable() {
+            br#"{"status":"ok","writable":true"#
+        } else {
+            br#"{"status":"unavailable","writable":false"#
+        });
+        if let Some(reason) = &self.unwritable {
+            out.extend_from_slice(br#","reason":"#);
+            idemkit_core::json::write_string(reason, &mut out);
+        }
+        for (name, at) in [("since", self.since), ("last_writable", self.last_writable)] {
+            if let Some(at) = at {
+                let ms = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                out.extend_from_slice(format!(r#","{name}_ms":{ms}"#).as_bytes());
+            }
+        }
+        out.push(b'}');
+        // Only ASCII and the reason's own UTF-8 were written.
+        String::from_utf8_lossy(&out).into_owned()
     }
 }
 

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use idemkit_core::http::ReplayedHeaders;
 use idemkit_core::machine::{Dispatch, Disposition, StepStart};
 use idemkit_core::record::{FencingToken, Step, StoredResponse};
 use idemkit_core::{LogRef, Scope};
@@ -52,6 +53,8 @@ struct Shared {
     completed: Mutex<Option<StoredResponse>>,
     /// The route's [`RouteConfig::max_stored_response_bytes`](super::RouteConfig::max_stored_response_bytes).
     max_stored_body: usize,
+    /// The route's [`RouteConfig::replayed_headers`](super::RouteConfig::replayed_headers).
+    replayed_headers: Arc<ReplayedHeaders>,
     span: tracing::Span,
 }
 
@@ -98,6 +101,7 @@ impl Execution {
         guard: ExecutionGuard,
         span: tracing::Span,
         max_stored_body: usize,
+        replayed_headers: Arc<ReplayedHeaders>,
         log_ref: LogRef,
     ) -> Self {
         debug_assert!(log_ref == guard.log_ref());
@@ -116,6 +120,7 @@ impl Execution {
                 sent_downstream: AtomicBool::new(false),
                 completed: Mutex::new(None),
                 max_stored_body,
+                replayed_headers,
                 span,
             }),
         }
@@ -295,8 +300,10 @@ impl Execution {
     /// ([`ExecutionGuard::complete_with`], [`crate::local`]). Exactly once
     /// for a Local route.
     ///
-    /// After `Ok` the layer answers `response` (status, replayable headers and
-    /// body, what a retry replays) whatever the handler returns. A body over
+    /// After `Ok` the layer answers `response` (its status, the headers of the
+    /// route's [`replayed_headers`](super::RouteConfig::replayed_headers) list,
+    /// and its body: what a retry replays) whatever the handler returns. A
+    /// header the list leaves out is neither stored nor answered. A body over
     /// the route's [`max_stored_response_bytes`](super::RouteConfig::max_stored_response_bytes)
     /// is answered this once and not kept, as for a response the layer records:
     /// a retry then gets 410 `response-expired` with the resource reference. On
@@ -313,6 +320,7 @@ impl Execution {
         E: Send + 'static,
     {
         let shared = Arc::clone(&self.shared);
+        let response = replayable(response, &shared.replayed_headers);
         let done = tokio::task::spawn_blocking(move || {
             let mut slot = lock(&shared.guard);
             let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
@@ -357,6 +365,7 @@ impl Execution {
         mut txn: postgres::Transaction<'_>,
         response: StoredResponse,
     ) -> Result<(), LocalError> {
+        let response = replayable(response, &self.shared.replayed_headers);
         let mut slot = lock(&self.shared.guard);
         let guard = slot.as_mut().ok_or(LocalError::AlreadyRecorded)?;
         // Refused or failed: `txn` is dropped, which rolls it back.
@@ -401,6 +410,13 @@ pub(crate) fn settle_without_answer(mut guard: ExecutionGuard, sent_downstream: 
         tracing::error!(error = %e, "marking the unanswered attempt Unknown failed; leaving the lease to expire");
         guard.abandon();
     }
+}
+
+/// `response` with only the headers of `list`: what is stored, and so what the
+/// first answer carries too (it is answered as every retry will be).
+fn replayable(mut response: StoredResponse, list: &ReplayedHeaders) -> StoredResponse {
+    response.headers.retain(|(name, _)| list.allows(name));
+    response
 }
 
 /// What is stored of `response`: without its body when that is over `max_body`

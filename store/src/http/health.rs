@@ -34,10 +34,8 @@ pub async fn health_response(store: Store, metrics: Option<Arc<Metrics>>) -> Res
         move || store.health()
     })
     .await;
-    let health = checked.unwrap_or_else(|| Health {
-        unwritable: Some("the health check itself failed (a panic in the adapter)".to_owned()),
-        since: None,
-        last_writable: None,
+    let health = checked.unwrap_or_else(|| {
+        Health::unwritable("the health check itself failed (a panic in the adapter)")
     });
     if let Some(metrics) = &metrics {
         metrics.store_health(&health);

@@ -18,7 +18,8 @@
 //!    `/accounts/A/withdraw` and then to `/accounts/B/withdraw` gets 422;
 //! 4. the store claims `(tenant, operation, key)` on tokio's blocking pool
 //!    (failure → 503 with `Retry-After`: fail closed, nothing executed);
-//! 5. a replay answers the stored status, replayable headers and body with
+//! 5. a replay answers the stored status, the headers of the route's allow list
+//!    ([`RouteConfig::replayed_headers`]) and the body with
 //!    `Idempotent-Replayed: true`; in-flight → 409 + `Retry-After`; a changed
 //!    payload → 422 (or 409 per policy); Unknown → 409 `outcome-uncertain`;
 //!    completed past the replay window, or completed with a response body larger
@@ -130,7 +131,7 @@ use ::http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use axum::body::Body;
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idemkit_core::http::{Answer, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Refusal};
+use idemkit_core::http::{Answer, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, Refusal, ReplayedHeaders};
 use idemkit_core::machine::{Disposition, Policy, classify_attempt};
 use idemkit_core::record::{EffectKind, StoredResponse};
 use idemkit_core::{ContentKind, FingerprintSpec, IdempotencyKey, KeyError, RequestLine, Scope};
@@ -170,6 +171,7 @@ pub struct RouteConfig {
     policy: Policy,
     body_limit: usize,
     max_stored_response_bytes: usize,
+    replayed_headers: Arc<ReplayedHeaders>,
     owner: String,
     store_retry_after: Duration,
     on_disconnect: OnDisconnect,
@@ -206,6 +208,7 @@ impl std::fmt::Debug for RouteConfig {
             .field("policy", &self.policy)
             .field("body_limit", &self.body_limit)
             .field("max_stored_response_bytes", &self.max_stored_response_bytes)
+            .field("replayed_headers", &self.replayed_headers.names())
             .field("owner", &self.owner)
             .field("max_execution", &self.max_execution)
             .field(
@@ -244,6 +247,7 @@ impl RouteConfig {
             policy: Policy::default().with_effect(effect),
             body_limit: Self::DEFAULT_BODY_LIMIT,
             max_stored_response_bytes: Self::DEFAULT_MAX_STORED_RESPONSE_BYTES,
+            replayed_headers: Arc::new(ReplayedHeaders::default()),
             owner: format!("http:{}", std::process::id()),
             store_retry_after: Duration::from_secs(1),
             on_disconnect: OnDisconnect::Finish,
@@ -321,6 +325,33 @@ impl RouteConfig {
     #[must_use]
     pub fn max_stored_response_bytes(mut self, bytes: usize) -> Self {
         self.max_stored_response_bytes = bytes;
+        self
+    }
+
+    /// The response headers stored with an outcome and replayed (default
+    /// [`DEFAULT_REPLAYED_HEADERS`](idemkit_core::http::DEFAULT_REPLAYED_HEADERS):
+    /// content type and the other representation headers, `location`, `link`,
+    /// the caching headers, `allow` and `retry-after`). Every other header of
+    /// the handler's response reaches the client that asked and is never stored,
+    /// so a session token in a custom header is never handed to whoever retries
+    /// with the key; `Set-Cookie` and credentials are never stored, whatever the
+    /// list says ([`ReplayedHeaders::new`] refuses them). This applies to
+    /// responses the layer records and to the handler's own completions
+    /// ([`Execution::complete_with`]).
+    ///
+    /// ```
+    /// use idemkit::core::http::ReplayedHeaders;
+    /// use idemkit::core::record::EffectKind;
+    /// use idemkit::http::RouteConfig;
+    ///
+    /// let route = RouteConfig::new("reports.create", EffectKind::Local)
+    ///     .replayed_headers(ReplayedHeaders::default().with("x-report-pages")?);
+    /// # let _ = route;
+    /// # Ok::<(), idemkit::core::http::ReplayedHeaderError>(())
+    /// ```
+    #[must_use]
+    pub fn replayed_headers(mut self, list: ReplayedHeaders) -> Self {
+        self.replayed_headers = Arc::new(list);
         self
     }
 
@@ -540,7 +571,7 @@ fn replay_response(stored: StoredResponse) -> Response<Body> {
     response
 }
 
-/// The response `stored`: its status, replayable headers and body.
+/// The response `stored`: its status, stored headers and body.
 fn stored_response(stored: StoredResponse) -> Response<Body> {
     let mut response = Response::new(Body::from(stored.body.unwrap_or_default()));
     *response.status_mut() =
@@ -950,6 +981,7 @@ where
         guard,
         span,
         config.max_stored_response_bytes,
+        Arc::clone(&config.replayed_headers),
         log_ref,
     );
     parts.extensions.insert(execution.clone());
@@ -1010,7 +1042,7 @@ where
         headers: head
             .headers
             .iter()
-            .filter(|(name, _)| idemkit_core::http::is_replayable_header(name.as_str()))
+            .filter(|(name, _)| config.replayed_headers.allows(name.as_str()))
             .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
             .collect(),
         // Over the bound: completed without its body, so a retry gets 410 with

@@ -76,12 +76,12 @@ use idemkit_core::machine::{self, Answer, MAX_ATTEMPTS, Op, Policy, TransitionEr
 use idemkit_core::{RecordId, UnixMillis};
 
 /// The redb adapter's types that [`Store::open`] and friends take or return.
+pub use crate::adapters::Health;
 pub use crate::adapters::redb::{CommitStats, LockRetry, OpenError};
 pub use backend::{BackendError, IdempotencyBackend};
 pub use claim::Claim;
 pub use error::{ClaimError, Error, OperatorError, QueryError, StorageError, WorkerError};
 pub use guard::{ExecutionGuard, Renewer};
-pub use health::Health;
 pub use operator::{
     GcReport, ImportReport, ListedRecord, Listing, RecordPage, Stats, VerifyReport,
 };

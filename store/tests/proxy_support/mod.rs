@@ -354,6 +354,22 @@ pub(crate) struct ProxyProcess {
 }
 
 impl ProxyProcess {
+    /// `method path` on the admin listener, with [`config`]'s token.
+    pub(crate) fn admin(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+        let token = admin_authorization();
+        request(
+            self.admin,
+            method,
+            path,
+            &[
+                ("Authorization", token.as_slice()),
+                ("Content-Type", b"application/json"),
+            ],
+            body,
+        )
+        .unwrap()
+    }
+
     pub(crate) fn start(config: &Path) -> ProxyProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_idemkit"))
             .arg("proxy")

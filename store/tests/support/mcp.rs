@@ -245,6 +245,11 @@ impl Gateway {
         }
     }
 
+    /// The gateway's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `GET path` on the admin listener, with the token.
     pub(crate) fn admin_get(&self, path: &str) -> Reply {
         let auth = format!("Bearer {ADMIN_TOKEN}");

@@ -69,17 +69,18 @@ async function createOrder(request, execution, orderWrites) {
 }
 
 export default {
-  async fetch(request, env) {
+  async fetch(request, env, ctx) {
     const url = new URL(request.url);
     if (request.method === "POST" && url.pathname === "/orders") {
       const idem = ordersIdempotency(d1Adapter(env.DB));
+      // With ctx, a client that disconnects cannot cancel the recording.
       return idem.handle(request, async (req, execution) => {
         await env.DB.prepare("CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, sku TEXT, quantity INTEGER)").run();
         // D1: bound statements, sent in one batch with the record's compare-and-set.
         return createOrder(req, execution, (id, sku, quantity) => [
           env.DB.prepare("INSERT INTO orders (id, sku, quantity) VALUES (?, ?, ?)").bind(id, sku, quantity),
         ]);
-      });
+      }, ctx);
     }
     if (request.method === "POST" && url.pathname === "/do/orders") {
       const tenant = tenantOf(request);

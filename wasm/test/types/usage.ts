@@ -64,6 +64,7 @@ const idem = createIdempotency({
   fingerprint: { exclude: ["/request_id"], ignoreQueryParams: ["utm_source"] },
   maxExecutionMs: 60_000,
   dispatchesOnlyThroughSteps: true,
+  replayedHeaders: ["content-type", "location", "x-request-cost"],
 });
 // @ts-expect-error effect is "local" or "external"
 createIdempotency({ adapter: custom, operation: "x", effect: "maybe", tenant: () => null });
@@ -78,6 +79,10 @@ async function flow(): Promise<void> {
   // @ts-expect-error maxBatch is a number
   await idem.gc({ maxBatch: "10" });
   const response: Response = await idem.handle(new Request("https://x.test"), async () => new Response("ok"));
+  const ctx = { waitUntil: (promise: Promise<unknown>) => void promise };
+  await idem.handle(new Request("https://x.test"), () => new Response("ok"), ctx);
+  // @ts-expect-error the context needs waitUntil
+  await idem.handle(new Request("https://x.test"), () => new Response("ok"), {});
   await idem.handle(new Request("https://x.test"), async (_request, execution) => {
     const logRef: string = execution.logRef;
     void logRef;

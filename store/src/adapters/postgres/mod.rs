@@ -59,7 +59,7 @@ pub use error::PgError;
 pub use schema::SCHEMA_VERSION;
 
 use crate::adapters::{
-    Adapter, AdapterError, AdapterHealth, CorruptRecord, Cursor, FailureKind, Read, Scan, ScanBy,
+    Adapter, AdapterError, CorruptRecord, Cursor, FailureKind, Health, Read, Scan, ScanBy,
     ScanPage, Scanned, Stored, Version, Write, decode_record,
 };
 use crate::clock::{Clock, ClockError, SystemClock};
@@ -87,7 +87,9 @@ pub enum Migrations {
 /// Options of a [`PgStore`].
 #[derive(Clone, Debug)]
 pub struct PgOptions {
-    /// The PostgreSQL schema holding the tables; `None`: the connection's search path.
+    /// The PostgreSQL schema holding the tables; `None`: `public`. Every
+    /// statement names it, so the connection's `search_path` never decides
+    /// which tables a store reads and writes.
     pub schema: Option<String>,
     /// Connections in the pool (default 16).
     pub pool_size: u32,
@@ -534,7 +536,7 @@ impl Adapter for PgStore {
     /// or while the server does not accept writes (a standby in recovery, or a
     /// read-only session: a failover that has not reached this address yet).
     /// One statement, retried once on another connection like every read.
-    fn health(&self) -> AdapterHealth {
+    fn health(&self) -> Health {
         let read_only = self.reading(|conn| {
             conn.query_typed_one(
                 "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
@@ -544,11 +546,11 @@ impl Adapter for PgStore {
             .map_err(|e| fail(&e))
         });
         match read_only {
-            Ok(false) => AdapterHealth::writable(),
-            Ok(true) => AdapterHealth::unwritable(
+            Ok(false) => Health::writable(),
+            Ok(true) => Health::unwritable(
                 "the PostgreSQL server accepts no writes (a standby in recovery, or read-only)",
             ),
-            Err(e) => AdapterHealth::unwritable(e.to_string()),
+            Err(e) => Health::unwritable(e.to_string()),
         }
     }
 

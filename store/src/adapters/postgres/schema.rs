@@ -14,6 +14,10 @@
 //! The derived columns are written by the same statement as `record`, so they can
 //! never disagree with it.
 //!
+//! Every statement names the tables' schema (`public` unless one is
+//! configured): a connection's `search_path`, which a role, a database or a
+//! pooler may set, never decides which tables a store reads and writes.
+//!
 //! `idemkit_token_floor` (schema version 2) holds one number: the highest fencing
 //! token or row version of any record GC deleted. A new row's first token and
 //! version are above it (the `INSERT` checks that in the same statement), so
@@ -53,9 +57,14 @@ INSERT INTO {floor} (value) SELECT coalesce(max(version), 0) FROM {records};
 ",
 ];
 
-/// Table names and statements for one PostgreSQL schema (or the search path).
+/// The schema of the tables when none is configured.
+const DEFAULT_SCHEMA: &str = "public";
+
+/// Table names and statements for one PostgreSQL schema.
 #[derive(Debug)]
 pub(crate) struct Sql {
+    /// The schema configured (`None`: [`DEFAULT_SCHEMA`], which is never
+    /// created: PostgreSQL makes it with every database).
     pub(crate) schema: Option<String>,
     pub(crate) records: String,
     pub(crate) versions: String,
@@ -96,10 +105,7 @@ impl Sql {
                 ),
             });
         }
-        let qualify = |table: &str| match schema {
-            Some(s) => format!("\"{s}\".{table}"),
-            None => table.to_owned(),
-        };
+        let qualify = |table: &str| format!("\"{}\".{table}", schema.unwrap_or(DEFAULT_SCHEMA));
         let records = qualify("idemkit_records");
         let versions = qualify("idemkit_schema_version");
         let floor = qualify("idemkit_token_floor");
@@ -192,9 +198,11 @@ impl Sql {
         let mut tx = conn.transaction().map_err(fail)?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&self.lock_id()])
             .map_err(fail)?;
-        if let Some(s) = &self.schema {
-            tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{s}\""))
-                .map_err(fail)?;
+        match &self.schema {
+            Some(s) => tx
+                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{s}\""))
+                .map_err(fail)?,
+            None => refuse_tables_elsewhere(&mut tx)?,
         }
         tx.batch_execute(&self.versions_ddl()).map_err(fail)?;
         let found = current_version(&mut tx, &self.versions)?;
@@ -226,6 +234,9 @@ impl Sql {
     /// Checks, without changing anything, that the schema is at [`SCHEMA_VERSION`].
     pub(crate) fn check(&self, conn: &mut postgres::Client) -> Result<(), PgError> {
         let fail = |e: postgres::Error| super::error::fail(&e);
+        if self.schema.is_none() {
+            refuse_tables_elsewhere(conn)?;
+        }
         let exists: bool = conn
             .query_one(
                 "SELECT to_regclass($1) IS NOT NULL",
@@ -258,6 +269,35 @@ impl Sql {
     }
 }
 
+/// With no schema configured the tables are `public`'s. Tables found through the
+/// connection's `search_path` in another schema were made there by a build that
+/// left the schema to it: using `public` instead would leave their records
+/// behind (and a key claimed there could run again here), so that is refused,
+/// naming the schema to configure.
+fn refuse_tables_elsewhere(conn: &mut impl postgres::GenericClient) -> Result<(), PgError> {
+    let elsewhere: Option<String> = conn
+        .query_opt(
+            "SELECT n.nspname::text FROM pg_catalog.pg_class AS c \
+             JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace \
+             WHERE c.relname = 'idemkit_records' AND n.nspname <> $1 \
+             AND pg_catalog.pg_table_is_visible(c.oid)",
+            &[&DEFAULT_SCHEMA],
+        )
+        .and_then(|row| row.map(|r| r.try_get(0)).transpose())
+        .map_err(|e| super::error::fail(&e))?;
+    match elsewhere {
+        None => Ok(()),
+        Some(schema) => Err(PgError::Config {
+            detail: format!(
+                "idemkit's tables were found in schema {schema:?} through the connection's \
+                 search_path, and no schema is configured (which means {DEFAULT_SCHEMA:?}): \
+                 configure schema {schema:?} (--pg-schema, PgOptions::schema, [store] schema) \
+                 so that every instance uses those records"
+            ),
+        }),
+    }
+}
+
 fn current_version(tx: &mut postgres::Transaction<'_>, versions: &str) -> Result<u32, PgError> {
     let v: i32 = tx
         .query_one(
@@ -285,6 +325,30 @@ mod tests {
         ] {
             assert!(Sql::new(Some(bad)).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn without_a_schema_every_statement_names_public() {
+        let sql = Sql::new(None).unwrap();
+        for statement in [
+            &sql.insert,
+            &sql.raise_floor,
+            &sql.select_at,
+            &sql.update,
+            &sql.delete,
+        ] {
+            assert!(statement.contains("\"public\".idemkit_"), "{statement}");
+            assert!(!statement.contains(" idemkit_"), "{statement}");
+        }
+        let script = sql.script();
+        assert!(
+            script.contains("CREATE TABLE \"public\".idemkit_records"),
+            "{script}"
+        );
+        assert!(
+            !script.contains("CREATE SCHEMA"),
+            "public is never created: {script}"
+        );
     }
 
     #[test]

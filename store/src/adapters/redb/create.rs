@@ -14,6 +14,11 @@
 //! a second name), the store is created in place as before and the open reports
 //! whatever fails there. A file left half-made by an older build is reported by
 //! [`describe_foreign_file`] as what it is.
+//!
+//! Either way the file is private (mode 0600 on unix) from its first byte: it
+//! holds raw keys and response bodies. The temporary is made with that mode
+//! before redb writes to it (a hard link shares it), and an in-place creation
+//! finds an empty private file made here, which redb initialises as a new store.
 
 use std::fs;
 use std::io::Read;
@@ -47,12 +52,21 @@ pub(crate) fn create_whole_if_absent<E>(
         return false;
     }
     let Some((dir, prefix)) = temp_prefix(path) else {
+        let _ = create_private(path);
         return false;
     };
     remove_stale_temporaries(&dir, &prefix);
     let temp = dir.join(format!("{prefix}{}", unique_suffix()));
     // The database is closed when `make` returns, before the link.
-    let made = make(&temp).is_ok() && link_no_replace(&temp, path, &dir);
+    let made = create_private(&temp).is_ok()
+        && make(&temp).is_ok()
+        && match link_no_replace(&temp, path, &dir) {
+            Linked::Yes => true,
+            Linked::No => {
+                let _ = create_private(path);
+                false
+            }
+        };
     // Whether linked or not, the temporary name goes; a link leaves the store
     // under `path`.
     let _ = fs::remove_file(&temp);
@@ -79,16 +93,38 @@ fn unique_suffix() -> String {
     )
 }
 
+/// Creates `path` empty and readable and writable by its owner only (0600 on
+/// unix, before the umask, which can only narrow it), failing if it exists.
+pub(crate) fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path).map(drop)
+}
+
+/// Whether a store now has the name.
+enum Linked {
+    /// This one, or one another process made meanwhile.
+    Yes,
+    /// The name could not be given (no hard links here): the store is made in place.
+    No,
+}
+
 /// Gives the finished store its name unless a file took the name meanwhile
 /// (another process creating the same store: theirs is as good), and makes the
 /// name durable.
-fn link_no_replace(temp: &Path, path: &Path, dir: &Path) -> bool {
+fn link_no_replace(temp: &Path, path: &Path, dir: &Path) -> Linked {
     match fs::hard_link(temp, path) {
         Ok(()) => {
             sync_directory(dir);
-            true
+            Linked::Yes
         }
-        Err(e) => e.kind() == std::io::ErrorKind::AlreadyExists,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Linked::Yes,
+        Err(_) => Linked::No,
     }
 }
 
@@ -186,6 +222,22 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["new.redb"], "only the store is left");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_store_is_private_from_its_first_byte() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.redb");
+        let mut temp_mode = None;
+        assert!(create_whole_if_absent(&path, |temp| {
+            temp_mode = Some(fs::metadata(temp)?.permissions().mode() & 0o777);
+            redb_file(temp).map_err(|e| std::io::Error::other(e.to_string()))
+        }));
+        assert_eq!(temp_mode, Some(0o600), "the temporary, before redb writes");
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the store under its name");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::tables::{
     FORMAT_VERSION, GC_DUE, LEASE_EXPIRY, MAGIC, META, META_FORMAT, META_MAGIC, RECORDS, UNKNOWN,
 };
 use super::users::SharedUse;
-use crate::adapters::AdapterHealth;
+use crate::adapters::Health;
 
 /// How long a shared store keeps retrying a file locked by another process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,10 +91,10 @@ impl Handle {
     }
 
     /// Whether the database can write now (see `recover`).
-    pub(crate) fn health(&self) -> AdapterHealth {
+    pub(crate) fn health(&self) -> Health {
         match self {
             Handle::Open(owned) => owned.health(),
-            Handle::PerTransaction { .. } => AdapterHealth::writable(),
+            Handle::PerTransaction { .. } => Health::writable(),
         }
     }
 

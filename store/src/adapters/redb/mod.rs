@@ -66,8 +66,8 @@ pub use group_commit::CommitStats;
 pub use tables::FORMAT_VERSION;
 
 use super::{
-    Adapter, AdapterError, AdapterHealth, Cursor, Read, Scan, ScanBy, ScanPage, Scanned, Stored,
-    Version, Write, first_version, next_version,
+    Adapter, AdapterError, Cursor, Health, Read, Scan, ScanBy, ScanPage, Scanned, Stored, Version,
+    Write, first_version, next_version,
 };
 use db::Handle;
 use records::{Floors, Tables, decode, load_from, token_floor_in};
@@ -463,7 +463,7 @@ impl Adapter for RedbAdapter {
     /// Unwritable after an I/O error until the database was reopened and a
     /// probe write succeeded; a reopen attempt is made first when one is due
     /// (see [`RedbAdapter`]'s recovery).
-    fn health(&self) -> AdapterHealth {
+    fn health(&self) -> Health {
         self.handle.health()
     }
 

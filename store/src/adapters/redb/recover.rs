@@ -41,7 +41,7 @@ use redb::{Database, Durability, StorageBackend};
 use super::error::RedbError;
 use super::group_commit::{GroupCommit, WriteTarget};
 use super::tables::{META, META_LAST_RECOVERY};
-use crate::adapters::AdapterHealth;
+use crate::adapters::Health;
 
 /// The longest pause between two reopen attempts (unless an attempt itself
 /// takes longer: see the module documentation).
@@ -156,7 +156,7 @@ impl Owned {
 
     /// What a health check reports; an unwritable database is given a reopen
     /// attempt first when one is due, so that health checks alone bring it back.
-    pub(crate) fn health(&self) -> AdapterHealth {
+    pub(crate) fn health(&self) -> Health {
         if lock(&self.slot).broken.is_some() {
             self.try_recover();
         }
@@ -164,10 +164,10 @@ impl Owned {
         let last_write = (last > 0).then(|| UNIX_EPOCH + Duration::from_millis(last));
         let slot = lock(&self.slot);
         let health = match &slot.broken {
-            None => AdapterHealth::writable(),
-            Some(broken) => AdapterHealth::unwritable(describe(broken)).since(Some(broken.since)),
+            None => Health::writable(),
+            Some(broken) => Health::unwritable(describe(broken)).since(Some(broken.since)),
         };
-        health.last_write(last_write)
+        health.last_writable(last_write)
     }
 
     /// Marks the database unwritable after `error`, met on the database of

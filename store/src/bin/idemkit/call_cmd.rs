@@ -20,7 +20,11 @@ use crate::exit;
 ///
 /// The first run with an action id creates its idempotency key and journals it
 /// with the request before anything is sent; every retry and every later run
-/// with the same action id sends the same key. Retries are bounded, exponential
+/// with the same action id sends the same key. Credentials are sent but never
+/// journalled: the Authorization, Cookie and Proxy-Authorization headers, and
+/// every header named with --secret-header, are left out of the journalled
+/// request and taken from each run's command line, so a rerun with a rotated
+/// token continues the same action. Retries are bounded, exponential
 /// with full jitter, and honour Retry-After; 4xx answers other than 408/409/425/429
 /// and `409 outcome-uncertain` stop them.
 ///
@@ -44,6 +48,7 @@ use crate::exit;
 ///     -X POST -H 'Authorization: Bearer acme' -H 'Content-Type: application/json' \
 ///     -d '{"customer_id":"c-1","slot_id":"s-9"}' http://127.0.0.1:8080/appointments
 ///   idemkit call --journal agent.journal --action-id run-42/book ... (same request: same key)
+///   idemkit call ... -H "X-Api-Key: $KEY" --secret-header X-Api-Key ... (not journalled)
 #[derive(Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct CallArgs {
@@ -64,6 +69,11 @@ pub(crate) struct CallArgs {
     /// A request header, `Name: value` (repeatable).
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     headers: Vec<String>,
+    /// A header that carries a secret (repeatable): sent on every attempt, never
+    /// journalled, and not part of what a rerun must repeat. Authorization,
+    /// Cookie and Proxy-Authorization are always treated so.
+    #[arg(long = "secret-header", value_name = "NAME")]
+    secret_headers: Vec<String>,
     /// The body: DATA, or @FILE to read a file (@- for stdin).
     #[arg(short = 'd', long = "data", value_name = "DATA")]
     data: Option<String>,
@@ -92,7 +102,11 @@ pub(crate) struct CallArgs {
     url: String,
 }
 
-/// The request as journalled: a re-run must describe the same request.
+/// Request headers that carry credentials: sent, never journalled.
+const SECRET_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
+
+/// The request as journalled: a re-run must describe the same request. Its
+/// headers never include a secret one (see [`SECRET_HEADERS`]).
 #[derive(Serialize, Deserialize, PartialEq)]
 struct JournalledRequest {
     method: String,
@@ -169,7 +183,23 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
         Ok(body) => body,
         Err(e) => return fail(exit::NO_INPUT, e),
     };
+    for name in &args.secret_headers {
+        if ureq::http::HeaderName::from_bytes(name.trim().as_bytes()).is_err() {
+            return fail(
+                exit::USAGE,
+                format!("--secret-header {name:?} is not a header name"),
+            );
+        }
+    }
+    let is_secret = |name: &str| {
+        SECRET_HEADERS.iter().any(|s| s.eq_ignore_ascii_case(name))
+            || args
+                .secret_headers
+                .iter()
+                .any(|s| s.trim().eq_ignore_ascii_case(name))
+    };
     let mut headers = Vec::new();
+    let mut secrets = Vec::new();
     for header in &args.headers {
         match header.split_once(':') {
             Some((name, value)) if !name.trim().is_empty() => {
@@ -180,7 +210,12 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
                         "the Idempotency-Key header comes from the journal; do not set it",
                     );
                 }
-                headers.push((name, value.trim().to_owned()));
+                let pair = (name, value.trim().to_owned());
+                if is_secret(&pair.0) {
+                    secrets.push(pair);
+                } else {
+                    headers.push(pair);
+                }
             }
             _ => {
                 return fail(
@@ -211,11 +246,18 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
     };
     let action = match journal.begin(&args.action_id, &payload, now()) {
         Ok(action) => action,
-        Err(e @ JournalError::PayloadChanged { .. }) => return fail(exit::DATA_ERR, e),
+        Err(e @ JournalError::PayloadChanged { .. }) => {
+            match journalled_with_secrets(&journal, &args.action_id, &request, &is_secret) {
+                Ok(Some(action)) => action,
+                Ok(None) => return fail(exit::DATA_ERR, e),
+                Err(e) => return fail(exit::IO_ERR, e),
+            }
+        }
         Err(e) => return fail(exit::IO_ERR, e),
     };
-    // From here on the journalled request is the one sent, byte for byte.
-    let request: JournalledRequest = match serde_json::from_slice(&action.payload) {
+    // From here on the journalled request is the one sent, byte for byte, with
+    // this run's secret headers.
+    let mut request: JournalledRequest = match serde_json::from_slice(&action.payload) {
         Ok(r) => r,
         Err(e) => {
             return fail(
@@ -224,6 +266,8 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
             );
         }
     };
+    request.headers.retain(|(name, _)| !is_secret(name));
+    request.headers.extend(secrets);
 
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_millis(args.timeout_ms)))
@@ -332,6 +376,26 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
         ActionStatus::Pending => exit::TEMP_FAIL,
         ActionStatus::Unknown => exit::UNAVAILABLE,
     })
+}
+
+/// The action `action_id` if its journalled request is `request` once the
+/// secret headers are left out of it: an action journalled with its credentials
+/// (by a build that journalled them) continues under its key instead of being
+/// refused for a rotated token.
+fn journalled_with_secrets(
+    journal: &Journal,
+    action_id: &str,
+    request: &JournalledRequest,
+    is_secret: &dyn Fn(&str) -> bool,
+) -> Result<Option<idemkit::journal::Action>, JournalError> {
+    let Some(action) = journal.get(action_id)? else {
+        return Ok(None);
+    };
+    let Ok(mut journalled) = serde_json::from_slice::<JournalledRequest>(&action.payload) else {
+        return Ok(None);
+    };
+    journalled.headers.retain(|(name, _)| !is_secret(name));
+    Ok((journalled == *request).then_some(action))
 }
 
 /// The origin a URL's breaker is kept under: `scheme://host:port`, lowercase,

@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -33,6 +33,11 @@ use crate::{exec_process, exit};
 /// --effect external. While CMD runs its lease is renewed every third of --lease;
 /// each renewal waits at most a third of the lease for a store file another
 /// process holds, and is tried again until the lease ends.
+///
+/// exec ends when CMD ends: its stdout is read for at most 2 s more (output
+/// still in flight), so a process CMD started in the background, which may hold
+/// the pipe for as long as it runs, never holds the lease. Such processes are
+/// left running, with a warning: they are not part of the recorded outcome.
 ///
 /// CMD runs in a process group of its own and never outlives exec: if exec is
 /// killed, even with SIGKILL, CMD's group is killed with SIGKILL (on Linux CMD
@@ -314,33 +319,50 @@ fn run_command(
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let renew_thread = std::thread::spawn(move || keeper.run(&stop_rx));
 
-    let mut stored = Vec::new();
-    let mut truncated = false;
-    let mut out = std::io::stdout().lock();
-    if let Some(mut pipe) = child.stdout.take() {
-        let mut buf = [0u8; 8192];
-        loop {
-            match pipe.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let chunk = buf.get(..n).unwrap_or_default();
-                    if !args.json {
-                        let _ = out.write_all(chunk);
-                        let _ = out.flush();
-                    }
-                    let room = args.max_output.saturating_sub(stored.len());
-                    if chunk.len() > room {
-                        truncated = true;
-                    }
-                    stored
-                        .extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
+    let output = Arc::new(Mutex::new(Output::default()));
+    let (ended_tx, ended_rx) = mpsc::channel::<()>();
+    if let Some(pipe) = child.stdout.take() {
+        let output = Arc::clone(&output);
+        let (echo, max_output) = (!args.json, args.max_output);
+        // Read on a thread of its own: exec waits for CMD, not for the pipe, which
+        // a process CMD started in the background may hold open for as long as it
+        // runs (and with it the lease).
+        std::thread::spawn(move || {
+            copy_output(pipe, echo, max_output, &output);
+            drop(ended_tx);
+        });
+    } else {
+        drop(ended_tx);
     }
     let status = child.wait();
+    // What CMD wrote before it ended is in the pipe already: it is read within
+    // the drain. A pipe still open after it is held by what CMD left running.
+    let drained = !matches!(
+        ended_rx.recv_timeout(OUTPUT_DRAIN),
+        Err(mpsc::RecvTimeoutError::Timeout)
+    );
+    let (stored, truncated) = {
+        let mut output = lock(&output);
+        output.closed = true;
+        (std::mem::take(&mut output.stored), output.truncated)
+    };
+    if running.group_still_running() {
+        eprintln!(
+            "idemkit: the command exited, but processes it started are still running in its process group{}; \
+             they are left running, and what they do is not part of the recorded outcome",
+            if drained {
+                ""
+            } else {
+                " and hold its stdout (output after the command exited is neither shown nor stored)"
+            }
+        );
+    } else if !drained {
+        eprintln!(
+            "idemkit: the command exited, but its stdout stayed open for {} ms after it; \
+             output after the command exited is neither shown nor stored",
+            OUTPUT_DRAIN.as_millis()
+        );
+    }
     let signalled = running.finish();
     if let Some(signal) = signalled {
         eprintln!(
@@ -411,6 +433,60 @@ fn run_command(
                 _ => exit::UNAVAILABLE,
             })
         }
+    }
+}
+
+/// How long exec reads CMD's stdout after CMD ended, for output still in flight.
+/// A pipe that stays open longer is held by a process CMD left running: exec
+/// records the outcome without waiting for it.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// CMD's stdout as read so far.
+#[derive(Default)]
+struct Output {
+    /// Up to --max-output bytes.
+    stored: Vec<u8>,
+    /// More than --max-output bytes came.
+    truncated: bool,
+    /// exec took what was read: later output is neither shown nor stored.
+    closed: bool,
+}
+
+fn lock(output: &Mutex<Output>) -> MutexGuard<'_, Output> {
+    // Only whole updates happen under the lock: valid even after a panic.
+    output.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Copies CMD's stdout to exec's (unless `echo` is off) and keeps up to
+/// `max_output` bytes of it, until the pipe ends or exec closes `output`.
+fn copy_output(mut pipe: impl Read, echo: bool, max_output: usize, output: &Mutex<Output>) {
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match pipe.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        let chunk = buf.get(..n).unwrap_or_default();
+        // Shown and stored under the lock, so nothing is written after exec
+        // closed the output (its own report may follow on stdout).
+        let mut output = lock(output);
+        if output.closed {
+            return;
+        }
+        if echo {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(chunk);
+            let _ = out.flush();
+        }
+        let room = max_output.saturating_sub(output.stored.len());
+        if chunk.len() > room {
+            output.truncated = true;
+        }
+        output
+            .stored
+            .extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
     }
 }
 

@@ -260,6 +260,23 @@ fn rustix_signal(raw: i32) -> Option<rustix::process::Signal> {
 }
 
 impl Running {
+    /// Whether processes of CMD's process group are still running after CMD
+    /// was waited for: ones it started and left behind.
+    pub(crate) fn group_still_running(&self) -> bool {
+        #[cfg(unix)]
+        {
+            // EPERM: there are processes, only not ours to signal.
+            !matches!(
+                rustix::process::test_kill_process_group(self.group),
+                Err(rustix::io::Errno::SRCH)
+            )
+        }
+        #[cfg(not(unix))]
+        {
+            false
+        }
+    }
+
     /// After CMD was waited for: stops forwarding signals and stands the reaper
     /// down. If exec was told to stop by a signal, what is left of CMD's group is
     /// killed (exec was asked to stop, so nothing it started stays behind);

@@ -22,7 +22,7 @@ pub(crate) struct MigrateArgs {
     /// The database to migrate (`postgres://user@host:port/db`).
     #[arg(long, value_name = "URL", required_unless_present = "print")]
     postgres: Option<String>,
-    /// The PostgreSQL schema holding idemkit's tables (default: the search path).
+    /// The PostgreSQL schema holding idemkit's tables (default: `public`).
     #[arg(long, value_name = "NAME")]
     pg_schema: Option<String>,
     /// Print the SQL that creates the schema in an empty database, and change nothing.

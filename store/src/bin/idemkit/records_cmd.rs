@@ -198,8 +198,8 @@ pub(crate) fn list(args: ListArgs) -> ExitCode {
                 l.record.state.name().to_string(),
                 l.record.attempt,
                 l.record.last_token.get(),
-                l.scope.tenant(),
-                l.scope.operation(),
+                terminal_safe(l.scope.tenant().as_bytes()),
+                terminal_safe(l.scope.operation().as_bytes()),
                 l.key
             );
         }
@@ -213,6 +213,30 @@ fn body_json(body: &[u8]) -> Value {
         Ok(text) => json!({ "utf8": text }),
         Err(_) => json!({ "hex": body.iter().map(|b| format!("{b:02x}")).collect::<String>() }),
     }
+}
+
+/// `bytes` as text that a terminal shows and never obeys: UTF-8 as it is, except
+/// control characters (escape sequences, carriage returns, backspaces: C0 other
+/// than newline and tab, DEL, C1) and the bidirectional overrides and isolates,
+/// which could make the text read otherwise than it is, written as `\u{1b}`;
+/// bytes that are not UTF-8 as `\xff`.
+fn terminal_safe(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+            if (c.is_control() && c != '\n' && c != '\t') || bidi {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
 }
 
 pub(crate) fn show(args: ShowArgs) -> ExitCode {
@@ -292,7 +316,7 @@ pub(crate) fn show(args: ShowArgs) -> ExitCode {
         for s in &r.steps {
             println!(
                 "step        {} [{}] provider key {:?}, ref {:?}",
-                s.name,
+                terminal_safe(s.name.as_bytes()),
                 match s.state {
                     StepState::Started => "started",
                     StepState::Done => "done",
@@ -305,8 +329,11 @@ pub(crate) fn show(args: ShowArgs) -> ExitCode {
             println!("status      {}", response.status);
             match &response.body {
                 Some(body) => {
-                    println!("body        {} bytes:", body.len());
-                    println!("{}", String::from_utf8_lossy(body));
+                    println!(
+                        "body        {} bytes (control characters escaped; --json for the exact bytes):",
+                        body.len()
+                    );
+                    println!("{}", terminal_safe(body));
                 }
                 None => println!("body        (pruned after the replay window)"),
             }
@@ -499,4 +526,26 @@ pub(crate) fn stats(args: StatsArgs) -> ExitCode {
         }
     }
     ExitCode::from(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn terminal_safe_text_escapes_what_a_terminal_would_obey() {
+        assert_eq!(
+            terminal_safe(b"{\"ok\":true}\n\tdone"),
+            "{\"ok\":true}\n\tdone"
+        );
+        assert_eq!(
+            terminal_safe(b"\x1b[2J\x1b]0;owned\x07\rx\x08\x7f"),
+            "\\u{1b}[2J\\u{1b}]0;owned\\u{7}\\u{d}x\\u{8}\\u{7f}"
+        );
+        assert_eq!(
+            terminal_safe("caf\u{e9} \u{9b}31m \u{202e}txt".as_bytes()),
+            "caf\u{e9} \\u{9b}31m \\u{202e}txt"
+        );
+        assert_eq!(terminal_safe(b"a\xffb\xc3"), "a\\xffb\\xc3");
+    }
 }

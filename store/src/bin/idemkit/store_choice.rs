@@ -19,7 +19,7 @@ pub(crate) struct StoreArg {
     #[arg(long, value_name = "URL", conflicts_with = "db")]
     postgres: Option<String>,
     /// With --postgres: the PostgreSQL schema holding idemkit's tables
-    /// (default: the connection's search path).
+    /// (default: `public`).
     #[arg(long, value_name = "NAME", requires = "postgres")]
     pg_schema: Option<String>,
 }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::proxy::config::{
-    ConfigError, DEFAULT_GC_INTERVAL, Source, StoreChoice, StoreSection, TenantRule, TenantSection,
-    check_addr, store_choice, tenant_rule,
+    ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice, StoreSection, TenantRule,
+    TenantSection, check_addr, store_choice, tenant_rule,
 };
 
 #[derive(Deserialize)]
@@ -138,16 +138,20 @@ pub(crate) fn load(
 ) -> Result<McpConfig, ConfigError> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Source { file, text: "" }.at(None, format!("cannot read the file: {e}")))?;
-    parse(file, &text, listen, upstream, stdio)
+    parse(file, &text, listen, upstream, stdio, &|name| {
+        std::env::var(name).ok()
+    })
 }
 
-/// [`load`] on text already read.
+/// [`load`] on text already read, with `env` as the environment (a digested
+/// credential's secret may come from it, as the proxy's).
 pub(crate) fn parse(
     file: &Path,
     text: &str,
     listen: Option<&str>,
     upstream: Option<&str>,
     stdio: bool,
+    env: Env<'_>,
 ) -> Result<McpConfig, ConfigError> {
     let src = Source { file, text };
     let raw: FileConfig =
@@ -200,9 +204,7 @@ pub(crate) fn parse(
     };
     let store = store_choice(&src, raw.store)?;
     let tenant_span = raw.tenant.span();
-    // A digested credential's secret may come from the environment, as the proxy's.
-    let env = |name: &str| std::env::var(name).ok();
-    let tenant = tenant_rule(&src, raw.tenant, &env)?;
+    let tenant = tenant_rule(&src, raw.tenant, env)?;
     if stdio && !matches!(tenant, TenantRule::Fixed(_)) {
         return Err(src.at(
             Some(tenant_span),
@@ -404,7 +406,7 @@ header = "X-Tenant-Id"
 "#;
 
     fn refusal(text: &str, stdio: bool) -> String {
-        parse(Path::new("mcp.toml"), text, None, None, stdio)
+        parse(Path::new("mcp.toml"), text, None, None, stdio, &|_| None)
             .map(|_| ())
             .unwrap_err()
             .to_string()
@@ -412,7 +414,7 @@ header = "X-Tenant-Id"
 
     #[test]
     fn the_minimal_file_parses_and_flags_override_it() {
-        let c = parse(Path::new("mcp.toml"), BASE, None, None, false).unwrap();
+        let c = parse(Path::new("mcp.toml"), BASE, None, None, false, &|_| None).unwrap();
         assert_eq!(c.upstream.unwrap().path(), "/mcp");
         assert!(c.tools.is_empty());
         assert_eq!(c.default_tool.policy.effect, EffectKind::External);
@@ -422,6 +424,7 @@ header = "X-Tenant-Id"
             Some("127.0.0.1:1"),
             Some("http://10.0.0.1:80/rpc"),
             false,
+            &|_| None,
         )
         .unwrap();
         assert_eq!(c.listen, "127.0.0.1:1");
@@ -429,9 +432,14 @@ header = "X-Tenant-Id"
     }
 
     #[test]
-    fn the_example_config_loads() {
+    fn the_example_config_loads_with_its_tenant_secret_from_the_environment() {
+        use crate::proxy::config::TENANT_SECRET_ENV;
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp.toml");
-        let c = load(&file, None, None, false).unwrap_or_else(|e| panic!("{e}"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        let env = |name: &str| {
+            (name == TENANT_SECRET_ENV).then(|| "an example secret of at least 32 bytes".to_owned())
+        };
+        let c = parse(&file, &text, None, None, false, &env).unwrap_or_else(|e| panic!("{e}"));
         let book = c.tool("book_appointment").unwrap();
         assert!(book.protected);
         assert_eq!(book.policy.effect, EffectKind::External);
@@ -443,7 +451,7 @@ header = "X-Tenant-Id"
         let text = format!(
             "{BASE}\n[[tools]]\nname = \"note\"\neffect = \"local\"\nderive = \"arguments\"\nderive_window_ms = 60000\nreplay_window_ms = 1000\n"
         );
-        let c = parse(Path::new("mcp.toml"), &text, None, None, false).unwrap();
+        let c = parse(Path::new("mcp.toml"), &text, None, None, false, &|_| None).unwrap();
         let note = c.tool("note").unwrap();
         assert_eq!(note.policy.effect, EffectKind::Local);
         assert_eq!(

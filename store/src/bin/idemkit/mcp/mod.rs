@@ -142,11 +142,15 @@ async fn start_admin(
         .local_addr()
         .map_err(|e| format!("admin {addr}: {e}"))?;
     tokio::spawn(async move {
-        let _ = axum::serve(listener, admin::router(state))
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await;
+        // The admin API logs who resolved what: it needs the caller's address.
+        let _ = axum::serve(
+            listener,
+            admin::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
     });
     Ok(bound)
 }

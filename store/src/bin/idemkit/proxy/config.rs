@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idemkit::core::fingerprint::{ContentKind, FingerprintSpec};
+use idemkit::core::http::ReplayedHeaders;
 use idemkit::core::machine::{MismatchStatus, Policy, StorePolicy};
 use idemkit::core::record::EffectKind;
 use idemkit::http::OnDisconnect;
@@ -104,6 +105,8 @@ struct RouteSection {
     record_window_ms: Option<u64>,
     max_execution_ms: Option<u64>,
     max_stored_response_bytes: Option<usize>,
+    /// The upstream response headers stored and replayed, instead of the defaults.
+    replayed_headers: Option<Spanned<Vec<String>>>,
     body_limit_bytes: Option<usize>,
     mismatch_status: Option<Spanned<u16>>,
     store_policy: Option<Spanned<String>>,
@@ -183,6 +186,7 @@ pub(crate) struct Route {
     pub(crate) timeouts: Timeouts,
     pub(crate) max_execution: Option<Duration>,
     pub(crate) max_stored_response_bytes: Option<usize>,
+    pub(crate) replayed_headers: Option<ReplayedHeaders>,
     pub(crate) body_limit: Option<usize>,
     pub(crate) store_retry_after: Option<Duration>,
     pub(crate) on_disconnect: OnDisconnect,
@@ -790,6 +794,13 @@ fn route(src: &Source<'_>, r: RouteSection, defaults: Timeouts) -> Result<Route,
             ));
         }
     };
+    let replayed_headers = match &r.replayed_headers {
+        Some(names) => Some(
+            ReplayedHeaders::new(names.get_ref())
+                .map_err(|e| src.at(Some(names.span()), format!("replayed_headers: {e}")))?,
+        ),
+        None => None,
+    };
     Ok(Route {
         method,
         path: r.path.into_inner(),
@@ -808,6 +819,7 @@ fn route(src: &Source<'_>, r: RouteSection, defaults: Timeouts) -> Result<Route,
         },
         max_execution: r.max_execution_ms.map(Duration::from_millis),
         max_stored_response_bytes: r.max_stored_response_bytes,
+        replayed_headers,
         body_limit: r.body_limit_bytes,
         store_retry_after: r.store_retry_after_ms.map(Duration::from_millis),
         on_disconnect,
@@ -1135,6 +1147,14 @@ header = "X-Tenant-Id"
             two_stores.contains("[store] needs exactly one"),
             "{two_stores}"
         );
+        let cookie = refusal(&route(
+            "replayed_headers = [\"content-type\", \"Set-Cookie\"]\n",
+        ));
+        assert!(
+            cookie.starts_with("proxy.toml:14: replayed_headers: "),
+            "{cookie}"
+        );
+        assert!(cookie.contains("\"set-cookie\""), "{cookie}");
         let syntax = refusal("listen = \n");
         assert!(syntax.starts_with("proxy.toml:1: "), "{syntax}");
     }

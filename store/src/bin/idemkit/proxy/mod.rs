@@ -187,6 +187,9 @@ fn route_services(shared: &Shared, upstream: &Upstream) -> Vec<RouteService> {
             if let Some(bytes) = route.max_stored_response_bytes {
                 rc = rc.max_stored_response_bytes(bytes);
             }
+            if let Some(list) = &route.replayed_headers {
+                rc = rc.replayed_headers(list.clone());
+            }
             if let Some(bytes) = route.body_limit {
                 rc = rc.body_limit(bytes);
             }

@@ -354,6 +354,7 @@ mod tests {
             body_limit: None,
             store_retry_after: None,
             on_disconnect: OnDisconnect::Finish,
+            replayed_headers: None,
         }
     }
 
