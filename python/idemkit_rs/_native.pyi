@@ -243,6 +243,7 @@ class Route:
         store_everything: bool = False,
         body_limit: int = 1048576,
         max_stored_response_bytes: int = 1048576,
+        replayed_headers: Optional[Sequence[str]] = None,
         owner: Optional[str] = None,
         store_retry_after: float = 1.0,
         dispatches_only_through_steps: bool = False,

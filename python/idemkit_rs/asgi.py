@@ -8,7 +8,8 @@ an optional route: the request passes through); the body is read up to the route
 limit (over: 413) and fingerprinted with the method, the concrete path and the query
 (not I-JSON: 400); the store claims ``(tenant, operation, key)`` (unavailable: 503,
 nothing executed). Then a completed key is replayed byte for byte with
-``Idempotent-Replayed: true``; a running one gets 409 ``request-in-progress`` with
+``Idempotent-Replayed: true`` (the status, the body and the headers the route's
+allow list names); a running one gets 409 ``request-in-progress`` with
 ``Retry-After``; the key with another body, path or query gets 422; an unknown
 outcome gets 409 ``outcome-uncertain``; a response past its replay window gets 410.
 Every refusal is ``application/problem+json`` built by idemkit's core, the same bytes

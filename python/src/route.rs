@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use idemkit::store::{Claim, ExecutionGuard, WorkerError};
-use idemkit_core::http::{IDEMPOTENT_REPLAYED, Refusal, is_replayable_header};
+use idemkit_core::http::{IDEMPOTENT_REPLAYED, Refusal, ReplayedHeaders};
 use idemkit_core::machine::{
     Dispatch, Disposition, MismatchStatus, Policy, StepStart, StorePolicy, classify_attempt,
 };
@@ -129,6 +129,7 @@ struct Config {
     policy: Policy,
     body_limit: usize,
     max_stored_response_bytes: usize,
+    replayed_headers: ReplayedHeaders,
     owner: String,
     store_retry_after: Duration,
     dispatches_only_through_steps: bool,
@@ -248,6 +249,9 @@ impl Route {
     /// or `"local"`. The fingerprint covers the method, the concrete path, the
     /// query (less `ignore_query_params`, or none with `ignore_query`) and the body
     /// by its content type, less `exclude` or only `include` (JSON Pointers).
+    /// `replayed_headers` is the allow list of response headers stored and replayed
+    /// (default: core's `DEFAULT_REPLAYED_HEADERS`; a cookie or credential header
+    /// is refused).
     #[new]
     #[pyo3(signature = (
         operation, *, effect = "external", content_type = "application/json",
@@ -255,7 +259,8 @@ impl Route {
         ignore_query_params = Vec::new(), key_required = true, lease = 30.0,
         replay_window = 86_400.0, record_window = 604_800.0, mismatch_status = 422,
         store_everything = false, body_limit = 1 << 20, max_stored_response_bytes = 1 << 20,
-        owner = None, store_retry_after = 1.0, dispatches_only_through_steps = false
+        replayed_headers = None, owner = None, store_retry_after = 1.0,
+        dispatches_only_through_steps = false
     ))]
     #[allow(
         clippy::too_many_arguments,
@@ -279,6 +284,7 @@ impl Route {
         store_everything: bool,
         body_limit: usize,
         max_stored_response_bytes: usize,
+        replayed_headers: Option<Vec<String>>,
         owner: Option<String>,
         store_retry_after: f64,
         dispatches_only_through_steps: bool,
@@ -300,6 +306,11 @@ impl Route {
                     "mismatch_status must be 422 or 409, not {other}"
                 )));
             }
+        };
+        let replayed_headers = match replayed_headers {
+            None => ReplayedHeaders::default(),
+            Some(names) => ReplayedHeaders::new(&names)
+                .map_err(|e| errors::argument(format!("replayed_headers: {e} [{}]", e.code())))?,
         };
         let lease = seconds(lease, "lease")?;
         if lease.is_zero() {
@@ -324,6 +335,7 @@ impl Route {
                 policy,
                 body_limit,
                 max_stored_response_bytes,
+                replayed_headers,
                 owner: owner.unwrap_or_else(|| format!("asgi:{}", std::process::id())),
                 store_retry_after: seconds(store_retry_after, "store_retry_after")?,
                 dispatches_only_through_steps,
@@ -709,7 +721,10 @@ impl Execution {
                 .into_iter()
                 .filter_map(|(name, value)| {
                     let name = String::from_utf8(name).ok()?.to_ascii_lowercase();
-                    is_replayable_header(&name).then_some((name, value))
+                    self.config
+                        .replayed_headers
+                        .allows(&name)
+                        .then_some((name, value))
                 })
                 .collect(),
             // Over the bound: completed without its body, so a retry gets 410 with

@@ -40,7 +40,7 @@ async def withdraw(request: Request) -> JSONResponse:
     return JSONResponse(
         {"account": request.path_params["account"], "amount": body.get("amount"), "execution": n},
         status_code=201,
-        headers={"Location": f"/withdrawals/{n}", "X-Request-Cost": "3", "Set-Cookie": "sid=secret"},
+        headers={"Location": f"/withdrawals/{n}", "X-Request-Cost": "3", "X-Session-Token": "tok", "Set-Cookie": "sid=secret"},
     )
 
 
@@ -95,7 +95,10 @@ app.add_middleware(
     store=store,
     principal=bearer_tenant,
     routes={
-        ("POST", "/accounts/{account}/withdraw"): Route("accounts.withdraw", lease=lease, body_limit=4096),
+        ("POST", "/accounts/{account}/withdraw"): Route(
+            "accounts.withdraw", lease=lease, body_limit=4096,
+            replayed_headers=["content-type", "location", "x-request-cost"],
+        ),
         ("POST", "/charge"): Route("payments.charge", lease=lease),
         ("POST", "/notes"): Route("notes.create", effect="local", lease=lease),
         ("POST", "/open"): Route("open.create", key_required=False, lease=lease),

@@ -68,19 +68,24 @@ def test_an_action_begun_by_idemkit_call_is_continued_by_python_with_the_same_ke
 
 
 def test_an_action_begun_by_python_is_continued_by_idemkit_call_with_the_same_key(idemkit_bin, tmp_path, upstream):
-    """Python begins the action (canonical JSON, `Content-Type` added) and its only
-    attempt gets 503 (pending); `idemkit call` with the same request continues it
-    under the key Python journalled, and the upstream confirms."""
+    """Python begins the action (canonical JSON, `Content-Type` added, a credential
+    sent and not journalled) and its only attempt gets 503 (pending); `idemkit call`
+    with the same request and a rotated token continues it under the key Python
+    journalled, and the upstream confirms."""
     journal_path = tmp_path / "agent.journal"
     service = upstream([(503, [], b"busy"), CREATED])
-    began = call_with_retry(Journal(journal_path), "run-2/book", service.url, json=BODY, max_attempts=1, **FAST)
+    began = call_with_retry(
+        Journal(journal_path), "run-2/book", service.url, json=BODY,
+        headers={"Authorization": "Bearer tok-1"}, max_attempts=1, **FAST,
+    )
     assert began.status == "pending" and not began.resumed
     payload = Journal(journal_path).get("run-2/book").payload
     assert idemkit_rs.decode_request(payload) == ("POST", service.url, [("Content-Type", "application/json")], CANONICAL)
 
-    code, report, stderr = cli_call(idemkit_bin, journal_path, "run-2/book", service.url)
+    code, report, stderr = cli_call(idemkit_bin, journal_path, "run-2/book", service.url, "-H", "Authorization: Bearer tok-2")
     assert code == 0 and report["status"] == "confirmed", stderr
     assert report["resumed"] is True
+    assert [s.headers["authorization"] for s in service.seen] == ["Bearer tok-1", "Bearer tok-2"]
     assert report["idempotency_key"] == began.idempotency_key
     assert [a["outcome"] for a in report["attempts"]] == ["201"]
     assert service.keys() == [began.idempotency_key] * 2
