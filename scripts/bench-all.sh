@@ -146,6 +146,13 @@ if ! BENCH_SECONDS=$PROXY_SECONDS benches/mcp/run.sh "$OUT/mcp.json" >/dev/null;
   echo "mcp: benches/mcp/run.sh failed (it needs Node and npm for store/tests/mcp)" >>"$OUT/skipped.txt"
 fi
 
+step "the Python package: fingerprint and the ASGI middleware"
+if [ "$SMOKE" = 1 ]; then PY_SECONDS=0.3; else PY_SECONDS=2; fi
+if ! BENCH_SECONDS=$PY_SECONDS benches/python/run.sh "$OUT/python.json"; then
+  rm -f "$OUT/python.json"
+  echo "python: benches/python/run.sh failed (it needs python3 >= 3.9 with venv)" >>"$OUT/skipped.txt"
+fi
+
 END=$(date +%s)
 python3 - "$OUT/meta.json" "$START" "$END" "$SMOKE" "$RECORDS" "$SECONDS_PER" "$CLIENTS" <<'EOF'
 import json, sys, datetime

@@ -3,9 +3,9 @@
 # corpus, differential, concurrency, crash, fault) and a short fuzz smoke run.
 #
 # It installs what a fresh machine lacks (npm packages for the differential tests,
-# cargo-fuzz, schemathesis, and for the npm package in wasm/: the wasm32 target, wasm-bindgen-cli,
-# binaryen, better-sqlite3, Miniflare/workerd, Deno and Bun), so a newcomer and CI
-# run exactly this:
+# cargo-fuzz, schemathesis, the Python package's test requirements (tools/python/),
+# and for the npm package in wasm/: the wasm32 target, wasm-bindgen-cli, binaryen,
+# better-sqlite3, Miniflare/workerd, Deno and Bun), so a newcomer and CI run exactly this:
 #
 #     scripts/test-all.sh
 #
@@ -105,6 +105,19 @@ scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
   --test postgres_appointments_notes_sigkill -- --nocapture
 # idemkit-loadgen --backend postgres (ignored by the workspace run above: no server there).
 scripts/with-postgres.sh cargo test -p idemkit-benches --features postgres --locked --test postgres_loadgen -- --ignored
+# -----------------------------------------------------------------------------------
+
+# --- Python: the idemkit-rs package (python/) ---------------------------------------
+# The pinned test requirements (python/requirements-test.txt: maturin, pytest, httpx,
+# starlette, uvicorn, fastapi, langgraph, openai-agents) go into tools/python/ when the
+# pins changed (scripts/python-venv.sh); maturin builds the extension in the dev
+# profile into that venv; pytest runs python/tests (the CLI and the appointments
+# example the workspace tests built are what they compare with and run against) under
+# a throwaway PostgreSQL server, as the ASGI scenarios run on redb and on PostgreSQL.
+step "Python package (python/): build the extension, run pytest"
+scripts/python-venv.sh
+VIRTUAL_ENV="$PWD/tools/python" tools/python/bin/maturin develop --manifest-path python/Cargo.toml --locked --quiet
+scripts/with-postgres.sh tools/python/bin/python -m pytest python/tests -q -p no:cacheprovider
 # -----------------------------------------------------------------------------------
 
 step "doc tests and docs build without warnings"
