@@ -83,11 +83,12 @@ async function v1Server() {
   server.registerTool(
     'confirm_book',
     { description: 'Book after the user confirms', inputSchema: { customer: z.string(), slot: z.string() } },
-    async ({ customer, slot }) => {
-      const answer = await server.server.elicitInput({
-        message: `Book ${slot} for ${customer}?`,
-        requestedSchema: confirmSchema,
-      });
+    async ({ customer, slot }, extra) => {
+      // On the call's own stream: a 2025 client may not have opened its GET stream yet.
+      const answer = await server.server.elicitInput(
+        { message: `Book ${slot} for ${customer}?`, requestedSchema: confirmSchema },
+        { relatedRequestId: extra.requestId },
+      );
       if (answer.action !== 'accept' || answer.content?.confirm !== true) {
         return { content: [{ type: 'text', text: 'not booked' }], isError: true };
       }
