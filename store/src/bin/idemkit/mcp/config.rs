@@ -4,7 +4,7 @@
 //! is wrong.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idemkit::core::machine::{Policy, StorePolicy};
@@ -13,8 +13,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::proxy::config::{
-    ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice, StoreSection, TenantRule,
-    TenantSection, check_addr, store_choice, tenant_rule,
+    AdminKeys, ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice, StoreSection,
+    TenantRule, TenantSection, admin_token, check_addr, store_choice, tenant_rule,
 };
 
 #[derive(Deserialize)]
@@ -24,6 +24,8 @@ struct FileConfig {
     upstream: Option<Spanned<String>>,
     admin: Option<Spanned<String>>,
     admin_token: Option<Spanned<String>>,
+    admin_token_file: Option<Spanned<PathBuf>>,
+    admin_insecure_no_token: Option<Spanned<bool>>,
     /// How long a request other than a protected `tools/call` waits for the
     /// upstream's answer to begin.
     upstream_timeout_ms: Option<u64>,
@@ -118,8 +120,6 @@ const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_EXECUTION: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_BODY_LIMIT: usize = 4 << 20;
 const DEFAULT_MAX_STORED_RESULT: usize = 1 << 20;
-/// The shortest admin token accepted: a token is a password for resolve.
-const MIN_ADMIN_TOKEN_BYTES: usize = 32;
 
 /// What the model is told to check when a tool's outcome is unknown, unless
 /// the tool's `check` says more.
@@ -184,24 +184,16 @@ pub(crate) fn parse(
     if let Some(admin) = &raw.admin {
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
-    let admin_token = match (&raw.admin, &raw.admin_token) {
-        (_, Some(token)) if token.get_ref().len() < MIN_ADMIN_TOKEN_BYTES => {
-            return Err(src.at(
-                Some(token.span()),
-                format!(
-                    "admin_token: at least {MIN_ADMIN_TOKEN_BYTES} bytes (it guards resolve; \
-                     e.g. `openssl rand -hex 32`)"
-                ),
-            ));
-        }
-        (Some(admin), None) => {
-            return Err(src.at(
-                Some(admin.span()),
-                "admin needs admin_token (at least 32 bytes): the admin listener resolves records",
-            ));
-        }
-        (_, token) => token.as_ref().map(|t| t.get_ref().clone()),
-    };
+    let admin_token = admin_token(
+        &src,
+        AdminKeys {
+            admin: raw.admin.as_ref(),
+            admin_token: raw.admin_token.clone(),
+            admin_token_file: raw.admin_token_file.clone(),
+            admin_insecure_no_token: raw.admin_insecure_no_token.as_ref(),
+        },
+        env,
+    )?;
     let store = store_choice(&src, raw.store)?;
     let tenant_span = raw.tenant.span();
     let tenant = tenant_rule(&src, raw.tenant, env)?;
@@ -413,6 +405,42 @@ header = "X-Tenant-Id"
     }
 
     #[test]
+    fn the_admin_token_comes_from_a_file_the_environment_or_is_waived_on_loopback() {
+        const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("admin-token");
+        std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+        let with = |extra: &str, env: Env<'_>| {
+            parse(
+                Path::new("mcp.toml"),
+                &format!("admin = \"127.0.0.1:0\"\n{extra}{BASE}"),
+                None,
+                None,
+                false,
+                env,
+            )
+        };
+        let from_file = with(&format!("admin_token_file = {file:?}\n"), &|_| None).unwrap();
+        assert_eq!(from_file.admin_token.as_deref(), Some(TOKEN));
+        let env = |name: &str| (name == "IDEMKIT_ADMIN_TOKEN").then(|| TOKEN.to_owned());
+        assert_eq!(with("", &env).unwrap().admin_token.as_deref(), Some(TOKEN));
+        let open = with("admin_insecure_no_token = true\n", &|_| None).unwrap();
+        assert_eq!(open.admin_token, None);
+        let exposed = parse(
+            Path::new("mcp.toml"),
+            &format!("admin = \"0.0.0.0:9091\"\nadmin_insecure_no_token = true\n{BASE}"),
+            None,
+            None,
+            false,
+            &|_| None,
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(exposed.contains("only for a loopback address"), "{exposed}");
+    }
+
+    #[test]
     fn the_minimal_file_parses_and_flags_override_it() {
         let c = parse(Path::new("mcp.toml"), BASE, None, None, false, &|_| None).unwrap();
         assert_eq!(c.upstream.unwrap().path(), "/mcp");
@@ -432,14 +460,17 @@ header = "X-Tenant-Id"
     }
 
     #[test]
-    fn the_example_config_loads_with_its_tenant_secret_from_the_environment() {
-        use crate::proxy::config::TENANT_SECRET_ENV;
+    fn the_example_config_loads_with_its_secrets_from_the_environment() {
+        use crate::proxy::config::{ADMIN_TOKEN_ENV, TENANT_SECRET_ENV};
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp.toml");
         let text = std::fs::read_to_string(&file).unwrap();
         let env = |name: &str| {
-            (name == TENANT_SECRET_ENV).then(|| "an example secret of at least 32 bytes".to_owned())
+            [TENANT_SECRET_ENV, ADMIN_TOKEN_ENV]
+                .contains(&name)
+                .then(|| "an example secret of at least 32 bytes".to_owned())
         };
         let c = parse(&file, &text, None, None, false, &env).unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.admin_token.is_some());
         let book = c.tool("book_appointment").unwrap();
         assert!(book.protected);
         assert_eq!(book.policy.effect, EffectKind::External);
@@ -484,7 +515,7 @@ header = "X-Tenant-Id"
         );
         assert!(short.starts_with("mcp.toml:2: admin_token"), "{short}");
         let no_token = refusal(&format!("admin = \"127.0.0.1:0\"\n{BASE}"), false);
-        assert!(no_token.contains("admin needs admin_token"), "{no_token}");
+        assert!(no_token.contains("admin_token_file"), "{no_token}");
         let headers_over_stdio = refusal(BASE, true);
         assert!(
             headers_over_stdio.contains("[tenant] fixed"),

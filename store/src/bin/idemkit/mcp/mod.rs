@@ -129,39 +129,14 @@ fn admin_state(config: &McpConfig, store: &Store, metrics: &Arc<Metrics>) -> Arc
     })
 }
 
-/// Serves the admin API on `addr` until `stop`; returns the bound address.
-async fn start_admin(
-    addr: &str,
-    state: Arc<admin::Admin>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<SocketAddr, String> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("admin {addr}: {e}"))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| format!("admin {addr}: {e}"))?;
-    tokio::spawn(async move {
-        // The admin API logs who resolved what: it needs the caller's address.
-        let _ = axum::serve(
-            listener,
-            admin::router(state).into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await;
-    });
-    Ok(bound)
-}
-
 async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     crate::proxy::stop_on_signal(stop_tx, "mcp")?;
     let metrics = Arc::new(Metrics::new());
     metrics.orphans_settled(store.orphans_settled_at_open().len());
     if let Some(addr) = &config.admin {
-        let bound = start_admin(
+        let bound = admin::serve(
+            "mcp",
             addr,
             admin_state(&config, &store, &metrics),
             stop_rx.clone(),

@@ -1,7 +1,7 @@
 //! The admin listener: `GET /healthz`, `GET /metrics` (Prometheus text),
 //! `GET /records?state=unknown` (paginated), `POST /records/{log_ref}/resolve`
 //! (the semantics of `idemkit resolve`, each one logged). Everything but
-//! `/healthz` needs `Authorization: Bearer <admin_token>`; the proxy refuses to
+//! `/healthz` needs `Authorization: Bearer <admin_token>`; the proxy and the MCP gateway refuse to
 //! start an admin listener without a token unless told to on a loopback
 //! address.
 
@@ -30,6 +30,41 @@ pub(crate) struct Admin {
     /// The policy of each configured operation (resolve keeps a record's own
     /// windows; these fill in for records written before they were kept).
     pub(crate) policies: Vec<(String, Policy)>,
+}
+
+/// Serves the admin API on `addr` until `stop` turns true; returns the bound
+/// address. `program` names the command in the warning printed when the
+/// listener runs without a token.
+pub(crate) async fn serve(
+    program: &str,
+    addr: &str,
+    admin: Arc<Admin>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<SocketAddr, String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("admin {addr}: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("admin {addr}: {e}"))?;
+    if admin.token.is_none() {
+        eprintln!(
+            "idemkit {program}: the admin listener on {bound} has no token \
+             (admin_insecure_no_token): anyone on this host can list keys and resolve records"
+        );
+    }
+    tokio::spawn(async move {
+        // The admin API logs who resolved what: it needs the caller's address.
+        let _ = axum::serve(
+            listener,
+            router(admin).into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
+    });
+    Ok(bound)
 }
 
 pub(crate) fn router(admin: Arc<Admin>) -> Router {

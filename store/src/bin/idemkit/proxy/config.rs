@@ -328,7 +328,16 @@ pub(crate) fn parse(
     if let Some(admin) = &raw.admin {
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
-    let admin_token = admin_token(&src, &raw, env)?;
+    let admin_token = admin_token(
+        &src,
+        AdminKeys {
+            admin: raw.admin.as_ref(),
+            admin_token: raw.admin_token.clone(),
+            admin_token_file: raw.admin_token_file.clone(),
+            admin_insecure_no_token: raw.admin_insecure_no_token.as_ref(),
+        },
+        env,
+    )?;
 
     let store = store_choice(&src, raw.store)?;
     let tenant = tenant_rule(&src, raw.tenant, env)?;
@@ -534,25 +543,35 @@ fn secret(
     Ok(Some(value))
 }
 
-/// The admin listener's token: none only when `admin_insecure_no_token` asks
-/// for it on a loopback address.
-fn admin_token(
+/// The admin listener's keys as a configuration file spells them: the proxy's
+/// and the MCP gateway's files take the same four.
+pub(crate) struct AdminKeys<'a> {
+    pub(crate) admin: Option<&'a Spanned<String>>,
+    pub(crate) admin_token: Option<Spanned<String>>,
+    pub(crate) admin_token_file: Option<Spanned<PathBuf>>,
+    pub(crate) admin_insecure_no_token: Option<&'a Spanned<bool>>,
+}
+
+/// The admin listener's token (from `admin_token_file`, `admin_token` or
+/// [`ADMIN_TOKEN_ENV`], at least [`MIN_SECRET_BYTES`]): none only when
+/// `admin_insecure_no_token` asks for it on a loopback address.
+pub(crate) fn admin_token(
     src: &Source<'_>,
-    raw: &FileConfig,
+    keys: AdminKeys<'_>,
     env: Env<'_>,
 ) -> Result<Option<String>, ConfigError> {
     let token = secret(
         src,
         "admin_token",
-        raw.admin_token.clone(),
-        raw.admin_token_file.clone(),
+        keys.admin_token,
+        keys.admin_token_file,
         ADMIN_TOKEN_ENV,
         env,
     )?;
-    let Some(admin) = &raw.admin else {
+    let Some(admin) = keys.admin else {
         return Ok(token);
     };
-    let insecure = raw.admin_insecure_no_token.as_ref();
+    let insecure = keys.admin_insecure_no_token;
     match (token, insecure.map(|i| (*i.get_ref(), i.span()))) {
         (Some(_), Some((true, span))) => Err(src.at(
             Some(span),

@@ -618,12 +618,6 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
     let Some(admin_addr) = &shared.config.admin else {
         return Ok(());
     };
-    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
-        .await
-        .map_err(|e| format!("admin {admin_addr}: {e}"))?;
-    let admin_bound = admin_listener
-        .local_addr()
-        .map_err(|e| format!("admin {admin_addr}: {e}"))?;
     let admin = Arc::new(admin::Admin {
         store: shared.store.clone(),
         metrics: Arc::clone(&shared.metrics),
@@ -635,23 +629,7 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
             .map(|r| (r.operation.clone(), r.policy))
             .collect(),
     });
-    let mut stop = shared.stop.clone();
-    tokio::spawn(async move {
-        let _ = axum::serve(
-            admin_listener,
-            admin::router(admin).into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await;
-    });
-    if shared.config.admin_token.is_none() {
-        eprintln!(
-            "idemkit proxy: the admin listener on {admin_bound} has no token \
-             (admin_insecure_no_token): anyone on this host can list keys and resolve records"
-        );
-    }
+    let admin_bound = admin::serve("proxy", admin_addr, admin, shared.stop.clone()).await?;
     println!("idemkit proxy: admin on http://{admin_bound}");
     Ok(())
 }
