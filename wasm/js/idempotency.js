@@ -56,6 +56,51 @@ export async function withRetries(write) {
   }
 }
 
+/**
+ * Renews a lease every third of its length while its execution runs, so a slow
+ * one is not taken for a dead one (a Local record would be executed again, an
+ * External one become unknown). A store failure is retried (sooner) until a
+ * renewal succeeds or is refused (stale token, record no longer running: the
+ * lease really ended). After `maxExecutionMs` no renewal starts, so a hung
+ * execution's lease expires: an External record is then unresolved and retries
+ * get 409 outcome-uncertain. Returns `stop()`, which stops renewing and waits
+ * for a renewal in progress, so the final transition never races one, and
+ * `resume()`, which renews again after a transition that did not happen.
+ */
+export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
+  const every = Math.max(leaseMs / 3, 10);
+  const afterError = Math.max(every / 4, 10);
+  const deadline = clock() + maxExecutionMs;
+  let stopped = false;
+  let timer = null;
+  let pending = Promise.resolve();
+  const schedule = (wait) => {
+    if (stopped || clock() + wait > deadline) return;
+    timer = setTimeout(() => {
+      if (stopped || clock() > deadline) return;
+      pending = renew().then(
+        () => schedule(every),
+        (err) => {
+          if (transientStoreError(err)) schedule(afterError);
+        },
+      );
+    }, wait);
+  };
+  schedule(every);
+  return {
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      await pending;
+    },
+    resume() {
+      if (!stopped) return;
+      stopped = false;
+      schedule(every);
+    },
+  };
+}
+
 const DEFAULT_POLICY = Object.freeze({
   leaseMs: 30_000,
   replayWindowMs: 24 * 60 * 60 * 1000,
@@ -515,50 +560,10 @@ export function createIdempotency(options) {
     return fromAnswer(wasm.refuseStoreUnavailable(settings.storeRetryAfterSeconds));
   }
 
-  /**
-   * Renews the lease every third of its length while the handler runs, so a slow
-   * handler is not taken for a dead one (a Local record would be executed again,
-   * an External one become unknown). A store failure is retried (sooner) until a
-   * renewal succeeds or is refused (stale token, record no longer running: the
-   * lease really ended). After `maxExecutionMs` no renewal starts, so a hung
-   * handler's lease expires: an External record is then unresolved and retries
-   * get 409 outcome-uncertain. Returns `stop()`, which stops renewing and waits
-   * for a renewal in progress, so the final transition never races one, and
-   * `resume()`, which renews again after a transition that did not happen.
-   */
+  /** Renews `held`'s lease while the handler runs: see {@link renewWhileRunning}. */
   function keepLeased(held) {
     if (!autoRenew) return { stop: async () => {}, resume: () => {} };
-    const every = Math.max(policy.leaseMs / 3, 10);
-    const afterError = Math.max(every / 4, 10);
-    const deadline = clock() + maxExecutionMs;
-    let stopped = false;
-    let timer = null;
-    let pending = Promise.resolve();
-    const schedule = (wait) => {
-      if (stopped || clock() + wait > deadline) return;
-      timer = setTimeout(() => {
-        if (stopped || clock() > deadline) return;
-        pending = renewHeld(held).then(
-          () => schedule(every),
-          (err) => {
-            if (transientStoreError(err)) schedule(afterError);
-          },
-        );
-      }, wait);
-    };
-    schedule(every);
-    return {
-      async stop() {
-        stopped = true;
-        clearTimeout(timer);
-        await pending;
-      },
-      resume() {
-        if (!stopped) return;
-        stopped = false;
-        schedule(every);
-      },
-    };
+    return renewWhileRunning({ leaseMs: policy.leaseMs, maxExecutionMs, clock, renew: () => renewHeld(held) });
   }
 
   /**

@@ -21,7 +21,7 @@
 // key again, so it may reach another instance of a stateless server (a Worker) and
 // still run under a claim; only the complete result or an error records the call.
 import * as wasm from "./idemkit_wasm.js";
-import { createIdempotency, withRetries } from "./idempotency.js";
+import { createIdempotency, renewWhileRunning, withRetries } from "./idempotency.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META } from "./mcp-names.js";
 
@@ -280,31 +280,10 @@ export function createMcpIdempotency(options) {
     return typeof found === "string" && found !== "" ? found : null;
   }
 
-  /** Renews the call's lease every third of its length until `stop()` or its deadline; a refusal ends it. */
+  /** Renews the call's lease until `stop()` or its deadline; a refusal ends it. */
   function keepLeased(tool, claim) {
-    const every = Math.max(tool.policy.leaseMs / 3, 10);
-    const deadline = clock() + tool.maxExecutionMs;
-    let stopped = false;
-    let timer = null;
-    let pending = Promise.resolve();
-    const schedule = (wait) => {
-      if (stopped || clock() + wait > deadline) return;
-      timer = setTimeout(() => {
-        if (stopped) return;
-        pending = tool.idempotency.renew(claim).then(
-          () => schedule(every),
-          (err) => {
-            if (err instanceof IdemkitError && err.code === "store-unavailable") schedule(Math.max(every / 4, 10));
-          },
-        );
-      }, wait);
-    };
-    schedule(every);
-    return async () => {
-      stopped = true;
-      clearTimeout(timer);
-      await pending;
-    };
+    const lease = renewWhileRunning({ leaseMs: tool.policy.leaseMs, maxExecutionMs: tool.maxExecutionMs, clock, renew: () => tool.idempotency.renew(claim) });
+    return () => lease.stop();
   }
 
   /**
