@@ -16,13 +16,7 @@ use support::{Reply, request};
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
 
 fn withdraw(proxy: &ProxyProcess, key: &str) -> Reply {
-    post_json(
-        proxy.addr,
-        "/accounts/A/withdraw",
-        Some(key),
-        Some("acme"),
-        BODY,
-    )
+    proxy_support::post_withdrawal(proxy, key, BODY)
 }
 
 fn redb_store(dir: &std::path::Path) -> String {

@@ -16,7 +16,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use proxy_support::{ProxyProcess, Upstream, config, post_json};
+use proxy_support::{ProxyProcess, Upstream, config};
 use rustix::process::{Pid, Resource, Rlimit, prlimit};
 use support::{Reply, Service, request};
 
@@ -131,13 +131,7 @@ fn appointments_serve_again_after_a_failed_write_without_a_restart() {
 }
 
 fn withdraw(proxy: &ProxyProcess, key: &str) -> Reply {
-    post_json(
-        proxy.addr,
-        "/accounts/A/withdraw",
-        Some(key),
-        Some("acme"),
-        br#"{"amount":10}"#,
-    )
+    proxy_support::post_withdrawal(proxy, key, br#"{"amount":10}"#)
 }
 
 #[test]

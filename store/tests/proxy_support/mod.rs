@@ -471,6 +471,18 @@ impl Drop for ProxyProcess {
     }
 }
 
+/// Tenant `acme`'s `POST /accounts/A/withdraw` of `body` under `key`: the
+/// route of [`config`].
+pub(crate) fn post_withdrawal(proxy: &ProxyProcess, key: &str, body: &[u8]) -> Reply {
+    post_json(
+        proxy.addr,
+        "/accounts/A/withdraw",
+        Some(key),
+        Some("acme"),
+        body,
+    )
+}
+
 /// `POST path` with a JSON body, an optional key and an optional tenant
 /// (`X-Tenant-Id`), over a fresh connection.
 pub(crate) fn post_json(
