@@ -427,6 +427,9 @@ function breakerView(breaker) {
 // ---- callWithRetry ----------------------------------------------------------------
 
 /** Header pairs from a Headers, an array of pairs or a record; names lowercased. */
+/** Headers that carry a credential: never part of a journalled payload. */
+const CREDENTIAL_HEADERS = new Set(["authorization", "cookie", "proxy-authorization"]);
+
 function headerPairs(headers, what) {
   if (headers == null) return [];
   let entries;
@@ -583,8 +586,12 @@ export async function callWithRetry(options) {
   if (options.breaker !== undefined && options.breaker !== false && !isBreaker(options.breaker)) {
     throw argument("breaker must be a breaker from createBreaker, or false for none");
   }
-  const headers = headerPairs(options.headers, "headers");
-  const volatileHeaders = headerPairs(options.volatileHeaders, "volatileHeaders");
+  // Credentials are sent on every attempt but never journalled, wherever they
+  // were given: a journal file must not hold a token, and a rotated one
+  // continues the same action (as `idemkit call` and the Python client do).
+  const given = headerPairs(options.headers, "headers");
+  const headers = given.filter(([name]) => !CREDENTIAL_HEADERS.has(name));
+  const volatileHeaders = [...headerPairs(options.volatileHeaders, "volatileHeaders"), ...given.filter(([name]) => CREDENTIAL_HEADERS.has(name))];
 
   // The request as journalled: a JSON object or array body is journalled (and sent)
   // as canonical JSON, so key order does not make it another payload.

@@ -710,7 +710,11 @@ export interface CallOptions extends RetryOptions {
   url: string;
   /** Default `POST`. */
   method?: string;
-  /** Journalled with the request (part of the payload); never `Idempotency-Key`. */
+  /**
+   * Journalled with the request (part of the payload); never `Idempotency-Key`.
+   * `Authorization`, `Cookie` and `Proxy-Authorization` are the exception: sent on
+   * every attempt like `volatileHeaders`, never journalled.
+   */
   headers?: HeadersInput;
   /** Sent on every attempt but neither journalled nor compared: credentials that rotate. */
   volatileHeaders?: HeadersInput;

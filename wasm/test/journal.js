@@ -272,6 +272,26 @@ export function journalCases(idemkit, makeAdapter) {
       assert.equal(rotated.seen[0].headers.get("idempotency-key"), rotated.seen[1].headers.get("idempotency-key"));
     }],
 
+    ["callWithRetry: credentials given in headers are sent on every attempt but never journalled; a rotated token continues the action", async () => {
+      const { journal } = await setup();
+      const first = scriptedFetch([json(503, {}), json(201, { id: "a" })]);
+      const credentials = { authorization: "Bearer t1", cookie: "session=s1", "proxy-authorization": "Basic p1" };
+      const report = await call(journal, first.fetch, { headers: { ...credentials, "x-request-source": "agent" }, actionId: "cred" });
+      assert.equal(report.status, "confirmed");
+      for (const sent of first.seen) {
+        for (const [name, value] of Object.entries(credentials)) assert.equal(sent.headers.get(name), value, name);
+        assert.equal(sent.headers.get("x-request-source"), "agent");
+      }
+      const journalled = JSON.stringify(await journal.get("cred"));
+      for (const secret of ["t1", "s1", "p1"]) assert.ok(!journalled.includes(secret), `journalled: ${journalled}`);
+      assert.ok(journalled.includes("x-request-source"), journalled);
+      const rotated = scriptedFetch([json(201, { id: "a" }, { "idempotent-replayed": "true" })]);
+      const again = await call(journal, rotated.fetch, { headers: { authorization: "Bearer t2", "x-request-source": "agent" }, actionId: "cred" });
+      assert.equal(again.resumed, true);
+      assert.equal(again.idempotencyKey, report.idempotencyKey);
+      assert.equal(rotated.seen[0].headers.get("authorization"), "Bearer t2");
+    }],
+
     ["callWithRetry: a chosen key holding ',' is sent quoted, so the server reads one key, not two folded lines", async () => {
       const { journal } = await setup();
       const { fetch, seen } = scriptedFetch([json(201, {})]);
