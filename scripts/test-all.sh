@@ -96,7 +96,10 @@ if [ -z "$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 /usr/lib/faketime/libfaketi
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
 fi
-scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
+# Resolved over the whole workspace with the one feature added, as the run above was,
+# so this build reuses that run's dependencies (and the tests' example build reuses it).
+pg_features=(--workspace --features idemkit/postgres,idemkit-benches/postgres --locked)
+scripts/with-postgres.sh cargo test "${pg_features[@]}" \
   --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
   --test postgres_latency --test postgres_appointments_two_instances \
   --test postgres_fleet_skewed_clock --test postgres_operators_gc_resolve_tokens \
@@ -104,7 +107,7 @@ scripts/with-postgres.sh cargo test -p idemkit --features postgres --locked \
   --test postgres_proxy_fleet --test postgres_local_complete_in_the_callers_transaction \
   --test postgres_appointments_notes_sigkill -- --nocapture
 # idemkit-loadgen --backend postgres (ignored by the workspace run above: no server there).
-scripts/with-postgres.sh cargo test -p idemkit-benches --features postgres --locked --test postgres_loadgen -- --ignored
+scripts/with-postgres.sh cargo test "${pg_features[@]}" --test postgres_loadgen -- --ignored
 # -----------------------------------------------------------------------------------
 
 # --- Python: the idemkit-rs package (python/) ---------------------------------------

@@ -29,16 +29,26 @@ pub(crate) fn naive_binary() -> &'static Path {
     BIN.get_or_init(|| build_example("naive_idempotency", &[]))
 }
 
-/// The example built with the `postgres` feature (`--postgres URL`).
+/// The example built with the `postgres` feature (`--postgres URL`), with the
+/// features scripts/test-all.sh gives the PostgreSQL tests, so it is built once.
 pub(crate) fn postgres_example_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| build_example("appointments", &["--features", "postgres"]))
+    BIN.get_or_init(|| {
+        build_example(
+            "appointments",
+            &["--features", "idemkit/postgres,idemkit-benches/postgres"],
+        )
+    })
 }
 
+/// `cargo build --workspace --example name`: resolved over the whole workspace,
+/// as the README's `cargo test --workspace` resolves it, so the build reuses
+/// that run's dependencies instead of compiling a second set whose features
+/// differ (minutes on a 2-core machine).
 fn build_example(name: &str, extra: &[&str]) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let output = Command::new(env!("CARGO"))
-        .args(["build", "--example", name, "--message-format=json"])
+        .args(["build", "--workspace", "--example", name, "--message-format=json"])
         .args(extra)
         .arg("--manifest-path")
         .arg(&manifest)
