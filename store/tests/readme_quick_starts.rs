@@ -62,6 +62,57 @@ fn rust_quick_start_replays_the_same_order() {
     assert_eq!(count(&out, "idempotent-replayed: true"), 1, "{out}");
 }
 
+/// The README's `[dependencies]` for the axum service ask for the versions this
+/// workspace builds the example with (idemkit's own, axum's, tokio's and
+/// serde_json's), and for the features the example needs; a line that drifts
+/// from the workspace fails here.
+#[test]
+fn rust_quick_start_dependencies_match_the_workspace() {
+    let shown: toml::Table = toml::from_str(&block("Rust: an axum service", "toml", "idemkit"))
+        .expect("the README's Cargo.toml lines are TOML");
+    let deps = shown["dependencies"].as_table().expect("[dependencies]");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let workspace: toml::Table = toml::from_str(&std::fs::read_to_string(root).unwrap()).unwrap();
+    let workspace = workspace["workspace"].as_table().unwrap();
+    let version_of = |dep: &toml::Value| -> String {
+        let v = dep.get("version").unwrap_or(dep);
+        v.as_str().expect("a version string").to_owned()
+    };
+    let features_of = |dep: &toml::Value| -> Vec<String> {
+        dep.get("features")
+            .and_then(toml::Value::as_array)
+            .map(|f| {
+                f.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // A requirement "0.8" or "1" admits the workspace's "0.8" or "1.0".
+    let admits = |req: &str, built: &str| built == req || built.starts_with(&format!("{req}."));
+    let ours = workspace["package"]["version"].as_str().unwrap();
+    assert!(
+        admits(&version_of(&deps["idemkit"]), ours),
+        "idemkit {ours}: {deps:?}"
+    );
+    assert!(features_of(&deps["idemkit"]).contains(&"axum".to_owned()));
+    for name in ["axum", "tokio", "serde_json"] {
+        let built = version_of(&workspace["dependencies"][name]);
+        let shown = version_of(&deps[name]);
+        assert!(
+            admits(&shown, &built),
+            "{name}: README {shown}, workspace {built}"
+        );
+    }
+    let tokio = features_of(&deps["tokio"]);
+    for needed in ["macros", "rt-multi-thread"] {
+        assert!(
+            tokio.contains(&needed.to_owned()),
+            "tokio needs {needed}: {tokio:?}"
+        );
+    }
+}
+
 /// The README's smallest `proxy.toml` (its two addresses replaced) and its
 /// start command run `idemkit proxy` in front of an upstream that counts its
 /// calls; the README's two `curl` commands reach the upstream once, and the
