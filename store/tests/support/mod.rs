@@ -8,6 +8,7 @@
 pub(crate) mod mcp;
 pub(crate) mod notes;
 pub(crate) mod proxy;
+pub(crate) mod readme;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
