@@ -28,6 +28,13 @@ for tool in cargo node npm; do
 done
 cargo --version
 node --version
+# The README's quick starts run their curl lines as written (`--json`: curl 7.82+).
+if ! curl --help all 2>/dev/null | grep -q -- '--json'; then
+  echo "test-all: curl with --json not found; installing curl with apt-get" >&2
+  [ "$(id -u)" = 0 ] || { echo "test-all: FAIL: installing curl needs root" >&2; exit 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
+fi
 
 step "installing npm packages for the differential tests"
 for project in store/tests/npm; do
