@@ -49,7 +49,13 @@ pub(crate) fn postgres_example_binary() -> &'static Path {
 fn build_example(name: &str, extra: &[&str]) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let output = Command::new(env!("CARGO"))
-        .args(["build", "--workspace", "--example", name, "--message-format=json"])
+        .args([
+            "build",
+            "--workspace",
+            "--example",
+            name,
+            "--message-format=json",
+        ])
         .args(extra)
         .arg("--manifest-path")
         .arg(&manifest)
