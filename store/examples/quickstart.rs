@@ -4,10 +4,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::http::{StatusCode, request::Parts};
-use axum::{Json, Router, routing::post};
-use idemkit::http::{IdempotencyLayer, RouteConfig};
-use idemkit::{core::record::EffectKind, store::Store};
+use axum::{Json, Router, http::StatusCode, http::request::Parts, routing::post};
+use idemkit::{core::record::EffectKind, http::IdempotencyLayer, http::RouteConfig, store::Store};
 use serde_json::{Value, json};
 
 static ORDERS: AtomicU64 = AtomicU64::new(0);
