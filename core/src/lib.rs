@@ -25,7 +25,7 @@
 //! It reads no clock (time is a [`UnixMillis`] parameter), draws no randomness
 //! (callers pass it in), and performs no I/O. The `idemkit` crate applies its
 //! decisions to a redb database; the `idemkit` npm package applies them to
-//! JavaScript platform stores. Both give byte-identical results (DESIGN.md,
+//! JavaScript platform stores. Both give byte-identical results (docs/architecture.md,
 //! invariant 6).
 //!
 //! ## Example
@@ -46,7 +46,7 @@
 //! ## Panics, errors and unwraps
 //!
 //! Bad input of any kind (bodies, keys, headers, stored bytes) is a typed error,
-//! never a panic (DESIGN.md, invariant 7).
+//! never a panic (docs/architecture.md, invariant 7).
 
 #![no_std]
 #![forbid(unsafe_code, unused_must_use)]

@@ -4,7 +4,7 @@
 //! authenticated caller, never from the body or the key) and the operation (the
 //! endpoint or action) — is part of the identity, so the same key sent by another
 //! tenant or to another endpoint can never see or overwrite this record
-//! (DESIGN.md, invariant 3).
+//! (docs/architecture.md, invariant 3).
 
 use crate::prelude::*;
 

@@ -8,7 +8,7 @@
 //! module; the records live in [`idemkit::store::Store`] over redb or PostgreSQL,
 //! and every HTTP answer is built by core's [`http`](idemkit_core::http) contract.
 //! So a Python agent or ASGI service decides exactly as the Rust crate, the CLI and
-//! the npm package do (DESIGN.md, invariant 6).
+//! the npm package do (docs/architecture.md, invariant 6).
 //!
 //! ## What this crate does not do
 //!

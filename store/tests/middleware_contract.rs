@@ -1,4 +1,4 @@
-//! Every row of DESIGN.md's HTTP contract, through the middleware alone (tower
+//! Every row of docs/architecture.md's HTTP contract, through the middleware alone (tower
 //! `oneshot`, no network): 400 missing / malformed key, 401 without a principal,
 //! 413 over the body limit, replay with `Idempotent-Replayed: true`, 422 (or
 //! 409 by policy) for a changed payload, 409 + `Retry-After` while running,

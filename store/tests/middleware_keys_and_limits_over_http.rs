@@ -1,4 +1,4 @@
-//! Two edges of DESIGN.md's HTTP contract, through a real axum server on a TCP
+//! Two edges of docs/architecture.md's HTTP contract, through a real axum server on a TCP
 //! socket and a raw HTTP/1.1 client (so the exact header lines are under the
 //! test's control):
 //!

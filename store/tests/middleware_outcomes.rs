@@ -1,4 +1,4 @@
-//! What the middleware records once the handler has answered (DESIGN.md, "HTTP
+//! What the middleware records once the handler has answered (docs/architecture.md, "HTTP
 //! contract"), through an axum `Router` with the layer on the route:
 //!
 //! - an External route answering 408/409/425/429 ("retry later") ran once and

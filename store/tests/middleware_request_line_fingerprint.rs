@@ -1,4 +1,4 @@
-//! What a key means includes the request line (DESIGN.md, "Fingerprints"), through
+//! What a key means includes the request line (docs/architecture.md, "Fingerprints"), through
 //! a real axum server on a TCP socket and a raw HTTP/1.1 client:
 //!
 //! - one key and one body sent to `POST /accounts/A/withdraw` and then to

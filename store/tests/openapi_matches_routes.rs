@@ -79,7 +79,7 @@ fn openapi_paths_and_methods_are_the_routes() {
     assert_eq!(unknown.status, 404);
 
     // Every idempotent operation documents the contract: the key, the replay
-    // header, and every answer of DESIGN.md's table a route can give, as
+    // header, and every answer of docs/architecture.md's table a route can give, as
     // problem+json.
     for (path, success, statuses) in [
         (

@@ -1,6 +1,6 @@
 //! `idemkit proxy` over real sockets, in front of an upstream with no idempotency
 //! of its own that counts its calls (tests/proxy_support): the whole contract of
-//! DESIGN.md, the crash window at the proxy, the admin listener, and shutdown.
+//! docs/architecture.md, the crash window at the proxy, the admin listener, and shutdown.
 #![cfg(feature = "axum")]
 
 mod proxy_support;

@@ -2,7 +2,7 @@
 //!
 //! Reads cases (JSON on stdin: an array) and answers each with the native
 //! `idemkit-core`, one line per case; the JavaScript test asks the wasm build the
-//! same questions and requires identical lines (DESIGN.md, invariant 6).
+//! same questions and requires identical lines (docs/architecture.md, invariant 6).
 //!
 //! Cases (`op`):
 //! - `derive` (`namespace`, `runId`, `stepId`): `IdempotencyKey::derive`;

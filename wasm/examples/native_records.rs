@@ -4,7 +4,7 @@
 //! step with the native `idemkit-core` state machine, printing one line per step:
 //! the hex of the record to write, `-` when the decision writes nothing, or
 //! `error:<code>` when the machine refuses. The JavaScript test runs the same steps
-//! through the wasm build and requires identical lines (DESIGN.md, invariant 6).
+//! through the wasm build and requires identical lines (docs/architecture.md, invariant 6).
 //!
 //! Step fields mirror the wasm exports: `op` (`claim`, `complete`, `release`,
 //! `markUnknown`, `renew`, `resolve`), `now`, `policy`, `token`, `fingerprint`,

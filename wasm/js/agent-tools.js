@@ -1,4 +1,4 @@
-// Agent SDK tools: the client side of DESIGN.md ("The client side") where agent
+// Agent SDK tools: the client side of docs/architecture.md ("The client side") where agent
 // developers write tools, for the Vercel AI SDK (`tool({ execute })`, and the tools
 // of its MCP client `@ai-sdk/mcp`) and OpenAI Agents JS (`tool()`).
 //

@@ -1,4 +1,4 @@
-// The client side (DESIGN.md, "The client side"): an action journal over any
+// The client side (docs/architecture.md, "The client side"): an action journal over any
 // adapter, `callWithRetry`, the JavaScript twin of `idemkit call`, and the circuit
 // breakers it shares across actions (one per origin by default).
 //

@@ -1,4 +1,4 @@
-// createIdempotency: DESIGN.md's HTTP contract for fetch-style handlers.
+// createIdempotency: docs/architecture.md's HTTP contract for fetch-style handlers.
 //
 // Every decision comes from the Rust state machine (./idemkit_wasm.js): core's one
 // entry point, `apply(existing, op, policy, now)`, takes the stored record bytes
@@ -110,7 +110,7 @@ const DEFAULT_POLICY = Object.freeze({
   storeRetryAfterSeconds: 1,
 });
 
-// Every row of DESIGN.md's HTTP contract is rendered by core's `http` module (the
+// Every row of docs/architecture.md's HTTP contract is rendered by core's `http` module (the
 // refuse* exports), so statuses, problem bodies and headers are the Rust
 // middleware's, byte for byte.
 
@@ -457,7 +457,7 @@ export function createIdempotency(options) {
       let done;
       if (step.action === "delete") {
         // Before the record goes: a claim that then finds no record reads a
-        // floor at least this record's last token (DESIGN.md: tokens never
+        // floor at least this record's last token (docs/architecture.md: tokens never
         // repeat for a key, even after its record was deleted).
         await raiseTokenFloor(step.lastToken);
         done = await storeCall(() => adapter.delete(id, version));

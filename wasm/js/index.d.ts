@@ -158,7 +158,7 @@ export interface ScanOptions {
 export type LocalResult<L> = L extends (...args: any[]) => infer R ? Awaited<R> : L extends readonly unknown[] ? unknown[] : unknown;
 
 /**
- * Where records live: the five-method seam every backend implements (DESIGN.md).
+ * Where records live: the five-method seam every backend implements (docs/architecture.md).
  * Each method must be atomic for what it claims; idemkit never reads and then
  * writes without a check. `delete` and `scan` are needed only by `gc`: an adapter
  * without them serves requests, and `gc` refuses it (invalid-argument).
@@ -442,7 +442,7 @@ export interface Execution<L = never> {
 
 export interface Idempotency<L = never> {
   /**
-   * DESIGN.md's HTTP contract around a fetch-style handler. In Cloudflare Workers
+   * docs/architecture.md's HTTP contract around a fetch-style handler. In Cloudflare Workers
    * pass the execution context (`fetch(request, env, ctx)`): the handling, the
    * handler's run and the recording of its outcome, is registered with
    * `ctx.waitUntil`, so a client that disconnects cannot cancel it and leave an
@@ -504,7 +504,7 @@ export interface Idempotency<L = never> {
   /** The decoded record of a key, or null. */
   inspect(target: { tenant: string; key: string }): Promise<RecordView | null>;
   /**
-   * One bounded GC pass at the idempotency's `clock` (DESIGN.md, retention): reads
+   * One bounded GC pass at the idempotency's `clock` (docs/architecture.md, retention): reads
    * up to `maxBatch` (default 1000) due records from the adapter's `scan`, after
    * the cursor `after` when given, and asks core about each. Completed and Released
    * records past their record window are deleted; a Completed record past its

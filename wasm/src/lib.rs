@@ -4,7 +4,7 @@
 //! only delegates to [`idemkit_core`]. Every decision a JavaScript handler acts on
 //! (key validation, canonical JSON, fingerprints, the claim decision and every
 //! record transition) is made here by the same code the Rust store runs, so the
-//! native and wasm builds give byte-identical results (DESIGN.md, invariant 6).
+//! native and wasm builds give byte-identical results (docs/architecture.md, invariant 6).
 //!
 //! ## What this crate does not do
 //!
@@ -23,7 +23,7 @@
 //! around it (`wasm/js/adapters/loop.js`). A JavaScript object is never turned
 //! back into a record, so JavaScript cannot forge a state.
 //!
-//! GC (DESIGN.md, retention): every write passes [`gc_due_at`] of its bytes to the
+//! GC (docs/architecture.md, retention): every write passes [`gc_due_at`] of its bytes to the
 //! adapter, which indexes it; `idempotency.gc()` scans the due records and asks
 //! [`apply`] about each (`{ op: "gc" }`: keep, prune the body, or delete), then
 //! writes or deletes on the version it read.

@@ -1,4 +1,4 @@
-// The conformance suite: DESIGN.md's HTTP contract and the record life cycle, run
+// The conformance suite: docs/architecture.md's HTTP contract and the record life cycle, run
 // unchanged against every adapter in every runtime (Node, Deno, Bun, workerd).
 // Time is virtual (the `clock` option), so lease and window expiry are exact.
 import { assert } from "./harness.js";
@@ -972,7 +972,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(moved.entries.map((e) => `${e.id}@${e.gcDueAt}`).join(), "0b@100,0c@250,0a@300,1a@300,0f@500");
     }],
 
-    // ---- GC (DESIGN.md, retention): only resolved records past their window.
+    // ---- GC (docs/architecture.md, retention): only resolved records past their window.
 
     ["gc deletes records past their record window in bounded batches: 25 records, maxBatch 10", async () => {
       const { idem, clock, counter, handler, adapter } = await setup({ policy: { replayWindowMs: 60 * SECOND, recordWindowMs: 120 * SECOND } });

@@ -1,5 +1,5 @@
 //! The client side: what an agent tool runtime or an HTTP client needs to retry a
-//! state-changing call safely (DESIGN.md, "The client side").
+//! state-changing call safely (docs/architecture.md, "The client side").
 //!
 //! - [`RetryPolicy`] decides, after each attempt, whether to retry and how long to
 //!   wait: bounded attempts, exponential backoff with full jitter from a random

@@ -2,7 +2,7 @@
 //!
 //! A [`Fingerprint`] is 32 bytes of keyed blake3 over length-framed fields
 //! (operation, schema version, content kind, canonical body, and for HTTP
-//! requests the method, the concrete path and the query); see DESIGN.md,
+//! requests the method, the concrete path and the query); see docs/architecture.md,
 //! "Fingerprints". It is displayed as 64 lowercase hex characters. A
 //! [`FingerprintSpec`] computes one.
 //!

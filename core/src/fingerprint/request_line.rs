@@ -394,6 +394,6 @@ mod tests {
     }
 
     // Computed independently (Python `blake3`, the framing written out by hand from
-    // DESIGN.md) before it was pinned here.
+    // docs/architecture.md) before it was pinned here.
     const GOLDEN_V2: &str = "398f37b8cec382b83905ba4e2d772c7e93e699e7737cc0d1e0a87b4eeb0188ef";
 }

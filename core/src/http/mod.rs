@@ -1,4 +1,4 @@
-//! The HTTP contract (DESIGN.md, "HTTP contract"), as plain values.
+//! The HTTP contract (docs/architecture.md, "HTTP contract"), as plain values.
 //!
 //! Both the tower/axum middleware and the JavaScript `handle` build their answers
 //! from here, so a client sees the same statuses, problem types and headers from

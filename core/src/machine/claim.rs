@@ -101,7 +101,7 @@ pub fn claim(
 /// A store passes the highest token (or version) of any record it ever deleted
 /// (its GC counter), so that a key whose record GC removed never sees a token
 /// again that a worker of the deleted record may still hold: tokens never repeat
-/// for a key, even across deletion (DESIGN.md, "Retention"). [`claim`] is
+/// for a key, even across deletion (docs/architecture.md, "Retention"). [`claim`] is
 /// `claim_above(.., 0)`. A floor of `u64::MAX` leaves no token: fail closed.
 pub fn claim_above(
     existing: Option<&Record>,

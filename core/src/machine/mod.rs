@@ -16,7 +16,7 @@
 //! 2. Call one function below with it, the [`Policy`] of the operation and `now`.
 //! 3. Write what it returned — [`ClaimDecision::write`] (nothing when `None`),
 //!    the `Ok` record of a transition, or per [`GcAction`] — and commit *before*
-//!    answering the caller (DESIGN.md, invariant 2). On `Err`, write nothing.
+//!    answering the caller (docs/architecture.md, invariant 2). On `Err`, write nothing.
 //!
 //! Deciding outside the transaction that writes is a race: two claims would both
 //! see "no record" and both execute.

@@ -48,7 +48,7 @@ fn check_token(
 /// record was claimed under (`policy`'s only for a format-1 record that has none);
 /// the record window never ends before the replay window. Credential and cookie
 /// headers are dropped from the response whoever built it: a record is replayed to
-/// anyone holding the key (DESIGN.md, invariant 9).
+/// anyone holding the key (docs/architecture.md, invariant 9).
 fn completed(
     record: &Record,
     mut response: StoredResponse,

@@ -98,7 +98,7 @@ fn take_all<'a, T: Deserialize<'a>>(rest: &'a [u8]) -> Result<T, DecodeError> {
     Ok(value)
 }
 
-/// Stored bytes that are not a valid record (DESIGN.md, invariant 7: a typed
+/// Stored bytes that are not a valid record (docs/architecture.md, invariant 7: a typed
 /// error, never a panic and never a misread).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -143,7 +143,7 @@ fn corrupt(detail: impl Into<String>) -> DecodeError {
 impl Record {
     /// The stored bytes: [`FORMAT_VERSION`], then postcard.
     ///
-    /// Native and wasm builds produce identical bytes (DESIGN.md, invariant 6):
+    /// Native and wasm builds produce identical bytes (docs/architecture.md, invariant 6):
     /// postcard writes integers as fixed-order varints, never in native order.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {

@@ -368,7 +368,7 @@ pub struct Record {
 
 /// The replay and record windows of one operation, as kept in its record.
 ///
-/// Kept in whole milliseconds (DESIGN.md, "Retention": records carry the windows
+/// Kept in whole milliseconds (docs/architecture.md, "Retention": records carry the windows
 /// they were claimed under).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RecordWindows {

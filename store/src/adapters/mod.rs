@@ -32,7 +32,7 @@
 //! version of any deleted record and start fresh records above it). The
 //! **token floor** is at least the highest fencing token of any deleted record;
 //! a fresh record's first token is above it, so tokens never repeat for a key
-//! either (DESIGN.md, invariant 4).
+//! either (docs/architecture.md, invariant 4).
 //!
 //! | adapter | what |
 //! |---|---|

@@ -1,4 +1,4 @@
-//! The conformance suite: the decision table of DESIGN.md, checked through the
+//! The conformance suite: the decision table of docs/architecture.md, checked through the
 //! [`IdempotencyBackend`] trait of the engine, so that the engine over every
 //! adapter (redb file-backed, shared and in memory, and the memory adapter, in
 //! `tests/conformance.rs`; PostgreSQL, in `tests/postgres_conformance.rs`) gives

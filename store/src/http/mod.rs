@@ -1,7 +1,7 @@
 //! Tower/axum middleware that makes one route idempotent (feature `axum`).
 //!
 //! [`IdempotencyLayer`] wraps any tower service taking `Request<axum::body::Body>`
-//! and answers exactly per DESIGN.md's HTTP contract; every refusal is built by
+//! and answers exactly per docs/architecture.md's HTTP contract; every refusal is built by
 //! [`idemkit_core::http::Refusal`], so the Rust middleware and the JS handler
 //! answer byte-identical problems.
 //!

@@ -1,7 +1,7 @@
 """Schemathesis hooks for the appointments service's contract run.
 
 The run uses every built-in check except two, which are replaced here by
-wrappers that accept exactly the two refusals DESIGN.md's HTTP contract itself
+wrappers that accept exactly the two refusals docs/architecture.md's HTTP contract itself
 implies, and nothing else:
 
 * positive_data_acceptance: a generated Idempotency-Key that repeats with

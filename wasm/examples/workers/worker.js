@@ -10,7 +10,7 @@
 //
 // The tenant comes from the API key (never from the body or the Idempotency-Key).
 //
-// Records are collected (DESIGN.md, retention): a Cron Trigger (wrangler.toml's
+// Records are collected (docs/architecture.md, retention): a Cron Trigger (wrangler.toml's
 // `[triggers] crons`) runs `idempotency.gc()` over D1, and each Durable Object
 // collects its own records from an alarm. GC deletes only Completed and Released
 // records past their record window and drops response bodies past the replay

@@ -20,7 +20,7 @@ let lastFirstVersion = 0;
 
 /**
  * The version an insert gives a new record. Versions never repeat for a key,
- * even after GC deleted its record (DESIGN.md, "Retention"): a compare-and-set
+ * even after GC deleted its record (docs/architecture.md, "Retention"): a compare-and-set
  * or a GC delete still holding a deleted record's version must never match the
  * record that replaced it (two GC passes overlapping around a new claim would
  * otherwise delete the new, live record). A deleted record's versions began at

@@ -1,6 +1,6 @@
 // What the adapters with `updateWith` share: the caller's local writes run in the
 // same transaction as a record's compare-and-set, after it succeeded, and their
-// failure is told apart from the store's (DESIGN.md: a Local effect "commits in the
+// failure is told apart from the store's (docs/architecture.md: a Local effect "commits in the
 // same transaction as the outcome").
 import { IdemkitError } from "../errors.js";
 

@@ -429,7 +429,7 @@ pub(crate) fn mark_enforced(result: &mut Value, enforced: impl Fn(&str) -> bool)
 }
 
 /// How the gateway records a JSON-RPC error the server answered a call with,
-/// as the HTTP status whose rules apply (DESIGN.md's store policy), or `None`
+/// as the HTTP status whose rules apply (docs/architecture.md's store policy), or `None`
 /// when the server refused the call before running the tool (its headers,
 /// the client's capabilities, the protocol version, a URL flow to finish
 /// first): then nothing ran and a retry with the same key runs it.

@@ -1,4 +1,4 @@
-//! `idemkit mcp --config FILE [-- CMD ARGS…]`: DESIGN.md's idempotency
+//! `idemkit mcp --config FILE [-- CMD ARGS…]`: docs/architecture.md's idempotency
 //! contract for MCP `tools/call`, in front of any MCP server, for both protocol
 //! eras (decided per request). Over Streamable HTTP it serves the endpoint at
 //! the upstream's path; with a command after `--` it speaks stdio to the client
@@ -28,7 +28,7 @@ use crate::proxy::forward::Upstream;
 use call::Gateway;
 use config::McpConfig;
 
-/// Put DESIGN.md's idempotency contract in front of an MCP server.
+/// Put docs/architecture.md's idempotency contract in front of an MCP server.
 ///
 /// A `tools/call` of a protected tool (every tool whose annotations do not say
 /// `readOnlyHint`, unless the config says otherwise) is claimed under its key,

@@ -1,4 +1,4 @@
-//! `idemkit proxy --config FILE`: DESIGN.md's HTTP contract in front of any HTTP
+//! `idemkit proxy --config FILE`: docs/architecture.md's HTTP contract in front of any HTTP
 //! API. Each configured route is the axum middleware (`IdempotencyLayer`) around
 //! a forwarder to the upstream; every other request streams through untouched.
 //! See docs/proxy.md and examples/proxy.toml.
@@ -31,7 +31,7 @@ use forward::{Forward, Forwarder, Upstream, problem};
 use limits::{Connections, Slot};
 use paths::{Refusal, Resolved, RouteTable};
 
-/// Serve DESIGN.md's idempotency contract in front of an HTTP API.
+/// Serve docs/architecture.md's idempotency contract in front of an HTTP API.
 ///
 /// The routes in the config file (method + path template) get the whole
 /// contract: a key is claimed before the request goes upstream, the answer is
