@@ -34,9 +34,9 @@ SCALE_64_VS_1 = 20.0
 REDB_VS_SQLITE_64 = 10.0
 BIG_VS_SMALL = 1.5
 WASM_VS_CANONICALIZE = 1.0
-# Issue #18: instructions per claim + complete at most half of the count before it.
+# Instructions per claim + complete: at most half of the baseline's count (benches/callgrind/baseline.json).
 INSTRUCTIONS_VS_BASELINE = 0.5
-# The sections of the second wave that live in their own modules, each with
+# The report's sections that live in their own modules, each with
 # render(results) -> lines and targets(results) -> [(name, measured, need, higher_is_better, what)].
 SECTION_MODULES = ["report_postgres", "report_http", "report_npm", "report_mcp", "report_npm_mcp", "report_python"]
 
@@ -413,7 +413,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
         if remeasured:
             w("")
             w(f"The hot and mixed rows were measured again at {', '.join(remeasured)} (one run, redb and SQLite in "
-              "turn), on the engine over the adapter seam (issue #14: answers that write nothing are decided on a "
+              "turn), on the engine over the adapter seam (answers that write nothing are decided on a "
               "snapshot read, outside redb's write queue); the other rows are from the run above. Against the build "
               "before the engine (af2ee8b), measured in turn the same hour: 64-client hot replay p50 4.22 / 4.33 µs "
               "before, 4.31 / 4.51 µs after; one client 3.25 µs before, 3.42 µs after (the dynamic adapter call and "
@@ -440,12 +440,12 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
             redb, sq = lg("redb", top, keys), lg("sqlite", top, keys)
             if redb and sq and "replay_p50_us" in redb and "replay_p50_us" in sq:
                 x = ratio(redb["replay_p50_us"], sq["replay_p50_us"])
-                w(f"- Target (issue #14) `--keys {keys}` at {top} clients, redb's replay p50 within 2× of SQLite's: "
+                w(f"- Target: `--keys {keys}` at {top} clients, redb's replay p50 within 2× of SQLite's: "
                   f"{fmt(redb['replay_p50_us'])} µs vs {fmt(sq['replay_p50_us'])} µs, {rx(x)} — "
                   f"{'met' if x is not None and x <= 2 else '**missed**'}.")
                 if keys == "hot":
                     y = ratio(redb["ops_per_s"], sq["ops_per_s"])
-                    w(f"- Target (issue #14) `--keys hot` at {top} clients, redb's throughput at least SQLite's: "
+                    w(f"- Target: `--keys hot` at {top} clients, redb's throughput at least SQLite's: "
                       f"{fmt(redb['ops_per_s'])} vs {fmt(sq['ops_per_s'])} ops/s, {rx(y)} — "
                       f"{'met' if y is not None and y >= 1 else '**missed**'}.")
         w("")
@@ -540,10 +540,10 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
             return "met" if measured is not None and measured <= need else "**missed**"
         if ping_i and ping_n:
             r = ratio(ping_i["p50_ms"], ping_n["p50_ms"])
-            w(f"- Target (issue #15) pass-through p50 through idemkit proxy ≤ 1.3× nginx's: {rx(r)} — {verdict(r, 1.3)}.")
+            w(f"- Target: pass-through p50 through idemkit proxy ≤ 1.3× nginx's: {rx(r)} — {verdict(r, 1.3)}.")
         if post_i and post_d:
             r = ratio(post_i["p50_ms"], post_d["p50_ms"])
-            w(f"- Target (issue #15) a replay answered by the proxy faster than the upstream's own answer: "
+            w(f"- Target: a replay answered by the proxy faster than the upstream's own answer: "
               f"p50 {rx(r)} of the direct answer — {verdict(r, 1.0)}.")
         w("")
     for module in sections:
@@ -574,7 +574,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
 
 
 def section_modules() -> list:
-    """The second wave's section modules (benches/report_*.py) that are present."""
+    """The section modules (benches/report_*.py) that are present."""
     import importlib
 
     here = str(Path(__file__).resolve().parent)

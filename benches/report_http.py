@@ -1,5 +1,5 @@
 """What the idempotency layer adds to a request (wrk), a section of the benchmark
-report (issue #18, part 3). Standard library only.
+report. Standard library only.
 
 Reads `results / "http.json"`, written by `benches/http/run.sh OUT.json`: wrk against
 one axum handler served bare and behind `IdempotencyLayer` on the in-memory adapter

@@ -1,7 +1,7 @@
 """The npm package against @node-idempotency/core: a section of the benchmark report.
 
 Reads `results / "npm.json"`, the one JSON document `node wasm/bench/overhead.mjs`
-prints (issue #18, part 4), and renders it as markdown. Standard library only.
+prints, and renders it as markdown. Standard library only.
 
     render(results) -> list[str]    the section's markdown lines ([] when npm.json is missing)
     targets(results) -> list[(name, measured, needed, higher_is_better, what)]

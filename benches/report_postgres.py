@@ -1,5 +1,5 @@
 """PostgreSQL: idemkit against a hand-written INSERT … ON CONFLICT, a section of the
-benchmark report (issue #18, part 2). Standard library only.
+benchmark report. Standard library only.
 
 Reads `results / "postgres.json"`, written by `benches/postgres/run.sh OUT.json`:
 `idemkit-loadgen --backend postgres` and `pgbench` running the same claim + complete
@@ -84,7 +84,7 @@ def render(results: Path) -> list[str]:
         name, measured, need, _, what = t
         ok = measured is not None and (measured >= need if t[3] else measured <= need)
         verdict = "met" if ok else "**missed**"
-        lines.append(f"- Target (issue #18) {name}: {_ratio(measured)} (≥ {_ratio(need)}) — {verdict}; {what}.")
+        lines.append(f"- Target: {name}: {_ratio(measured)} (≥ {_ratio(need)}) — {verdict}; {what}.")
     top = next((p for p in points if p["side"] == "idemkit" and p.get("top_statements")), None)
     if top:
         n = top["clients"]

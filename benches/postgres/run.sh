@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PostgreSQL: idemkit against what a team would hand-write (issue #18, part 2).
+# PostgreSQL: idemkit against what a team would hand-write.
 #
 #   benches/postgres/run.sh OUT.json   # BENCH_SECONDS (5), BENCH_PG_CLIENTS ("1 16 64"), BENCH_ROUNDS (1)
 #   IDEMKIT_LOADGEN=path/to/idemkit-loadgen   # run that binary instead of building one

@@ -1,4 +1,4 @@
-//! Smoke of `idemkit-loadgen --backend postgres` (issue #18, part 2): a fraction of
+//! Smoke of `idemkit-loadgen --backend postgres`: a fraction of
 //! a second with 2 clients against a real server, and its JSON line. Nothing is
 //! timed against a target.
 //!

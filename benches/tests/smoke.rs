@@ -293,7 +293,7 @@ fn report_renders_the_fixture() {
     for needle in [
         "## Targets (issues #7 and #18)",
         "fingerprint vs `serde_json::from_slice::<Value>`",
-        // The second wave's sections (fixture files copied from the 2026-12-02 run).
+        // The sections kept in their own modules (fixture files copied from the 2026-12-02 run).
         "## Instructions per claim + complete (callgrind)",
         "## PostgreSQL: idemkit against a hand-written INSERT … ON CONFLICT (pgbench)",
         "## What the idempotency layer adds to a request (wrk)",

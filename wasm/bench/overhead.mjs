@@ -1,6 +1,6 @@
 // Per-request overhead of the npm package in Node, side by side in one process with
 // the peer @node-idempotency/core (1.0.11, with @node-idempotency/storage-adapter-memory),
-// on the same 750-byte JSON body, with in-memory stores on both sides (issue #18, part 4).
+// on the same 750-byte JSON body, with in-memory stores on both sides.
 //
 // Measured (each for BENCH_SECONDS after a warm-up; wall-clock mean and p50 per op,
 // ops/s from the mean, and the process's CPU µs per op):
