@@ -8,18 +8,19 @@
 //!
 //! ## How a store drives the machine
 //!
-//! Every operation is **read → decide → write, in ONE atomic transaction**
-//! (one redb write transaction, one SQL statement with a version check, one
-//! Durable Object transaction):
+//! Every operation is **read → decide → conditional write** (the engine's
+//! adapter seam, docs/architecture.md, "The adapter seam"):
 //!
-//! 1. Read the record under the [`RecordId`](crate::RecordId) (or none).
+//! 1. Read the record under the [`RecordId`](crate::RecordId) (or none) with its
+//!    version.
 //! 2. Call one function below with it, the [`Policy`] of the operation and `now`.
 //! 3. Write what it returned — [`ClaimDecision::write`] (nothing when `None`),
-//!    the `Ok` record of a transition, or per [`GcAction`] — and commit *before*
-//!    answering the caller (docs/architecture.md, invariant 2). On `Err`, write nothing.
+//!    the `Ok` record of a transition, or per [`GcAction`] — only if the version
+//!    read is still current, and make it durable *before* answering the caller
+//!    (invariant 2). On `Err`, write nothing.
 //!
-//! Deciding outside the transaction that writes is a race: two claims would both
-//! see "no record" and both execute.
+//! Writing without the version check is a race: two claims would both see "no
+//! record" and both execute.
 //!
 //! [`apply`] is the one entry point a store loops over: an [`Op`] on the record
 //! read → a [`Decision`] (a [`Write`] — keep, put or delete — and an
@@ -102,16 +103,12 @@
 //! # }
 //! ```
 //!
-//! ## Changes to the contract
+//! ## Edges worth knowing
 //!
-//! The shape follows the state machine contract the project started from
-//! (a design note, not part of this repository); the refinements are:
-//!
-//! - [`release`] takes the [`Policy`] too (`release(record, token, policy, now)`):
-//!   it sets `keep_until = now + record_window` and needs the window for that.
-//! - [`complete_step`] takes the provider reference as `Option<String>` (a
-//!   provider may confirm without a reference); [`begin_step`] and [`recover`]
-//!   take `impl Into<String>` for the key and owner.
+//! - [`release`] takes the [`Policy`]: a released record is kept for the record
+//!   window (`keep_until = now + record_window`).
+//! - [`complete_step`] takes the provider reference as `Option<String>`: a
+//!   provider may confirm without one.
 //! - A Completed or Released record past its `keep_until` counts as absent for
 //!   [`claim`] (the new record continues its token counter), so answers do not
 //!   depend on when GC ran.
@@ -120,17 +117,12 @@
 //!   ([`UnknownReason::TokensExhausted`](crate::record::UnknownReason::TokensExhausted)),
 //!   [`recover`] returns [`TransitionError::TokensExhausted`]. Only a hostile or
 //!   corrupted record gets there.
-//! - Extra variants: [`TransitionError::StepConflict`] (a done step reported again
-//!   with another provider reference) and [`TransitionError::TokensExhausted`].
+//! - A done step reported again with another provider reference is
+//!   [`TransitionError::StepConflict`].
 //! - `Uncertain { since }` for an expired External lease is the lease's expiry
 //!   instant (when the outcome became ambiguous), not `now`.
-//! - Additions: [`Record::is_expired`](crate::record::Record::is_expired) (the
-//!   record window is over), [`Record::step`](crate::record::Record::step),
-//!   [`StoredResponse::new`](crate::record::StoredResponse::new),
-//!   [`RecoverGrant::resume_at`] (the first unfinished step),
-//!   [`FencingToken::new`](crate::record::FencingToken::new)/`get`/`next`.
-//! - [`Record::decode`](crate::record::Record::decode) also refuses
-//!   non-canonical encodings, so a decoded record re-encodes to its exact bytes.
+//! - [`Record::decode`](crate::record::Record::decode) refuses non-canonical
+//!   encodings, so a decoded record re-encodes to its exact bytes.
 //!
 //! ## Tokens and the fencing rule
 //!
