@@ -88,7 +88,12 @@ fn main() -> ExitCode {
     // The store turns a panic inside redb (damaged pages) into a typed error; keep
     // what the default hook would print to one line on stderr.
     std::panic::set_hook(Box::new(|info| {
-        let message = info.payload_as_str().unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
         let place = info
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
