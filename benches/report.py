@@ -458,8 +458,8 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
         w("## Claim latency vs records in the store")
         w("")
         w("Each store is filled with `Store::import` (one genuine Completed record under every key, "
-          "50,000 per transaction, on a `Store::with_backend` whose `sync_data` is a no-op, synced "
-          "once at the end), then reopened with `Store::open`. The stores are probed op by "
+          "50,000 per transaction, on a `RedbAdapter::with_backend` whose `sync_data` is a no-op, synced "
+          "once at the end), then reopened with `idemkit::open`. The stores are probed op by "
           "op in turn (durable claim + complete of new keys, one raw fdatasync between rounds), so "
           "they see the same disk; then replays of existing keys spread over the key space. "
           f"Raw append + fdatasync in the same run: p50 {fmt(f_app)} µs, p99 {fmt(scale['fsync_append']['p99_us'])} µs.")

@@ -49,7 +49,7 @@ def render(results: Path) -> list[str]:
         SECTION,
         "",
         "Each op: claim + complete of a new key. **idemkit**: "
-        f"`{doc['commands']['idemkit']}` (`Store::postgres(PgStore)`, pool of N, a fresh schema per point). "
+        f"`{doc['commands']['idemkit']}` (`Store::from(PostgresAdapter)`, pool of N, a fresh schema per point). "
         f"**pgbench**: `{doc['commands']['pgbench']}`, the hand-written "
         "`INSERT … ON CONFLICT DO NOTHING RETURNING` then `UPDATE` on a "
         "`key text PRIMARY KEY, state, response bytea, timestamps` table "

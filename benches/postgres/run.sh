@@ -10,7 +10,7 @@
 # alternates between points and rounds):
 #
 #   - idemkit: `idemkit-loadgen --backend postgres --clients N`: claim + complete
-#     of a new key per op through `Store::postgres(PgStore)`, pool of N, a fresh
+#     of a new key per op through `Store::from(PostgresAdapter)`, pool of N, a fresh
 #     schema per point;
 #   - pgbench: `pgbench -n -f claim_complete.sql -c N -j 2 -T S -M prepared`: the
 #     same work as a hand-written INSERT … ON CONFLICT DO NOTHING RETURNING then

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 
 use clap::Parser;
+use idemkit::adapters::redb::RedbAdapter;
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::store::{Claim, Store};
@@ -59,15 +60,18 @@ pub struct Counted {
 /// The store could not be opened or an operation failed or did not execute.
 pub fn run(args: &Args) -> Result<Counted, LoadError> {
     let base = temp_dir_in(args.dir.as_deref(), "idemkit-instructions-")?;
-    let store = Store::open(base.path().join("instructions.redb")).map_err(|e| err("open", e))?;
+    let adapter =
+        RedbAdapter::open(base.path().join("instructions.redb")).map_err(|e| err("open", e))?;
+    let adapter = Arc::new(adapter);
+    let store = Store::new(adapter.clone());
     let clients = args.clients as usize;
     // Warm-up on one thread, then the window on every client at once: the
     // barrier's last waiter is the main thread, which enters the window itself
     // as client 0 so that the toggled function holds the whole window.
     ops_of_client(&store, usize::MAX, 0, args.warmup)?;
-    let before = store.commit_stats().commits;
+    let before = adapter.commit_stats().commits;
     let counted = measured_window(&store, clients, args.ops)?;
-    let after = store.commit_stats().commits;
+    let after = adapter.commit_stats().commits;
     Ok(Counted {
         ops: counted,
         commits: after - before,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 #[cfg(feature = "postgres")]
-use idemkit::adapters::postgres::{PgOptions, PgStore};
+use idemkit::adapters::postgres::{PgOptions, PostgresAdapter};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::store::{Claim, Store};
@@ -26,7 +26,7 @@ pub enum Backend {
     Sqlite,
     /// The disk's floor: each thread appends 128 bytes to its own file and fdatasyncs.
     Fsync,
-    /// One shared `idemkit::store::Store` over `PgStore` (`--postgres URL`), the
+    /// One shared `idemkit::store::Store` over `PostgresAdapter` (`--postgres URL`), the
     /// pool sized to the clients, in a fresh schema dropped after the run.
     Postgres,
 }
@@ -245,7 +245,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
                 pg_schema = Some(run);
                 store
             } else {
-                Store::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?
+                idemkit::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?
             };
             for c in 0..clients {
                 let store = store.clone();
@@ -381,7 +381,7 @@ fn store_client(
 
 /// What a PostgreSQL run leaves to clean up: its store and the schema made for it.
 #[cfg(feature = "postgres")]
-type PgRun = (PgStore, String);
+type PgRun = (PostgresAdapter, String);
 /// Without the `postgres` feature there is no PostgreSQL run.
 #[cfg(not(feature = "postgres"))]
 type PgRun = std::convert::Infallible;
@@ -405,7 +405,7 @@ fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
     ))
 }
 
-/// A migrated `PgStore` in a fresh schema, its pool sized to the clients.
+/// A migrated `PostgresAdapter` in a fresh schema, its pool sized to the clients.
 #[cfg(feature = "postgres")]
 fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
     let url = postgres_url(args)?;
@@ -425,8 +425,8 @@ fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
         },
         ..PgOptions::default()
     };
-    let pg = PgStore::connect_with(url, options).map_err(|e| err("postgres connect", e))?;
-    Ok((Store::postgres(pg.clone()), (pg, schema)))
+    let pg = PostgresAdapter::connect_with(url, options).map_err(|e| err("postgres connect", e))?;
+    Ok((Store::from(pg.clone()), (pg, schema)))
 }
 
 /// Creates the SQLite database: WAL, and the records table.

@@ -2,10 +2,10 @@
 //!
 //! The fill writes one genuine Completed record under many keys with
 //! [`Store::import`] (one transaction per batch) on a store opened with
-//! [`Store::with_backend`] over a [`NoSyncFile`]: redb's own `FileBackend` whose
+//! [`RedbAdapter::with_backend`](idemkit::adapters::redb::RedbAdapter::with_backend) over a [`NoSyncFile`]: redb's own `FileBackend` whose
 //! `sync_data` does nothing. Every transaction still commits (same pages, same
 //! B-trees), it is just not waited for on the disk; the file is synced once at
-//! the end. Measurements then reopen the file with [`Store::open`] (real syncs).
+//! the end. Measurements then reopen the file with [`idemkit::open`] (real syncs).
 
 use std::fs::{File, OpenOptions};
 use std::ops::Bound;
@@ -225,7 +225,7 @@ pub fn fill(
     let start = Instant::now();
     let scope = scope();
     let template = {
-        let scratch = Store::in_memory()?.with_clock(clock.clone());
+        let scratch = idemkit::in_memory()?.with_clock(clock.clone());
         let key = IdempotencyKey::new("template")?;
         match scratch.claim(&scope, &key, fingerprint(), "fill", &policy)? {
             Claim::Execute(guard) => guard.complete(response())?,
@@ -235,7 +235,10 @@ pub fn fill(
             .get(&scope, &key)?
             .ok_or("the template record is missing")?
     };
-    let store = Store::with_backend(NoSyncFile::open(path)?)?.with_clock(clock);
+    let store = Store::from(idemkit::adapters::redb::RedbAdapter::with_backend(
+        NoSyncFile::open(path)?,
+    )?)
+    .with_clock(clock);
     let mut next = 0;
     while next < records {
         let end = (next + FILL_BATCH).min(records);

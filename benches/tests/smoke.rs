@@ -8,7 +8,6 @@ use std::time::Duration;
 use clap::Parser as _;
 use idemkit::core::machine::Policy;
 use idemkit::core::record::EffectKind;
-use idemkit::store::Store;
 use idemkit_benches::bodies::{self, Shape};
 use idemkit_benches::loadgen::{self, Args, Backend, Keys};
 use idemkit_benches::stats::Latencies;
@@ -197,7 +196,7 @@ fn fill_writes_records_a_normal_open_reads() {
     let path = dir.path().join("fill.redb");
     let policy = Policy::default().with_effect(EffectKind::Local);
     idemkit_benches::scale::fill(&path, 300, policy, idemkit::clock::SystemClock).unwrap();
-    let store = Store::open(&path).unwrap();
+    let store = idemkit::open(&path).unwrap();
     assert_eq!(store.stats().unwrap().total, 300);
     assert!(store.verify().unwrap().problems.is_empty());
 }

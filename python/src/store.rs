@@ -123,7 +123,7 @@ impl Store {
     #[new]
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let store = py
-            .detach(move || RustStore::open(&path))
+            .detach(move || idemkit::open(&path))
             .map_err(|e| errors::store_error(py, "store-open-failed", e))?;
         Ok(Store { inner: store })
     }
@@ -132,7 +132,7 @@ impl Store {
     #[staticmethod]
     fn in_memory(py: Python<'_>) -> PyResult<Self> {
         let store =
-            RustStore::in_memory().map_err(|e| errors::store_error(py, "store-open-failed", e))?;
+            idemkit::in_memory().map_err(|e| errors::store_error(py, "store-open-failed", e))?;
         Ok(Store { inner: store })
     }
 
@@ -317,17 +317,17 @@ fn postgres_store(
     schema: Option<String>,
     pool_size: u32,
 ) -> PyResult<Store> {
-    use idemkit::adapters::postgres::{PgOptions, PgStore};
+    use idemkit::adapters::postgres::{PgOptions, PostgresAdapter};
     let options = PgOptions {
         schema,
         pool_size,
         ..PgOptions::default()
     };
     let pg = py
-        .detach(move || PgStore::connect_with(&url, options))
+        .detach(move || PostgresAdapter::connect_with(&url, options))
         .map_err(|e| errors::store_error(py, "store-open-failed", e))?;
     Ok(Store {
-        inner: RustStore::postgres(pg),
+        inner: RustStore::from(pg),
     })
 }
 

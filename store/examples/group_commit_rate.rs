@@ -12,6 +12,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use idemkit::adapters::redb::RedbAdapter;
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::store::{Claim, Store};
@@ -28,8 +29,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One caller, nobody else: the latency of each durable operation, on a file
     // (dominated by the fsync) and in memory (no fsync: the write path's own cost).
     for (what, store) in [
-        ("file", Store::open(dir.path().join("latency.redb"))?),
-        ("in memory", Store::in_memory()?),
+        ("file", idemkit::open(dir.path().join("latency.redb"))?),
+        ("in memory", idemkit::in_memory()?),
     ] {
         let (claims, completes) = single_caller_latencies(&store, run)?;
         println!(
@@ -43,13 +44,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     for threads in [1_usize, 64] {
-        let store = Store::open(dir.path().join(format!("rate-{threads}.redb")))?;
+        let adapter = Arc::new(RedbAdapter::open(
+            dir.path().join(format!("rate-{threads}.redb")),
+        )?);
+        let store = Store::new(adapter.clone());
         let (ops, elapsed) = rate(&store, threads, run)?;
         #[allow(clippy::cast_precision_loss)]
         let per_second = ops as f64 / elapsed.as_secs_f64();
         println!(
             "{threads:>2} threads: {ops} ops (claim + complete on unique keys) in {elapsed:.2?}: {per_second:.0} ops/s{}",
-            commit_note(&store, ops)
+            commit_note(&adapter, ops)
         );
     }
     Ok(())
@@ -152,8 +156,8 @@ fn rate(
 }
 
 /// How many durable commits those operations took (group commit).
-fn commit_note(store: &Store, ops: u64) -> String {
-    let stats = store.commit_stats();
+fn commit_note(adapter: &RedbAdapter, ops: u64) -> String {
+    let stats = adapter.commit_stats();
     if stats.commits == 0 {
         return String::new();
     }

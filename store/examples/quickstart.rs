@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::{Json, Router, http::StatusCode, http::request::Parts, routing::post};
-use idemkit::{core::record::EffectKind, http::IdempotencyLayer, http::RouteConfig, store::Store};
+use idemkit::{core::record::EffectKind, http::IdempotencyLayer, http::RouteConfig};
 use serde_json::{Value, json};
 
 static ORDERS: AtomicU64 = AtomicU64::new(0);
@@ -25,7 +25,7 @@ fn tenant(parts: &Parts) -> Option<String> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let store = Store::open("orders.redb")?;
+    let store = idemkit::open("orders.redb")?;
     let route = RouteConfig::new("orders.create", EffectKind::External).principal(tenant);
     let layer = IdempotencyLayer::new(store, route);
     let app = Router::new().route("/orders", post(create_order).route_layer(layer));

@@ -5,7 +5,9 @@
 //! embedded store and the `idemkit` command-line tool.
 //!
 //! - [`store`] — the engine: [`Store`](store::Store), atomic claims, fenced leases,
-//!   recovery, GC, over any adapter.
+//!   recovery, GC, over any adapter. [`open`] and [`in_memory`] build the
+//!   embedded one (over [`adapters::redb`]); `postgres` (feature `postgres`)
+//!   the shared one.
 //! - [`adapters`] — the five-method storage seam and its adapters: [`adapters::redb`]
 //!   (the embedded default), `adapters::postgres` (feature `postgres`, for fleets),
 //!   [`adapters::memory`] (tests).
@@ -24,7 +26,7 @@
 //! | `axum` | on | `http`, the tower/axum middleware (tokio, hyper, axum, Prometheus metrics) |
 //! | `cli` | on | the `idemkit` binary, with `axum`, and what only the binary uses (clap, ureq, httpdate, serde_json; rustix and signal-hook on Unix) |
 //! | `postgres` | off | `adapters::postgres`, the PostgreSQL adapter, and `--postgres URL` in the binary |
-//! | `testing` | off | what exists for tests: the `conformance` suite and `adapters::redb::{FaultyBackend, FaultSwitch}` with `Store::with_faulty_backend` (I/O and transient failure injection) |
+//! | `testing` | off | what exists for tests: the `conformance` suite and `adapters::redb::{FaultyBackend, FaultSwitch}` with `RedbAdapter::with_faulty_backend` (I/O and transient failure injection) |
 //!
 //! A service that only embeds the store needs neither the binary nor its
 //! dependencies:
@@ -58,7 +60,7 @@
 //! ```
 //! # #[cfg(feature = "axum")] {
 //! use axum::{Router, routing::get};
-//! let store = idemkit::store::Store::in_memory().unwrap();
+//! let store = idemkit::in_memory().unwrap();
 //! let app: Router = Router::new()
 //!     .route("/health", get(move || idemkit::http::health_response(store.clone(), None)));
 //! # let _ = app; }
@@ -77,6 +79,7 @@ pub mod adapters;
 pub mod clock;
 #[cfg(feature = "testing")]
 pub mod conformance;
+mod embedded;
 #[cfg(feature = "axum")]
 pub mod http;
 pub mod journal;
@@ -85,7 +88,20 @@ pub mod local;
 mod postgres;
 pub mod store;
 
+#[cfg(feature = "postgres")]
+pub use self::postgres::postgres;
+pub use embedded::{in_memory, open};
+
 pub use idemkit_core as core;
+
+/// The message a caught panic carried (`"no message"` when it was not text).
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
+}
 pub use idemkit_core::{
     Fingerprint, IdempotencyKey, KeyError, LogRef, RecordId, Scope, ScopeError, UnixMillis,
 };

@@ -1,29 +1,23 @@
-//! The PostgreSQL store (feature `postgres`): the engine ([`Store`]) over the
-//! PostgreSQL adapter ([`PgStore`]), for fleets that share one database.
-//!
-//! It lives beside both, not in either, so that neither the engine nor the
-//! adapter names the other: the engine knows no database, the adapter no engine.
-//!
-//! ```no_run
-//! use idemkit::adapters::postgres::PgStore;
-//! use idemkit::store::Store;
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Store::postgres(PgStore::connect("postgres://idemkit@127.0.0.1/idemkit")?);
-//! # Ok(()) }
-//! ```
+//! The PostgreSQL store in one call (feature `postgres`): the engine
+//! ([`Store`]) over the PostgreSQL adapter ([`PostgresAdapter`]), for fleets
+//! that share one database. Beside both, so that neither names the other.
 
 use std::sync::Arc;
 
-use crate::adapters::postgres::PgStore;
+use crate::adapters::postgres::{PgError, PostgresAdapter};
 use crate::store::Store;
 
-impl Store {
-    /// The engine over PostgreSQL, so several instances share one database.
-    /// Every decision is still the core's, at the database's time (the
-    /// adapter's clock, see [`crate::adapters::postgres`]).
-    #[must_use]
-    pub fn postgres(store: PgStore) -> Store {
-        Store::new(Arc::new(store))
-    }
+/// The store in the PostgreSQL database at `url`, with the default
+/// [`PgOptions`](crate::adapters::postgres::PgOptions) (migrations run).
+/// Every decision is still the core's, at the database's time (see
+/// [`PgClock`](crate::adapters::postgres::PgClock)). For other options or the
+/// adapter's own methods, `Store::new(Arc::new(PostgresAdapter::connect_with(url, options)?))`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = idemkit::postgres("postgres://idemkit@127.0.0.1/idemkit")?;
+/// # Ok(()) }
+/// ```
+pub fn postgres(url: &str) -> Result<Store, PgError> {
+    Ok(Store::new(Arc::new(PostgresAdapter::connect(url)?)))
 }

@@ -574,7 +574,7 @@ fn a_renewal_attempt_gives_up_after_a_third_of_the_lease_while_another_process_h
     // This process holds the store file (exec's renewer may have it for a moment).
     let mut holder = None;
     assert!(poll_until(30, || {
-        holder = idemkit::store::Store::open(&db).ok();
+        holder = idemkit::open(&db).ok();
         holder.is_some()
     }));
 

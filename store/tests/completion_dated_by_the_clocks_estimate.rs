@@ -69,7 +69,7 @@ fn a_completion_uses_the_estimate_and_every_other_transition_reads_the_clock() {
         time: ManualClock::new(UnixMillis::from_millis(1_000_000)),
         ..CountingClock::default()
     };
-    let store = Store::in_memory().unwrap().with_clock(clock.clone());
+    let store = idemkit::in_memory().unwrap().with_clock(clock.clone());
 
     // Without an estimate: the claim, the renewal and the completion each read.
     let before = clock.reads.load(Ordering::SeqCst);

@@ -63,7 +63,7 @@ fn hammer(store: &Store) {
 #[test]
 fn sixty_four_threads_per_key_file_backed() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("claims.redb")).unwrap();
+    let store = idemkit::open(dir.path().join("claims.redb")).unwrap();
     let started = Instant::now();
     hammer(&store);
     eprintln!(
@@ -74,5 +74,5 @@ fn sixty_four_threads_per_key_file_backed() {
 
 #[test]
 fn sixty_four_threads_per_key_in_memory() {
-    hammer(&Store::in_memory().unwrap());
+    hammer(&idemkit::in_memory().unwrap());
 }

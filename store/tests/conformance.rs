@@ -7,22 +7,23 @@ use idemkit::store::Store;
 
 #[test]
 fn redb_in_memory_conforms() {
-    conformance::run_all(|| Store::in_memory().unwrap());
+    conformance::run_all(|clock| idemkit::in_memory().unwrap().with_clock(clock));
 }
 
 #[test]
 fn redb_file_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let counter = std::cell::Cell::new(0);
-    conformance::run_all(|| {
+    conformance::run_all(|clock| {
         counter.set(counter.get() + 1);
-        Store::open(
+        idemkit::open(
             dir.path()
                 .join(format!("conformance-{}.redb", counter.get())),
         )
         .unwrap()
+        .with_clock(clock)
     });
-    assert_eq!(counter.get(), conformance::checks::<Store>().len());
+    assert_eq!(counter.get(), conformance::checks().len());
 }
 
 #[test]
@@ -30,10 +31,13 @@ fn redb_shared_file_conforms() {
     // The CLI's mode: the file is opened and closed around every transaction.
     let dir = tempfile::tempdir().unwrap();
     let counter = std::cell::Cell::new(0);
-    conformance::run_all(|| {
+    conformance::run_all(|clock| {
         counter.set(counter.get() + 1);
         let path = dir.path().join(format!("shared-{}.redb", counter.get()));
-        Store::open_shared(path, Default::default()).unwrap()
+        Store::from(
+            idemkit::adapters::redb::RedbAdapter::open_shared(path, Default::default()).unwrap(),
+        )
+        .with_clock(clock)
     });
 }
 
@@ -41,11 +45,11 @@ fn redb_shared_file_conforms() {
 fn memory_adapter_conforms() {
     use std::sync::Arc;
     let made = std::cell::Cell::new(0);
-    conformance::run_all(|| {
+    conformance::run_all(|clock| {
         made.set(made.get() + 1);
-        Store::new(Arc::new(idemkit::adapters::memory::MemoryAdapter::default()))
+        Store::new(Arc::new(idemkit::adapters::memory::MemoryAdapter::default())).with_clock(clock)
     });
-    assert_eq!(made.get(), conformance::checks::<Store>().len());
+    assert_eq!(made.get(), conformance::checks().len());
 }
 
 #[test]

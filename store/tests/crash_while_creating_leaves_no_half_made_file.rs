@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 mod crash_support;
 
+use idemkit::adapters::redb::OpenError;
 use idemkit::journal::Journal;
-use idemkit::store::{OpenError, Store};
 
 const DB_ENV: &str = "IDEMKIT_CREATE_DB";
 const WHAT_ENV: &str = "IDEMKIT_CREATE_WHAT";
@@ -41,7 +41,7 @@ fn creating_child() {
     let path = Path::new(&path);
     let opened: Box<dyn std::any::Any> = match std::env::var(WHAT_ENV).as_deref() {
         Ok("journal") => Box::new(Journal::open(path).unwrap()),
-        _ => Box::new(Store::open(path).unwrap()),
+        _ => Box::new(idemkit::open(path).unwrap()),
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "\nREADY").unwrap();
@@ -88,7 +88,7 @@ fn open_after_kill(path: &Path, what: What, round: u64, after: Duration) {
     let started = Instant::now();
     loop {
         let opened = match what {
-            What::Store => Store::open(path).map(|store| {
+            What::Store => idemkit::open(path).map(|store| {
                 assert!(
                     store.verify().unwrap().problems.is_empty(),
                     "round {round}: the reopened store has problems"

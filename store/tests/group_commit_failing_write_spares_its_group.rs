@@ -62,7 +62,7 @@ fn stale_completions_in_a_group_leave_the_others_durable_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stale.redb");
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
-    let store = Store::open(&path).unwrap().with_clock(clock.clone());
+    let store = idemkit::open(&path).unwrap().with_clock(clock.clone());
     // Expected final body per key.
     let mut expected: HashMap<String, Vec<u8>> = HashMap::new();
     let mut rounds = 0;
@@ -114,7 +114,10 @@ fn stale_completions_in_a_group_leave_the_others_durable_and_write_nothing() {
         }
         rounds += 1;
     }
-    let stats = store.commit_stats();
+    let stats = store
+        .adapter_as::<idemkit::adapters::redb::RedbAdapter>()
+        .unwrap()
+        .commit_stats();
     eprintln!("{rounds} rounds: {stats:?}");
     // Per round: the claims of the stale and of the current leases (one by
     // one), then at once the current completions, the fresh claims and
@@ -131,7 +134,7 @@ fn stale_completions_in_a_group_leave_the_others_durable_and_write_nothing() {
     );
 
     drop(store);
-    let store = Store::open(&path).unwrap();
+    let store = idemkit::open(&path).unwrap();
     assert!(store.verify().unwrap().problems.is_empty());
     let records = crash_support::states_by_key(&store);
     assert_eq!(records.len(), expected.len());

@@ -7,13 +7,14 @@
 //! - Every acknowledged claim and completion is in the file after it is closed
 //!   and reopened (invariant 2: nothing is answered before its commit is durable).
 //! - The writes were grouped: far fewer durable commits than write operations
-//!   (`Store::commit_stats`), which is the point of group commit.
+//!   (`RedbAdapter::commit_stats`), which is the point of group commit.
 
 mod crash_support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
 
+use idemkit::adapters::redb::RedbAdapter;
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, RecordState, StoredResponse};
 use idemkit::store::{Claim, Store};
@@ -54,7 +55,8 @@ struct Acks {
 fn sixty_four_threads_distinct_and_shared_keys_execute_once_and_stay_durable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("group.redb");
-    let store = Store::open(&path).unwrap();
+    let adapter = Arc::new(RedbAdapter::open(&path).unwrap());
+    let store = Store::new(adapter.clone());
     let acks = Mutex::new(Acks::default());
     let barrier = Barrier::new(THREADS);
     std::thread::scope(|s| {
@@ -104,7 +106,7 @@ fn sixty_four_threads_distinct_and_shared_keys_execute_once_and_stay_durable() {
     }
     assert_eq!(acks.completed.len(), THREADS * ROUNDS + ROUNDS);
 
-    let stats = store.commit_stats();
+    let stats = adapter.commit_stats();
     eprintln!("{stats:?}");
     // Every claim that executed and every completion wrote; without grouping
     // there would be one commit per write.
@@ -116,8 +118,8 @@ fn sixty_four_threads_distinct_and_shared_keys_execute_once_and_stay_durable() {
     assert!(stats.largest_group > 1, "{stats:?}");
 
     // Durable: closed and reopened, the file holds every acknowledged completion.
-    drop(store);
-    let store = Store::open(&path).unwrap();
+    drop((store, adapter));
+    let store = idemkit::open(&path).unwrap();
     assert!(store.verify().unwrap().problems.is_empty());
     let records = crash_support::states_by_key(&store);
     assert_eq!(records.len(), acks.completed.len());
@@ -134,7 +136,8 @@ fn sixty_four_threads_distinct_and_shared_keys_execute_once_and_stay_durable() {
 #[test]
 fn sixty_four_threads_of_claim_and_complete_share_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("rate.redb")).unwrap();
+    let adapter = Arc::new(RedbAdapter::open(dir.path().join("rate.redb")).unwrap());
+    let store = Store::new(adapter.clone());
     let barrier = Arc::new(Barrier::new(THREADS));
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -152,7 +155,7 @@ fn sixty_four_threads_of_claim_and_complete_share_commits() {
             });
         }
     });
-    let stats = store.commit_stats();
+    let stats = adapter.commit_stats();
     eprintln!("{stats:?}");
     let operations = (THREADS * 10 * 2) as u64;
     assert_eq!(stats.operations, operations);

@@ -49,7 +49,7 @@ fn response(body: &str) -> StoredResponse {
 
 /// Completed `done-0..n`, one Running `running`, one Unknown `unknown`.
 fn source(n: usize) -> Store {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     for i in 0..n {
         execute(&store, &format!("done-{i}"))
             .complete(response(&i.to_string()))
@@ -75,7 +75,7 @@ fn every_state_is_copied_with_its_indexes() {
     let records = from.list(None).unwrap();
     assert_eq!(records.len(), 52);
 
-    let to = Store::in_memory().unwrap();
+    let to = idemkit::in_memory().unwrap();
     let report = to
         .import(records.iter().map(|r| (&r.scope, &r.key, &r.record)))
         .unwrap();
@@ -93,7 +93,10 @@ fn every_state_is_copied_with_its_indexes() {
         verify.problems
     );
     assert_eq!(
-        to.commit_stats().commits,
+        to.adapter_as::<idemkit::adapters::redb::RedbAdapter>()
+            .unwrap()
+            .commit_stats()
+            .commits,
         1,
         "one transaction for the whole batch"
     );
@@ -132,7 +135,7 @@ fn every_state_is_copied_with_its_indexes() {
 fn a_record_already_present_is_never_overwritten() {
     let from = source(3);
     let records = from.list(None).unwrap();
-    let to = Store::in_memory().unwrap();
+    let to = idemkit::in_memory().unwrap();
     // The target is in use: `done-1` is running there.
     std::mem::forget(execute(&to, "done-1"));
 
@@ -148,12 +151,22 @@ fn a_record_already_present_is_never_overwritten() {
     assert_eq!(state(&to, "done-2"), Some(StateName::Completed));
 
     // Importing again changes nothing and commits nothing.
-    let commits = to.commit_stats().commits;
+    let commits = to
+        .adapter_as::<idemkit::adapters::redb::RedbAdapter>()
+        .unwrap()
+        .commit_stats()
+        .commits;
     let again = to
         .import(records.iter().map(|r| (&r.scope, &r.key, &r.record)))
         .unwrap();
     assert_eq!((again.imported, again.skipped), (0, 5));
-    assert_eq!(to.commit_stats().commits, commits);
+    assert_eq!(
+        to.adapter_as::<idemkit::adapters::redb::RedbAdapter>()
+            .unwrap()
+            .commit_stats()
+            .commits,
+        commits
+    );
 }
 
 #[test]
@@ -162,13 +175,19 @@ fn an_import_survives_reopening_the_file() {
     let path = dir.path().join("copy.redb");
     let records = source(10).list(None).unwrap();
     {
-        let to = Store::open(&path).unwrap();
+        let to = idemkit::open(&path).unwrap();
         to.import(records.iter().map(|r| (&r.scope, &r.key, &r.record)))
             .unwrap();
     }
     // Shared: a file opened for life would settle the imported running record
     // as an orphan of a process that is gone.
-    let reopened = Store::open_shared(&path, idemkit::store::LockRetry::default()).unwrap();
+    let reopened = Store::from(
+        idemkit::adapters::redb::RedbAdapter::open_shared(
+            &path,
+            idemkit::adapters::redb::LockRetry::default(),
+        )
+        .unwrap(),
+    );
     assert_eq!(reopened.list(None).unwrap(), records);
 }
 
@@ -176,7 +195,7 @@ fn an_import_survives_reopening_the_file() {
 #[test]
 fn postgres_import_keeps_present_records() {
     let pg = pg_support::fresh_store("import");
-    let to = Store::postgres(pg);
+    let to = Store::from(pg);
     let records = source(20).list(None).unwrap();
     std::mem::forget(execute(&to, "done-4"));
 

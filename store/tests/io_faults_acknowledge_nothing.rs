@@ -8,10 +8,11 @@
 use std::fs::OpenOptions;
 use std::path::Path;
 
+use idemkit::adapters::redb::LockRetry;
 use idemkit::adapters::redb::{FaultSwitch, FaultyBackend};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::store::{Claim, LockRetry, Store};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +48,13 @@ fn open_faulty(path: &Path, switch: &FaultSwitch) -> Store {
         .open(path)
         .unwrap();
     let backend = redb::backends::FileBackend::new(file).unwrap();
-    Store::with_backend(FaultyBackend::new(backend, switch.clone())).unwrap()
+    Store::from(
+        idemkit::adapters::redb::RedbAdapter::with_backend(FaultyBackend::new(
+            backend,
+            switch.clone(),
+        ))
+        .unwrap(),
+    )
 }
 
 fn execute(store: &Store, k: &str) -> idemkit::store::ExecutionGuard {
@@ -121,7 +128,9 @@ fn run_case(dir: &Path, fault: Fault, op: Op, n: u64, sticky: bool) -> bool {
     // Reopen with the plain file backend: redb recovers, and nothing acknowledged
     // is lost. (Shared, so that the running record is read as it was left, not
     // settled as an orphan: that is what opening it for life would do.)
-    let store = Store::open_shared(&path, LockRetry::default()).unwrap();
+    let store = Store::from(
+        idemkit::adapters::redb::RedbAdapter::open_shared(&path, LockRetry::default()).unwrap(),
+    );
     let report = store.verify().unwrap();
     assert!(
         report.problems.is_empty(),
@@ -272,7 +281,7 @@ fn a_failed_commit_among_sixty_four_writers_answers_everyone_and_the_store_write
     }
     assert!(store.health().is_writable());
     drop(store);
-    let store = Store::open(&path).unwrap();
+    let store = idemkit::open(&path).unwrap();
     assert!(store.verify().unwrap().problems.is_empty());
     for w in acknowledged {
         let r = store

@@ -18,7 +18,7 @@ use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
 
 fn setup() -> (Store, ManualClock, Scope, IdempotencyKey) {
     let clock = ManualClock::new(UnixMillis::from_millis(1_800_000_000_000));
-    let store = Store::in_memory().unwrap().with_clock(clock.clone());
+    let store = idemkit::in_memory().unwrap().with_clock(clock.clone());
     (
         store,
         clock,

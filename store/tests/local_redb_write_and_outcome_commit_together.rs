@@ -64,14 +64,20 @@ fn notes(store: &Store) -> Vec<String> {
 #[test]
 fn the_write_and_the_outcome_commit_with_one_fsync_and_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("notes.redb")).unwrap();
+    let store = idemkit::open(dir.path().join("notes.redb")).unwrap();
     let runs = Arc::new(AtomicU32::new(0));
     let guard = guard(claim(&store, "k1"));
-    let before = store.commit_stats();
+    let before = store
+        .adapter_as::<idemkit::adapters::redb::RedbAdapter>()
+        .unwrap()
+        .commit_stats();
     let id = guard
         .complete_with(write_note("note_1", &runs), created("note_1"))
         .unwrap();
-    let after = store.commit_stats();
+    let after = store
+        .adapter_as::<idemkit::adapters::redb::RedbAdapter>()
+        .unwrap()
+        .commit_stats();
     assert_eq!(id, "note_1");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(after.commits - before.commits, 1, "one commit holds both");
@@ -82,7 +88,7 @@ fn the_write_and_the_outcome_commit_with_one_fsync_and_replay() {
     }
     // Both survive a reopen: the commit was durable.
     drop(store);
-    let store = Store::open(dir.path().join("notes.redb")).unwrap();
+    let store = idemkit::open(dir.path().join("notes.redb")).unwrap();
     assert_eq!(notes(&store), ["note_1"]);
     assert_eq!(state(&store, "k1"), StateName::Completed);
 }
@@ -90,7 +96,7 @@ fn the_write_and_the_outcome_commit_with_one_fsync_and_replay() {
 #[test]
 fn a_lost_lease_commits_neither_and_never_runs_the_writes() {
     let clock = ManualClock::new(UnixMillis::from_millis(1_800_000_000_000));
-    let store = Store::in_memory().unwrap().with_clock(clock.clone());
+    let store = idemkit::in_memory().unwrap().with_clock(clock.clone());
     let runs = Arc::new(AtomicU32::new(0));
     let first = guard(claim(&store, "k1"));
     clock.advance(Duration::from_secs(31));
@@ -116,7 +122,7 @@ fn a_lost_lease_commits_neither_and_never_runs_the_writes() {
 
 #[test]
 fn failing_writes_commit_neither_and_the_lease_is_still_held() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let mut guard = guard(claim(&store, "k1"));
     let failed = guard.try_complete_with(
         |txn: &redb::WriteTransaction| -> Result<(), String> {
@@ -146,7 +152,7 @@ fn failing_writes_commit_neither_and_the_lease_is_still_held() {
 
 #[test]
 fn a_panic_in_the_writes_resumes_on_the_caller_and_commits_nothing() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let guard = guard(claim(&store, "k1"));
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _ = guard.complete_with(
@@ -176,7 +182,7 @@ fn guard_of_retry(store: &Store) -> ExecutionGuard {
 
 #[test]
 fn a_renewal_moves_the_version_and_the_writes_still_commit_once() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let runs = Arc::new(AtomicU32::new(0));
     let guard = guard(claim(&store, "k1"));
     // Another thread's renewal writes the record after the guard last did.
@@ -197,12 +203,15 @@ fn a_renewal_moves_the_version_and_the_writes_still_commit_once() {
 fn concurrent_completions_share_commits_and_failing_writes_spare_the_rest() {
     const WORKERS: usize = 48;
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("notes.redb")).unwrap();
+    let store = idemkit::open(dir.path().join("notes.redb")).unwrap();
     let guards: Vec<_> = (0..WORKERS)
         .map(|i| guard(claim(&store, &format!("key-{i}"))))
         .collect();
     let barrier = Arc::new(std::sync::Barrier::new(WORKERS));
-    let before = store.commit_stats();
+    let before = store
+        .adapter_as::<idemkit::adapters::redb::RedbAdapter>()
+        .unwrap()
+        .commit_stats();
     let handles: Vec<_> = guards
         .into_iter()
         .enumerate()
@@ -230,7 +239,10 @@ fn concurrent_completions_share_commits_and_failing_writes_spare_the_rest() {
         })
         .collect();
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let after = store.commit_stats();
+    let after = store
+        .adapter_as::<idemkit::adapters::redb::RedbAdapter>()
+        .unwrap()
+        .commit_stats();
     let written = notes(&store);
     for (i, result) in results.iter().enumerate() {
         let key = format!("key-{i}");
@@ -260,7 +272,7 @@ fn concurrent_completions_share_commits_and_failing_writes_spare_the_rest() {
     );
     let reopened = {
         drop(store);
-        Store::open(dir.path().join("notes.redb")).unwrap()
+        idemkit::open(dir.path().join("notes.redb")).unwrap()
     };
     assert_eq!(notes(&reopened).len(), WORKERS - failing);
     let verified = reopened
@@ -296,7 +308,7 @@ fn another_adapter_says_it_cannot_and_writes_nothing() {
 #[test]
 fn a_local_write_outside_the_transaction_runs_again_after_a_crash() {
     let clock = ManualClock::new(UnixMillis::from_millis(1_800_000_000_000));
-    let store = Store::in_memory().unwrap().with_clock(clock.clone());
+    let store = idemkit::in_memory().unwrap().with_clock(clock.clone());
     let count_rows = |store: &Store| {
         store
             .read_local(|txn| -> Result<u64, redb::Error> { Ok(txn.open_table(COUNTED)?.len()?) })

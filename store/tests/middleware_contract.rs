@@ -137,7 +137,7 @@ impl Handler {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_row_of_the_contract() {
     let clock = ManualClock::new(UnixMillis::from_millis(1_000_000));
-    let store = Store::in_memory().unwrap().with_clock(clock.clone());
+    let store = idemkit::in_memory().unwrap().with_clock(clock.clone());
     let handler = Handler::new(201);
     let svc = IdempotencyLayer::new(store.clone(), config()).layer(handler.clone().service());
 
@@ -312,7 +312,7 @@ async fn every_row_of_the_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_progress_then_uncertain() {
     let clock = ManualClock::new(UnixMillis::from_millis(5_000_000));
-    let store = Store::in_memory().unwrap().with_clock(clock.clone());
+    let store = idemkit::in_memory().unwrap().with_clock(clock.clone());
     let mut handler = Handler::new(201);
     let gate = Arc::new(Notify::new());
     handler.gate = Some(Arc::clone(&gate));
@@ -373,7 +373,7 @@ async fn in_progress_then_uncertain() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn optional_key_passes_through_and_5xx_is_not_stored() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let handler = Handler::new(201);
     let optional = IdempotencyLayer::new(store.clone(), config().key(KeyRequirement::Optional))
         .layer(tower::service_fn(|request: Request<Body>| async move {
@@ -463,7 +463,7 @@ fn stored_header_names(store: &Store, key: &str) -> Vec<String> {
 /// reach only the client that asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replayed_headers_come_from_an_allow_list() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let svc = IdempotencyLayer::new(store.clone(), config()).layer(tower::service_fn(
         |_: Request<Body>| async { Ok::<_, Infallible>(with_custom_headers()) },
     ));
@@ -502,7 +502,7 @@ async fn replayed_headers_come_from_an_allow_list() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_names_its_replayed_headers_and_never_a_cookie() {
     use idemkit::core::http::ReplayedHeaders;
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let list = ReplayedHeaders::new(["Content-Type", "X-Request-Cost"]).unwrap();
     let svc = IdempotencyLayer::new(store.clone(), config().replayed_headers(list)).layer(
         tower::service_fn(|_: Request<Body>| async { Ok::<_, Infallible>(with_custom_headers()) }),

@@ -52,7 +52,7 @@ struct Server {
 }
 
 async fn serve(route: RouteConfig) -> Server {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let route = route.principal(|_| Some("acme".to_owned()));
     let app = Router::new()
@@ -268,7 +268,7 @@ impl http_body::Body for Chunks {
 /// `max_stored_response_bytes` (here nothing: a retry gets 410).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_response_streams_before_it_ends_and_is_recorded_without_its_body() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let (chunks, body) = tokio::sync::mpsc::channel(4);
     let body = Arc::new(std::sync::Mutex::new(Some(body)));
     let route = RouteConfig::new(OP, EffectKind::External)

@@ -90,7 +90,8 @@ async fn lease_renewal_survives_transient_store_errors() {
     const FAILURES: u64 = 4;
     let switch = FaultSwitch::default();
     let backend = FaultyBackend::new(redb::backends::InMemoryBackend::new(), switch.clone());
-    let store = Store::with_faulty_backend(backend).unwrap();
+    let store =
+        Store::from(idemkit::adapters::redb::RedbAdapter::with_faulty_backend(backend).unwrap());
     // A Local route: a lease that lapsed would let the retry take the key over
     // and run the handler a second time.
     let config = RouteConfig::new(OP, EffectKind::Local)
@@ -137,7 +138,7 @@ async fn lease_renewal_survives_transient_store_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_handler_past_its_maximum_execution_time_becomes_unresolved_and_uncertain() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let config = RouteConfig::new(OP, EffectKind::External)
         .principal(|_| Some("t".to_owned()))
         .policy(Policy::default().with_lease(Duration::from_millis(300)))

@@ -124,7 +124,7 @@ async fn write_note_answering(
 
 #[tokio::test]
 async fn the_layer_answers_and_replays_what_the_handler_committed() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let (app, runs) = counting_app(&store, |exec, _| async move {
         write_note(&exec).await.unwrap();
         // What the handler returns after completing is not the answer.
@@ -145,7 +145,7 @@ async fn the_layer_answers_and_replays_what_the_handler_committed() {
 
 #[tokio::test]
 async fn failing_writes_commit_nothing_and_the_handlers_500_releases() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let (app, runs) = counting_app(&store, |exec, attempt| async move {
         let written = exec
             .complete_with(
@@ -181,7 +181,7 @@ async fn failing_writes_commit_nothing_and_the_handlers_500_releases() {
 
 #[tokio::test]
 async fn a_handler_failing_after_its_completion_still_answers_the_stored_response() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let app = app(
         &store,
         post(|Extension(exec): Extension<Execution>| async move {
@@ -205,7 +205,7 @@ async fn a_handler_failing_after_its_completion_still_answers_the_stored_respons
 
 #[tokio::test]
 async fn a_body_over_the_stored_bound_is_answered_once_and_the_retry_gets_410() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let app = app_on(
         &store,
         route().max_stored_response_bytes(8),
@@ -239,7 +239,7 @@ async fn a_body_over_the_stored_bound_is_answered_once_and_the_retry_gets_410() 
 /// stored nor answered, the first time or on a retry.
 #[tokio::test]
 async fn a_local_completion_keeps_only_the_replayed_headers() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let app = app(
         &store,
         post(|Extension(exec): Extension<Execution>| async move {

@@ -134,7 +134,7 @@ mod futures_like {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_route_answering_retry_later_runs_once_and_the_retry_is_uncertain() {
     for status in [408_u16, 409, 425, 429] {
-        let store = Store::in_memory().unwrap();
+        let store = idemkit::in_memory().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
         let app = app(&store, route(EffectKind::External), &calls, status, |_| {
             futures_like::ready()
@@ -159,7 +159,7 @@ async fn an_external_route_answering_retry_later_runs_once_and_the_retry_is_unce
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_layer_inside_the_idempotency_layer_answers_408_after_the_charge_and_the_retry_is_uncertain()
  {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let charges = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&charges);
     // The provider call is sent, then its answer never comes: the timeout inside
@@ -200,7 +200,7 @@ async fn a_timeout_layer_inside_the_idempotency_layer_answers_408_after_the_char
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_dispatched_lets_an_external_retry_later_run_again() {
     for status in [408_u16, 409, 425, 429, 503] {
-        let store = Store::in_memory().unwrap();
+        let store = idemkit::in_memory().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
         let app = app(
             &store,
@@ -220,7 +220,7 @@ async fn nothing_dispatched_lets_an_external_retry_later_run_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_dispatching_only_through_steps_runs_again_when_no_step_was_begun() {
     // Declared, no step begun: nothing was dispatched, the retry runs.
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let declared = route(EffectKind::External).dispatches_only_through_steps(true);
     let app1 = app(&store, declared.clone(), &calls, 429, |_| {
@@ -258,7 +258,7 @@ async fn a_route_dispatching_only_through_steps_runs_again_when_no_step_was_begu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_see_other_on_a_local_route_is_replayed() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let app = app(&store, route(EffectKind::Local), &calls, 303, |_| {
         futures_like::ready()
@@ -280,7 +280,10 @@ async fn a_see_other_on_a_local_route_is_replayed() {
 fn faulty_store() -> (Store, FaultSwitch) {
     let switch = FaultSwitch::default();
     let backend = FaultyBackend::new(redb::backends::InMemoryBackend::new(), switch.clone());
-    (Store::with_faulty_backend(backend).unwrap(), switch)
+    (
+        Store::from(idemkit::adapters::redb::RedbAdapter::with_faulty_backend(backend).unwrap()),
+        switch,
+    )
 }
 
 /// The handler arms `failures` transient store failures right before it answers,

@@ -105,7 +105,7 @@ async fn slow_charge(call: usize, exec: Execution) -> Response<Body> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_panic_leaves_external_unknown() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
         .layer(charging(Arc::clone(&calls), panics));
@@ -124,7 +124,7 @@ async fn handler_panic_leaves_external_unknown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_panic_releases_local() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local))
         .layer(charging(Arc::clone(&calls), panics));
@@ -135,7 +135,7 @@ async fn handler_panic_releases_local() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_request_leaves_external_unknown() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let route = route(EffectKind::External).on_disconnect(OnDisconnect::Cancel);
     let svc =
@@ -155,7 +155,7 @@ async fn dropped_request_leaves_external_unknown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_request_releases_local() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let route = route(EffectKind::Local).on_disconnect(OnDisconnect::Cancel);
     let svc =
@@ -167,7 +167,7 @@ async fn dropped_request_releases_local() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_request_finishes_by_default_and_the_retry_replays() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
         .layer(charging(Arc::clone(&calls), slow_charge));
@@ -192,7 +192,7 @@ async fn dropped_request_finishes_by_default_and_the_retry_replays() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_dropped_while_claiming_still_executes_by_default() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::External))
         .layer(charging(Arc::clone(&calls), slow_charge));
@@ -268,7 +268,7 @@ async fn a_streamed_body_that_fails_is_unknown_once_the_request_was_sent_downstr
         (false, "s1", StateName::Released),
         (true, "s2", StateName::Unknown),
     ] {
-        let store = Store::in_memory().unwrap();
+        let store = idemkit::in_memory().unwrap();
         let svc = IdempotencyLayer::new(store.clone(), route(EffectKind::Local))
             .layer(answers_then_fails(sent));
         let response = svc.oneshot(req(key)).await.unwrap();
@@ -288,7 +288,7 @@ async fn a_streamed_body_that_fails_is_unknown_once_the_request_was_sent_downstr
 /// its log reference, until its outcome is recorded; `idle` waits for that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executions_count_a_detached_execution_until_it_records() {
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let executions = Arc::new(Executions::new());
     let route = route(EffectKind::External).executions(Arc::clone(&executions));

@@ -142,7 +142,7 @@ fn assert_replayed(reply: &Reply, body: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn withdrawing_from_b_with_the_key_and_body_used_for_a_is_refused_and_b_never_runs() {
-    let server = serve(json_spec(), false, Store::in_memory().unwrap()).await;
+    let server = serve(json_spec(), false, idemkit::in_memory().unwrap()).await;
     let first = server
         .send("POST", "/accounts/A/withdraw", "k-1", BODY)
         .await;
@@ -176,7 +176,7 @@ async fn withdrawing_from_b_with_the_key_and_body_used_for_a_is_refused_and_b_ne
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_query_or_method_with_the_same_key_is_refused_and_a_reordered_query_replays() {
-    let server = serve(json_spec(), false, Store::in_memory().unwrap()).await;
+    let server = serve(json_spec(), false, idemkit::in_memory().unwrap()).await;
     let target = "/accounts/A/withdraw?currency=EUR&note=a+b&tag=1&tag=2";
     assert_eq!(server.send("POST", target, "k-1", BODY).await.status, 200);
     for (method, other) in [
@@ -213,7 +213,7 @@ async fn a_route_leaves_named_query_parameters_or_the_whole_query_out() {
     let named = serve(
         json_spec().ignore_query_param("utm_source"),
         false,
-        Store::in_memory().unwrap(),
+        idemkit::in_memory().unwrap(),
     )
     .await;
     let first = "/accounts/A/withdraw?utm_source=mail&currency=EUR";
@@ -236,7 +236,7 @@ async fn a_route_leaves_named_query_parameters_or_the_whole_query_out() {
     let whole = serve(
         json_spec().ignore_query(),
         false,
-        Store::in_memory().unwrap(),
+        idemkit::in_memory().unwrap(),
     )
     .await;
     assert_eq!(
@@ -261,7 +261,7 @@ async fn a_route_leaves_named_query_parameters_or_the_whole_query_out() {
 async fn behind_a_nested_router_the_path_the_client_sent_counts() {
     // The nested router strips `/tenants/{tenant}` before the layer sees the
     // request; both requests below look like `/accounts/A/withdraw` there.
-    let server = serve(json_spec(), true, Store::in_memory().unwrap()).await;
+    let server = serve(json_spec(), true, idemkit::in_memory().unwrap()).await;
     let first = server
         .send("POST", "/tenants/t1/accounts/A/withdraw", "k-1", BODY)
         .await;
@@ -282,7 +282,7 @@ async fn behind_a_nested_router_the_path_the_client_sent_counts() {
 async fn a_record_written_before_the_request_line_counted_keeps_replaying() {
     // What the middleware wrote before the upgrade: a scheme-1 fingerprint of the
     // operation and body, completed with the handler's answer.
-    let store = Store::in_memory().unwrap();
+    let store = idemkit::in_memory().unwrap();
     let scope = Scope::new("acme", OP).unwrap();
     let key = IdempotencyKey::new("k-old").unwrap();
     let scheme_1 = json_spec().fingerprint(OP, BODY).unwrap();

@@ -22,7 +22,7 @@ use tower::{Layer, ServiceExt};
 async fn store_failure_is_503_and_nothing_runs() {
     let switch = FaultSwitch::default();
     let backend = FaultyBackend::new(redb::backends::InMemoryBackend::new(), switch.clone());
-    let store = Store::with_backend(backend).unwrap();
+    let store = Store::from(idemkit::adapters::redb::RedbAdapter::with_backend(backend).unwrap());
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&calls);
     let svc = IdempotencyLayer::new(

@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use idemkit::clock::ManualClock;
+use idemkit::conformance::Subject;
 use idemkit::core::machine::{self, ClaimOutcome, ClaimRequest, GcAction, Policy, Resolution};
 use idemkit::core::record::{EffectKind, FencingToken, Record, StoredResponse, UnknownReason};
-use idemkit::store::IdempotencyBackend;
-use idemkit::store::Store;
 use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
 use proptest::prelude::*;
 
@@ -78,14 +78,18 @@ struct Model {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let store = Store::in_memory().unwrap();
+    let mut now = UnixMillis::from_millis(1_800_000_000_000);
+    let clock = ManualClock::new(now);
+    let store = Subject::new(
+        idemkit::in_memory().unwrap().with_clock(clock.clone()),
+        clock,
+    );
     let mut model = Model {
         records: BTreeMap::new(),
         token_floor: 0,
     };
     // The last token each key's worker was granted (what a live worker would hold).
     let mut tokens: BTreeMap<usize, FencingToken> = BTreeMap::new();
-    let mut now = UnixMillis::from_millis(1_800_000_000_000);
     for (step, op) in ops.into_iter().enumerate() {
         match op {
             Op::Tick { millis } => now = now.saturating_add(Duration::from_millis(millis)),
@@ -97,16 +101,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     EffectKind::Local
                 };
                 let fingerprint = Fingerprint::from_bytes([fp; 32]);
-                let got = IdempotencyBackend::claim(
-                    &store,
-                    &scope,
-                    &k,
-                    fingerprint,
-                    "w",
-                    &policy(effect),
-                    now,
-                )
-                .unwrap();
+                let got = store
+                    .claim(&scope, &k, fingerprint, "w", &policy(effect), now)
+                    .unwrap();
                 let request = ClaimRequest {
                     fingerprint: fingerprint.into(),
                     owner: "w".into(),
@@ -206,8 +203,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     Resolution::NotApplied
                 };
                 let p = policy(EffectKind::External);
-                let got =
-                    IdempotencyBackend::resolve(&store, &scope, &k, resolution.clone(), &p, now);
+                let got = store.resolve(&scope, &k, resolution.clone(), &p, now);
                 let want = model
                     .records
                     .get(&key)
@@ -217,7 +213,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Recover { key } => {
                 let (scope, k) = address(key);
                 let p = policy(EffectKind::External);
-                let got = IdempotencyBackend::recover(&store, &scope, &k, "reconciler", &p, now);
+                let got = store.recover(&scope, &k, "reconciler", &p, now);
                 let want = model
                     .records
                     .get(&key)
@@ -234,7 +230,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 )?;
             }
             Op::Gc { batch } => {
-                let got = IdempotencyBackend::gc(&store, now, batch).unwrap();
+                let got = store.gc(now, batch).unwrap();
                 // The model: walk records by (gc_due_at, id) like the index, up to `batch`.
                 let mut due: Vec<(UnixMillis, Vec<u8>, usize)> = model
                     .records
@@ -285,7 +281,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 i
             );
         }
-        let mut unresolved: Vec<String> = IdempotencyBackend::list_unresolved(&store, now)
+        let mut unresolved: Vec<String> = store
+            .list_unresolved(now)
             .unwrap()
             .iter()
             .map(|l| format!("{}/{}", l.scope.tenant(), l.key))
@@ -302,7 +299,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             .collect();
         expected.sort();
         prop_assert_eq!(unresolved, expected, "step {}", step);
-        let report = store.verify().unwrap();
+        let report = store.store().verify().unwrap();
         prop_assert!(
             report.problems.is_empty(),
             "step {}: {:?}",

@@ -8,8 +8,9 @@ mod operators_support;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use idemkit::adapters::redb::LockRetry;
 use idemkit::clock::{Clock, ManualClock, SystemClock};
-use idemkit::store::{LockRetry, Store};
+use idemkit::store::Store;
 use idemkit::{IdempotencyKey, Scope};
 use operators_support as scenario;
 use redb::{Database, ReadableDatabase, TableDefinition};
@@ -40,7 +41,9 @@ fn raw_record(db: &Path, scope: &Scope, key: &IdempotencyKey) -> Option<Vec<u8>>
 /// The store as every `idemkit` process opens it: only around each transaction,
 /// so the test's processes and raw edits can share the file.
 fn shared(db: &Path) -> Store {
-    Store::open_shared(db, LockRetry::default()).unwrap()
+    Store::from(
+        idemkit::adapters::redb::RedbAdapter::open_shared(db, LockRetry::default()).unwrap(),
+    )
 }
 
 #[test]

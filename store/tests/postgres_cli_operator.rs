@@ -10,11 +10,10 @@ mod pg_support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use idemkit::adapters::postgres::{Migrations, PgOptions, PgStore};
-use idemkit::core::machine::{ClaimOutcome, Policy};
-use idemkit::core::record::{EffectKind, StateName, StoredResponse, UnknownReason};
-use idemkit::store::IdempotencyBackend;
-use idemkit::store::Store;
+use idemkit::adapters::postgres::{Migrations, PgOptions, PostgresAdapter};
+use idemkit::core::machine::Policy;
+use idemkit::core::record::{EffectKind, StateName, StoredResponse};
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 fn idemkit(args: &[&str]) -> Output {
@@ -56,8 +55,8 @@ fn operator_commands_work_on_postgres() {
     );
 
     // One record completed with tiny windows (GC food), one Unknown.
-    let store = Store::postgres(
-        PgStore::connect_with(
+    let store = Store::from(
+        PostgresAdapter::connect_with(
             &url,
             PgOptions {
                 migrations: Migrations::CheckOnly,
@@ -73,32 +72,16 @@ fn operator_commands_work_on_postgres() {
         .with_replay_window(Duration::from_millis(1))
         .with_record_window(Duration::from_millis(1));
     let done = IdempotencyKey::new("inv-1").unwrap();
-    let ClaimOutcome::Execute { token, .. } =
-        IdempotencyBackend::claim(&store, &scope, &done, fp, "w", &short, store.now()).unwrap()
-    else {
+    let Claim::Execute(guard) = store.claim(&scope, &done, fp, "w", &short).unwrap() else {
         panic!("fresh key must execute")
     };
-    store
-        .complete(
-            &scope,
-            &done,
-            token,
-            StoredResponse::new(200, "sent"),
-            &short,
-            store.now(),
-        )
-        .unwrap();
+    guard.complete(StoredResponse::new(200, "sent")).unwrap();
     let unsure = IdempotencyKey::new("inv-2").unwrap();
     let external = Policy::default().with_effect(EffectKind::External);
-    let ClaimOutcome::Execute { token, .. } =
-        IdempotencyBackend::claim(&store, &scope, &unsure, fp, "w", &external, store.now())
-            .unwrap()
-    else {
+    let Claim::Execute(guard) = store.claim(&scope, &unsure, fp, "w", &external).unwrap() else {
         panic!("fresh key must execute")
     };
-    store
-        .mark_unknown(&scope, &unsure, token, UnknownReason::Crash, store.now())
-        .unwrap();
+    guard.mark_unknown("crash").unwrap();
 
     let stats = json(&idemkit(&[&["stats", "--json"][..], &pg].concat()));
     assert_eq!(

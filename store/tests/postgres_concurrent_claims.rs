@@ -14,11 +14,10 @@ mod pg_support;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use idemkit::adapters::postgres::{PgClock, PgStore};
-use idemkit::core::machine::{ClaimOutcome, Policy};
+use idemkit::adapters::postgres::{PgClock, PostgresAdapter};
+use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StateName, StoredResponse};
-use idemkit::store::IdempotencyBackend;
-use idemkit::store::Store;
+use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const INSTANCES: usize = 4;
@@ -31,21 +30,20 @@ fn instances(clock: &PgClock) -> Vec<Store> {
     let schema = pg_support::unique_schema("race");
     (0..INSTANCES)
         .map(|_| {
-            PgStore::connect_with(
+            PostgresAdapter::connect_with(
                 &url,
                 pg_support::options(&schema, THREADS_PER_INSTANCE as u32),
             )
             .unwrap()
             .with_clock(clock.clone())
         })
-        .map(Store::postgres)
+        .map(Store::from)
         .collect()
 }
 
 /// Every thread claims `key` at once; returns the answers' names. (The stores
-/// decide by the database's clock: the trait's `now` argument is not used.)
+/// decide by the database's clock.)
 fn race(stores: &[Store], key: &IdempotencyKey, policy: &Policy) -> Vec<&'static str> {
-    let now = stores[0].now();
     let scope = Scope::new("acme", "charge").unwrap();
     let barrier = Arc::new(Barrier::new(INSTANCES * THREADS_PER_INSTANCE));
     std::thread::scope(|s| {
@@ -55,32 +53,24 @@ fn race(stores: &[Store], key: &IdempotencyKey, policy: &Policy) -> Vec<&'static
                 let (scope, barrier) = (&scope, &barrier);
                 s.spawn(move || {
                     barrier.wait();
-                    let outcome = IdempotencyBackend::claim(
-                        store,
-                        scope,
-                        key,
-                        Fingerprint::from_bytes([1; 32]),
-                        &format!("t{t}"),
-                        policy,
-                        now,
-                    )
-                    .unwrap();
+                    let outcome = store
+                        .claim(
+                            scope,
+                            key,
+                            Fingerprint::from_bytes([1; 32]),
+                            &format!("t{t}"),
+                            policy,
+                        )
+                        .unwrap();
                     match outcome {
-                        ClaimOutcome::Execute { token, .. } => {
-                            store
-                                .complete(
-                                    scope,
-                                    key,
-                                    token,
-                                    StoredResponse::new(200, format!("by t{t}").into_bytes()),
-                                    policy,
-                                    now,
-                                )
+                        Claim::Execute(guard) => {
+                            guard
+                                .complete(StoredResponse::new(200, format!("by t{t}").into_bytes()))
                                 .unwrap();
                             "execute"
                         }
-                        ClaimOutcome::InFlight { .. } => "in-flight",
-                        ClaimOutcome::Replay { .. } => "replay",
+                        Claim::InFlight { .. } => "in-flight",
+                        Claim::Replay { .. } => "replay",
                         other => panic!("unexpected answer {other:?}"),
                     }
                 })
@@ -119,18 +109,17 @@ fn racing_takeovers_of_an_expired_lease_yield_one_execute() {
     for k in 0..KEYS {
         let key = IdempotencyKey::new(&format!("stale-{k}")).unwrap();
         // A worker claims and crashes: the record stays Running until its lease ends.
-        match IdempotencyBackend::claim(
-            &stores[0],
-            &scope,
-            &key,
-            Fingerprint::from_bytes([1; 32]),
-            "crashed",
-            &policy,
-            stores[0].now(),
-        )
-        .unwrap()
+        match stores[0]
+            .claim(
+                &scope,
+                &key,
+                Fingerprint::from_bytes([1; 32]),
+                "crashed",
+                &policy,
+            )
+            .unwrap()
         {
-            ClaimOutcome::Execute { .. } => {}
+            Claim::Execute(guard) => guard.abandon(),
             other => panic!("expected Execute, got {other:?}"),
         }
         // 31 s later by every instance's clock (the database's, moved by the test).

@@ -1,8 +1,8 @@
-//! The backend conformance suite (`idemkit::conformance`) against PostgreSQL: the
-//! same decision table as the redb store, each check in a fresh schema. The
-//! suite drives exact virtual time, so these stores take the callers' `now`
-//! (`PgClock::given_by_caller`), through the same statements and decisions as
-//! the database's clock.
+//! The conformance suite (`idemkit::conformance`) against PostgreSQL: the
+//! same decision table as over redb, each check in a fresh schema. The suite
+//! drives exact virtual time: the adapter's statements take it in place of the
+//! server's clock (`PgClock::following`), through the same statements and
+//! decisions as the database's clock.
 //!
 //! Needs a server: run through scripts/with-postgres.sh (feature `postgres`).
 
@@ -10,18 +10,18 @@
 
 mod pg_support;
 
-use idemkit::adapters::postgres::{Migrations, PgClock, PgError, PgStore, SCHEMA_VERSION};
+use idemkit::adapters::postgres::{Migrations, PgClock, PgError, PostgresAdapter, SCHEMA_VERSION};
 use idemkit::conformance;
 use idemkit::store::Store;
 
 #[test]
 fn postgres_conforms() {
     let made = std::cell::Cell::new(0);
-    conformance::run_all(|| {
+    conformance::run_all(|clock| {
         made.set(made.get() + 1);
-        Store::postgres(pg_support::fresh_store("conf").with_clock(PgClock::given_by_caller()))
+        Store::from(pg_support::fresh_store("conf").with_clock(PgClock::following(clock)))
     });
-    assert_eq!(made.get(), conformance::checks::<Store>().len());
+    assert_eq!(made.get(), conformance::checks().len());
 }
 
 #[test]
@@ -39,7 +39,7 @@ fn migrations_are_versioned_and_idempotent() {
         migrations: Migrations::CheckOnly,
         ..opts.clone()
     };
-    match PgStore::connect_with(&url, check_only.clone()) {
+    match PostgresAdapter::connect_with(&url, check_only.clone()) {
         Err(PgError::Schema {
             found: 0, expected, ..
         }) => assert_eq!(expected, SCHEMA_VERSION),
@@ -49,10 +49,10 @@ fn migrations_are_versioned_and_idempotent() {
     std::thread::scope(|s| {
         for _ in 0..4 {
             let (url, opts) = (&url, opts.clone());
-            s.spawn(move || PgStore::connect_with(url, opts).unwrap());
+            s.spawn(move || PostgresAdapter::connect_with(url, opts).unwrap());
         }
     });
-    let store = PgStore::connect_with(&url, check_only).unwrap();
+    let store = PostgresAdapter::connect_with(&url, check_only).unwrap();
     assert_eq!(store.migrate().unwrap(), SCHEMA_VERSION, "already current");
 }
 
@@ -60,22 +60,25 @@ fn migrations_are_versioned_and_idempotent() {
 fn the_printed_script_builds_the_same_schema() {
     let url = pg_support::url();
     let schema = pg_support::unique_schema("print");
-    let script = PgStore::migration_script(Some(&schema)).unwrap();
+    let script = PostgresAdapter::migration_script(Some(&schema)).unwrap();
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client.batch_execute(&script).unwrap();
     let opts = idemkit::adapters::postgres::PgOptions {
         migrations: Migrations::CheckOnly,
         ..pg_support::options(&schema, 2)
     };
-    let store = Store::postgres(
-        PgStore::connect_with(&url, opts)
+    let clock =
+        idemkit::clock::ManualClock::new(idemkit::UnixMillis::from_millis(1_800_000_000_000));
+    let store = Store::from(
+        PostgresAdapter::connect_with(&url, opts)
             .unwrap()
-            .with_clock(PgClock::given_by_caller()),
+            .with_clock(PgClock::following(clock.clone())),
     );
-    conformance::checks::<Store>()
+    let subject = conformance::Subject::new(store, clock);
+    conformance::checks()
         .into_iter()
         .find(|(name, _)| *name == "completion_replays")
-        .map(|(_, check)| check(&store))
+        .map(|(_, check)| check(&subject))
         .unwrap();
 }
 
@@ -88,7 +91,7 @@ fn unreachable_server_is_a_typed_unavailable_error() {
     };
     // The URL variable is still required: this file only runs under the script.
     let _ = pg_support::url();
-    match PgStore::connect_with("postgres://postgres@127.0.0.1:1/postgres", opts) {
+    match PostgresAdapter::connect_with("postgres://postgres@127.0.0.1:1/postgres", opts) {
         Err(e) => assert!(e.is_unavailable(), "{e}"),
         Ok(_) => panic!("connected to a closed port"),
     }
@@ -114,13 +117,13 @@ fn the_database_clock_estimates_only_short_intervals_of_its_own_time() {
         None,
         "too long ago: read"
     );
-    // A moved clock (tests' offsets) and a caller's clock are always read.
+    // A moved clock (tests' offsets) and a followed clock are always read.
     let moved = PgClock::database();
     moved.advance(Duration::from_secs(5));
     let offset = store.clone().with_clock(moved).database_clock();
     assert_eq!(offset.estimate_after(at, short), None);
     let given = store
-        .with_clock(PgClock::given_by_caller())
+        .with_clock(PgClock::following(idemkit::clock::ManualClock::new(at)))
         .database_clock();
     assert_eq!(given.estimate_after(at, short), None);
 }
@@ -157,7 +160,7 @@ fn without_a_schema_the_tables_are_public_whatever_the_search_path() {
         ..idemkit::adapters::postgres::PgOptions::default()
     };
 
-    let store = Store::postgres(PgStore::connect_with(&steered, options.clone()).unwrap());
+    let store = Store::from(PostgresAdapter::connect_with(&steered, options.clone()).unwrap());
     let scope = Scope::new("acme", "orders.create").unwrap();
     let key = IdempotencyKey::new("k-public").unwrap();
     let fingerprint = Fingerprint::from_bytes([7; 32]);
@@ -193,7 +196,7 @@ fn without_a_schema_the_tables_are_public_whatever_the_search_path() {
     client
         .batch_execute("CREATE TABLE elsewhere.idemkit_records (x int)")
         .unwrap();
-    match PgStore::connect_with(&steered, options) {
+    match PostgresAdapter::connect_with(&steered, options) {
         Err(e) => assert!(e.to_string().contains("\"elsewhere\""), "{e}"),
         Ok(_) => panic!("tables found through the search path were ignored"),
     }

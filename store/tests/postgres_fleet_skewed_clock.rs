@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
-use idemkit::adapters::postgres::PgStore;
+use idemkit::adapters::postgres::PostgresAdapter;
 use idemkit::core::record::{RecordState, StateName};
 use idemkit::store::Store;
 use support::{Reply, Service};
@@ -133,7 +133,7 @@ fn retry_on_an_instance_two_minutes_ahead_waits_for_the_running_booking() {
         "the skewed instance is only {skew:?} ahead"
     );
     let observer =
-        Store::postgres(PgStore::connect_with(&url, pg_support::options(&schema, 1)).unwrap());
+        Store::from(PostgresAdapter::connect_with(&url, pg_support::options(&schema, 1)).unwrap());
 
     // The first client books on the honest instance; the provider takes its time.
     let (first, retry_after) = std::thread::scope(|s| {

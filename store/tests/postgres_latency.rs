@@ -11,27 +11,15 @@ mod pg_support;
 
 use std::time::{Duration, Instant};
 
-use idemkit::core::machine::{ClaimOutcome, Policy};
+use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::store::IdempotencyBackend;
-use idemkit::store::Store;
-use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+use idemkit::store::{Claim, Store};
+use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const ROUNDS: usize = 300;
 
-fn now() -> UnixMillis {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    UnixMillis::from_millis(u64::try_from(ms).unwrap())
-}
-
 /// Per round: (claim + complete of a fresh key, claim of the same key = replay).
-fn measure<B: IdempotencyBackend>(b: &B, label: &str) -> (Vec<Duration>, Vec<Duration>)
-where
-    B::Error: std::fmt::Debug,
-{
+fn measure(b: &Store, label: &str) -> (Vec<Duration>, Vec<Duration>) {
     let scope = Scope::new("bench", "latency").unwrap();
     let policy = Policy::default().with_effect(EffectKind::Local);
     let fp = Fingerprint::from_bytes([3; 32]);
@@ -40,24 +28,16 @@ where
     for i in 0..ROUNDS {
         let key = IdempotencyKey::new(&format!("{label}-{i}")).unwrap();
         let started = Instant::now();
-        let ClaimOutcome::Execute { token, .. } =
-            b.claim(&scope, &key, fp, "bench", &policy, now()).unwrap()
-        else {
+        let Claim::Execute(guard) = b.claim(&scope, &key, fp, "bench", &policy).unwrap() else {
             panic!("a fresh key must execute");
         };
-        b.complete(
-            &scope,
-            &key,
-            token,
-            StoredResponse::new(201, vec![b'x'; 256]),
-            &policy,
-            now(),
-        )
-        .unwrap();
+        guard
+            .complete(StoredResponse::new(201, vec![b'x'; 256]))
+            .unwrap();
         execute.push(started.elapsed());
         let started = Instant::now();
-        match b.claim(&scope, &key, fp, "bench", &policy, now()).unwrap() {
-            ClaimOutcome::Replay { response } => assert_eq!(response.status, 201),
+        match b.claim(&scope, &key, fp, "bench", &policy).unwrap() {
+            Claim::Replay { response, .. } => assert_eq!(response.status, 201),
             other => panic!("a completed key must replay, got {other:?}"),
         }
         replay.push(started.elapsed());
@@ -85,8 +65,8 @@ fn report(name: &str, (mut execute, mut replay): (Vec<Duration>, Vec<Duration>))
 #[test]
 fn claim_complete_latency_redb_and_postgres() {
     let dir = tempfile::tempdir().unwrap();
-    let redb = Store::open(dir.path().join("latency.redb")).unwrap();
-    let pg = Store::postgres(pg_support::fresh_store("latency"));
+    let redb = idemkit::open(dir.path().join("latency.redb")).unwrap();
+    let pg = Store::from(pg_support::fresh_store("latency"));
     // Warm both (pool connections, page cache) before measuring.
     let _ = measure(&redb, "warm");
     let _ = measure(&pg, "warm");

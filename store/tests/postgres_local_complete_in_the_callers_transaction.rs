@@ -19,7 +19,7 @@ mod pg_support;
 
 use std::time::Duration;
 
-use idemkit::adapters::postgres::{PgClock, PgStore};
+use idemkit::adapters::postgres::{PgClock, PostgresAdapter};
 use idemkit::core::machine::TransitionError;
 use idemkit::core::record::StateName;
 use idemkit::local::LocalError;
@@ -28,10 +28,10 @@ use local_support::{claim, created, guard, state};
 
 /// A store in a fresh schema with the service's own `notes` table beside
 /// idemkit's, and the clock tests move.
-fn fresh(tag: &str) -> (Store, PgStore, PgClock, String) {
+fn fresh(tag: &str) -> (Store, PostgresAdapter, PgClock, String) {
     let schema = pg_support::unique_schema(tag);
     let clock = PgClock::database();
-    let pg = PgStore::connect_with(&pg_support::url(), pg_support::options(&schema, 4))
+    let pg = PostgresAdapter::connect_with(&pg_support::url(), pg_support::options(&schema, 4))
         .unwrap()
         .with_clock(clock.clone());
     pg.connection()
@@ -40,10 +40,10 @@ fn fresh(tag: &str) -> (Store, PgStore, PgClock, String) {
             "CREATE TABLE \"{schema}\".notes (id text PRIMARY KEY, body text NOT NULL)"
         ))
         .unwrap();
-    (Store::postgres(pg.clone()), pg, clock, schema)
+    (Store::from(pg.clone()), pg, clock, schema)
 }
 
-fn notes(pg: &PgStore, schema: &str) -> Vec<String> {
+fn notes(pg: &PostgresAdapter, schema: &str) -> Vec<String> {
     pg.connection()
         .unwrap()
         .query(

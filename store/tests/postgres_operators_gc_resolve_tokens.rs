@@ -12,15 +12,15 @@ mod pg_support;
 
 use std::process::{Command, Output};
 
-use idemkit::adapters::postgres::{PgClock, PgStore};
+use idemkit::adapters::postgres::{PgClock, PostgresAdapter};
 use idemkit::store::Store;
 use idemkit::{IdempotencyKey, Scope};
 use operators_support as scenario;
 
 /// A migrated store in a fresh schema, and the arguments that point the CLI at it.
-fn fresh(tag: &str) -> (PgStore, String) {
+fn fresh(tag: &str) -> (PostgresAdapter, String) {
     let schema = pg_support::unique_schema(tag);
-    let pg = PgStore::connect_with(&pg_support::url(), pg_support::options(&schema, 4))
+    let pg = PostgresAdapter::connect_with(&pg_support::url(), pg_support::options(&schema, 4))
         .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", pg_support::url()));
     (pg, schema)
 }
@@ -55,7 +55,7 @@ fn raw_present(schema: &str, scope: &Scope, key: &IdempotencyKey) -> bool {
 fn postgres_gc_past_a_damaged_record_deletes_the_rest_and_keeps_it() {
     let (pg, schema) = fresh("gcdamaged");
     scenario::gc_past_a_damaged_record(
-        &Store::postgres(pg),
+        &Store::from(pg),
         |scope, key| {
             let n = client()
                 .execute(
@@ -77,13 +77,13 @@ fn postgres_gc_past_a_damaged_record_deletes_the_rest_and_keeps_it() {
 fn postgres_resolve_keeps_the_30_day_window_the_record_was_claimed_under() {
     let (pg, schema) = fresh("resolve30");
     scenario::resolve_keeps_a_30_day_window(
-        &Store::postgres(pg.clone()),
+        &Store::from(pg.clone()),
         |args| idemkit("resolve", &schema, args),
         || {
             // The database's own clock, read 8 days ahead.
             let day_8 = PgClock::database();
             day_8.advance(8 * scenario::DAY);
-            Store::postgres(pg.clone().with_clock(day_8))
+            Store::from(pg.clone().with_clock(day_8))
         },
     );
 }
@@ -93,14 +93,15 @@ fn postgres_a_token_after_gc_is_above_every_token_of_the_deleted_record() {
     let (pg, schema) = fresh("tokengc");
     let clock = PgClock::database();
     scenario::tokens_never_repeat_after_gc(
-        &Store::postgres(pg.clone().with_clock(clock.clone())),
+        &Store::from(pg.clone().with_clock(clock.clone())),
         |by| clock.advance(by),
         || {
             // A second store over the same schema: its cached floor starts at 0,
             // so only the database's floor keeps the token from repeating.
             let again =
-                PgStore::connect_with(&pg_support::url(), pg_support::options(&schema, 2)).unwrap();
-            Store::postgres(again.with_clock(clock.clone()))
+                PostgresAdapter::connect_with(&pg_support::url(), pg_support::options(&schema, 2))
+                    .unwrap();
+            Store::from(again.with_clock(clock.clone()))
         },
     );
 }
@@ -108,5 +109,5 @@ fn postgres_a_token_after_gc_is_above_every_token_of_the_deleted_record() {
 #[test]
 fn postgres_list_page_walks_every_record_a_page_at_a_time() {
     let (pg, _schema) = fresh("listpage");
-    scenario::list_page_walks_every_record_a_page_at_a_time(&Store::postgres(pg));
+    scenario::list_page_walks_every_record_a_page_at_a_time(&Store::from(pg));
 }

@@ -31,12 +31,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idemkit::adapters::postgres::{PgError, PgOptions, PgStore};
-use idemkit::core::machine::{ClaimOutcome, Policy};
+use idemkit::adapters::postgres::{PgError, PgOptions, PostgresAdapter};
+use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, RecordState, StateName, StoredResponse};
-use idemkit::store::IdempotencyBackend;
-use idemkit::store::{Claim, Error, Store};
-use idemkit::{Fingerprint, IdempotencyKey, Scope, UnixMillis};
+use idemkit::store::{Claim, Store};
+use idemkit::{Fingerprint, IdempotencyKey, Scope};
 
 const KEYS: usize = 120;
 const CLIENTS: usize = 8;
@@ -84,16 +83,17 @@ fn start_server() {
 }
 
 /// Whether the engine's error is PostgreSQL's `Unavailable` (503 and retry).
-fn unavailable_pg(e: &Error) -> bool {
-    matches!(e, Error::Storage(s) if s.downcast_ref::<PgError>().is_some_and(PgError::is_unavailable))
-}
-
-fn now() -> UnixMillis {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    UnixMillis::from_millis(u64::try_from(ms).unwrap())
+fn unavailable_pg(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if e.downcast_ref::<PgError>()
+            .is_some_and(PgError::is_unavailable)
+        {
+            return true;
+        }
+        at = e.source();
+    }
+    false
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let _ = pg_support::url();
     let _ = env("IDEMKIT_TEST_PG_DATA");
-    let store = Store::postgres(pg_support::fresh_store("restart"));
+    let store = Store::from(pg_support::fresh_store("restart"));
     let scope = Scope::new("acme", "appointments.create").unwrap();
     // Local effect and a lease longer than the outage: a worker that lost its
     // completion to the outage still holds the lease when the server is back. (A
@@ -130,7 +130,7 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
                     let deadline = Instant::now() + Duration::from_secs(60);
                     loop {
                         assert!(Instant::now() < deadline, "appt-{k} never settled");
-                        let note = |e: &Error| {
+                        let note = |e: &(dyn std::error::Error + 'static)| {
                             if unavailable_pg(e) {
                                 unavailable.fetch_add(1, Ordering::Relaxed);
                             } else {
@@ -138,30 +138,16 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
                             }
                         };
                         let fp = Fingerprint::from_bytes([7; 32]);
-                        match IdempotencyBackend::claim(
-                            store,
-                            scope,
-                            &key,
-                            fp,
-                            &format!("c{c}"),
-                            policy,
-                            now(),
-                        ) {
+                        match store.claim(scope, &key, fp, &format!("c{c}"), policy) {
                             Err(e) => note(&e), // 503: the client retries later
-                            Ok(ClaimOutcome::Execute { token, .. }) => {
+                            Ok(Claim::Execute(mut guard)) => {
+                                let token = guard.token();
                                 *executions.lock().unwrap().entry(k).or_insert(0) += 1;
                                 // Slow the run down so the outage lands mid-flight.
                                 std::thread::sleep(Duration::from_millis(5));
                                 let response = StoredResponse::new(201, format!("booked {k}"));
                                 loop {
-                                    match store.complete(
-                                        scope,
-                                        &key,
-                                        token,
-                                        response.clone(),
-                                        policy,
-                                        now(),
-                                    ) {
+                                    match guard.try_complete(&response) {
                                         Ok(()) => break,
                                         Err(e) if unavailable_pg(&e) => {
                                             note(&e);
@@ -185,17 +171,18 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
                                         Err(e) => panic!("complete: {e}"),
                                     }
                                 }
+                                guard.abandon();
                                 completed.fetch_add(1, Ordering::Relaxed);
                                 break;
                             }
-                            Ok(ClaimOutcome::Replay { response }) => {
+                            Ok(Claim::Replay { response, .. }) => {
                                 assert_eq!(
                                     response.body.unwrap(),
                                     format!("booked {k}").into_bytes()
                                 );
                                 break;
                             }
-                            Ok(ClaimOutcome::InFlight { .. }) => {}
+                            Ok(Claim::InFlight { .. }) => {}
                             Ok(other) => panic!("appt-{k}: unexpected {other:?}"),
                         }
                         std::thread::sleep(Duration::from_millis(20));
@@ -214,14 +201,12 @@ fn restart_mid_run_fails_typed_and_never_double_executes() {
         let down_at = completed.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(1_000));
         // While down, a direct call is a typed error too.
-        match IdempotencyBackend::claim(
-            &store,
+        match store.claim(
             &scope,
             &IdempotencyKey::new("probe").unwrap(),
             Fingerprint::from_bytes([1; 32]),
             "probe",
             &policy,
-            now(),
         ) {
             Err(e) => assert!(unavailable_pg(&e), "{e}"),
             Ok(o) => panic!("claimed while the server was down: {o:?}"),
@@ -271,7 +256,7 @@ fn a_restart_between_operations_costs_no_operation() {
         validate_after_idle: Duration::from_secs(3_600),
         ..pg_support::options(&schema, 4)
     };
-    let store = Store::postgres(PgStore::connect_with(&pg_support::url(), options).unwrap());
+    let store = Store::from(PostgresAdapter::connect_with(&pg_support::url(), options).unwrap());
     let scope = Scope::new("acme", "restart.quick").unwrap();
     let policy = Policy::default().with_effect(EffectKind::Local);
     let run = |key: String| -> Result<(), String> {
@@ -329,8 +314,9 @@ fn sixteen_clients_through_a_restart_every_operation_after_it_succeeds() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let schema = pg_support::unique_schema("restart16");
-    let store = Store::postgres(
-        PgStore::connect_with(&pg_support::url(), pg_support::options(&schema, 16)).unwrap(),
+    let store = Store::from(
+        PostgresAdapter::connect_with(&pg_support::url(), pg_support::options(&schema, 16))
+            .unwrap(),
     );
     let scope = Scope::new("acme", "restart.sixteen").unwrap();
     let policy = Policy::default().with_effect(EffectKind::External);

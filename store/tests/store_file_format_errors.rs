@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 
 use idemkit::adapters::redb::FORMAT_VERSION;
+use idemkit::adapters::redb::{LockRetry, OpenError};
 use idemkit::core::machine::{Policy, Resolution};
 use idemkit::core::record::StateName;
-use idemkit::store::{Claim, ClaimError, LockRetry, OpenError, StorageError, Store};
+use idemkit::store::{Claim, ClaimError, StorageError, Store};
 use idemkit::{Fingerprint, IdempotencyKey, Scope};
 use redb::ReadableDatabase;
 
@@ -26,14 +27,14 @@ fn raw_write(path: &std::path::Path, f: impl FnOnce(&redb::WriteTransaction)) {
 fn a_newer_store_format_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("future.redb");
-    drop(Store::open(&path).unwrap());
+    drop(idemkit::open(&path).unwrap());
     raw_write(&path, |txn| {
         txn.open_table(META)
             .unwrap()
             .insert("format", (FORMAT_VERSION + 1).to_le_bytes().as_slice())
             .unwrap();
     });
-    match Store::open(&path) {
+    match idemkit::open(&path) {
         Err(OpenError::UnsupportedFormat { found, supported }) => {
             assert_eq!((found, supported), (FORMAT_VERSION + 1, FORMAT_VERSION));
         }
@@ -45,7 +46,7 @@ fn a_newer_store_format_is_refused() {
 fn undecodable_record_bytes_are_a_typed_error_naming_the_record() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad-record.redb");
-    drop(Store::open(&path).unwrap());
+    drop(idemkit::open(&path).unwrap());
     let scope = Scope::new("acme", "charge").unwrap();
     let key = IdempotencyKey::new("k").unwrap();
     let id = scope.record_id(&key);
@@ -56,7 +57,7 @@ fn undecodable_record_bytes_are_a_typed_error_naming_the_record() {
                 .insert(id.as_bytes(), bytes)
                 .unwrap();
         });
-        let store = Store::open(&path).unwrap();
+        let store = idemkit::open(&path).unwrap();
         let claim = store.claim(
             &scope,
             &key,
@@ -121,9 +122,12 @@ fn a_format_1_file_opens_upgraded_with_every_record() {
         let path = format_1_copy(dir.path());
         assert_eq!(format_in(&path), 1);
         let store = if shared {
-            Store::open_shared(&path, LockRetry::default()).unwrap()
+            Store::from(
+                idemkit::adapters::redb::RedbAdapter::open_shared(&path, LockRetry::default())
+                    .unwrap(),
+            )
         } else {
-            Store::open(&path).unwrap()
+            idemkit::open(&path).unwrap()
         };
         let states: BTreeMap<String, StateName> = store
             .list(None)
@@ -177,7 +181,7 @@ fn a_format_1_file_opens_upgraded_with_every_record() {
         drop(store);
         assert_eq!(format_in(&path), FORMAT_VERSION, "shared: {shared}");
         // And it opens again as format 2, unchanged.
-        let store = Store::open(&path).unwrap();
+        let store = idemkit::open(&path).unwrap();
         assert_eq!(store.list(None).unwrap().len(), 5);
         assert!(store.verify().unwrap().problems.is_empty());
     }

@@ -200,7 +200,7 @@ fn store_json(p: &mut StoreProbe) -> serde_json::Value {
 }
 
 fn durable(dir: &Path, ops: usize) -> Result<serde_json::Value, Error> {
-    let store = Store::open(dir.join("durable.redb"))?;
+    let store = idemkit::open(dir.join("durable.redb"))?;
     let mut p = probe(&[&store], dir, "durable", ops)?;
     let mut v = p
         .stores
@@ -220,7 +220,7 @@ fn durable(dir: &Path, ops: usize) -> Result<serde_json::Value, Error> {
 fn io_per_op(dir: &Path) -> Result<serde_json::Value, Error> {
     let counts = Arc::new(scale::IoCounts::default());
     let backend = scale::CountingFile::open(&dir.join("counted.redb"), Arc::clone(&counts))?;
-    let store = Store::with_backend(backend)?;
+    let store = Store::from(idemkit::adapters::redb::RedbAdapter::with_backend(backend)?);
     let scope = scale::scope();
     let policy = Policy::default().with_effect(EffectKind::Local);
     let fp = fingerprint();
@@ -299,7 +299,7 @@ fn prepare(dir: &Path, records: u64, cache: Option<&Path>) -> Result<Prepared, E
         Some(took)
     };
     let t = Instant::now();
-    let store = Store::open(&path)?;
+    let store = idemkit::open(&path)?;
     Ok(Prepared {
         store,
         records,
@@ -391,7 +391,7 @@ fn gc_figure(
     eprintln!("idemkit-latency gc: filling {records} records");
     let fill_time = scale::fill(&path, records, short, ManualClock::new(t0))?;
     let clock = ManualClock::new(t0.saturating_add(Duration::from_secs(3600)));
-    let store = Store::open(&path)?.with_clock(clock);
+    let store = idemkit::open(&path)?.with_clock(clock);
 
     let run_claims = |stop: Arc<AtomicBool>, tag: &'static str| {
         let mut handles = Vec::new();

@@ -789,15 +789,15 @@ fn main() -> std::process::ExitCode {
 /// The store: PostgreSQL when --postgres is given, else the --db file.
 fn open_store(args: &Args) -> Result<Store, String> {
     match &args.postgres {
-        None => Store::open(&args.db).map_err(|e| format!("{}: {e}", args.db.display())),
+        None => idemkit::open(&args.db).map_err(|e| format!("{}: {e}", args.db.display())),
         #[cfg(feature = "postgres")]
         Some(url) => {
             let options = idemkit::adapters::postgres::PgOptions {
                 schema: args.pg_schema.clone(),
                 ..Default::default()
             };
-            idemkit::adapters::postgres::PgStore::connect_with(url, options)
-                .map(Store::postgres)
+            idemkit::adapters::postgres::PostgresAdapter::connect_with(url, options)
+                .map(Store::from)
                 .map_err(|e| format!("--postgres: {e}"))
         }
         #[cfg(not(feature = "postgres"))]

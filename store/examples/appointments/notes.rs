@@ -46,7 +46,7 @@ struct AddNote {
 /// table is created by the first note).
 pub(crate) fn prepare(store: &idemkit::store::Store) -> Result<(), String> {
     #[cfg(feature = "postgres")]
-    if let Some(pg) = store.adapter_as::<idemkit::adapters::postgres::PgStore>() {
+    if let Some(pg) = store.adapter_as::<idemkit::adapters::postgres::PostgresAdapter>() {
         let mut conn = pg.connection().map_err(|e| e.to_string())?;
         conn.batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {} (tenant text NOT NULL, appointment_id text NOT NULL, \
@@ -60,7 +60,7 @@ pub(crate) fn prepare(store: &idemkit::store::Store) -> Result<(), String> {
 }
 
 #[cfg(feature = "postgres")]
-fn pg_table(pg: &idemkit::adapters::postgres::PgStore) -> String {
+fn pg_table(pg: &idemkit::adapters::postgres::PostgresAdapter) -> String {
     match pg.schema() {
         Some(schema) => format!("\"{schema}\".appointment_notes"),
         None => "appointment_notes".to_owned(),
@@ -193,7 +193,7 @@ async fn write(
     #[cfg(feature = "postgres")]
     if app
         .store
-        .adapter_as::<idemkit::adapters::postgres::PgStore>()
+        .adapter_as::<idemkit::adapters::postgres::PostgresAdapter>()
         .is_some()
     {
         let (a, exec) = (Arc::clone(app), exec.clone());
@@ -233,7 +233,7 @@ fn write_postgres(
 ) -> Result<(), String> {
     let Some(pg) = app
         .store
-        .adapter_as::<idemkit::adapters::postgres::PgStore>()
+        .adapter_as::<idemkit::adapters::postgres::PostgresAdapter>()
     else {
         return Err("not a PostgreSQL store".to_owned());
     };
@@ -302,7 +302,7 @@ fn read_notes(app: &App, tenant: &str, appointment: &str) -> Result<Vec<Vec<u8>>
     #[cfg(feature = "postgres")]
     if let Some(pg) = app
         .store
-        .adapter_as::<idemkit::adapters::postgres::PgStore>()
+        .adapter_as::<idemkit::adapters::postgres::PostgresAdapter>()
     {
         let mut conn = pg.connection().map_err(|e| e.to_string())?;
         let rows = conn

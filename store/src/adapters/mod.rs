@@ -12,12 +12,16 @@
 //! | [`delete`](Adapter::delete) | removes the record that was read and raises the token floor to its last token | the stored version is not the one read |
 //! | [`scan`](Adapter::scan) | lists records by lease expiry, GC due time, Unknown, or all, in bounded pages | — |
 //!
-//! The provided methods have defaults an adapter may improve on:
+//! Eight provided methods have defaults an adapter may improve on:
 //! [`write_all`](Adapter::write_all) (several writes at once: one fsync on
 //! redb), [`clock`](Adapter::clock) (a database that keeps the time),
 //! [`may_block`](Adapter::may_block) (whether a call may wait),
-//! [`bytes_on_disk`](Adapter::bytes_on_disk) (for `stats`) and
-//! [`health`](Adapter::health) (whether it can write now, for health checks).
+//! [`bytes_on_disk`](Adapter::bytes_on_disk) (for `stats`),
+//! [`held_alone`](Adapter::held_alone) (no other process can hold a lease),
+//! [`health`](Adapter::health) (whether it can write now),
+//! [`with_lock_wait`](Adapter::with_lock_wait) (a bounded wait for another
+//! process's lock) and [`verify`](Adapter::verify) (the adapter's own
+//! structures, for `verify`).
 //!
 //! The engine reads, lets `idemkit_core::machine::apply` decide, and writes with
 //! one of the conditional methods; a refused write means another writer came
@@ -48,7 +52,7 @@ pub mod redb;
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use idemkit_core::record::Record;
 use idemkit_core::{LogRef, RecordId, UnixMillis};
@@ -313,8 +317,8 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
     /// Whether this process holds the database alone: no other process can
     /// read or write it while this adapter lives (a redb file kept open, which
     /// redb locks). Then every Running record found at open was left by a
-    /// process that is gone, and [`Store::open`](crate::store::Store::open)
-    /// settles it at once instead of waiting for its lease. The default says
+    /// process that is gone, and [`crate::open`] settles it at once instead of
+    /// waiting for its lease. The default says
     /// no: a shared database's leases may belong to live processes.
     fn held_alone(&self) -> bool {
         false
@@ -327,6 +331,25 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
     /// met them has nothing to report between calls.
     fn health(&self) -> Health {
         Health::writable()
+    }
+
+    /// Another handle on the same database whose calls wait at most `wait`
+    /// for a lock another process holds (a redb file shared between
+    /// processes), for a caller that must not wait longer (a lease renewal:
+    /// [`Renewer::renew_within`](crate::store::Renewer::renew_within)).
+    /// `None` (the default): this adapter never waits for another process.
+    fn with_lock_wait(&self, wait: Duration) -> Option<Arc<dyn Adapter>> {
+        let _ = wait;
+        None
+    }
+
+    /// Checks the adapter's own structures against its records (redb's
+    /// indexes), for [`Store::verify`](crate::store::Store::verify): the
+    /// records checked and one line per problem. `None` (the default): the
+    /// adapter keeps nothing beside its records, and the engine checks that
+    /// each one decodes.
+    fn verify(&self) -> Option<Result<(u64, Vec<String>), AdapterError>> {
+        None
     }
 
     /// Applies several conditional writes, each refused or applied on its own

@@ -1,17 +1,19 @@
-//! The conformance suite: the decision table of docs/architecture.md, checked through the
-//! [`IdempotencyBackend`] trait of the engine, so that the engine over every
-//! adapter (redb file-backed, shared and in memory, and the memory adapter, in
-//! `tests/conformance.rs`; PostgreSQL, in `tests/postgres_conformance.rs`) gives
-//! the same answers; and [`seam`], what each adapter must do on its own. The JavaScript platform
-//! stores of the npm package have a conformance suite of their own, in JavaScript
+//! The conformance suite: the decision table of docs/architecture.md, run on
+//! a [`Store`] whose clock the suite drives ([`ManualClock`]), so that the
+//! engine over every adapter gives the same answers (redb file-backed, shared
+//! and in memory, and the memory adapter, in `tests/conformance.rs`;
+//! PostgreSQL, with `PgClock::following` the suite's clock, in
+//! `tests/postgres_conformance.rs`); and [`seam`], what each adapter must do
+//! on its own. The npm package's stores have their own suite
 //! (`wasm/test/conformance.js`). Feature `testing`.
 //!
 //! ```no_run
-//! idemkit::conformance::run_all(|| idemkit::store::Store::in_memory().unwrap());
+//! idemkit::conformance::run_all(|clock| idemkit::in_memory().unwrap().with_clock(clock));
 //! ```
 //!
-//! Each check gets a fresh backend from `make` and drives virtual time itself
-//! (every method takes `now`). A failing check panics with its name, like a test.
+//! Each check gets a fresh store from `make` and a [`Subject`] over it. A
+//! failing check panics with its name, like a test.
+//!
 
 #![allow(
     clippy::unwrap_used,
@@ -32,108 +34,95 @@ use idemkit_core::record::{
 };
 use idemkit_core::{Fingerprint, IdempotencyKey, RequestFingerprint, Scope, UnixMillis};
 
-use crate::store::{BackendError, IdempotencyBackend};
+use crate::clock::ManualClock;
+use crate::store::{Store, WorkerError};
 
 pub mod seam;
+mod subject;
+
+pub use subject::Subject;
 
 /// One named check.
-pub type Check<B> = (&'static str, fn(&B));
+pub type Check = (&'static str, fn(&Subject));
 
 /// Every check, by name.
 #[must_use]
-pub fn checks<B: IdempotencyBackend>() -> Vec<Check<B>> {
+pub fn checks() -> Vec<Check> {
     vec![
-        ("first_claim_executes", first_claim_executes::<B>),
+        ("first_claim_executes", first_claim_executes),
         (
             "concurrent_attempt_is_in_flight",
-            concurrent_attempt_is_in_flight::<B>,
+            concurrent_attempt_is_in_flight,
         ),
-        ("completion_replays", completion_replays::<B>),
-        (
-            "changed_payload_is_refused",
-            changed_payload_is_refused::<B>,
-        ),
+        ("completion_replays", completion_replays),
+        ("changed_payload_is_refused", changed_payload_is_refused),
         (
             "another_request_line_is_a_mismatch",
-            another_request_line_is_a_mismatch::<B>,
+            another_request_line_is_a_mismatch,
         ),
         (
             "a_scheme_1_record_is_compared_under_scheme_1",
-            a_scheme_1_record_is_compared_under_scheme_1::<B>,
+            a_scheme_1_record_is_compared_under_scheme_1,
         ),
-        ("scopes_are_isolated", scopes_are_isolated::<B>),
-        (
-            "release_lets_a_retry_execute",
-            release_lets_a_retry_execute::<B>,
-        ),
+        ("scopes_are_isolated", scopes_are_isolated),
+        ("release_lets_a_retry_execute", release_lets_a_retry_execute),
         (
             "local_lease_expiry_is_taken_over",
-            local_lease_expiry_is_taken_over::<B>,
+            local_lease_expiry_is_taken_over,
         ),
         (
             "external_lease_expiry_is_uncertain",
-            external_lease_expiry_is_uncertain::<B>,
+            external_lease_expiry_is_uncertain,
         ),
         (
             "resolve_not_applied_executes_again",
-            resolve_not_applied_executes_again::<B>,
+            resolve_not_applied_executes_again,
         ),
         (
             "mark_unknown_blocks_until_resolved",
-            mark_unknown_blocks_until_resolved::<B>,
+            mark_unknown_blocks_until_resolved,
         ),
-        ("renew_keeps_the_lease", renew_keeps_the_lease::<B>),
+        ("renew_keeps_the_lease", renew_keeps_the_lease),
         (
             "recovery_reuses_persisted_provider_keys",
-            recovery_reuses_persisted_provider_keys::<B>,
+            recovery_reuses_persisted_provider_keys,
         ),
         (
             "completed_without_body_is_response_expired",
-            completed_without_body_is_response_expired::<B>,
+            completed_without_body_is_response_expired,
         ),
-        ("gc_prunes_then_deletes", gc_prunes_then_deletes::<B>),
+        ("gc_prunes_then_deletes", gc_prunes_then_deletes),
         (
             "gc_never_touches_running_or_unknown",
-            gc_never_touches_running_or_unknown::<B>,
+            gc_never_touches_running_or_unknown,
         ),
-        (
-            "gc_runs_in_bounded_batches",
-            gc_runs_in_bounded_batches::<B>,
-        ),
-        (
-            "list_unresolved_from_indexes",
-            list_unresolved_from_indexes::<B>,
-        ),
-        (
-            "missing_record_is_not_found",
-            missing_record_is_not_found::<B>,
-        ),
+        ("gc_runs_in_bounded_batches", gc_runs_in_bounded_batches),
+        ("list_unresolved_from_indexes", list_unresolved_from_indexes),
+        ("missing_record_is_not_found", missing_record_is_not_found),
         (
             "retry_later_statuses_follow_the_effect_kind",
-            retry_later_statuses_follow_the_effect_kind::<B>,
+            retry_later_statuses_follow_the_effect_kind,
         ),
         (
             "redirects_are_stored_and_replayed",
-            redirects_are_stored_and_replayed::<B>,
+            redirects_are_stored_and_replayed,
         ),
         (
             "an_unrecorded_outcome_is_marked_unknown_never_released",
-            an_unrecorded_outcome_is_marked_unknown_never_released::<B>,
+            an_unrecorded_outcome_is_marked_unknown_never_released,
         ),
     ]
 }
 
-/// Runs every check, each on a fresh backend from `make`.
-pub fn run_all<B: IdempotencyBackend>(make: impl Fn() -> B) {
-    for (name, check) in checks::<B>() {
-        let backend = make();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&backend)));
+/// Runs every check, each on a fresh store from `make`, which must decide by
+/// the clock it is given.
+pub fn run_all(make: impl Fn(ManualClock) -> Store) {
+    for (name, check) in checks() {
+        let clock = ManualClock::new(T0);
+        let subject = Subject::new(make(clock.clone()), clock);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&subject)));
         if let Err(payload) = result {
-            let why = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
+            let why = crate::panic_text(payload.as_ref());
             panic!("conformance check {name} failed: {why}");
         }
     }
@@ -181,8 +170,8 @@ fn response(body: &str) -> StoredResponse {
     r
 }
 
-fn execute<B: IdempotencyBackend>(
-    b: &B,
+fn execute(
+    b: &Subject,
     scope: &Scope,
     k: &IdempotencyKey,
     policy: &Policy,
@@ -194,7 +183,7 @@ fn execute<B: IdempotencyBackend>(
     }
 }
 
-fn refused<E: BackendError>(result: Result<impl std::fmt::Debug, E>) -> TransitionError {
+fn refused(result: Result<impl std::fmt::Debug, WorkerError>) -> TransitionError {
     match result {
         Err(e) => e
             .transition_error()
@@ -204,7 +193,7 @@ fn refused<E: BackendError>(result: Result<impl std::fmt::Debug, E>) -> Transiti
     }
 }
 
-fn first_claim_executes<B: IdempotencyBackend>(b: &B) {
+fn first_claim_executes(b: &Subject) {
     let outcome = b
         .claim(&scope(), &key("k"), fp(1), "w", &local(), T0)
         .unwrap();
@@ -230,7 +219,7 @@ fn first_claim_executes<B: IdempotencyBackend>(b: &B) {
     assert_eq!(record.fingerprint, fp(1).value());
 }
 
-fn concurrent_attempt_is_in_flight<B: IdempotencyBackend>(b: &B) {
+fn concurrent_attempt_is_in_flight(b: &Subject) {
     execute(b, &scope(), &key("k"), &local(), T0);
     let outcome = b
         .claim(
@@ -250,7 +239,7 @@ fn concurrent_attempt_is_in_flight<B: IdempotencyBackend>(b: &B) {
     );
 }
 
-fn completion_replays<B: IdempotencyBackend>(b: &B) {
+fn completion_replays(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &external(), T0);
     b.complete(
         &scope(),
@@ -294,11 +283,7 @@ fn completion_replays<B: IdempotencyBackend>(b: &B) {
 
 /// Claims with `first`, then with each of `others` while it runs and after it
 /// completed (`response("a")`): a mismatch every time, never a write.
-fn mismatch_in_every_state<B: IdempotencyBackend>(
-    b: &B,
-    first: RequestFingerprint,
-    others: &[RequestFingerprint],
-) {
+fn mismatch_in_every_state(b: &Subject, first: RequestFingerprint, others: &[RequestFingerprint]) {
     let Ok(ClaimOutcome::Execute { token, .. }) =
         b.claim(&scope(), &key("k"), first, "w", &local(), T0)
     else {
@@ -349,7 +334,7 @@ fn mismatch_in_every_state<B: IdempotencyBackend>(
     assert_eq!(record.state.name(), StateName::Completed);
 }
 
-fn changed_payload_is_refused<B: IdempotencyBackend>(b: &B) {
+fn changed_payload_is_refused(b: &Subject) {
     mismatch_in_every_state(b, fp(1), &[fp(2)]);
 }
 
@@ -365,7 +350,7 @@ fn with_line(line: u8, body: u8) -> RequestFingerprint {
 /// One key, one body, another path or query (or no request line at all): a
 /// mismatch in every state; the same request replays, and the record keeps its
 /// scheme-2 fingerprint.
-fn another_request_line_is_a_mismatch<B: IdempotencyBackend>(b: &B) {
+fn another_request_line_is_a_mismatch(b: &Subject) {
     mismatch_in_every_state(b, with_line(7, 1), &[with_line(8, 1), fp(1)]);
     let same = b
         .claim(
@@ -393,7 +378,7 @@ fn another_request_line_is_a_mismatch<B: IdempotencyBackend>(b: &B) {
 /// A record written before the request line counted (scheme 1) is compared with
 /// a scheme-2 request's body-only fingerprint: the upgrade turns no retry into a
 /// 422, and a changed body is still refused.
-fn a_scheme_1_record_is_compared_under_scheme_1<B: IdempotencyBackend>(b: &B) {
+fn a_scheme_1_record_is_compared_under_scheme_1(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &local(), T0);
     b.complete(
         &scope(),
@@ -438,7 +423,7 @@ fn a_scheme_1_record_is_compared_under_scheme_1<B: IdempotencyBackend>(b: &B) {
     );
 }
 
-fn scopes_are_isolated<B: IdempotencyBackend>(b: &B) {
+fn scopes_are_isolated(b: &Subject) {
     let k = key("shared-key");
     let token = execute(b, &scope(), &k, &local(), T0);
     b.complete(&scope(), &k, token, response("a"), &local(), at(secs(1)))
@@ -467,7 +452,7 @@ fn scopes_are_isolated<B: IdempotencyBackend>(b: &B) {
     );
 }
 
-fn release_lets_a_retry_execute<B: IdempotencyBackend>(b: &B) {
+fn release_lets_a_retry_execute(b: &Subject) {
     let first = execute(b, &scope(), &key("k"), &local(), T0);
     b.release(&scope(), &key("k"), first, &local(), at(secs(1)))
         .unwrap();
@@ -493,7 +478,7 @@ fn release_lets_a_retry_execute<B: IdempotencyBackend>(b: &B) {
     assert!(matches!(refused(stale), TransitionError::StaleToken { .. }));
 }
 
-fn local_lease_expiry_is_taken_over<B: IdempotencyBackend>(b: &B) {
+fn local_lease_expiry_is_taken_over(b: &Subject) {
     let old = execute(b, &scope(), &key("k"), &local(), T0);
     let taken = match b
         .claim(
@@ -552,7 +537,7 @@ fn local_lease_expiry_is_taken_over<B: IdempotencyBackend>(b: &B) {
     );
 }
 
-fn external_lease_expiry_is_uncertain<B: IdempotencyBackend>(b: &B) {
+fn external_lease_expiry_is_uncertain(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &external(), T0);
     for later in [31, 100, 10_000] {
         let outcome = b
@@ -602,7 +587,7 @@ fn external_lease_expiry_is_uncertain<B: IdempotencyBackend>(b: &B) {
     assert!(b.list_unresolved(at(secs(10_004))).unwrap().is_empty());
 }
 
-fn resolve_not_applied_executes_again<B: IdempotencyBackend>(b: &B) {
+fn resolve_not_applied_executes_again(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &external(), T0);
     b.mark_unknown(
         &scope(),
@@ -627,7 +612,7 @@ fn resolve_not_applied_executes_again<B: IdempotencyBackend>(b: &B) {
     ));
 }
 
-fn mark_unknown_blocks_until_resolved<B: IdempotencyBackend>(b: &B) {
+fn mark_unknown_blocks_until_resolved(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &external(), T0);
     b.mark_unknown(
         &scope(),
@@ -674,7 +659,7 @@ fn mark_unknown_blocks_until_resolved<B: IdempotencyBackend>(b: &B) {
     );
 }
 
-fn renew_keeps_the_lease<B: IdempotencyBackend>(b: &B) {
+fn renew_keeps_the_lease(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &local(), T0);
     let expires = b
         .renew(&scope(), &key("k"), token, &local(), at(secs(25)))
@@ -699,7 +684,7 @@ fn renew_keeps_the_lease<B: IdempotencyBackend>(b: &B) {
     .unwrap();
 }
 
-fn recovery_reuses_persisted_provider_keys<B: IdempotencyBackend>(b: &B) {
+fn recovery_reuses_persisted_provider_keys(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &external(), T0);
     let start = b
         .begin_step(&scope(), &key("k"), token, "book", "pk-1", at(secs(1)))
@@ -791,7 +776,7 @@ fn recovery_reuses_persisted_provider_keys<B: IdempotencyBackend>(b: &B) {
 /// A response over the stored-response limit is recorded as completed without
 /// its body: from the first retry on (inside the replay window too) it is 410
 /// material with the resource reference, never a replay and never a new execution.
-fn completed_without_body_is_response_expired<B: IdempotencyBackend>(b: &B) {
+fn completed_without_body_is_response_expired(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &external(), T0);
     let mut large = response("large");
     large.body = None;
@@ -833,7 +818,7 @@ fn completed_without_body_is_response_expired<B: IdempotencyBackend>(b: &B) {
     assert!(b.get(&scope(), &key("k")).unwrap().is_none());
 }
 
-fn gc_prunes_then_deletes<B: IdempotencyBackend>(b: &B) {
+fn gc_prunes_then_deletes(b: &Subject) {
     let token = execute(b, &scope(), &key("k"), &local(), T0);
     b.complete(&scope(), &key("k"), token, response("a"), &local(), T0)
         .unwrap();
@@ -861,7 +846,7 @@ fn gc_prunes_then_deletes<B: IdempotencyBackend>(b: &B) {
     assert!(b.get(&scope(), &key("k")).unwrap().is_none());
 }
 
-fn gc_never_touches_running_or_unknown<B: IdempotencyBackend>(b: &B) {
+fn gc_never_touches_running_or_unknown(b: &Subject) {
     execute(b, &scope(), &key("running"), &local(), T0);
     let t = execute(b, &scope(), &key("unknown"), &external(), T0);
     b.mark_unknown(&scope(), &key("unknown"), t, UnknownReason::Crash, T0)
@@ -873,7 +858,7 @@ fn gc_never_touches_running_or_unknown<B: IdempotencyBackend>(b: &B) {
     assert!(b.get(&scope(), &key("unknown")).unwrap().is_some());
 }
 
-fn gc_runs_in_bounded_batches<B: IdempotencyBackend>(b: &B) {
+fn gc_runs_in_bounded_batches(b: &Subject) {
     for i in 0..25 {
         let k = key(&format!("k{i}"));
         let token = execute(b, &scope(), &k, &local(), T0);
@@ -895,7 +880,7 @@ fn gc_runs_in_bounded_batches<B: IdempotencyBackend>(b: &B) {
     assert_eq!((deleted, rounds), (25, 3));
 }
 
-fn list_unresolved_from_indexes<B: IdempotencyBackend>(b: &B) {
+fn list_unresolved_from_indexes(b: &Subject) {
     execute(b, &scope(), &key("live"), &local(), T0);
     execute(b, &scope(), &key("expired"), &local(), T0);
     let t = execute(b, &scope(), &key("unknown"), &external(), T0);
@@ -937,7 +922,7 @@ fn list_unresolved_from_indexes<B: IdempotencyBackend>(b: &B) {
     );
 }
 
-fn missing_record_is_not_found<B: IdempotencyBackend>(b: &B) {
+fn missing_record_is_not_found(b: &Subject) {
     let result = b.complete(
         &scope(),
         &key("never-claimed"),
@@ -947,15 +932,15 @@ fn missing_record_is_not_found<B: IdempotencyBackend>(b: &B) {
         T0,
     );
     match result {
-        Err(e) => assert!(e.is_not_found(), "{e}"),
+        Err(e) => assert!(matches!(e, WorkerError::NotFound { .. }), "{e}"),
         Ok(()) => panic!("completing a missing record must fail"),
     }
     assert!(b.get(&scope(), &key("never-claimed")).unwrap().is_none());
 }
 
 /// Records `status` for lease `token` as core's `classify_attempt` says.
-fn record_status<B: IdempotencyBackend>(
-    b: &B,
+fn record_status(
+    b: &Subject,
     k: &IdempotencyKey,
     token: FencingToken,
     status: u16,
@@ -983,7 +968,7 @@ fn record_status<B: IdempotencyBackend>(
     disposition
 }
 
-fn retry_later_statuses_follow_the_effect_kind<B: IdempotencyBackend>(b: &B) {
+fn retry_later_statuses_follow_the_effect_kind(b: &Subject) {
     for status in [408_u16, 409, 425, 429, 500, 503] {
         // External, no evidence: Unknown, and the retry is uncertain (never a
         // second dispatch).
@@ -1055,7 +1040,7 @@ fn retry_later_statuses_follow_the_effect_kind<B: IdempotencyBackend>(b: &B) {
     }
 }
 
-fn redirects_are_stored_and_replayed<B: IdempotencyBackend>(b: &B) {
+fn redirects_are_stored_and_replayed(b: &Subject) {
     for (status, policy) in [(303_u16, local()), (303, external()), (101, local())] {
         let k = key(&format!("redirect-{status}-{}", policy.effect));
         let token = execute(b, &scope(), &k, &policy, T0);
@@ -1082,7 +1067,7 @@ fn redirects_are_stored_and_replayed<B: IdempotencyBackend>(b: &B) {
 /// What the middleware and the JS handler do when the completion of a response
 /// keeps failing: mark the record Unknown instead (for a Local record too), so a
 /// retry is uncertain, never executed again.
-fn an_unrecorded_outcome_is_marked_unknown_never_released<B: IdempotencyBackend>(b: &B) {
+fn an_unrecorded_outcome_is_marked_unknown_never_released(b: &Subject) {
     for policy in [local(), external()] {
         let k = key(&format!("unrecorded-{}", policy.effect));
         let token = execute(b, &scope(), &k, &policy, T0);

@@ -5,7 +5,7 @@
 //! use axum::{Router, routing::get};
 //! use idemkit::store::Store;
 //!
-//! let store = Store::in_memory().unwrap();
+//! let store = idemkit::in_memory().unwrap();
 //! let app: Router = Router::new().route(
 //!     "/health",
 //!     get(move || idemkit::http::health_response(store.clone(), None)),

@@ -266,7 +266,7 @@ mod tests {
         m.store_error();
         m.gc_deleted(3);
         m.orphans_settled(2);
-        let mut unwritable = crate::store::Store::in_memory().unwrap().health();
+        let mut unwritable = crate::in_memory().unwrap().health();
         assert!(m.render().contains("idemkit_store_writable 1"));
         unwritable.unwritable = Some("disk full".to_owned());
         m.store_health(&unwritable);

@@ -104,7 +104,7 @@
 //! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Store::open("payments.redb")?;
+//! let store = idemkit::open("payments.redb")?;
 //! let route = RouteConfig::new("payments.create", EffectKind::External)
 //!     // The tenant comes from authentication, never from the body or the key.
 //!     .principal(|parts| parts.extensions.get::<String>().cloned());

@@ -15,8 +15,8 @@
 //!
 //! | the records in | the business write | call |
 //! |---|---|---|
-//! | redb ([`Store::open`](crate::store::Store::open)) | your tables in the same redb database | [`ExecutionGuard::complete_with`]`(writes, response)`: `writes` runs inside the completion's write transaction (group-committed with the others: one fsync for both) |
-//! | PostgreSQL (`Store::postgres`, feature `postgres`) | your tables in the same database | `ExecutionGuard::complete_in(&mut transaction, response)`: the completion's compare-and-set runs in your transaction, which you then commit |
+//! | redb ([`idemkit::open`](crate::open)) | your tables in the same redb database | [`ExecutionGuard::complete_with`]`(writes, response)`: `writes` runs inside the completion's write transaction (group-committed with the others: one fsync for both) |
+//! | PostgreSQL (`idemkit::postgres`, feature `postgres`) | your tables in the same database | `ExecutionGuard::complete_in(&mut transaction, response)`: the completion's compare-and-set runs in your transaction, which you then commit |
 //! | either, through the middleware | as above | [`Execution::complete_with`](crate::http::Execution::complete_with) / `Execution::complete_in`: the layer then answers the stored response instead of recording a second time |
 //!
 //! **When it is not exactly once.** A Local effect anywhere else (another
@@ -49,7 +49,7 @@
 //! const TRANSFERS: TableDefinition<&str, u64> = TableDefinition::new("bank.transfers");
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Store::in_memory()?; // or Store::open("bank.redb")?
+//! let store = idemkit::in_memory()?; // or idemkit::open("bank.redb")?
 //! let scope = Scope::new("acme", "transfers.create")?;
 //! let key = IdempotencyKey::new("c0ffee01")?;
 //! let policy = Policy::default().with_effect(EffectKind::Local);

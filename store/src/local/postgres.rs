@@ -11,13 +11,13 @@ use idemkit_core::record::{Record, StoredResponse};
 use idemkit_core::{RecordId, UnixMillis};
 
 use super::LocalError;
-use crate::adapters::postgres::{PgError, PgStore};
+use crate::adapters::postgres::{PgError, PostgresAdapter};
 use crate::adapters::{AdapterError, Read, Stored, Version};
 use crate::store::{ExecutionGuard, Seam};
 
 /// The engine's seam over a caller's transaction.
 struct InTransaction<'a, 't> {
-    pg: &'a PgStore,
+    pg: &'a PostgresAdapter,
     txn: &'a mut postgres::Transaction<'t>,
 }
 
@@ -47,7 +47,7 @@ impl Seam for InTransaction<'_, '_> {
 impl ExecutionGuard {
     /// Completes this execution with `response` inside the caller's
     /// PostgreSQL transaction `txn` (opened on the store's database, for
-    /// example on [`PgStore::connection`]): the completion's version check and
+    /// example on [`PostgresAdapter::connection`]): the completion's version check and
     /// write run there, so the caller's own statements and the outcome commit
     /// or roll back together when the caller ends `txn`. Exactly once for a
     /// Local effect; see [`crate::local`].
@@ -84,7 +84,7 @@ impl ExecutionGuard {
         response: &StoredResponse,
     ) -> Result<(), LocalError> {
         let store = self.store().clone();
-        let Some(pg) = store.adapter_as::<PgStore>() else {
+        let Some(pg) = store.adapter_as::<PostgresAdapter>() else {
             return Err(LocalError::unsupported("complete_in", &store));
         };
         let mut seam = InTransaction { pg, txn };

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use idemkit_core::machine::{Answer, ClaimOutcome, ClaimRequest, Op, Policy};
 use idemkit_core::record::StoredResponse;
-use idemkit_core::{IdempotencyKey, LogRef, RecordId, RequestFingerprint, Scope, UnixMillis};
+use idemkit_core::{IdempotencyKey, LogRef, RequestFingerprint, Scope, UnixMillis};
 
-use super::error::{ClaimError, StorageError, TxError};
+use super::error::{ClaimError, StorageError, WorkerError};
 use super::guard::ExecutionGuard;
 use super::{Applied, Now, Store};
 
@@ -76,12 +76,32 @@ impl Store {
         policy: &Policy,
     ) -> Result<Claim, ClaimError> {
         let id = scope.record_id(key);
+        // Answers that write nothing (a replay, a request in flight, a
+        // mismatch, an uncertain or expired outcome) are answered from the
+        // read and never reach the adapter's write path.
+        let op = Op::Claim {
+            request: ClaimRequest {
+                fingerprint: fingerprint.into(),
+                owner: owner.to_owned(),
+            },
+            // Set from each read (see `run_on`).
+            token_floor: 0,
+        };
         // The clock is read only if the record's read carries no time.
         let Applied {
             answer,
             stored,
             now,
-        } = self.claim_at(&id, fingerprint.into(), owner, policy, Now::Clock(self))?;
+        } = self
+            .run(&id, op, policy, Now::Clock(self), None)
+            .map_err(|e| match e {
+                WorkerError::Storage(e) => ClaimError::Storage(e),
+                // A claim needs no record and refuses nothing: the core
+                // answering otherwise is a bug, reported rather than hidden.
+                other => ClaimError::Storage(StorageError::Corrupt {
+                    detail: format!("a claim was refused by the state machine: {other:?}"),
+                }),
+            })?;
         let log_ref = id.log_ref();
         let Answer::Claim(outcome) = answer else {
             return Err(super::guard::unexpected("a claim", &answer).into());
@@ -115,36 +135,6 @@ impl Store {
             },
             ClaimOutcome::Mismatch { status } => Claim::Mismatch { status, log_ref },
             ClaimOutcome::Uncertain { since } => Claim::Uncertain { since, log_ref },
-        })
-    }
-
-    /// The claim, deciding at `now` (unless the adapter's read carries its
-    /// database's time). Answers that write nothing (a replay, a request in
-    /// flight, a mismatch, an uncertain or expired outcome) are answered from
-    /// the read and never reach the adapter's write path.
-    pub(crate) fn claim_at<'a>(
-        &'a self,
-        id: &RecordId,
-        fingerprint: RequestFingerprint,
-        owner: &str,
-        policy: &Policy,
-        now: impl Into<Now<'a>>,
-    ) -> Result<Applied, ClaimError> {
-        let op = Op::Claim {
-            request: ClaimRequest {
-                fingerprint,
-                owner: owner.to_owned(),
-            },
-            // Set from each read (see `Store::run`).
-            token_floor: 0,
-        };
-        self.run(id, op, policy, now, None).map_err(|e| match e {
-            TxError::Storage(e) => ClaimError::Storage(e),
-            // A claim needs no record and refuses nothing: the core answering
-            // otherwise is a bug, reported rather than hidden.
-            other => ClaimError::Storage(StorageError::Corrupt {
-                detail: format!("a claim was refused by the state machine: {other:?}"),
-            }),
         })
     }
 }

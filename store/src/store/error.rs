@@ -1,20 +1,17 @@
-//! Errors, redb style: one `#[non_exhaustive]` enum per operation family, each
-//! converting into the umbrella [`Error`].
+//! Errors, redb's style: one `#[non_exhaustive]` enum per operation family.
 //!
 //! | family | returned by |
 //! |---|---|
 //! | [`StorageError`] | the storage failures every operation can hit (an adapter's own error in [`StorageError::Adapter`]) |
 //! | [`ClaimError`] | `Store::claim` |
-//! | [`WorkerError`] | the execution guard: complete, release, mark_unknown, renew, steps |
-//! | [`OperatorError`] | `Store::resolve`, `Store::recover` |
-//! | [`QueryError`] | get, list, list_unresolved, stats, gc |
+//! | [`WorkerError`] | a transition of one record: the execution guard's writes, `Store::resolve`, `Store::recover` |
+//! | [`QueryError`] | get, list, list_unresolved, stats, gc, import, verify |
 
 use std::fmt;
 
 use idemkit_core::LogRef;
 use idemkit_core::machine::TransitionError;
 
-use crate::adapters::redb::OpenError;
 use crate::adapters::{AdapterError, CorruptRecord, FailureKind};
 
 /// A storage failure: nothing was acknowledged, and nothing was written.
@@ -162,8 +159,9 @@ impl From<StorageError> for ClaimError {
     }
 }
 
-/// A worker's write (complete, release, mark_unknown, renew, begin_step,
-/// complete_step) was refused or failed; the record is unchanged.
+/// A transition of one record was refused or failed: a worker's (complete,
+/// release, mark_unknown, renew, begin_step, complete_step) or an operator's
+/// (resolve, recover). The record is unchanged.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum WorkerError {
@@ -172,8 +170,9 @@ pub enum WorkerError {
         /// The record's log reference.
         log_ref: LogRef,
     },
-    /// The state machine refused the transition: a stale fencing token (the lease
-    /// was taken over), a wrong state, an unknown step.
+    /// The state machine refused the transition: a stale fencing token (the
+    /// lease was taken over), a wrong state (resolving a record that is not
+    /// unresolved), an unknown step.
     Rejected {
         /// The record's log reference.
         log_ref: LogRef,
@@ -184,101 +183,44 @@ pub enum WorkerError {
     Storage(StorageError),
 }
 
-/// An operator's or reconciler's write (resolve, recover) was refused or failed;
-/// the record is unchanged.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum OperatorError {
-    /// There is no record under this key.
-    NotFound {
-        /// The record's log reference.
-        log_ref: LogRef,
-    },
-    /// The state machine refused: the record is not Unknown nor Running past its
-    /// lease.
-    Rejected {
-        /// The record's log reference.
-        log_ref: LogRef,
-        /// Why, naming the state found.
-        error: TransitionError,
-    },
-    /// Storage failed; nothing was acknowledged.
-    Storage(StorageError),
+impl WorkerError {
+    /// The state machine's reason, when the transition was refused.
+    #[must_use]
+    pub fn transition_error(&self) -> Option<&TransitionError> {
+        match self {
+            WorkerError::Rejected { error, .. } => Some(error),
+            _ => None,
+        }
+    }
 }
 
-macro_rules! transition_family {
-    ($name:ident, $what:literal) => {
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                match self {
-                    $name::NotFound { log_ref } => {
-                        write!(f, "{} refused: no record {log_ref}", $what)
-                    }
-                    $name::Rejected { log_ref, error } => {
-                        write!(f, "{} refused for record {log_ref}: {error}", $what)
-                    }
-                    $name::Storage(e) => write!(f, "{} failed: {e}", $what),
-                }
+impl fmt::Display for WorkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkerError::NotFound { log_ref } => {
+                write!(f, "transition refused: no record {log_ref}")
             }
-        }
-
-        impl std::error::Error for $name {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                match self {
-                    $name::Rejected { error, .. } => Some(error),
-                    $name::Storage(e) => Some(e),
-                    $name::NotFound { .. } => None,
-                }
+            WorkerError::Rejected { log_ref, error } => {
+                write!(f, "transition refused for record {log_ref}: {error}")
             }
+            WorkerError::Storage(e) => write!(f, "transition failed: {e}"),
         }
-
-        impl From<StorageError> for $name {
-            fn from(e: StorageError) -> Self {
-                $name::Storage(e)
-            }
-        }
-
-        impl From<TxError> for $name {
-            fn from(e: TxError) -> Self {
-                match e {
-                    TxError::NotFound { log_ref } => $name::NotFound { log_ref },
-                    TxError::Rejected { log_ref, error } => $name::Rejected { log_ref, error },
-                    TxError::Storage(e) => $name::Storage(e),
-                }
-            }
-        }
-
-        impl $name {
-            /// The state machine's reason, when the transition was refused.
-            #[must_use]
-            pub fn transition_error(&self) -> Option<&TransitionError> {
-                match self {
-                    $name::Rejected { error, .. } => Some(error),
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-transition_family!(WorkerError, "worker write");
-transition_family!(OperatorError, "operator action");
-
-/// The internal shape of a failed read-decide-write on one record.
-#[derive(Debug)]
-pub(crate) enum TxError {
-    NotFound {
-        log_ref: LogRef,
-    },
-    Rejected {
-        log_ref: LogRef,
-        error: TransitionError,
-    },
-    Storage(StorageError),
+    }
 }
 
-impl From<StorageError> for TxError {
+impl std::error::Error for WorkerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WorkerError::Rejected { error, .. } => Some(error),
+            WorkerError::Storage(e) => Some(e),
+            WorkerError::NotFound { .. } => None,
+        }
+    }
+}
+
+impl From<StorageError> for WorkerError {
     fn from(e: StorageError) -> Self {
-        TxError::Storage(e)
+        WorkerError::Storage(e)
     }
 }
 
@@ -309,108 +251,5 @@ impl std::error::Error for QueryError {
 impl From<StorageError> for QueryError {
     fn from(e: StorageError) -> Self {
         QueryError::Storage(e)
-    }
-}
-
-/// Any store error: every per-operation error converts into this.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Error {
-    /// See [`OpenError`].
-    Open(OpenError),
-    /// See [`StorageError`].
-    Storage(StorageError),
-    /// No record under this key.
-    NotFound {
-        /// The record's log reference.
-        log_ref: LogRef,
-    },
-    /// The state machine refused the transition.
-    Rejected {
-        /// The record's log reference.
-        log_ref: LogRef,
-        /// Why.
-        error: TransitionError,
-    },
-}
-
-impl Error {
-    /// The state machine's reason, when a transition was refused.
-    #[must_use]
-    pub fn transition_error(&self) -> Option<&TransitionError> {
-        match self {
-            Error::Rejected { error, .. } => Some(error),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Open(e) => e.fmt(f),
-            Error::Storage(e) => e.fmt(f),
-            Error::NotFound { log_ref } => write!(f, "no record {log_ref}"),
-            Error::Rejected { log_ref, error } => write!(f, "record {log_ref}: {error}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Open(e) => Some(e),
-            Error::Storage(e) => Some(e),
-            Error::Rejected { error, .. } => Some(error),
-            Error::NotFound { .. } => None,
-        }
-    }
-}
-
-impl From<OpenError> for Error {
-    fn from(e: OpenError) -> Self {
-        Error::Open(e)
-    }
-}
-
-impl From<StorageError> for Error {
-    fn from(e: StorageError) -> Self {
-        Error::Storage(e)
-    }
-}
-
-impl From<ClaimError> for Error {
-    fn from(e: ClaimError) -> Self {
-        match e {
-            ClaimError::Storage(e) => e.into(),
-        }
-    }
-}
-
-impl From<QueryError> for Error {
-    fn from(e: QueryError) -> Self {
-        match e {
-            QueryError::Storage(e) => e.into(),
-        }
-    }
-}
-
-impl From<WorkerError> for Error {
-    fn from(e: WorkerError) -> Self {
-        match e {
-            WorkerError::NotFound { log_ref } => Error::NotFound { log_ref },
-            WorkerError::Rejected { log_ref, error } => Error::Rejected { log_ref, error },
-            WorkerError::Storage(e) => e.into(),
-        }
-    }
-}
-
-impl From<OperatorError> for Error {
-    fn from(e: OperatorError) -> Self {
-        match e {
-            OperatorError::NotFound { log_ref } => Error::NotFound { log_ref },
-            OperatorError::Rejected { log_ref, error } => Error::Rejected { log_ref, error },
-            OperatorError::Storage(e) => e.into(),
-        }
     }
 }

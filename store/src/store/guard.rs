@@ -7,7 +7,7 @@ use idemkit_core::record::{
 use idemkit_core::{LogRef, RecordId, UnixMillis};
 use std::time::Instant;
 
-use super::error::{StorageError, TxError, WorkerError};
+use super::error::{StorageError, WorkerError};
 use super::{Applied, Seam, Store};
 use crate::adapters::Stored;
 
@@ -79,7 +79,7 @@ impl ExecutionGuard {
     /// the core accepts a completion by its token whatever the time, so the
     /// instant only dates the outcome, and a database clock is spared a round
     /// trip. Every other transition reads the clock (leases are decided by it).
-    fn transition(&mut self, op: Op) -> Result<Applied, TxError> {
+    fn transition(&mut self, op: Op) -> Result<Applied, WorkerError> {
         let estimate = match op {
             Op::Complete { .. } => self
                 .store
@@ -147,11 +147,11 @@ impl ExecutionGuard {
     fn record(&mut self, op: Op) -> Result<(), WorkerError> {
         match self.transition(op.clone()) {
             Ok(_) => {}
-            Err(TxError::Rejected {
+            Err(WorkerError::Rejected {
                 error: TransitionError::WrongState { .. },
                 ..
             }) if self.already_recorded(&op)? => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
         self.finished = true;
         Ok(())
@@ -382,16 +382,16 @@ impl Renewer {
         renew_by(&self.store, &self.id, self.token, &self.policy)
     }
 
-    /// Like [`renew`](Self::renew), but waits at most `lock_wait` for a shared
-    /// store's file ([`Store::open_shared`]) while another process holds it,
-    /// whatever [`LockRetry`](super::LockRetry) the store itself uses, and then
-    /// fails with [`OpenError::Busy`](super::OpenError::Busy) (inside
-    /// [`WorkerError::Storage`]). A worker that must renew before its lease ends
-    /// bounds each attempt this way (a third of the lease, say) and tries again,
-    /// instead of waiting out a long retry budget meant for recording the outcome.
-    /// No effect on a store that keeps its database open.
+    /// Like [`renew`](Self::renew), but waits at most `lock_wait` for a
+    /// database another process holds (a redb file shared between processes:
+    /// [`Adapter::with_lock_wait`](crate::adapters::Adapter::with_lock_wait)),
+    /// whatever the store itself waits, and then fails (a transient
+    /// [`WorkerError::Storage`]). A worker that must renew before its lease
+    /// ends bounds each attempt this way (a third of the lease, say) and tries
+    /// again, instead of waiting out a long retry budget meant for recording
+    /// the outcome. The same as `renew` for a store that never waits so.
     pub fn renew_within(&self, lock_wait: std::time::Duration) -> Result<UnixMillis, WorkerError> {
-        let store = self.store.with_lock_budget(lock_wait);
+        let store = self.store.with_lock_wait(lock_wait);
         renew_by(&store, &self.id, self.token, &self.policy)
     }
 }

@@ -36,9 +36,7 @@ impl Store {
     /// with the reason while unwritable).
     ///
     /// ```
-    /// use idemkit::store::Store;
-    ///
-    /// let store = Store::in_memory().unwrap();
+    /// let store = idemkit::in_memory().unwrap();
     /// let health = store.health();
     /// assert!(health.is_writable());
     /// assert!(health.to_json().starts_with(r#"{"status":"ok","writable":true"#));

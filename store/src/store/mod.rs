@@ -19,11 +19,11 @@
 //! ```
 //! use idemkit::core::machine::Policy;
 //! use idemkit::core::record::{EffectKind, StoredResponse};
-//! use idemkit::store::{Claim, Store};
+//! use idemkit::store::Claim;
 //! use idemkit::{Fingerprint, IdempotencyKey, Scope};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Store::in_memory()?; // or Store::open("idemkit.redb")?
+//! let store = idemkit::in_memory()?; // or idemkit::open("idemkit.redb")?
 //! let scope = Scope::new("acme", "appointments.create")?;
 //! let key = IdempotencyKey::new("8e03978e")?;
 //! let policy = Policy::default().with_effect(EffectKind::Local);
@@ -52,16 +52,18 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `mod.rs` | [`Store`], its constructors, the read → decide → write loop |
+//! | `mod.rs` | [`Store`], the read → decide → write loop |
 //! | `claim.rs` | [`Store::claim`], [`Claim`] |
 //! | `guard.rs` | [`ExecutionGuard`], [`Renewer`] |
 //! | `health.rs` | [`Store::health`]: whether it can write now |
 //! | `operator.rs` | get, list, list_unresolved, resolve, recover, import, gc, stats, verify |
-//! | `error.rs` | one error enum per operation family, the umbrella [`Error`] |
-//! | `backend.rs`, `backend_impl.rs` | [`IdempotencyBackend`]: every operation with an explicit `now` (what the conformance suite drives) |
+//! | `orphans.rs` | what a process that is gone left Running, settled when a store held alone is opened |
+//! | `error.rs` | one error enum per operation family |
+//!
+//! A store is built over an adapter ([`Store::new`], or `Store::from(adapter)`);
+//! [`crate::open`] and [`crate::in_memory`] are the short forms for the embedded
+//! one. Tests drive time with [`Store::with_clock`].
 
-mod backend;
-mod backend_impl;
 mod claim;
 mod error;
 mod guard;
@@ -69,28 +71,22 @@ mod health;
 mod operator;
 mod orphans;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use idemkit_core::machine::{self, Answer, MAX_ATTEMPTS, Op, Policy, TransitionError, Write};
 use idemkit_core::{RecordId, UnixMillis};
 
-/// The redb adapter's types that [`Store::open`] and friends take or return.
 pub use crate::adapters::Health;
-pub use crate::adapters::redb::{CommitStats, LockRetry, OpenError};
-pub use backend::{BackendError, IdempotencyBackend};
 pub use claim::Claim;
-pub use error::{ClaimError, Error, OperatorError, QueryError, StorageError, WorkerError};
+pub use error::{ClaimError, QueryError, StorageError, WorkerError};
 pub use guard::{ExecutionGuard, Renewer};
 pub use operator::{
     GcReport, ImportReport, ListedRecord, Listing, RecordPage, Stats, VerifyReport,
 };
 pub use orphans::SettledOrphan;
 
-use crate::adapters::redb::RedbAdapter;
 use crate::adapters::{Adapter, AdapterError, Read, Stored, Version};
 use crate::clock::{Clock, SystemClock};
-use error::TxError;
 use idemkit_core::record::Record;
 
 /// An idemkit store: the engine over one [`Adapter`]. Cheap to clone (clones
@@ -103,6 +99,13 @@ pub struct Store {
     seen: Arc<health::Seen>,
     /// What opening the store settled ([`Store::orphans_settled_at_open`]).
     orphans: Arc<[SettledOrphan]>,
+}
+
+impl<A: Adapter> From<A> for Store {
+    /// [`Store::new`] over `adapter`.
+    fn from(adapter: A) -> Store {
+        Store::new(Arc::new(adapter))
+    }
 }
 
 /// What one read → decide → write gave.
@@ -131,61 +134,9 @@ impl Store {
         }
     }
 
-    /// A store in the redb file `path` ([`RedbAdapter::open`]): created if
-    /// absent, kept open and locked for the life of the store.
-    ///
-    /// As no other process can hold a lease in a file this process holds, the
-    /// executions a crashed process left Running are settled at once, as their
-    /// leases' expiry would settle them (External → Unknown, Local → Released),
-    /// instead of blocking their keys until then: see
-    /// [`Store::orphans_settled_at_open`]. Not while a process uses the file in
-    /// shared mode ([`Store::open_shared`], an `idemkit exec` between two of
-    /// its transactions): it may hold a live lease, so leases are then left to
-    /// their expiry, as they are if settling fails.
-    pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
-        let mut store = Store::new(Arc::new(RedbAdapter::open(path)?));
-        match store.settle_orphans() {
-            Ok(settled) => store.orphans = settled.into(),
-            Err(e) => tracing::warn!(
-                error = %e,
-                "the executions a previous process left running could not be settled at open; \
-                 they will be settled when their leases expire"
-            ),
-        }
-        Ok(store)
-    }
-
-    /// A store in the redb file `path`, opened around each transaction so that
-    /// several processes take turns ([`RedbAdapter::open_shared`]).
-    pub fn open_shared(path: impl AsRef<Path>, retry: LockRetry) -> Result<Store, OpenError> {
-        Ok(Store::new(Arc::new(RedbAdapter::open_shared(path, retry)?)))
-    }
-
-    /// A store in memory (redb's `InMemoryBackend`): for tests and caches.
-    pub fn in_memory() -> Result<Store, OpenError> {
-        Ok(Store::new(Arc::new(RedbAdapter::in_memory()?)))
-    }
-
-    /// A store on any redb [`redb::StorageBackend`] ([`RedbAdapter::with_backend`]).
-    pub fn with_backend(backend: impl redb::StorageBackend) -> Result<Store, OpenError> {
-        Ok(Store::new(Arc::new(RedbAdapter::with_backend(backend)?)))
-    }
-
-    /// A store over a [`FaultyBackend`](crate::adapters::redb::FaultyBackend),
-    /// honouring its transient transaction failures
-    /// ([`RedbAdapter::with_faulty_backend`]). Feature `testing`.
-    #[cfg(any(test, feature = "testing"))]
-    pub fn with_faulty_backend<B: redb::StorageBackend>(
-        backend: crate::adapters::redb::FaultyBackend<B>,
-    ) -> Result<Store, OpenError> {
-        Ok(Store::new(Arc::new(RedbAdapter::with_faulty_backend(
-            backend,
-        )?)))
-    }
-
     /// This store reading time from `clock` (a [`crate::clock::ManualClock`] in
-    /// tests). An adapter whose database keeps the time (PostgreSQL) still
-    /// decides by the database's clock at every read of a record.
+    /// tests). An adapter whose database keeps the time still decides by the
+    /// time each read of a record carries ([`Read::now`]).
     #[must_use]
     pub fn with_clock(self, clock: impl Clock + 'static) -> Store {
         Store {
@@ -202,48 +153,28 @@ impl Store {
         &self.adapter
     }
 
-    /// The adapter under this store as an `A`, if it is one: its own methods
-    /// (a redb file's [`RedbAdapter::commit_stats`], say).
+    /// The adapter under this store as an `A`, if it is one: for its own
+    /// methods (a redb file's commit statistics, say) when the caller kept no
+    /// handle on it.
     #[must_use]
     pub fn adapter_as<A: Adapter>(&self) -> Option<&A> {
         let any: &dyn std::any::Any = &*self.adapter;
         any.downcast_ref::<A>()
     }
 
-    fn redb(&self) -> Option<&RedbAdapter> {
-        self.adapter_as()
-    }
-
-    /// Changes how long a shared redb file ([`Store::open_shared`]) waits for
-    /// its lock, for every clone of this store. No effect otherwise.
-    pub fn set_lock_retry(&self, retry: LockRetry) {
-        if let Some(redb) = self.redb() {
-            redb.set_lock_retry(retry);
-        }
-    }
-
-    /// Another handle on this store whose redb lock retry budget is `budget`,
-    /// without changing this one's. The same store for other adapters.
-    pub(crate) fn with_lock_budget(&self, budget: std::time::Duration) -> Store {
-        match self.redb() {
-            Some(redb) => Store {
-                adapter: Arc::new(redb.with_lock_budget(budget)),
+    /// Another handle on this store whose adapter waits at most `wait` for a
+    /// lock another process holds ([`Adapter::with_lock_wait`]), without
+    /// changing this one's. The same store for an adapter that never waits so.
+    pub(crate) fn with_lock_wait(&self, wait: std::time::Duration) -> Store {
+        match self.adapter.with_lock_wait(wait) {
+            Some(adapter) => Store {
+                adapter,
                 clock: Arc::clone(&self.clock),
                 seen: Arc::clone(&self.seen),
                 orphans: Arc::clone(&self.orphans),
             },
             None => self.clone(),
         }
-    }
-
-    /// How a redb store's durable writes were grouped into transactions so far
-    /// (group commit: concurrent claims and completions share one fsync); zeros
-    /// for other adapters. See [`CommitStats`].
-    #[must_use]
-    pub fn commit_stats(&self) -> CommitStats {
-        self.redb()
-            .map(RedbAdapter::commit_stats)
-            .unwrap_or_default()
     }
 
     /// The current time by this store's clock.
@@ -274,12 +205,6 @@ impl Store {
         self.clock.estimate_after(earlier, elapsed)
     }
 
-    /// The database file, if the store has one.
-    #[must_use]
-    pub fn path(&self) -> Option<&Path> {
-        self.redb().and_then(RedbAdapter::path)
-    }
-
     /// The one loop over this store's adapter: see [`run_on`].
     pub(crate) fn run<'a>(
         &'a self,
@@ -288,7 +213,7 @@ impl Store {
         policy: &Policy,
         now: impl Into<Now<'a>>,
         held: Option<Stored>,
-    ) -> Result<Applied, TxError> {
+    ) -> Result<Applied, WorkerError> {
         let mut adapter: &dyn Adapter = &*self.adapter;
         run_on(&mut adapter, id, op, policy, now, held)
     }
@@ -393,7 +318,7 @@ pub(crate) fn run_on<'a>(
     policy: &Policy,
     now: impl Into<Now<'a>>,
     mut held: Option<Stored>,
-) -> Result<Applied, TxError> {
+) -> Result<Applied, WorkerError> {
     let at = now.into();
     let log_ref = id.log_ref();
     for _ in 0..MAX_ATTEMPTS {
@@ -422,8 +347,8 @@ pub(crate) fn run_on<'a>(
             continue;
         }
         let decision = decision.map_err(|error| match error {
-            TransitionError::NotFound => TxError::NotFound { log_ref },
-            error => TxError::Rejected { log_ref, error },
+            TransitionError::NotFound => WorkerError::NotFound { log_ref },
+            error => WorkerError::Rejected { log_ref, error },
         })?;
         let written = match (decision.write, existing) {
             (Write::Keep, existing) => Some(existing),

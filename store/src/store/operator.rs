@@ -3,13 +3,12 @@
 use std::collections::BTreeMap;
 
 use idemkit_core::machine::{self, Answer, GcAction, Op, Policy, Resolution};
-use idemkit_core::record::{FencingToken, Record, RecordState, StateName};
-use idemkit_core::{IdempotencyKey, LogRef, RecordId, Scope, UnixMillis};
+use idemkit_core::record::{Record, RecordState, StateName};
+use idemkit_core::{IdempotencyKey, LogRef, RecordId, Scope};
 
 use super::Store;
-use super::error::{OperatorError, QueryError, StorageError, TxError};
+use super::error::{QueryError, StorageError, WorkerError};
 use super::guard::{ExecutionGuard, unexpected};
-use crate::adapters::redb::RedbAdapter;
 use crate::adapters::{Cursor, Scan, ScanBy, ScanPage, Scanned, Stored, Write};
 
 /// How many records one scan page asks its adapter for (listing, stats, verify).
@@ -222,18 +221,10 @@ impl Store {
         Ok(RecordPage { records, next })
     }
 
-    /// Records that need an operator or reconciler (by the store's clock).
+    /// Records that need an operator or reconciler, by the store's clock:
+    /// Running records past their lease, by expiry, then Unknown records.
     pub fn list_unresolved(&self) -> Result<Vec<ListedRecord>, QueryError> {
-        self.list_unresolved_at(self.try_now()?)
-    }
-
-    /// Unknown records and Running records past their lease, from the scans by
-    /// lease expiry and Unknown: expired leases first, by expiry, then Unknown
-    /// records.
-    pub(crate) fn list_unresolved_at(
-        &self,
-        now: UnixMillis,
-    ) -> Result<Vec<ListedRecord>, QueryError> {
+        let now = self.try_now()?;
         let mut out = Vec::new();
         self.scan_all(ScanBy::LeaseExpired(now), |entry| {
             let (id, stored) = decoded(entry)?;
@@ -259,19 +250,10 @@ impl Store {
         key: &IdempotencyKey,
         resolution: Resolution,
         policy: &Policy,
-    ) -> Result<Record, OperatorError> {
+    ) -> Result<Record, WorkerError> {
         let now = self.try_now()?;
-        Ok(self.resolve_at(&scope.record_id(key), resolution, policy, now)?)
-    }
-
-    pub(crate) fn resolve_at(
-        &self,
-        id: &RecordId,
-        resolution: Resolution,
-        policy: &Policy,
-        now: UnixMillis,
-    ) -> Result<Record, TxError> {
-        let applied = self.run(id, Op::Resolve { resolution }, policy, now, None)?;
+        let op = Op::Resolve { resolution };
+        let applied = self.run(&scope.record_id(key), op, policy, now, None)?;
         Ok(written(applied.stored)?.record)
     }
 
@@ -284,35 +266,25 @@ impl Store {
         key: &IdempotencyKey,
         owner: &str,
         policy: &Policy,
-    ) -> Result<ExecutionGuard, OperatorError> {
+    ) -> Result<ExecutionGuard, WorkerError> {
         let id = scope.record_id(key);
         let now = self.try_now()?;
-        let (token, stored) = self.recover_at(&id, owner, policy, now)?;
-        Ok(ExecutionGuard::new(
-            self.clone(),
-            id,
-            token,
-            stored,
-            policy,
-            now,
-        ))
-    }
-
-    pub(crate) fn recover_at(
-        &self,
-        id: &RecordId,
-        owner: &str,
-        policy: &Policy,
-        now: UnixMillis,
-    ) -> Result<(FencingToken, Stored), TxError> {
         let op = Op::Recover {
             owner: owner.to_owned(),
         };
-        let applied = self.run(id, op, policy, now, None)?;
-        match applied.answer {
-            Answer::Recovered(grant) => Ok((grant.token, written(applied.stored)?)),
-            other => Err(unexpected("recover", &other).into()),
-        }
+        let applied = self.run(&id, op, policy, now, None)?;
+        let Answer::Recovered(grant) = applied.answer else {
+            return Err(unexpected("recover", &applied.answer).into());
+        };
+        let stored = written(applied.stored)?;
+        Ok(ExecutionGuard::new(
+            self.clone(),
+            id,
+            grant.token,
+            stored,
+            policy,
+            applied.now,
+        ))
     }
 
     /// Writes records this store does not hold yet, with one call of the
@@ -333,9 +305,7 @@ impl Store {
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use idemkit::store::Store;
-    ///
-    /// let (old, new) = (Store::in_memory()?, Store::in_memory()?);
+    /// let (old, new) = (idemkit::in_memory()?, idemkit::in_memory()?);
     /// let records = old.list(None)?;
     /// let report = new.import(records.iter().map(|r| (&r.scope, &r.key, &r.record)))?;
     /// assert_eq!(report.imported + report.skipped, records.len() as u64);
@@ -360,18 +330,15 @@ impl Store {
         })
     }
 
-    /// One bounded GC batch by the store's clock: see [`GcReport`].
+    /// One bounded GC batch by the store's clock (see [`GcReport`]): reads
+    /// the records due (at most `max_batch`), lets the core decide each (prune
+    /// the body after the replay window, delete after the record window) and
+    /// writes the decisions with one call of the adapter's `write_all`, each
+    /// conditional on the version read. Running and Unknown records are never
+    /// due. A record whose write was refused (it changed since the read) is
+    /// left for the next batch.
     pub fn gc(&self, max_batch: usize) -> Result<GcReport, QueryError> {
-        self.gc_at(self.try_now()?, max_batch)
-    }
-
-    /// Reads the records due for GC at `now` (at most `max_batch`), lets the
-    /// core decide each (prune the body after the replay window, delete after
-    /// the record window) and writes the decisions with one call of the
-    /// adapter's `write_all`, each conditional on the version read. Running
-    /// and Unknown records are never due. A record whose write was refused
-    /// (it changed since the read) is left for the next batch.
-    pub(crate) fn gc_at(&self, now: UnixMillis, max_batch: usize) -> Result<GcReport, QueryError> {
+        let now = self.try_now()?;
         let mut report = GcReport::default();
         let mut writes = Vec::new();
         let mut kinds = Vec::new();
@@ -452,17 +419,14 @@ impl Store {
         Ok(stats)
     }
 
-    /// Checks that every record and id decodes and, on redb, that the three
-    /// indexes hold exactly the entries the records imply. Used after crashes
-    /// and I/O faults.
+    /// Checks that every record and id decodes, and that the adapter's own
+    /// structures agree with its records ([`Adapter::verify`]: redb's indexes).
+    /// Used after crashes and I/O faults.
     ///
-    /// Other adapters derive their ordering keys in the statement that writes the
-    /// record, so there is no separate index to compare: every record must decode.
+    /// [`Adapter::verify`]: crate::adapters::Adapter::verify
     pub fn verify(&self) -> Result<VerifyReport, QueryError> {
-        if let Some(redb) = self.adapter_as::<RedbAdapter>() {
-            let (records, problems) = redb
-                .verify()
-                .map_err(|e| StorageError::from(crate::adapters::AdapterError::from(e)))?;
+        if let Some(checked) = self.adapter.verify() {
+            let (records, problems) = checked.map_err(StorageError::from)?;
             return Ok(VerifyReport { records, problems });
         }
         let mut report = VerifyReport::default();

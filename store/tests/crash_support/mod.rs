@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use idemkit::adapters::redb::OpenError;
 use idemkit::core::record::RecordState;
-use idemkit::store::{OpenError, Store};
+use idemkit::store::Store;
 
 /// What a child printed `ACK` for, after the call returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +40,7 @@ pub(crate) fn seed(var: &str) -> u64 {
 pub(crate) fn open_retrying(path: &Path) -> Store {
     let started = Instant::now();
     loop {
-        match Store::open(path) {
+        match idemkit::open(path) {
             Ok(store) => return store,
             Err(OpenError::Busy { .. }) if started.elapsed() < Duration::from_secs(10) => {
                 std::thread::sleep(Duration::from_millis(2));

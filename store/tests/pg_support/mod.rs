@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idemkit::adapters::postgres::{PgOptions, PgStore};
+use idemkit::adapters::postgres::{PgOptions, PostgresAdapter};
 
 /// The environment variable scripts/with-postgres.sh sets.
 pub(crate) const URL_VAR: &str = "IDEMKIT_TEST_POSTGRES_URL";
@@ -47,8 +47,8 @@ pub(crate) fn options(schema: &str, pool_size: u32) -> PgOptions {
 }
 
 /// A migrated store in a fresh schema.
-pub(crate) fn fresh_store(tag: &str) -> PgStore {
+pub(crate) fn fresh_store(tag: &str) -> PostgresAdapter {
     let schema = unique_schema(tag);
-    PgStore::connect_with(&url(), options(&schema, 4))
+    PostgresAdapter::connect_with(&url(), options(&schema, 4))
         .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", url()))
 }

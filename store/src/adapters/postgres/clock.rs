@@ -1,27 +1,18 @@
-//! Time on PostgreSQL: every lease and expiry decision of a [`PgStore`] takes
-//! `now` from the database server, never from the node that asks.
-//!
-//! In a fleet, nodes' clocks disagree (NTP steps, a paused VM, a misconfigured
-//! host). A node running two minutes ahead would see every other node's lease as
-//! expired and take its work over. So `now` is computed by PostgreSQL, in the
-//! statement that reads the record the decision is about (or, for the batch
-//! operations, in one statement at the start of the batch):
+//! Time on PostgreSQL: every lease and expiry decision over a
+//! [`PostgresAdapter`](super::PostgresAdapter) takes `now` from the database
+//! server, never from the node that asks: in a fleet, nodes' clocks disagree,
+//! and a node running ahead would take every other node's lease over. `now`
+//! is computed in the statement that reads the record the decision is about
+//! (GC, the unresolved list and `stats`: one statement per batch):
 //!
 //! ```sql
 //! COALESCE($given, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + $offset)
 //! ```
 //!
-//! - `$offset` is [`PgClock`]'s offset: 0 in production; tests move time without
-//!   sleeping by [`PgClock::advance`] (the database's time plus that offset).
-//! - `$given` is `NULL` unless the clock is [`PgClock::given_by_caller`]: then the
-//!   adapter's reads leave the time to the engine, and the `now` passed to the
-//!   [`IdempotencyBackend`](crate::store::IdempotencyBackend) methods is used as
-//!   it is (the conformance suite's exact virtual time).
-//!
-//! Whatever the clock, the same statement yields `now` and the same code decides
-//! with it: there is one decision path.
-//!
-//! [`PgStore`]: super::PgStore
+//! `$offset` is 0 unless a test moved it ([`PgClock::advance`]); `$given` is
+//! `NULL` unless a test clock stands in for the server's
+//! ([`PgClock::following`]). Whatever the clock, the same statement yields
+//! `now` and the same code decides with it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -29,44 +20,36 @@ use std::time::Duration;
 
 use idemkit_core::UnixMillis;
 
-/// Where a [`PgStore`](super::PgStore)'s decisions take `now` from.
-///
-/// Whatever the clock, `now` is computed by PostgreSQL in the statement that
-/// reads the record the decision is about (GC, the unresolved list and `stats`:
-/// one statement per batch), and the same code decides with it:
-///
-/// ```sql
-/// COALESCE($given, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + $offset)
-/// ```
-///
-/// `$offset` is 0 in production and moved by tests with [`PgClock::advance`];
-/// `$given` is `NULL` unless the clock is [`PgClock::given_by_caller`]. Clones
-/// share the offset, so a test keeps one handle and gives another to the store.
+use crate::clock::Clock;
+
+/// Where the decisions over a [`PostgresAdapter`](super::PostgresAdapter)
+/// take `now` from: the database server's clock, moved by a test offset, or a
+/// test clock in its place (see the [module docs](self)). Clones share the
+/// offset, so a test keeps one handle and gives another to the adapter.
 #[derive(Clone, Debug, Default)]
 pub struct PgClock {
     offset_ms: Arc<AtomicI64>,
-    given_by_caller: bool,
+    /// Stands in for the server's clock (tests).
+    followed: Option<Arc<dyn Clock>>,
 }
 
 impl PgClock {
-    /// The database server's clock (`clock_timestamp()`), the one every instance
-    /// of a fleet shares: the default. The `now` arguments of the
-    /// [`IdempotencyBackend`](crate::store::IdempotencyBackend) methods are ignored.
+    /// The database server's clock (`clock_timestamp()`), the one every
+    /// instance of a fleet shares: the default.
     #[must_use]
     pub fn database() -> PgClock {
         PgClock::default()
     }
 
-    /// Virtual time for tests: the adapter's reads carry no time, so decisions
-    /// take the `now` given to each
-    /// [`IdempotencyBackend`](crate::store::IdempotencyBackend) method, or the
-    /// engine's clock (for `Store::postgres`, the database's clock plus the
-    /// offset, as [`PgStore::now`](super::PgStore::now) reads it). Never for a
-    /// fleet: a node's clock then decides.
+    /// `clock`'s time (a [`ManualClock`](crate::clock::ManualClock) in tests:
+    /// exact virtual time) in place of the server's, plus the offset. The
+    /// statements still compute `now` and the engine still decides by the
+    /// time each read carries, so a test drives the production path. Never
+    /// for a fleet: a node's clock then decides.
     #[must_use]
-    pub fn given_by_caller() -> PgClock {
+    pub fn following(clock: impl Clock + 'static) -> PgClock {
         PgClock {
-            given_by_caller: true,
+            followed: Some(Arc::new(clock)),
             ..PgClock::default()
         }
     }
@@ -100,19 +83,15 @@ impl PgClock {
         self.offset_ms.load(Ordering::SeqCst)
     }
 
-    /// The statement parameters `($given, $offset)` for a call that was given
-    /// `caller_now` (`None`: a method without a `now`).
-    /// Whether decisions take the time the caller gives
-    /// ([`PgClock::given_by_caller`]) rather than the database's.
-    #[must_use]
-    pub fn is_given_by_caller(&self) -> bool {
-        self.given_by_caller
+    /// Whether this is the server's own time, unmoved: only then may a
+    /// [`DatabaseClock`](super::DatabaseClock) estimate instead of reading.
+    pub(crate) fn is_the_servers(&self) -> bool {
+        self.followed.is_none() && self.offset_millis() == 0
     }
 
-    pub(crate) fn params(&self, caller_now: Option<UnixMillis>) -> (Option<i64>, i64) {
-        let given = caller_now
-            .filter(|_| self.given_by_caller)
-            .map(super::millis);
+    /// The statement parameters `($given, $offset)`.
+    pub(crate) fn params(&self) -> (Option<i64>, i64) {
+        let given = self.followed.as_ref().map(|c| super::millis(c.now()));
         (given, self.offset_millis())
     }
 }
@@ -146,10 +125,13 @@ mod tests {
     }
 
     #[test]
-    fn only_a_caller_clock_passes_the_callers_now() {
-        let t = UnixMillis::from_millis(1_000);
-        assert_eq!(PgClock::database().params(Some(t)), (None, 0));
-        assert_eq!(PgClock::given_by_caller().params(Some(t)), (Some(1_000), 0));
-        assert_eq!(PgClock::given_by_caller().params(None), (None, 0));
+    fn only_a_followed_clock_gives_the_time() {
+        let t = crate::clock::ManualClock::new(UnixMillis::from_millis(1_000));
+        assert_eq!(PgClock::database().params(), (None, 0));
+        let followed = PgClock::following(t.clone());
+        assert_eq!(followed.params(), (Some(1_000), 0));
+        t.advance(Duration::from_secs(1));
+        assert_eq!(followed.params(), (Some(2_000), 0));
+        assert!(PgClock::database().is_the_servers() && !followed.is_the_servers());
     }
 }

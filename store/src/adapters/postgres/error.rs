@@ -1,6 +1,6 @@
 //! The PostgreSQL adapter's error.
 //!
-//! One `#[non_exhaustive]` enum: every statement of [`PgStore`](super::PgStore)
+//! One `#[non_exhaustive]` enum: every statement of [`PostgresAdapter`](super::PostgresAdapter)
 //! can lose its connection. The engine receives it inside a
 //! `StorageError::Adapter` (of kind `Unavailable` when
 //! [`PgError::is_unavailable`]); refusals of the state machine are the engine's
@@ -9,6 +9,8 @@
 use std::fmt;
 
 use idemkit_core::LogRef;
+
+use crate::adapters::{AdapterError, CorruptRecord, FailureKind};
 
 /// A PostgreSQL store operation failed. Whatever the variant, nothing was
 /// acknowledged: the caller must not execute (claim) or report success (writes).
@@ -183,6 +185,32 @@ impl From<r2d2::Error> for PgError {
     fn from(e: r2d2::Error) -> Self {
         PgError::Unavailable {
             detail: format!("no connection from the pool: {e}"),
+        }
+    }
+}
+
+impl PgError {
+    /// The error of a statement that failed in a caller's transaction (a
+    /// serialization failure is [`PgError::Contention`] there: the
+    /// transaction is aborted, and only the caller can retry it).
+    pub(crate) fn from_statement(e: &postgres::Error) -> PgError {
+        fail(e)
+    }
+}
+
+impl From<PgError> for AdapterError {
+    fn from(e: PgError) -> Self {
+        let kind = match &e {
+            PgError::Unavailable { .. } | PgError::Contention { .. } => FailureKind::Unavailable,
+            PgError::CorruptRecord { .. } => FailureKind::Corrupt,
+            _ => FailureKind::Failed,
+        };
+        match e {
+            // The engine's own shape for a record that does not decode.
+            PgError::CorruptRecord { log_ref, detail } => {
+                AdapterError::new(kind, CorruptRecord { log_ref, detail })
+            }
+            other => AdapterError::new(kind, other),
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! The five methods of the seam ([`crate::adapters`]) as five statements over
 //! one table (see the [`schema`](self) docs in `schema.rs`) and a pool; the
-//! engine (`Store::postgres`, in `store/src/postgres.rs`) decides:
+//! engine ([`Store`](crate::store::Store)) decides:
 //!
 //! - **get** is one `SELECT` of the row, its version, the token floor and the
 //!   database's time.
@@ -59,8 +59,8 @@ pub use error::PgError;
 pub use schema::SCHEMA_VERSION;
 
 use crate::adapters::{
-    Adapter, AdapterError, CorruptRecord, Cursor, FailureKind, Health, Read, Scan, ScanBy,
-    ScanPage, Scanned, Stored, Version, Write, decode_record,
+    Adapter, AdapterError, CorruptRecord, Cursor, Health, Read, Scan, ScanBy, ScanPage, Scanned,
+    Stored, Version, Write, decode_record,
 };
 use crate::clock::{Clock, ClockError, SystemClock};
 use error::{Failure, classify, fail};
@@ -72,7 +72,7 @@ use schema::Sql;
 /// every adapter (and the JavaScript ones) shares.
 pub use idemkit_core::machine::MAX_ATTEMPTS;
 
-/// How [`PgStore::connect_with`] treats the schema.
+/// How [`PostgresAdapter::connect_with`] treats the schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Migrations {
@@ -84,7 +84,7 @@ pub enum Migrations {
     CheckOnly,
 }
 
-/// Options of a [`PgStore`].
+/// Options of a [`PostgresAdapter`].
 #[derive(Clone, Debug)]
 pub struct PgOptions {
     /// The PostgreSQL schema holding the tables; `None`: `public`. Every
@@ -126,33 +126,35 @@ impl Default for PgOptions {
     }
 }
 
-/// An idemkit store in PostgreSQL. Cheap to clone (clones share the pool).
+/// Records in PostgreSQL, for the engine: `Store::from(adapter)`, or
+/// `idemkit::postgres(url)` for the defaults. Cheap to clone (clones share the
+/// pool).
 #[derive(Clone)]
-pub struct PgStore {
+pub struct PostgresAdapter {
     pool: Pool,
     sql: Arc<Sql>,
     clock: PgClock,
 }
 
-impl fmt::Debug for PgStore {
+impl fmt::Debug for PostgresAdapter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgStore")
+        f.debug_struct("PostgresAdapter")
             .field("records", &self.sql.records)
             .field("pool_size", &self.pool.max_size())
             .finish_non_exhaustive()
     }
 }
 
-impl PgStore {
+impl PostgresAdapter {
     /// Connects to `url` (`postgres://user@host:port/db` or key=value form) with the
     /// default [`PgOptions`], running migrations.
-    pub fn connect(url: &str) -> Result<PgStore, PgError> {
-        PgStore::connect_with(url, PgOptions::default())
+    pub fn connect(url: &str) -> Result<PostgresAdapter, PgError> {
+        PostgresAdapter::connect_with(url, PgOptions::default())
     }
 
     /// Connects to `url` with `options`. Fails with [`PgError::Unavailable`] when
     /// the server cannot be reached within `options.connect_timeout`.
-    pub fn connect_with(url: &str, options: PgOptions) -> Result<PgStore, PgError> {
+    pub fn connect_with(url: &str, options: PgOptions) -> Result<PostgresAdapter, PgError> {
         let sql = Sql::new(options.schema.as_deref())?;
         let mut config = postgres::Config::from_str(url).map_err(|e| PgError::Config {
             detail: format!("bad PostgreSQL URL: {e}"),
@@ -166,7 +168,7 @@ impl PgStore {
             .connection_timeout(options.connect_timeout)
             .test_on_check_out(options.validate_connections)
             .build_unchecked(manager);
-        let store = PgStore {
+        let store = PostgresAdapter {
             pool,
             sql: Arc::new(sql),
             clock: PgClock::database(),
@@ -195,11 +197,11 @@ impl PgStore {
         self.sql.migrate(&mut conn)
     }
 
-    /// This store deciding by `clock`: the database's time plus a test offset
-    /// ([`PgClock::advance`]), or the callers' virtual time for the conformance
-    /// suite ([`PgClock::given_by_caller`]). The default is [`PgClock::database`].
+    /// This adapter deciding by `clock`: the database's time plus a test offset
+    /// ([`PgClock::advance`]), or a test clock in place of the server's
+    /// ([`PgClock::following`]). The default is [`PgClock::database`].
     #[must_use]
-    pub fn with_clock(mut self, clock: PgClock) -> PgStore {
+    pub fn with_clock(mut self, clock: PgClock) -> PostgresAdapter {
         self.clock = clock;
         self
     }
@@ -207,17 +209,13 @@ impl PgStore {
     /// The current time by this store's clock: the database server's, plus the
     /// clock's offset (0 unless a test moved it).
     pub fn now(&self) -> Result<UnixMillis, PgError> {
-        self.reading(|conn| self.decision_time(conn, None))
+        self.reading(|conn| self.decision_time(conn))
     }
 
     /// `now` for a decision that reads no single record (GC, the unresolved
     /// list, a guard's write): one statement, answered by the database's clock.
-    fn decision_time(
-        &self,
-        conn: &mut Conn,
-        caller_now: Option<UnixMillis>,
-    ) -> Result<UnixMillis, PgError> {
-        let (given, offset) = self.clock.params(caller_now);
+    fn decision_time(&self, conn: &mut Conn) -> Result<UnixMillis, PgError> {
+        let (given, offset) = self.clock.params();
         let row = conn
             .query_typed_one(
                 &self.sql.select_now,
@@ -276,9 +274,7 @@ impl PgStore {
     /// time, in one statement.
     fn read(&self, id: &RecordId) -> Result<Read, PgError> {
         let (mut read, now) = self.reading(|conn| self.read_on(&mut **conn, id))?;
-        // A clock given by the caller (the conformance suite's virtual time)
-        // leaves the decision's time to the engine.
-        read.now = (!self.clock.is_given_by_caller()).then_some(now);
+        read.now = Some(now);
         Ok(read)
     }
 
@@ -291,7 +287,7 @@ impl PgStore {
         id: &RecordId,
     ) -> Result<(Read, UnixMillis), PgError> {
         let (scope, key) = address(id)?;
-        let (given, offset) = self.clock.params(None);
+        let (given, offset) = self.clock.params();
         let row = client
             .query_typed_one(
                 &self.sql.select_at,
@@ -488,7 +484,7 @@ impl PgStore {
     }
 }
 
-impl Adapter for PgStore {
+impl Adapter for PostgresAdapter {
     fn get(&self, id: &RecordId) -> Result<Read, AdapterError> {
         Ok(self.read(id)?)
     }
@@ -588,20 +584,11 @@ impl Adapter for PgStore {
     }
 }
 
-impl PgError {
-    /// The error of a statement that failed in a caller's transaction (a
-    /// serialization failure is [`PgError::Contention`] there: the
-    /// transaction is aborted, and only the caller can retry it).
-    pub(crate) fn from_statement(e: &postgres::Error) -> PgError {
-        fail(e)
-    }
-}
-
 /// The database's clock, as the engine's [`Clock`]: see
-/// [`PgStore::database_clock`].
+/// [`PostgresAdapter::database_clock`].
 #[derive(Clone, Debug)]
 pub struct DatabaseClock {
-    store: PgStore,
+    store: PostgresAdapter,
 }
 
 impl Clock for DatabaseClock {
@@ -619,10 +606,9 @@ impl Clock for DatabaseClock {
     /// interval under [`ESTIMATE_WITHIN`]: this node's clock contributes only
     /// the interval, never its absolute (perhaps skewed) time, and a monotonic
     /// interval never runs ahead of the database's. A test offset
-    /// ([`PgClock::advance`]) or a caller's clock takes the exact path.
+    /// ([`PgClock::advance`]) or a followed clock takes the exact path.
     fn estimate_after(&self, earlier: UnixMillis, elapsed: Duration) -> Option<UnixMillis> {
-        let clock = &self.store.clock;
-        (elapsed < ESTIMATE_WITHIN && clock.offset_millis() == 0 && !clock.is_given_by_caller())
+        (elapsed < ESTIMATE_WITHIN && self.store.clock.is_the_servers())
             .then(|| earlier.saturating_add(elapsed))
     }
 }
@@ -630,23 +616,6 @@ impl Clock for DatabaseClock {
 /// The longest interval [`DatabaseClock`] estimates rather than reads: an
 /// operation's claim and completion a moment apart share one clock reading.
 pub const ESTIMATE_WITHIN: Duration = Duration::from_secs(1);
-
-impl From<PgError> for AdapterError {
-    fn from(e: PgError) -> Self {
-        let kind = match &e {
-            PgError::Unavailable { .. } | PgError::Contention { .. } => FailureKind::Unavailable,
-            PgError::CorruptRecord { .. } => FailureKind::Corrupt,
-            _ => FailureKind::Failed,
-        };
-        match e {
-            // The engine's own shape for a record that does not decode.
-            PgError::CorruptRecord { log_ref, detail } => {
-                AdapterError::new(kind, CorruptRecord { log_ref, detail })
-            }
-            other => AdapterError::new(kind, other),
-        }
-    }
-}
 
 /// The floor a delete of `stored` raises the table's one floor to: above its
 /// last token (a later fresh row's tokens are new) and its version (a later

@@ -14,7 +14,7 @@
 //!   server restart the first broken connection makes every idle one suspect.
 //!
 //! Reads are retried once on another connection when theirs broke
-//! ([`super::PgStore`]'s `reading`), so a restart costs a claim nothing: its
+//! ([`super::PostgresAdapter`]'s `reading`), so a restart costs a claim nothing: its
 //! first statement is a read.
 
 use std::ops::{Deref, DerefMut};
@@ -25,7 +25,7 @@ use postgres::NoTls;
 use r2d2::ManageConnection;
 use r2d2_postgres::PostgresConnectionManager;
 
-/// The pool of a [`super::PgStore`].
+/// The pool of a [`super::PostgresAdapter`].
 pub(crate) type Pool = r2d2::Pool<Manager>;
 
 /// A connection out of the pool, back in it when dropped.

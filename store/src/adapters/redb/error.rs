@@ -1,7 +1,7 @@
 //! The redb adapter's errors: opening a file ([`OpenError`]) and using it
 //! ([`RedbError`]). Both reach callers of the engine inside
 //! [`StorageError::Adapter`](crate::store::StorageError::Adapter), or directly
-//! from the constructors (`RedbAdapter::open`, `Store::open`); `AdapterError::downcast_ref` finds them.
+//! from the constructors (`RedbAdapter::open`, `idemkit::open`); `AdapterError::downcast_ref` finds them.
 
 use std::fmt;
 use std::sync::Arc;
@@ -184,6 +184,33 @@ impl RedbError {
             ),
             RedbError::GroupCommit { cause, .. } => cause.needs_reopen(),
             _ => false,
+        }
+    }
+}
+
+/// What redb's panic on damaged pages says, for [`OpenError::Corrupt`] and
+/// [`RedbError::Corrupt`].
+fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
+    format!(
+        "redb panicked reading the file: {}",
+        crate::panic_text(payload)
+    )
+}
+
+impl OpenError {
+    /// A panic inside redb while opening (a damaged file), as an error.
+    pub(crate) fn panicked(payload: &(dyn std::any::Any + Send)) -> OpenError {
+        OpenError::Corrupt {
+            detail: panicked(payload),
+        }
+    }
+}
+
+impl RedbError {
+    /// A panic inside redb in a transaction (a damaged page), as an error.
+    pub(crate) fn panicked(payload: &(dyn std::any::Any + Send)) -> RedbError {
+        RedbError::Corrupt {
+            detail: panicked(payload),
         }
     }
 }

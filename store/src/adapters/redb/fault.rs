@@ -4,14 +4,14 @@
 //!
 //! ```no_run
 //! use idemkit::store::Store;
-//! use idemkit::adapters::redb::{FaultSwitch, FaultyBackend};
+//! use idemkit::adapters::redb::{FaultSwitch, FaultyBackend, RedbAdapter};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let file = std::fs::OpenOptions::new()
 //!     .read(true).write(true).create(true).truncate(false)
 //!     .open("faults.redb")?;
 //! let switch = FaultSwitch::default();
 //! let backend = FaultyBackend::new(redb::backends::FileBackend::new(file)?, switch.clone());
-//! let store = Store::with_backend(backend)?;
+//! let store = Store::from(RedbAdapter::with_backend(backend)?);
 //! switch.fail_sync_after(0); // the next sync_data fails
 //! # Ok(()) }
 //! ```

@@ -66,7 +66,7 @@
 //! transaction fails, *every* caller of the group gets the error (a group of one
 //! gets redb's error itself, a larger group [`RedbError::GroupCommit`] with
 //! the shared cause): none of them was acknowledged. A crash at any point loses
-//! only unacknowledged operations, as before. Claims stay atomic because all
+//! only unacknowledged operations. Claims stay atomic because all
 //! decisions of a group run one after the other under the single writer: two
 //! claims of one key in one group see each other (the second sees the first's
 //! lease), so there is still exactly one `Execute` (invariant 1).
@@ -83,7 +83,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use redb::{Database, Durability, WriteTransaction};
 
-use super::db::panic_text;
 use super::error::RedbError;
 use super::records::InTxn;
 
@@ -357,11 +356,8 @@ fn fail_all(jobs: &mut Vec<Box<dyn Job>>, error: RedbError) {
 
 /// redb documents panics on damaged pages; one must not take the leader down.
 fn guarded<T>(f: impl FnOnce() -> Result<T, RedbError>) -> Result<T, RedbError> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        Err(RedbError::Corrupt {
-            detail: panic_text(payload.as_ref()),
-        })
-    })
+    catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))
 }
 
 fn begin(db: &Database) -> Result<WriteTransaction, RedbError> {
@@ -424,10 +420,7 @@ where
             Ok(Ok((value, wrote))) => (Ok(value), Ran::Decided { wrote }),
             Ok(Err(e)) => (Err(e), Ran::Failed),
             Err(payload) => (
-                Err(RedbError::Corrupt {
-                    detail: panic_text(payload.as_ref()),
-                }
-                .into()),
+                Err(RedbError::panicked(payload.as_ref()).into()),
                 Ran::Failed,
             ),
         };

@@ -23,7 +23,8 @@
 //! |---|---|
 //! | `tables.rs` | the tables (records + three indexes + meta), the value layout, the format version |
 //! | `create.rs` | a new file made whole before it gets its name; what a half-made one is |
-//! | `db.rs` | a database for the store's life or per transaction (shared files, lock retries), the format check and upgrade, panics turned into errors |
+//! | `open.rs` | opening a file or backend: the format check and upgrade, lock retries, panics turned into errors |
+//! | `db.rs` | a database for the store's life or per transaction (shared files) |
 //! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
 //! | `recover.rs` | a database kept open, and its reopening after an I/O error |
 //! | `users.rs` | the shared-use lock beside a file opened per transaction |
@@ -45,6 +46,7 @@ mod error;
 #[cfg(any(test, feature = "testing"))]
 mod fault;
 mod group_commit;
+mod open;
 mod records;
 mod recover;
 mod tables;
@@ -58,11 +60,11 @@ use idemkit_core::RecordId;
 use idemkit_core::record::{Record, RecordState};
 use redb::{ReadableTable, ReadableTableMetadata};
 
-pub use db::LockRetry;
 pub use error::{OpenError, RedbError};
 #[cfg(any(test, feature = "testing"))]
 pub use fault::{FaultSwitch, FaultyBackend};
 pub use group_commit::CommitStats;
+pub use open::LockRetry;
 pub use tables::FORMAT_VERSION;
 
 use super::{
@@ -109,7 +111,11 @@ impl RedbAdapter {
         // Check (or create, or upgrade) the file once now, with redb's full
         // integrity check, so a bad file is reported here; the per-transaction
         // opens trust it.
-        drop(db::open_file_with_retry(path, retry, db::Integrity::Check)?);
+        drop(open::open_file_with_retry(
+            path,
+            retry,
+            open::Integrity::Check,
+        )?);
         Ok(RedbAdapter::from_handle(
             Handle::PerTransaction {
                 path: path.to_owned(),
@@ -473,6 +479,17 @@ impl Adapter for RedbAdapter {
             .path()
             .and_then(|p| std::fs::metadata(p).ok())
             .map(|m| m.len()))
+    }
+
+    /// This database with `wait` as its lock retry budget (see
+    /// [`RedbAdapter::with_lock_budget`]).
+    fn with_lock_wait(&self, wait: std::time::Duration) -> Option<Arc<dyn Adapter>> {
+        Some(Arc::new(self.with_lock_budget(wait)))
+    }
+
+    /// The records and the three indexes ([`RedbAdapter::verify`]).
+    fn verify(&self) -> Option<Result<(u64, Vec<String>), AdapterError>> {
+        Some(RedbAdapter::verify(self).map_err(AdapterError::from))
     }
 
     fn write_all(&self, writes: &[Write]) -> Result<Vec<Option<Version>>, AdapterError> {

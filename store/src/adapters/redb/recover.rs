@@ -261,8 +261,8 @@ impl Owned {
             });
         }
         let db = match &self.source {
-            Source::File(path) => super::db::open_existing_file(path)?,
-            Source::Backend(backend) => super::db::open_backend(Reused(Arc::clone(backend)))?,
+            Source::File(path) => super::open::open_existing_file(path)?,
+            Source::Backend(backend) => super::open::open_backend(Reused(Arc::clone(backend)))?,
         };
         let probed = probe(&db);
         let mut slot = lock(&self.slot);
@@ -463,7 +463,7 @@ mod tests {
 
     fn store(switch: &FaultSwitch) -> Store {
         let backend = FaultyBackend::new(redb::backends::InMemoryBackend::new(), switch.clone());
-        Store::with_backend(backend).unwrap()
+        Store::from(crate::adapters::redb::RedbAdapter::with_backend(backend).unwrap())
     }
 
     fn claim(store: &Store, key: &str) -> Result<Claim, ClaimError> {
@@ -601,7 +601,8 @@ mod tests {
                 redb::backends::FileBackend::new(file).unwrap(),
                 switch.clone(),
             );
-            let store = Store::with_backend(backend).unwrap();
+            let store =
+                Store::from(crate::adapters::redb::RedbAdapter::with_backend(backend).unwrap());
             execute(&store, "a").abandon();
             switch.set_sticky(true);
             switch.fail_sync_after(0);
@@ -609,7 +610,7 @@ mod tests {
             assert!(!store.health().is_writable());
         }
         // No thread kept it open.
-        let store = Store::open(&path).unwrap();
+        let store = crate::open(&path).unwrap();
         assert!(store.verify().unwrap().problems.is_empty());
     }
 }

@@ -12,7 +12,8 @@ use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::{LogRef, UnixMillis};
 
-use idemkit::store::{Claim, ExecutionGuard, LockRetry, Renewer, Store, WorkerError};
+use idemkit::adapters::redb::LockRetry;
+use idemkit::store::{Claim, ExecutionGuard, Renewer, Store, WorkerError};
 use serde_json::json;
 
 use crate::store_args::{DbArg, record_address, storage_exit};
@@ -160,10 +161,12 @@ fn exec(args: ExecArgs) -> Result<u8, u8> {
         Claim::Execute(guard) => {
             // The command is about to run: from now on, recording its outcome is
             // worth waiting for, or the outcome is left to the lease expiry.
-            store.set_lock_retry(LockRetry {
-                budget: Duration::from_secs(60),
-                ..LockRetry::default()
-            });
+            if let Some(redb) = store.adapter_as::<idemkit::adapters::redb::RedbAdapter>() {
+                redb.set_lock_retry(LockRetry {
+                    budget: Duration::from_secs(60),
+                    ..LockRetry::default()
+                });
+            }
             run_command(&args, &store, guard, effect)
         }
         Claim::Replay { response, log_ref } => {

@@ -32,7 +32,7 @@ pub(crate) struct MigrateArgs {
 
 #[cfg(feature = "postgres")]
 pub(crate) fn run(args: &MigrateArgs) -> ExitCode {
-    use idemkit::adapters::postgres::{PgError, PgOptions, PgStore, SCHEMA_VERSION};
+    use idemkit::adapters::postgres::{PgError, PgOptions, PostgresAdapter, SCHEMA_VERSION};
 
     let report = |e: &PgError| {
         eprintln!("idemkit: {e}");
@@ -43,7 +43,7 @@ pub(crate) fn run(args: &MigrateArgs) -> ExitCode {
         })
     };
     if args.print {
-        return match PgStore::migration_script(args.pg_schema.as_deref()) {
+        return match PostgresAdapter::migration_script(args.pg_schema.as_deref()) {
             Ok(script) => {
                 print!("{script}");
                 ExitCode::from(exit::OK)
@@ -61,7 +61,7 @@ pub(crate) fn run(args: &MigrateArgs) -> ExitCode {
         ..PgOptions::default()
     };
     // Connecting runs the migrations; `migrate` then reports where they started.
-    match PgStore::connect_with(url, options).and_then(|store| store.migrate()) {
+    match PostgresAdapter::connect_with(url, options).and_then(|store| store.migrate()) {
         Ok(_) => {
             println!("idemkit schema is at version {SCHEMA_VERSION}");
             ExitCode::from(exit::OK)

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use idemkit::store::{LockRetry, OpenError, StorageError, Store};
+use idemkit::adapters::redb::{LockRetry, OpenError};
+use idemkit::store::{StorageError, Store};
 
 use crate::exit;
 
@@ -19,10 +20,12 @@ pub(crate) struct DbArg {
 impl DbArg {
     /// Opens the store for sharing with other processes, or reports why not.
     pub(crate) fn open(&self) -> Result<Store, u8> {
-        Store::open_shared(&self.db, LockRetry::default()).map_err(|e| {
-            eprintln!("idemkit: {}: {e}", self.db.display());
-            open_exit(&e)
-        })
+        idemkit::adapters::redb::RedbAdapter::open_shared(&self.db, LockRetry::default())
+            .map(Store::from)
+            .map_err(|e| {
+                eprintln!("idemkit: {}: {e}", self.db.display());
+                open_exit(&e)
+            })
     }
 }
 

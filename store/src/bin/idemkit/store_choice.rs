@@ -3,8 +3,8 @@
 
 use clap::Args;
 #[cfg(feature = "postgres")]
-use idemkit::adapters::postgres::{Migrations, PgError, PgOptions, PgStore};
-use idemkit::store::{OperatorError, QueryError, Store};
+use idemkit::adapters::postgres::{Migrations, PgError, PgOptions, PostgresAdapter};
+use idemkit::store::{QueryError, Store, WorkerError};
 
 use crate::exit;
 use crate::store_args::{DbArg, storage_exit};
@@ -44,9 +44,9 @@ pub(crate) fn query_failed(e: &QueryError) -> Failed {
 
 /// A refused or failed `resolve`: 65 when the state machine refused (or there
 /// is no record), else per the storage failure.
-pub(crate) fn operator_failed(e: &OperatorError) -> Failed {
+pub(crate) fn operator_failed(e: &WorkerError) -> Failed {
     let code = match e {
-        OperatorError::Storage(s) => storage_exit(s),
+        WorkerError::Storage(s) => storage_exit(s),
         _ => exit::DATA_ERR,
     };
     failed(e, code)
@@ -77,8 +77,8 @@ impl StoreArg {
                     migrations: Migrations::CheckOnly,
                     ..PgOptions::default()
                 };
-                PgStore::connect_with(url, options)
-                    .map(Store::postgres)
+                PostgresAdapter::connect_with(url, options)
+                    .map(Store::from)
                     .map_err(|e| pg_failed(&e).code)
             }
             #[cfg(not(feature = "postgres"))]

@@ -800,7 +800,7 @@ mod tests {
         let window = Duration::from_secs(10);
         // A millisecond before a window's edge.
         let clock = ManualClock::new(UnixMillis::from_millis(1_000_000 * 10_000 - 1));
-        let store = Store::in_memory().unwrap().with_clock(clock.clone());
+        let store = idemkit::in_memory().unwrap().with_clock(clock.clone());
         let scope = Scope::new("t", "note").unwrap();
         let fingerprint = Fingerprint::from_bytes([3; 32]);
         let first = derived_key(&store, &scope, fingerprint, window).unwrap();

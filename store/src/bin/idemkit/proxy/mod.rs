@@ -117,7 +117,8 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
 pub(crate) fn open_store(choice: &StoreChoice) -> Result<Store, String> {
     match choice {
         StoreChoice::Redb(path) => {
-            let store = Store::open(path).map_err(|e| format!("store {}: {e}", path.display()))?;
+            let store =
+                idemkit::open(path).map_err(|e| format!("store {}: {e}", path.display()))?;
             // The file is this process's alone: what a crashed proxy left
             // running was settled at open (dispatched requests are Unknown
             // now, so their retries are told so at once).
@@ -141,8 +142,8 @@ pub(crate) fn open_store(choice: &StoreChoice) -> Result<Store, String> {
                 pool_size: pool_size.unwrap_or(defaults.pool_size),
                 ..defaults
             };
-            idemkit::adapters::postgres::PgStore::connect_with(url, options)
-                .map(Store::postgres)
+            idemkit::adapters::postgres::PostgresAdapter::connect_with(url, options)
+                .map(Store::from)
                 .map_err(|e| format!("store postgres: {e}"))
         }
         #[cfg(not(feature = "postgres"))]
