@@ -18,10 +18,10 @@ impl Execution {
     /// for a Local route.
     ///
     /// After `Ok` the layer answers `response` (its status, the headers of the
-    /// route's [`replayed_headers`](super::RouteConfig::replayed_headers) list,
+    /// route's [`replayed_headers`](crate::http::RouteConfig::replayed_headers) list,
     /// and its body: what a retry replays) whatever the handler returns. A
     /// header the list leaves out is neither stored nor answered. A body over
-    /// the route's [`max_stored_response_bytes`](super::RouteConfig::max_stored_response_bytes)
+    /// the route's [`max_stored_response_bytes`](crate::http::RouteConfig::max_stored_response_bytes)
     /// is answered this once and not kept, as for a response the layer records:
     /// a retry then gets 410 `response-expired` with the resource reference. On
     /// `Err` nothing was committed and the lease is still held: the handler's
