@@ -141,10 +141,9 @@ enum Admitted {
     PassThrough,
 }
 
-/// How many times an attempt's outcome is written while the store fails, as the
-/// Rust layer's `RECORD_ATTEMPTS`; 25 ms before the first retry, doubled after.
-const RECORD_ATTEMPTS: u32 = 4;
-const RECORD_BACKOFF: Duration = Duration::from_millis(25);
+// How many times an attempt's outcome is written while the store fails, and
+// the pause before the first retry (doubled after): core's, as every binding's.
+use idemkit_core::http::defaults::{RECORD_ATTEMPTS, RECORD_BACKOFF};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks leaves plain data behind, still valid.

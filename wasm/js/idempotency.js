@@ -16,19 +16,18 @@ import { fingerprint, logRef, parseKey, recordId, requestFingerprint, toBytes } 
 import { IdemkitError, wasmCall } from "./errors.js";
 
 
-/** Response bodies up to this many bytes are kept for replay unless configured otherwise. */
-const DEFAULT_MAX_STORED_RESPONSE_BYTES = 1024 * 1024;
+let sharedDefaults = null;
 
 /**
- * How many times the handler writes an attempt's outcome while the store fails
- * (25 ms before the first retry, doubled before each later one), as the Rust
- * middleware's `RECORD_ATTEMPTS`.
+ * Core's numbers, shared with the Rust middleware (`http::defaults`): recording
+ * attempts and the pause before the first retry, the default limits, the GC
+ * batch, and the default policy's windows. Read on first use, after the entry
+ * point instantiated the wasm.
  */
-const RECORD_ATTEMPTS = 4;
-const RECORD_BACKOFF_MS = 25;
-
-/** The default longest execution whose lease is renewed: 15 minutes. */
-const DEFAULT_MAX_EXECUTION_MS = 15 * 60 * 1000;
+export function defaults() {
+  sharedDefaults ??= Object.freeze(wasm.httpDefaults());
+  return sharedDefaults;
+}
 
 /**
  * The adapter row that keeps the store's token floor (the highest fencing token
@@ -42,14 +41,19 @@ function transientStoreError(err) {
   return err instanceof IdemkitError && err.code === "store-unavailable";
 }
 
-/** Runs `write` up to RECORD_ATTEMPTS times while the store fails; a refusal is final at once. */
+/**
+ * Runs `write` up to core's `recordAttempts` times while the store fails (the
+ * pause before the first retry is `recordBackoffMs`, doubled before each later
+ * one); a refusal is final at once.
+ */
 export async function withRetries(write) {
-  let pause = RECORD_BACKOFF_MS;
+  const { recordAttempts, recordBackoffMs } = defaults();
+  let pause = recordBackoffMs;
   for (let attempt = 1; ; attempt++) {
     try {
       return await write();
     } catch (err) {
-      if (!transientStoreError(err) || attempt >= RECORD_ATTEMPTS) throw err;
+      if (!transientStoreError(err) || attempt >= recordAttempts) throw err;
       await new Promise((resolve) => setTimeout(resolve, pause));
       pause *= 2;
     }
@@ -57,7 +61,7 @@ export async function withRetries(write) {
 }
 
 /**
- * Renews a lease every third of its length while its execution runs, so a slow
+ * Renews a lease at core's cadence (every third of its length) while its execution runs, so a slow
  * one is not taken for a dead one (a Local record would be executed again, an
  * External one become unknown). A store failure is retried (sooner) until a
  * renewal succeeds or is refused (stale token, record no longer running: the
@@ -68,8 +72,7 @@ export async function withRetries(write) {
  * `resume()`, which renews again after a transition that did not happen.
  */
 export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
-  const every = Math.max(leaseMs / 3, 10);
-  const afterError = Math.max(every / 4, 10);
+  const { everyMs: every, afterErrorMs: afterError } = wasmCall(() => wasm.renewalCadence(leaseMs));
   const deadline = clock() + maxExecutionMs;
   let stopped = false;
   let timer = null;
@@ -101,25 +104,27 @@ export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
   };
 }
 
-const DEFAULT_POLICY = Object.freeze({
-  leaseMs: 30_000,
-  replayWindowMs: 24 * 60 * 60 * 1000,
-  recordWindowMs: 7 * 24 * 60 * 60 * 1000,
-  mismatchStatus: 422,
-  store: "definitive",
-  storeRetryAfterSeconds: 1,
-});
+/** Core's default policy and store-unavailable Retry-After. */
+function defaultPolicy() {
+  const { leaseMs, replayWindowMs, recordWindowMs, mismatchStatus, storeRetryAfterSeconds } = defaults();
+  return { leaseMs, replayWindowMs, recordWindowMs, mismatchStatus, store: "definitive", storeRetryAfterSeconds };
+}
 
-// Every row of docs/architecture.md's HTTP contract is rendered by core's `http` module (the
-// refuse* exports), so statuses, problem bodies and headers are the Rust
-// middleware's, byte for byte.
+// Every row of docs/architecture.md's HTTP contract is rendered by core's `http::reply`
+// (the httpAnswer export), so statuses, problem bodies and headers, replays
+// included, are the Rust middleware's, byte for byte.
 
 const utf8 = new TextEncoder();
 const fromUtf8 = new TextDecoder();
 
 /** A `{ status, headers, body }` answer from core → a Response. */
 function fromAnswer(answer) {
-  return new Response(answer.body, { status: answer.status, headers: answer.headers });
+  return new Response(nullBodyStatus(answer.status) ? null : answer.body, { status: answer.status, headers: answer.headers });
+}
+
+/** Core's answer to `situation` (see the httpAnswer export) as a Response. */
+function answer(situation) {
+  return fromAnswer(wasmCall(() => wasm.httpAnswer(situation)));
 }
 
 function checkAdapter(adapter) {
@@ -158,7 +163,7 @@ export function createIdempotency(options) {
   if (typeof tenant !== "function") {
     throw new IdemkitError("invalid-argument", "tenant must be a function (request) => string | null");
   }
-  const settings = { ...DEFAULT_POLICY, ...(options.policy ?? {}) };
+  const settings = { ...defaultPolicy(), ...(options.policy ?? {}) };
   const policy = {
     leaseMs: settings.leaseMs,
     replayWindowMs: settings.replayWindowMs,
@@ -182,7 +187,7 @@ export function createIdempotency(options) {
   const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
   const keyRequired = options.required ?? true;
   const autoRenew = options.autoRenew ?? true;
-  const maxExecutionMs = options.maxExecutionMs ?? DEFAULT_MAX_EXECUTION_MS;
+  const maxExecutionMs = options.maxExecutionMs ?? defaults().maxExecutionMs;
   if (!Number.isSafeInteger(maxExecutionMs) || maxExecutionMs < 0) {
     throw new IdemkitError("invalid-argument", "maxExecutionMs must be a non-negative integer");
   }
@@ -190,14 +195,14 @@ export function createIdempotency(options) {
   // The body is read whole to fingerprint it, so its size is bounded (core's
   // canonicalizer also refuses JSON above 8 MiB). It is read through a counting
   // reader that stops at the limit: nothing past it is buffered.
-  const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
+  const maxBodyBytes = options.maxBodyBytes ?? defaults().bodyLimitBytes;
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 0) {
     throw new IdemkitError("invalid-argument", "maxBodyBytes must be a non-negative integer");
   }
   // Response bodies kept for replay are bounded too. An adapter whose platform
   // caps a stored value (Deno KV, Durable Objects) says so in `maxRecordBytes`,
   // and a body that would make the record larger is not kept either.
-  const maxStoredResponseBytes = options.maxStoredResponseBytes ?? DEFAULT_MAX_STORED_RESPONSE_BYTES;
+  const maxStoredResponseBytes = options.maxStoredResponseBytes ?? defaults().maxStoredResponseBytes;
   if (!Number.isSafeInteger(maxStoredResponseBytes) || maxStoredResponseBytes < 0) {
     throw new IdemkitError("invalid-argument", "maxStoredResponseBytes must be a non-negative integer");
   }
@@ -430,7 +435,7 @@ export function createIdempotency(options) {
     });
   }
 
-  async function gc({ maxBatch = 1000, after } = {}) {
+  async function gc({ maxBatch = defaults().gcBatch, after } = {}) {
     for (const method of ["delete", "scan"]) {
       if (typeof adapter[method] !== "function") {
         throw new IdemkitError("invalid-argument", `gc needs adapter.${method} (see the Adapter type)`);
@@ -496,25 +501,25 @@ export function createIdempotency(options) {
   async function handleRequest(request, handler) {
     const tenantId = await tenant(request);
     if (tenantId === null || tenantId === undefined) {
-      return fromAnswer(wasm.refuseUnauthenticated());
+      return answer({ outcome: "unauthenticated" });
     }
     const header = request.headers.get("idempotency-key");
     if (header === null) {
       if (!keyRequired) return handler(request);
-      return fromAnswer(wasm.refuseMissingKey());
+      return answer({ outcome: "missingKey" });
     }
     let key;
     try {
       key = parseKey(header);
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
-      return fromAnswer(wasmCall(() => wasm.refuseInvalidKey(header)));
+      return answer({ outcome: "invalidKey", header });
     }
     const declared = Number(request.headers.get("content-length") ?? 0);
-    if (declared > maxBodyBytes) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
+    if (declared > maxBodyBytes) return answer({ outcome: "bodyTooLarge", limit: maxBodyBytes });
     const hasBody = request.body !== null;
     const body = await readBounded(request, maxBodyBytes);
-    if (body === null) return fromAnswer(wasm.refuseBodyTooLarge(maxBodyBytes));
+    if (body === null) return answer({ outcome: "bodyTooLarge", limit: maxBodyBytes });
     let fp;
     try {
       // A request without a Content-Type is fingerprinted as the configured kind.
@@ -525,7 +530,7 @@ export function createIdempotency(options) {
       fp = fingerprintOf(body, request.headers.get("content-type") ?? fingerprintOptions.contentType ?? "", line);
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
-      return fromAnswer(wasm.refuseInvalidBody(err.code, err.message));
+      return answer({ outcome: "invalidBody", code: err.code, message: err.message });
     }
     let held;
     try {
@@ -536,28 +541,17 @@ export function createIdempotency(options) {
       // Unreachable, unusable (corrupt bytes) or contended store: fail closed.
       return unavailable();
     }
-    switch (held.outcome) {
-      case "execute":
-        // The body was read once, above; the handler gets a request carrying those
-        // bytes (made only when it runs: a Request copy is not cheap).
-        return execute(held, hasBody ? new Request(request, { body }) : request, handler, tenantId, key);
-      case "replay":
-        return fromStored(held.response, { replayed: true });
-      case "inFlight":
-        return fromAnswer(wasm.refuseInProgress(held.retryAfterSeconds));
-      case "mismatch":
-        return fromAnswer(wasm.refuseKeyReused(held.status));
-      case "uncertain":
-        return fromAnswer(wasmCall(() => wasm.refuseOutcomeUncertain(tenantId, operation, key)));
-      case "responseExpired":
-        return fromAnswer(wasm.refuseResponseExpired(held.status, held.resourceRef ?? undefined));
-      default:
-        throw new IdemkitError("internal", `unknown claim outcome ${held.outcome}`);
+    if (held.outcome === "execute") {
+      // The body was read once, above; the handler gets a request carrying those
+      // bytes (made only when it runs: a Request copy is not cheap).
+      return execute(held, hasBody ? new Request(request, { body }) : request, handler, tenantId, key);
     }
+    // A replay, or a refusal quoting the record's log reference where it has one.
+    return answer({ ...held, tenant: tenantId, operation, key });
   }
 
   function unavailable() {
-    return fromAnswer(wasm.refuseStoreUnavailable(settings.storeRetryAfterSeconds));
+    return answer({ outcome: "storeUnavailable", retryAfterSeconds: settings.storeRetryAfterSeconds });
   }
 
   /** Renews `held`'s lease while the handler runs: see {@link renewWhileRunning}. */
@@ -705,7 +699,7 @@ export function createIdempotency(options) {
         // Completion is durable before the caller is told (invariant 2), so this
         // response is not sent; and no failure after the handler answered releases
         // its record. One core answer for every binding.
-        return fromAnswer(wasmCall(() => wasm.refuseOutcomeNotRecorded(tenantId, operation, key, response.status)));
+        return answer({ outcome: "outcomeNotRecorded", tenant: tenantId, operation, key, originalStatus: response.status });
       }
     }
     return new Response(nullBodyStatus(response.status) ? null : (read.body ?? read.stream), {

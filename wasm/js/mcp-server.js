@@ -21,7 +21,7 @@
 // key again, so it may reach another instance of a stateless server (a Worker) and
 // still run under a claim; only the complete result or an error records the call.
 import * as wasm from "./idemkit_wasm.js";
-import { createIdempotency, renewWhileRunning, withRetries } from "./idempotency.js";
+import { createIdempotency, defaults, renewWhileRunning, withRetries } from "./idempotency.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META } from "./mcp-names.js";
 
@@ -29,12 +29,6 @@ import { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REP
 const PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion";
 /** The first revision without `initialize` and sessions; revisions are dates, so they compare as text. */
 const FIRST_MODERN = "2026-07-28";
-/** How long a client is told to wait when the store is unavailable (seconds). */
-const STORE_RETRY_AFTER_SECONDS = 1;
-/** The longest execution whose lease is renewed (the gateway's `max_execution_ms` default). */
-const DEFAULT_MAX_EXECUTION_MS = 15 * 60 * 1000;
-/** The largest result kept for replay (the gateway's `max_stored_result_bytes` default). */
-const DEFAULT_MAX_STORED_RESULT_BYTES = 1024 * 1024;
 
 /** What the model is told to check when a tool's outcome is unknown, unless the tool's `check` says more. */
 export const DEFAULT_CHECK =
@@ -228,7 +222,9 @@ function toolOf(name, given, shared) {
   const settings = given === true || given === undefined ? {} : given;
   if (settings === null || typeof settings !== "object") throw argument(`tools.${name} must be true or an object of settings`);
   const effect = settings.effect ?? "external";
-  const maxExecutionMs = settings.maxExecutionMs ?? DEFAULT_MAX_EXECUTION_MS;
+  // The gateway's defaults, from core: the longest execution whose lease is
+  // renewed, and the largest result kept for replay.
+  const maxExecutionMs = settings.maxExecutionMs ?? defaults().maxExecutionMs;
   if (!Number.isSafeInteger(maxExecutionMs) || maxExecutionMs < 0) throw argument(`tools.${name}.maxExecutionMs must be a non-negative integer`);
   const check = settings.check ?? DEFAULT_CHECK;
   if (typeof check !== "string") throw argument(`tools.${name}.check must be a string`);
@@ -243,7 +239,7 @@ function toolOf(name, given, shared) {
     // What a call means: the tool's name (the operation) and the canonical arguments,
     // selected from the call as the gateway selects them.
     fingerprint: { include: ["/params/arguments"] },
-    maxStoredResponseBytes: settings.maxStoredResultBytes ?? DEFAULT_MAX_STORED_RESULT_BYTES,
+    maxStoredResponseBytes: settings.maxStoredResultBytes ?? defaults().maxStoredResponseBytes,
     autoRenew: false,
   });
   return { name, effect, maxExecutionMs, check, idempotency, policy: idempotency.policy };
@@ -320,7 +316,7 @@ export function createMcpIdempotency(options) {
       if (err.code.startsWith("json-") || err.code === "lone-surrogate-in-string") {
         return { answer: problem(id, "idempotency_arguments_invalid", { why: `${err.message} [${err.code}]` }) };
       }
-      return { answer: problem(id, "idempotency_store_unavailable", { retryAfter: STORE_RETRY_AFTER_SECONDS }) };
+      return { answer: problem(id, "idempotency_store_unavailable", { retryAfter: defaults().storeRetryAfterSeconds }) };
     }
     switch (claim.outcome) {
       case "execute":

@@ -38,7 +38,7 @@ use idemkit_core::client::{
 use idemkit_core::fingerprint::{
     FingerprintError, FormError, RequestFingerprint, SCHEME_BODY, SCHEME_REQUEST_LINE, SpecError,
 };
-use idemkit_core::http::ReplayedHeaderError;
+use idemkit_core::http::{Outcome, Refusal, ReplayedHeaderError, Reply};
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
     Answer, ClaimOutcome, ClaimRequest, Decision, Disposition, GcAction, MismatchStatus, Op,
@@ -49,7 +49,8 @@ use idemkit_core::record::{
     UnknownReason,
 };
 use idemkit_core::{
-    Fingerprint, KeyError, ParseFingerprintError, RecordIdError, ScopeError, UnixMillis,
+    Fingerprint, IdempotencyKey, KeyError, LogRef, ParseFingerprintError, RecordIdError, Scope,
+    ScopeError, UnixMillis,
 };
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
@@ -1007,6 +1008,155 @@ pub fn record(r: &Record) -> JsResult<JsValue> {
         RecordState::Released { at } => out.set("releasedAt", millis(*at)),
     };
     Ok(out.build())
+}
+
+/// What `httpAnswer` is asked about: a claim's view (`outcome` and its fields
+/// as `apply` answers them, with the `tenant`, `operation` and `key` that name
+/// the record's log reference) or a refusal by name (`outcome`: `unauthenticated`,
+/// `missingKey`, `invalidKey` with `header`, `bodyTooLarge` with `limit`,
+/// `invalidBody` with `code` and `message`, `storeUnavailable` with
+/// `retryAfterSeconds`, `outcomeNotRecorded` with `originalStatus`).
+/// `None`: `execute`, which the handler answers.
+pub fn http_outcome(value: &JsValue) -> JsResult<Option<Outcome>> {
+    const WHAT: &str = "situation";
+    if !value.is_object() {
+        return Err(argument("the situation must be an object"));
+    }
+    let integer = |field: &'static str, max: f64| -> JsResult<u64> {
+        get_opt_integer(value, field, WHAT, max)?
+            .ok_or_else(|| argument(format!("{WHAT}.{field} must be an integer from 0 to {max}")))
+    };
+    let status = |field: &'static str| -> JsResult<u16> {
+        integer(field, 999.0).map(|s| u16::try_from(s).unwrap_or(u16::MAX))
+    };
+    let seconds =
+        |field: &'static str| integer(field, f64::from(u32::MAX)).map(Duration::from_secs);
+    let log_ref = || -> JsResult<LogRef> {
+        let scope = Scope::new(
+            &get_string(value, "tenant", WHAT)?,
+            &get_string(value, "operation", WHAT)?,
+        )
+        .map_err(error)?;
+        let key = IdempotencyKey::new(&get_string(value, "key", WHAT)?).map_err(error)?;
+        Ok(scope.record_id(&key).log_ref())
+    };
+    let claim = |outcome: ClaimOutcome| -> JsResult<Option<Outcome>> {
+        Ok(Some(Outcome::Claim(outcome, log_ref()?)))
+    };
+    let refused = |refusal: Refusal| Ok(Some(Outcome::Refused(refusal)));
+    match get_string(value, "outcome", WHAT)?.as_str() {
+        "execute" => Ok(None),
+        "replay" => claim(ClaimOutcome::Replay {
+            response: stored_response(&get(value, "response")?)?,
+        }),
+        "responseExpired" => claim(ClaimOutcome::ResponseExpired {
+            status: status("status")?,
+            resource_ref: get_opt(value, "resourceRef")?.and_then(|r| r.as_string()),
+        }),
+        "inFlight" => claim(ClaimOutcome::InFlight {
+            retry_after: seconds("retryAfterSeconds")?,
+        }),
+        "mismatch" => claim(ClaimOutcome::Mismatch {
+            status: status("status")?,
+        }),
+        "uncertain" => claim(ClaimOutcome::Uncertain {
+            since: UnixMillis::from_millis(0),
+        }),
+        "unauthenticated" => refused(Refusal::Unauthenticated),
+        "missingKey" => refused(Refusal::MissingKey),
+        "invalidKey" => {
+            let header = get_string(value, "header", WHAT)?;
+            match IdempotencyKey::parse_header(header.as_bytes()) {
+                Err(e) => refused(Refusal::InvalidKey(e)),
+                Ok(_) => Err(argument("invalidKey: the header value is a valid key")),
+            }
+        }
+        "bodyTooLarge" => refused(Refusal::BodyTooLarge {
+            limit: integer("limit", 9_007_199_254_740_991.0)?,
+        }),
+        "invalidBody" => refused(Refusal::InvalidBody {
+            code: get_string(value, "code", WHAT)?,
+            message: get_string(value, "message", WHAT)?,
+        }),
+        "storeUnavailable" => refused(Refusal::StoreUnavailable {
+            retry_after: seconds("retryAfterSeconds")?,
+        }),
+        "outcomeNotRecorded" => refused(Refusal::OutcomeNotRecorded {
+            log_ref: log_ref()?,
+            original_status: status("originalStatus")?,
+        }),
+        other => Err(argument(format!("unknown situation outcome {other:?}"))),
+    }
+}
+
+/// `{ status, headers: [name, value][], body: Uint8Array }` of what core
+/// answers, or `null` for [`Reply::Execute`]. A replayed header value that is
+/// not UTF-8 is decoded with replacement characters, as `Headers` would.
+#[must_use]
+pub fn reply(r: Reply) -> JsValue {
+    match r {
+        Reply::Execute => JsValue::NULL,
+        Reply::Problem(a) => answer(&a),
+        Reply::Replay {
+            status,
+            headers,
+            body,
+        } => answer(&idemkit_core::http::Answer {
+            status,
+            headers: headers
+                .into_iter()
+                .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
+                .collect(),
+            body,
+        }),
+    }
+}
+
+/// Milliseconds of `d` as a double (fractions kept: a third of a lease).
+fn millis_f64(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Core's shared numbers (`http::defaults`) and its default policy's windows,
+/// named for JavaScript.
+#[must_use]
+pub fn http_defaults() -> JsValue {
+    use idemkit_core::http::defaults as d;
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "byte limits and a batch size, far below 2^53"
+    )]
+    let count = |n: usize| n as f64;
+    let policy = Policy::default();
+    ObjectBuilder::new()
+        .set("recordAttempts", d::RECORD_ATTEMPTS)
+        .set("recordBackoffMs", millis_f64(d::RECORD_BACKOFF))
+        .set("maxExecutionMs", millis_f64(d::DEFAULT_MAX_EXECUTION))
+        .set("bodyLimitBytes", count(d::DEFAULT_BODY_LIMIT))
+        .set(
+            "maxStoredResponseBytes",
+            count(d::DEFAULT_MAX_STORED_RESPONSE_BYTES),
+        )
+        .set(
+            "storeRetryAfterSeconds",
+            millis_f64(d::DEFAULT_STORE_RETRY_AFTER) / 1000.0,
+        )
+        .set("gcBatch", count(d::GC_BATCH))
+        .set("leaseMs", millis_f64(policy.lease))
+        .set("replayWindowMs", millis_f64(policy.replay_window))
+        .set("recordWindowMs", millis_f64(policy.record_window))
+        .set("mismatchStatus", policy.mismatch.status())
+        .build()
+}
+
+/// `{ everyMs, afterErrorMs }` for a lease of `lease`.
+#[must_use]
+pub fn renewal_cadence(lease: Duration) -> JsValue {
+    use idemkit_core::http::defaults as d;
+    ObjectBuilder::new()
+        .set("everyMs", millis_f64(d::renewal_interval(lease)))
+        .set("afterErrorMs", millis_f64(d::renewal_retry_interval(lease)))
+        .build()
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ use core::time::Duration;
 
 use idemkit_core::client::{ActionStatus, CircuitBreaker};
 use idemkit_core::fingerprint::{ContentKind, FingerprintSpec, RequestLine};
-use idemkit_core::http::Refusal;
+use idemkit_core::http;
 use idemkit_core::json::CanonicalizeOptions;
 use idemkit_core::machine;
 use idemkit_core::record::Record;
@@ -288,129 +288,45 @@ pub fn gc_due_at(record: &[u8]) -> JsResult<Option<f64>> {
     Ok(interop::gc_due_millis(decode(record)?.gc_due_at()))
 }
 
-// ---- HTTP answers: core's `http` module, so the JavaScript handler answers with the
-// same statuses, problem bodies and headers as the Rust middleware. Each returns
-// `{ status, headers: [name, value][], body: Uint8Array }`.
+// ---- HTTP answers and numbers: core's `http` module, so the JavaScript handler
+// answers with the same statuses, problem bodies and headers as the Rust
+// middleware, and retries, renews and collects by the same numbers.
 
-/// 400 `missing-idempotency-key`.
-#[wasm_bindgen(js_name = refuseMissingKey)]
+/// What to send for `situation`: core's `http::reply`. `situation.outcome` is
+/// a claim's outcome as `apply` answers it (with its fields, and the `tenant`,
+/// `operation` and `key` that name the log reference) or a refusal:
+/// `unauthenticated`, `missingKey`, `invalidKey` (`header`), `bodyTooLarge`
+/// (`limit`), `invalidBody` (`code`, `message`), `storeUnavailable`
+/// (`retryAfterSeconds`), `outcomeNotRecorded` (`originalStatus`). Returns
+/// `{ status, headers: [name, value][], body: Uint8Array }`, or `null` for
+/// `execute` (the handler answers).
+#[wasm_bindgen(js_name = httpAnswer)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_missing_key() -> JsValue {
-    interop::answer(&Refusal::MissingKey.to_answer())
+pub fn http_answer(situation: &JsValue) -> JsResult<JsValue> {
+    Ok(match interop::http_outcome(situation)? {
+        Some(outcome) => interop::reply(http::reply(outcome)),
+        None => JsValue::NULL,
+    })
 }
 
-/// 400 `invalid-request-body`: the body cannot be fingerprinted for its content
-/// type; `code` and `message` are those of the fingerprint error.
-#[wasm_bindgen(js_name = refuseInvalidBody)]
+/// Core's `http::defaults` and default `Policy`: `{ recordAttempts,
+/// recordBackoffMs, maxExecutionMs, bodyLimitBytes, maxStoredResponseBytes,
+/// storeRetryAfterSeconds, gcBatch, leaseMs, replayWindowMs, recordWindowMs,
+/// mismatchStatus }`.
+#[wasm_bindgen(js_name = httpDefaults)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_invalid_body(code: &str, message: &str) -> JsValue {
-    interop::answer(
-        &Refusal::InvalidBody {
-            code: code.to_owned(),
-            message: message.to_owned(),
-        }
-        .to_answer(),
-    )
+#[must_use]
+pub fn http_defaults() -> JsValue {
+    interop::http_defaults()
 }
 
-/// 400 `invalid-idempotency-key` for this header value, with the key error's code;
-/// throws if the value is in fact a valid key.
-#[wasm_bindgen(js_name = refuseInvalidKey)]
+/// How often a lease of `lease_ms` is renewed, and how soon after a failed
+/// renewal: `{ everyMs, afterErrorMs }` (core's `http::defaults`).
+#[wasm_bindgen(js_name = renewalCadence)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_invalid_key(header_value: &str) -> JsResult<JsValue> {
-    match IdempotencyKey::parse_header(header_value.as_bytes()) {
-        Err(e) => Ok(interop::answer(&Refusal::InvalidKey(e).to_answer())),
-        Ok(_) => Err(interop::error(ArgumentError(
-            "refuseInvalidKey: the header value is a valid key".into(),
-        ))),
-    }
-}
-
-/// 422 or 409 `idempotency-key-reused` (the status from the claim decision).
-#[wasm_bindgen(js_name = refuseKeyReused)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_key_reused(status: u16) -> JsValue {
-    interop::answer(&Refusal::KeyReused { status }.to_answer())
-}
-
-/// 409 `request-in-progress` with `Retry-After`.
-#[wasm_bindgen(js_name = refuseInProgress)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_in_progress(retry_after_seconds: u32) -> JsValue {
-    let retry_after = Duration::from_secs(u64::from(retry_after_seconds));
-    interop::answer(&Refusal::InProgress { retry_after }.to_answer())
-}
-
-/// 409 `outcome-uncertain` with the log reference of `(tenant, operation, key)`.
-#[wasm_bindgen(js_name = refuseOutcomeUncertain)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_outcome_uncertain(tenant: &str, operation: &str, key: &str) -> JsResult<JsValue> {
-    let scope = Scope::new(tenant, operation).map_err(interop::error)?;
-    let key = IdempotencyKey::new(key).map_err(interop::error)?;
-    let log_ref = scope.record_id(&key).log_ref();
-    Ok(interop::answer(
-        &Refusal::OutcomeUncertain { log_ref }.to_answer(),
-    ))
-}
-
-/// 409 `outcome-uncertain` with `code: outcome-not-recorded`: the handler
-/// answered `original_status`, but its outcome could not be recorded.
-#[wasm_bindgen(js_name = refuseOutcomeNotRecorded)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_outcome_not_recorded(
-    tenant: &str,
-    operation: &str,
-    key: &str,
-    original_status: u16,
-) -> JsResult<JsValue> {
-    let scope = Scope::new(tenant, operation).map_err(interop::error)?;
-    let key = IdempotencyKey::new(key).map_err(interop::error)?;
-    let log_ref = scope.record_id(&key).log_ref();
-    Ok(interop::answer(
-        &Refusal::OutcomeNotRecorded {
-            log_ref,
-            original_status,
-        }
-        .to_answer(),
-    ))
-}
-
-/// 410 `response-expired` with the original status and resource reference.
-#[wasm_bindgen(js_name = refuseResponseExpired)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_response_expired(original_status: u16, resource_ref: Option<String>) -> JsValue {
-    interop::answer(
-        &Refusal::ResponseExpired {
-            original_status,
-            resource_ref,
-        }
-        .to_answer(),
-    )
-}
-
-/// 503 `store-unavailable` with `Retry-After`.
-#[wasm_bindgen(js_name = refuseStoreUnavailable)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_store_unavailable(retry_after_seconds: u32) -> JsValue {
-    let retry_after = Duration::from_secs(u64::from(retry_after_seconds));
-    interop::answer(&Refusal::StoreUnavailable { retry_after }.to_answer())
-}
-
-/// 413 `body-too-large` with the limit in bytes.
-#[wasm_bindgen(js_name = refuseBodyTooLarge)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_body_too_large(limit: f64) -> JsResult<JsValue> {
-    let limit = interop::count(limit, "limit")?;
-    Ok(interop::answer(
-        &Refusal::BodyTooLarge { limit }.to_answer(),
-    ))
-}
-
-/// 401 `unauthenticated`.
-#[wasm_bindgen(js_name = refuseUnauthenticated)]
-#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn refuse_unauthenticated() -> JsValue {
-    interop::answer(&Refusal::Unauthenticated.to_answer())
+pub fn renewal_cadence(lease_ms: f64) -> JsResult<JsValue> {
+    let lease = Duration::from_millis(interop::count(lease_ms.trunc(), "leaseMs")?);
+    Ok(interop::renewal_cadence(lease))
 }
 
 /// Whether a response header is in the default list of stored and replayed

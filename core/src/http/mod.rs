@@ -19,6 +19,10 @@
 //! | body unreadable for its content type (not I-JSON, bad form) | 400 `invalid-request-body` |
 //! | no principal | 401 `unauthenticated` |
 //!
+//! [`reply()`] maps what a binding knows ([`Outcome`]: a claim's outcome or a
+//! [`Refusal`]) to what it sends ([`Reply`]); [`defaults`] holds the numbers
+//! the bindings share (recording retries, lease renewal, limits).
+//!
 //! Errors are `application/problem+json` (RFC 9457). The body is canonical JSON
 //! (members sorted), so it is byte-identical across implementations.
 
@@ -29,12 +33,15 @@ use core::time::Duration;
 use crate::key::KeyError;
 use crate::scope::LogRef;
 
+pub mod defaults;
 mod headers;
+mod reply;
 
 pub use headers::{
     DEFAULT_REPLAYED_HEADERS, NEVER_STORED_HEADERS, ReplayedHeaderError, ReplayedHeaders,
     is_never_stored_header, is_replayable_header,
 };
+pub use reply::{Outcome, Reply, reply};
 
 /// The header that carries the key (draft-ietf-httpapi-idempotency-key-header).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -288,6 +295,26 @@ impl Refusal {
     }
 }
 
+impl Answer {
+    /// A problem answer of a binding's own, outside the contract's rows (the
+    /// proxy's `upstream-unavailable`, for one): `content-type:
+    /// application/problem+json` and the canonical body of `type` (`name` under
+    /// [`PROBLEM_TYPE_BASE`]), `title`, `status` and `detail`.
+    #[must_use]
+    pub fn problem(status: u16, name: &str, title: &str, detail: &str) -> Answer {
+        Answer {
+            status,
+            headers: vec![("content-type".to_owned(), PROBLEM_JSON.to_owned())],
+            body: problem_body(vec![
+                ("type", JsonText::Str(format!("{PROBLEM_TYPE_BASE}{name}"))),
+                ("title", JsonText::Str(title.to_owned())),
+                ("status", JsonText::Int(u64::from(status))),
+                ("detail", JsonText::Str(detail.to_owned())),
+            ]),
+        }
+    }
+}
+
 /// `Retry-After` in whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3 has no
 /// fractions, and 0 would invite a busy loop).
 #[must_use]
@@ -506,6 +533,18 @@ mod tests {
         assert!(
             text.starts_with("{\"code\":\"key-invalid-character\",\"detail\":"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_bindings_own_problem_is_canonical_problem_json() {
+        let answer = Answer::problem(502, "upstream-unavailable", "T \"q\"", "a\nb");
+        assert_eq!(answer.status, 502);
+        assert_eq!(header(&answer, "content-type"), Some(PROBLEM_JSON));
+        assert_eq!(
+            String::from_utf8(answer.body).unwrap(),
+            "{\"detail\":\"a\\nb\",\"status\":502,\"title\":\"T \\\"q\\\"\",\
+             \"type\":\"https://idemkit.dev/problems/upstream-unavailable\"}"
         );
     }
 

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use ::http::{HeaderValue, Response, StatusCode, header};
 use axum::body::Body;
 
-use super::{Metrics, on_store};
+use super::Metrics;
+use super::store_calls::on_store;
 use crate::store::{Health, Store};
 
 /// Asks `store` whether it can write ([`Store::health`], on a blocking thread

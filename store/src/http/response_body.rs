@@ -18,9 +18,9 @@ use idemkit_core::record::StoredResponse;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::{
-    BoxError, CatchUnwind, Execution, OnDisconnect, RouteConfig, record, settle_unrecorded,
-};
+use super::catch_unwind::CatchUnwind;
+use super::recording::{record, settle_unrecorded};
+use super::{BoxError, Execution, OnDisconnect, RouteConfig};
 
 /// Bytes of a response read before the layer streams it instead of holding it
 /// whole. A response that ends within them is recorded before its head is

@@ -105,7 +105,7 @@ pub(crate) struct GcArgs {
     #[command(flatten)]
     db: StoreArg,
     /// Records per transaction.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = idemkit::core::http::defaults::GC_BATCH)]
     max_batch: usize,
     /// One JSON object.
     #[arg(long)]

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use idemkit::core::fingerprint::{ContentKind, Fingerprint, FingerprintSpec};
+use idemkit::core::http::defaults;
 use idemkit::core::machine::{Dispatch, Disposition, classify_attempt};
 use idemkit::core::record::StoredResponse;
 use idemkit::core::{IdempotencyKey, Scope};
@@ -34,9 +35,9 @@ use crate::proxy::config::StoreChoice;
 /// How long a retry of a call whose continuation is being forwarded waits.
 const CONTINUATION_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How long a client is told to wait when the store is unavailable.
-const STORE_RETRY_AFTER: Duration = Duration::from_secs(1);
+const STORE_RETRY_AFTER: Duration = defaults::DEFAULT_STORE_RETRY_AFTER;
 /// Attempts at writing an outcome while the store fails.
-const RECORD_ATTEMPTS: u32 = 4;
+const RECORD_ATTEMPTS: u32 = defaults::RECORD_ATTEMPTS;
 
 /// What to do with a `tools/call`.
 pub(crate) enum Decision {
@@ -326,11 +327,7 @@ impl Gateway {
             }
             Some(Ok(Claim::Replay { response, .. })) => {
                 let answer = replay(&id, era, wants_task, &response);
-                count(if response.body.is_some() {
-                    ClaimOutcomeLabel::Replay
-                } else {
-                    ClaimOutcomeLabel::ResponseExpired
-                });
+                count(ClaimOutcomeLabel::Replay);
                 Decision::Answer(answer)
             }
             Some(Ok(Claim::ResponseExpired { resource_ref, .. })) => {
@@ -549,7 +546,7 @@ fn with_retries(
     metrics: &Metrics,
     mut write: impl FnMut() -> Result<(), WorkerError>,
 ) -> Result<(), WorkerError> {
-    let mut pause = Duration::from_millis(25);
+    let mut pause = defaults::RECORD_BACKOFF;
     let mut attempt = 1;
     loop {
         match write() {
@@ -673,7 +670,7 @@ struct Renewal(tokio::task::JoinHandle<()>);
 impl Renewal {
     fn spawn(guard: &ExecutionGuard, lease: Duration, deadline: Instant) -> Renewal {
         let renewer = guard.renewer();
-        let every = (lease / 3).max(Duration::from_millis(10));
+        let every = defaults::renewal_interval(lease);
         let deadline = tokio::time::Instant::from_std(deadline);
         Renewal(tokio::spawn(async move {
             loop {

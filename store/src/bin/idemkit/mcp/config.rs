@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use idemkit::core::http::defaults;
 use idemkit::core::machine::{Policy, StorePolicy};
 use idemkit::core::record::EffectKind;
 use serde::Deserialize;
@@ -117,9 +118,9 @@ impl McpConfig {
 
 const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
-const DEFAULT_MAX_EXECUTION: Duration = Duration::from_secs(15 * 60);
+const DEFAULT_MAX_EXECUTION: Duration = defaults::DEFAULT_MAX_EXECUTION;
 const DEFAULT_BODY_LIMIT: usize = 4 << 20;
-const DEFAULT_MAX_STORED_RESULT: usize = 1 << 20;
+const DEFAULT_MAX_STORED_RESULT: usize = defaults::DEFAULT_MAX_STORED_RESPONSE_BYTES;
 
 /// What the model is told to check when a tool's outcome is unknown, unless
 /// the tool's `check` says more.

@@ -230,9 +230,10 @@ impl Problem {
     }
 }
 
-/// Whole seconds, at least 1 (a `Retry-After` of 0 reads as "now").
+/// Whole seconds, at least 1 (a `Retry-After` of 0 reads as "now"): core's
+/// rounding, the one the HTTP answers use.
 fn seconds(d: Duration) -> u64 {
-    d.as_secs_f64().ceil().max(1.0) as u64
+    idemkit::core::http::retry_after_secs(d)
 }
 
 /// A JSON-RPC success response.

@@ -24,6 +24,7 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
+use idemkit::core::http::{Answer, PROBLEM_JSON};
 use idemkit::core::machine::{Dispatch, Disposition, Policy, classify_attempt};
 use idemkit::http::Execution;
 
@@ -342,20 +343,15 @@ fn strip_listed(headers: &mut HeaderMap) {
     }
 }
 
-/// A problem answer of the proxy itself (the upstream's answers pass as they are).
+/// A problem answer of the proxy itself (the upstream's answers pass as they
+/// are), rendered by core as every idemkit problem is.
 pub(crate) fn problem(status: StatusCode, name: &str, title: &str, detail: &str) -> Response<Body> {
-    let body = serde_json::json!({
-        "type": format!("https://idemkit.dev/problems/{name}"),
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    let mut response = Response::new(Body::from(body.to_string()));
+    let answer = Answer::problem(status.as_u16(), name, title, detail);
+    let mut response = Response::new(Body::from(answer.body));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     response
 }
 

@@ -707,7 +707,7 @@ pub(crate) fn spawn_gc(store: Store, metrics: Arc<Metrics>, interval: std::time:
             let (store, metrics) = (store.clone(), Arc::clone(&metrics));
             let _ = tokio::task::spawn_blocking(move || {
                 loop {
-                    match store.gc(1000) {
+                    match store.gc(idemkit::core::http::defaults::GC_BATCH) {
                         Ok(report) => {
                             metrics.gc_deleted(report.deleted);
                             if !report.more {

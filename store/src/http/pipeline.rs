@@ -1,0 +1,242 @@
+//! The request pipeline: who asks, with which key and body, and what the claim
+//! says; a claim that executes goes on to [`execute`](super::execute).
+
+use std::sync::Arc;
+
+use ::http::{HeaderValue, Request, Response};
+use axum::body::Body;
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use idemkit_core::http::{IDEMPOTENCY_KEY, Outcome, Refusal, reply};
+use idemkit_core::machine::ClaimOutcome;
+use idemkit_core::{IdempotencyKey, KeyError, LogRef, RequestLine, Scope};
+use tracing::Instrument;
+
+use super::execute::execute;
+use super::response::{refusal_response, reply_response};
+use super::store_calls::on_store;
+use super::{BoxError, ClaimOutcomeLabel, KeyRequirement, RouteConfig, executions};
+use crate::store::{Claim, ExecutionGuard, Store};
+
+/// A request as it arrived, with its place among the route's running executions.
+pub(super) struct Incoming<B> {
+    pub(super) request: Request<B>,
+    pub(super) entry: Option<executions::Entry>,
+}
+
+/// Answers one request: principal, key, body and fingerprint, claim, then
+/// either the answer core gives for the claim or the execution.
+pub(super) async fn handle<S, B, RB>(
+    inner: S,
+    store: Store,
+    config: Arc<RouteConfig>,
+    incoming: Incoming<B>,
+) -> Result<Response<Body>, S::Error>
+where
+    S: tower::Service<Request<Body>, Response = Response<RB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    use tower::ServiceExt;
+
+    let Incoming { request, entry } = incoming;
+    let (parts, body) = request.into_parts();
+    let Some(tenant) = (config.principal)(&parts) else {
+        return Ok(refusal_response(&Refusal::Unauthenticated));
+    };
+    let Ok(scope) = Scope::new(&tenant, &config.operation) else {
+        // A principal the scope cannot encode is no usable identity.
+        return Ok(refusal_response(&Refusal::Unauthenticated));
+    };
+    let values: Vec<HeaderValue> = parts
+        .headers
+        .get_all(IDEMPOTENCY_KEY)
+        .iter()
+        .cloned()
+        .collect();
+    let key = match (values.first(), values.get(1)) {
+        (None, _) => match config.key {
+            KeyRequirement::Required => return Ok(refusal_response(&Refusal::MissingKey)),
+            KeyRequirement::Optional => {
+                let request = Request::from_parts(parts, Body::new(body));
+                let response = inner.oneshot(request).await?;
+                return Ok(response.map(Body::new));
+            }
+        },
+        (Some(value), None) => match IdempotencyKey::parse_header(value.as_bytes()) {
+            Ok(key) => key,
+            Err(e) => return Ok(refusal_response(&Refusal::InvalidKey(e))),
+        },
+        // Two header lines combine into one list value (RFC 9110 §5.3), `a, b`:
+        // refused where the comma falls, as the combined value would be.
+        (Some(first), Some(_)) => {
+            return Ok(refusal_response(&Refusal::InvalidKey(
+                KeyError::BareComma {
+                    offset: first.as_bytes().len(),
+                },
+            )));
+        }
+    };
+
+    let too_large = Refusal::BodyTooLarge {
+        limit: u64::try_from(config.body_limit).unwrap_or(u64::MAX),
+    };
+    let declared = parts
+        .headers
+        .get(::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > u64::try_from(config.body_limit).unwrap_or(u64::MAX)) {
+        return Ok(refusal_response(&too_large));
+    }
+    let bytes = match Limited::new(body, config.body_limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => return Ok(refusal_response(&too_large)),
+        Err(e) => {
+            return Ok(refusal_response(&Refusal::InvalidBody {
+                code: "body-read-failed".to_owned(),
+                message: format!("the request body could not be read: {e}"),
+            }));
+        }
+    };
+    // What the key means includes the request line: the same key and body sent
+    // to another path or query is another operation (422, nothing executed). The
+    // path is the one the client sent, before any `Router::nest` stripped a prefix.
+    let uri = parts
+        .extensions
+        .get::<axum::extract::OriginalUri>()
+        .map_or(&parts.uri, |original| &original.0);
+    let line = RequestLine::new(parts.method.as_str(), uri.path(), uri.query());
+    let fingerprint = match config
+        .spec
+        .fingerprint_request(&config.operation, &line, &bytes)
+    {
+        Ok(fp) => fp,
+        Err(e) => {
+            return Ok(refusal_response(&Refusal::InvalidBody {
+                code: e.code().to_owned(),
+                message: e.to_string(),
+            }));
+        }
+    };
+
+    let claim = {
+        let (claimer, scope, key, config) = (
+            store.clone(),
+            scope.clone(),
+            key.clone(),
+            Arc::clone(&config),
+        );
+        on_store(&store, move || {
+            claimer.claim(&scope, &key, fingerprint, &config.owner, &config.policy)
+        })
+        .await
+    };
+    let claim = match claim {
+        Some(Ok(claim)) => claim,
+        None | Some(Err(_)) => {
+            config.count_store_error();
+            tracing::warn!(operation = %config.operation, log_ref = %scope.record_id(&key).log_ref(),
+                "idempotency store unavailable; refusing without executing");
+            return Ok(refusal_response(&Refusal::StoreUnavailable {
+                retry_after: config.store_retry_after,
+            }));
+        }
+    };
+    let guard = match answered(claim) {
+        Claimed::Execute(guard) => {
+            config.count_claim(ClaimOutcomeLabel::Execute);
+            guard
+        }
+        Claimed::Answer(label, outcome, log_ref) => {
+            config.count_claim(label);
+            if label == ClaimOutcomeLabel::Replay {
+                tracing::debug!(%log_ref, "replaying stored response");
+            }
+            return Ok(reply_response(reply(Outcome::Claim(outcome, log_ref))));
+        }
+    };
+
+    // One log reference per execution (a blake3 key derivation): for the span,
+    // the Execution and the refusals below.
+    let log_ref = guard.log_ref();
+    if let Some(entry) = &entry {
+        entry.claimed(log_ref);
+    }
+    let span = tracing::info_span!(
+        "idempotent",
+        operation = %config.operation,
+        log_ref = %log_ref,
+        attempt = guard.attempt(),
+        fencing_token = guard.token().get(),
+        provider_ref = tracing::field::Empty,
+    );
+    execute(
+        inner,
+        config,
+        scope,
+        guard,
+        log_ref,
+        parts,
+        bytes,
+        span.clone(),
+        entry,
+    )
+    .instrument(span)
+    .await
+}
+
+/// A claim as the pipeline acts on it.
+enum Claimed {
+    /// Run the handler under this guard.
+    Execute(ExecutionGuard),
+    /// Answer what core maps this outcome to (counted under the label).
+    Answer(ClaimOutcomeLabel, ClaimOutcome, LogRef),
+}
+
+/// The store's claim as core's outcome (what [`reply`] maps to an answer).
+fn answered(claim: Claim) -> Claimed {
+    let (label, outcome, log_ref) = match claim {
+        Claim::Execute(guard) => return Claimed::Execute(guard),
+        Claim::Replay { response, log_ref } => (
+            ClaimOutcomeLabel::Replay,
+            ClaimOutcome::Replay { response },
+            log_ref,
+        ),
+        Claim::ResponseExpired {
+            status,
+            resource_ref,
+            log_ref,
+        } => (
+            ClaimOutcomeLabel::ResponseExpired,
+            ClaimOutcome::ResponseExpired {
+                status,
+                resource_ref,
+            },
+            log_ref,
+        ),
+        Claim::InFlight {
+            retry_after,
+            log_ref,
+        } => (
+            ClaimOutcomeLabel::InFlight,
+            ClaimOutcome::InFlight { retry_after },
+            log_ref,
+        ),
+        Claim::Mismatch { status, log_ref } => (
+            ClaimOutcomeLabel::Mismatch,
+            ClaimOutcome::Mismatch { status },
+            log_ref,
+        ),
+        Claim::Uncertain { since, log_ref } => (
+            ClaimOutcomeLabel::Uncertain,
+            ClaimOutcome::Uncertain { since },
+            log_ref,
+        ),
+    };
+    Claimed::Answer(label, outcome, log_ref)
+}
