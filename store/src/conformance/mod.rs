@@ -1,7 +1,7 @@
 //! The conformance suite: the decision table of docs/architecture.md, checked through the
 //! [`IdempotencyBackend`] trait of the engine, so that the engine over every
 //! adapter (redb file-backed, shared and in memory, and the memory adapter, in
-//! `tests/conformance.rs`; PostgreSQL, in `tests/postgres_conformance.rs`) gives
+//! `tests/engine/conformance.rs`; PostgreSQL, in `tests/postgres/conformance.rs`) gives
 //! the same answers; and [`seam`], what each adapter must do on its own. The JavaScript platform
 //! stores of the npm package have a conformance suite of their own, in JavaScript
 //! (`wasm/test/conformance.js`). Feature `testing`.
