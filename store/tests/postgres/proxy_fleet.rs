@@ -5,7 +5,6 @@
 //! `postgres`).
 #![cfg(all(feature = "postgres", feature = "axum"))]
 
-use crate::support;
 use crate::support::idemkit_proxy as proxy_support;
 use crate::support::pg as pg_support;
 
