@@ -44,7 +44,7 @@ for project in store/tests/npm; do
 done
 
 # The MCP SDKs (v1 and v2 servers and clients), the MCP conformance suite and
-# Node 22 (npm `node`, which the suite needs) for store/tests/mcp_*.rs, pinned in
+# Node 22 (npm `node`, which the suite needs) for store/tests/proxy/mcp_*.rs, pinned in
 # store/tests/mcp/package-lock.json; installed (about 15 s) only when the lock
 # changed since the last install.
 step "MCP SDKs and conformance suite (store/tests/mcp)"
@@ -54,7 +54,7 @@ if ! cmp -s store/tests/mcp/package-lock.json store/tests/mcp/node_modules/.idem
 fi
 
 # The Python SDK's client (PyPI `mcp`, pinned in store/tests/mcp/requirements.txt)
-# for store/tests/mcp_sdk_end_to_end.rs, in a venv; installed (about 11 s) only
+# for store/tests/proxy/mcp_sdk_end_to_end.rs, in a venv; installed (about 11 s) only
 # when the pins changed since the last install.
 step "MCP Python client (tools/mcp-python)"
 if ! cmp -s store/tests/mcp/requirements.txt tools/mcp-python/requirements.txt; then
@@ -64,7 +64,7 @@ if ! cmp -s store/tests/mcp/requirements.txt tools/mcp-python/requirements.txt; 
   cp store/tests/mcp/requirements.txt tools/mcp-python/requirements.txt
 fi
 
-# schemathesis (PyPI) for store/tests/appointments_openapi_schemathesis.rs, pinned
+# schemathesis (PyPI) for store/tests/appointments/openapi_schemathesis.rs, pinned
 # there too; installed into a venv only when that version is missing.
 SCHEMATHESIS_VERSION=4.32.5
 step "schemathesis $SCHEMATHESIS_VERSION (tools/schemathesis)"
@@ -93,10 +93,10 @@ step "cargo test"
 cargo test --workspace --locked
 
 # --- PostgreSQL -------------------------------------------------------------------
-# The feature-gated postgres_* tests panic without IDEMKIT_TEST_POSTGRES_URL, so
+# The feature-gated PostgreSQL tests panic without IDEMKIT_TEST_POSTGRES_URL, so
 # they run only here, against a server of their own.
 step "PostgreSQL backend (throwaway server)"
-# postgres_fleet_skewed_clock runs one instance under libfaketime (package faketime).
+# postgres::fleet_skewed_clock runs one instance under libfaketime (package faketime).
 if [ -z "$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 /usr/lib/faketime/libfaketimeMT.so.1 2>/dev/null)" ]; then
   echo "test-all: libfaketime not found; installing faketime with apt-get" >&2
   [ "$(id -u)" = 0 ] || { echo "test-all: FAIL: installing faketime needs root" >&2; exit 1; }
@@ -106,13 +106,10 @@ fi
 # Resolved over the whole workspace with the one feature added, as the run above was,
 # so this build reuses that run's dependencies (and the tests' example build reuses it).
 pg_features=(--workspace --features idemkit/postgres,idemkit-benches/postgres --locked)
+# store/tests/postgres.rs, then store/tests/postgres_serial.rs (the tests that stop
+# the server or time it, one at a time): cargo runs the two binaries one after another.
 scripts/with-postgres.sh cargo test "${pg_features[@]}" \
-  --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
-  --test postgres_latency --test postgres_appointments_two_instances \
-  --test postgres_fleet_skewed_clock --test postgres_operators_gc_resolve_tokens \
-  --test postgres_cli_operator --test import_copies_records_without_overwriting \
-  --test postgres_proxy_fleet --test postgres_local_complete_in_the_callers_transaction \
-  --test postgres_appointments_notes_sigkill -- --nocapture
+  --test postgres --test postgres_serial -- --nocapture
 # idemkit-loadgen --backend postgres (ignored by the workspace run above: no server there).
 scripts/with-postgres.sh cargo test "${pg_features[@]}" --test postgres_loadgen -- --ignored
 # -----------------------------------------------------------------------------------

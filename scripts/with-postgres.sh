@@ -3,8 +3,8 @@
 # IDEMKIT_TEST_POSTGRES_URL, runs the given command (default: the PostgreSQL tests),
 # and stops the server and deletes its data even when the command fails.
 #
-#     scripts/with-postgres.sh                      # the postgres_* tests (and the loadgen's)
-#     scripts/with-postgres.sh cargo test -p idemkit --features postgres --test postgres_conformance
+#     scripts/with-postgres.sh                      # the PostgreSQL tests (and the loadgen's)
+#     scripts/with-postgres.sh cargo test -p idemkit --features postgres --test postgres -- conformance
 #
 # If PostgreSQL is not installed it is installed with apt-get (CI runs as root).
 # If the server cannot be started the script FAILS with the reason: the PostgreSQL
@@ -76,11 +76,6 @@ echo "with-postgres: PostgreSQL $("$PG_BIN/pg_ctl" --version | awk '{print $NF}'
 if [ $# -eq 0 ]; then
   cargo test -p idemkit-benches --features postgres --locked --test postgres_loadgen -- --ignored
   set -- cargo test -p idemkit --features postgres --locked \
-    --test postgres_conformance --test postgres_concurrent_claims --test postgres_restart \
-    --test postgres_latency --test postgres_appointments_two_instances \
-    --test postgres_fleet_skewed_clock --test postgres_operators_gc_resolve_tokens \
-    --test postgres_cli_operator --test import_copies_records_without_overwriting \
-    --test postgres_proxy_fleet --test postgres_local_complete_in_the_callers_transaction \
-    --test postgres_appointments_notes_sigkill
+    --test postgres --test postgres_serial
 fi
 "$@"

@@ -1,7 +1,7 @@
 //! Arbitrary sequences of operations (claims, fenced worker calls with current and
 //! stale tokens, ticks and jumps to deadlines, resolve, recover, GC) against the
 //! same in-memory store and independent reference model as
-//! core/tests/machine_reference_model.rs; any disagreement or broken invariant is
+//! core/tests/machine/reference_model.rs; any disagreement or broken invariant is
 //! a crash.
 #![no_main]
 

@@ -1,5 +1,5 @@
 //! **What not to do**: the idempotency most APIs write by hand, for `idemkit probe`
-//! to fail (docs/probe.md, store/tests/cli_probe.rs).
+//! to fail (docs/probe.md, store/tests/cli/probe.rs).
 //!
 //! `POST /charges` looks the `Idempotency-Key` header up in a map; on a miss it
 //! does the work (100 ms) and stores the answer afterwards. A sequential retry

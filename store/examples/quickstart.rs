@@ -1,5 +1,5 @@
 //! The first quick start of README.md, which shows everything below this header
-//! verbatim; store/tests/readme_quick_starts.rs checks that and runs it with the
+//! verbatim; store/tests/appointments/readme_quick_starts.rs checks that and runs it with the
 //! README's `curl` commands.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! A tiny in-memory store driven by the real machine, checked against a plain
 //! reference model written independently of it.
 //!
-//! Shared by `core/tests/machine_reference_model.rs` (proptest) and
+//! Shared by `core/tests/machine/reference_model.rs` (proptest) and
 //! `fuzz/fuzz_targets/machine.rs` (libFuzzer, via `#[path]`), so both explore the
 //! same operations and check the same invariants. [`World::apply`] runs one
 //! operation on both sides and returns `Err` with a description on the first

@@ -1,9 +1,9 @@
 //! The conformance suite: the decision table of docs/architecture.md, run on
 //! a [`Store`] whose clock the suite drives ([`ManualClock`]), so that the
 //! engine over every adapter gives the same answers (redb file-backed, shared
-//! and in memory, and the memory adapter, in `tests/conformance.rs`;
+//! and in memory, and the memory adapter, in `tests/engine/conformance.rs`;
 //! PostgreSQL, with `PgClock::following` the suite's clock, in
-//! `tests/postgres_conformance.rs`); and [`seam`], what each adapter must do
+//! `tests/postgres/conformance.rs`); and [`seam`], what each adapter must do
 //! on its own. The npm package's stores have their own suite
 //! (`wasm/test/conformance.js`). Feature `testing`.
 //!

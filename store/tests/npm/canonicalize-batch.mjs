@@ -1,7 +1,7 @@
 // Reads documents, one per line as hex of the UTF-8 bytes, and prints for
 // each one line: hex of canonicalize(JSON.parse(doc)) (npm canonicalize
 // 4.0.0, an independent RFC 8785 implementation), or "ERR <message>".
-// Used by store/tests/differential_canonicalize_npm.rs.
+// Used by store/tests/cli/differential_canonicalize_npm.rs.
 import { readFileSync } from 'node:fs';
 import canonicalize from 'canonicalize';
 

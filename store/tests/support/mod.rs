@@ -1,21 +1,57 @@
-//! Shared by the end-to-end tests of the appointments example: builds the example
-//! once per test binary, runs it on 127.0.0.1 with a free port, and speaks plain
-//! HTTP/1.1 over a socket (so a test sees the exact bytes and sends the exact
-//! header values it means, malformed ones included).
+//! What the test binaries of this crate share. This module: building the
+//! examples once per test binary, running the appointments service on 127.0.0.1
+//! with a free port, plain HTTP/1.1 over a socket (so a test sees the exact bytes
+//! and sends the exact header values it means, malformed ones included), the
+//! `idemkit` command on a database, and the scope of the engine tests.
+//!
+//! Its submodules: [`crash`] (reopening a killed child's file), [`local`] (one
+//! Local operation), [`operators`] (the operator scenarios over any store),
+//! [`pg`] (a PostgreSQL store of a test's own), [`idemkit_proxy`] (an upstream
+//! and `idemkit proxy` in front of it), [`proxy`] (a proxy that loses answers),
+//! [`mcp`], [`notes`], [`readme`] and [`json_model`] (core's reference model of
+//! JSON values, linked from core/tests/support/model.rs).
 
-#![allow(dead_code, reason = "each test file uses a part of this module")]
+#![allow(dead_code, reason = "each test binary uses a part of this module")]
 
+pub(crate) mod crash;
+#[cfg(feature = "axum")]
+pub(crate) mod idemkit_proxy;
+pub(crate) mod json_model;
+pub(crate) mod local;
 pub(crate) mod mcp;
 pub(crate) mod notes;
+pub(crate) mod operators;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg;
 pub(crate) mod proxy;
 pub(crate) mod readme;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use idemkit::Scope;
+
+/// The scope of the engine and crash tests: one tenant, one operation.
+pub(crate) fn scope() -> Scope {
+    Scope::new("acme", "charge").unwrap()
+}
+
+/// Runs `idemkit SUBCOMMAND --db DB REST...` for `args` = `[SUBCOMMAND, REST...]`.
+pub(crate) fn idemkit(db: &Path, args: &[&str]) -> Output {
+    // `--db` goes right after the subcommand: after `--` it would belong to CMD.
+    let (subcommand, rest) = args.split_first().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_idemkit"))
+        .arg(subcommand)
+        .arg("--db")
+        .arg(db)
+        .args(rest)
+        .output()
+        .unwrap()
+}
 
 /// The example's executable, built with the same cargo and target directory as
 /// the tests (a no-op when it is fresh).
