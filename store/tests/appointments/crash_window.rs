@@ -3,7 +3,8 @@
 //! of step `book` was persisted before dispatch, so the restarted service finds
 //! the booking under that key, finishes the record (sending the confirmation
 //! with its own persisted key), and the client's retry gets the 201 for the one
-//! booking — never a second booking.
+//! booking — never a second booking. Until the reconciler has asked the
+//! provider, a retry is answered 409 `outcome-uncertain`, never executed.
 #![cfg(feature = "axum")]
 
 use crate::support;

@@ -1,4 +1,4 @@
-//! Crash safety of group commit (invariant 2): with many threads whose claims and
+//! Crash safety of group commit (invariant 2 of docs/architecture.md): with many threads whose claims and
 //! completions share commits, a SIGKILL at any moment loses nothing that was
 //! acknowledged.
 //!

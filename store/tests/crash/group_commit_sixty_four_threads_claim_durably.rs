@@ -2,7 +2,7 @@
 //!
 //! - Every thread claims its own fresh keys and, in the same rounds, one key
 //!   shared by all threads: each fresh key executes, each shared key executes
-//!   exactly once (invariant 1 holds inside a group: a later claim of the same
+//!   exactly once (invariant 1 of docs/architecture.md holds inside a group: a later claim of the same
 //!   key in the same transaction sees the earlier one's lease).
 //! - Every acknowledged claim and completion is in the file after it is closed
 //!   and reopened (invariant 2: nothing is answered before its commit is durable).

@@ -1,4 +1,4 @@
-//! Crash safety (invariant 2): nothing acknowledged is ever lost.
+//! Crash safety (invariant 2 of docs/architecture.md): nothing acknowledged is ever lost.
 //!
 //! The test binary re-invokes itself as a child (`crash_child`, selected by the
 //! `IDEMKIT_CRASH_DB` environment variable) that claims, completes, releases and

@@ -1,4 +1,4 @@
-//! Invariant 1: concurrent claims of one key yield exactly one `Execute`.
+//! Invariant 1 (docs/architecture.md): concurrent claims of one key yield exactly one `Execute`.
 //!
 //! 64 threads released by one barrier claim the same key; this is repeated over
 //! 50 keys, on a file-backed store and in memory. Whatever the interleaving, one

@@ -1,4 +1,4 @@
-//! Invariant 1 over PostgreSQL: concurrent claims of one key yield exactly one
+//! Invariant 1 (docs/architecture.md) over PostgreSQL: concurrent claims of one key yield exactly one
 //! `Execute`, whether the race is on the INSERT (no record yet) or on the
 //! `UPDATE … WHERE version` (a takeover of an expired lease).
 //!

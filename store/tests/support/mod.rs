@@ -316,7 +316,11 @@ pub(crate) fn request(
 
 /// Retries a POST like a well-behaved client: on 409 `request-in-progress` or a
 /// 503 it waits `Retry-After` seconds (or a little when the connection failed),
-/// until a final answer or `within` runs out.
+/// until a final answer or `within` runs out. A 409 `outcome-uncertain` counts
+/// as interim too: a restarted service settles what its previous run left
+/// unfinished as Unknown when it opens its store and reconciles those records
+/// in the background, so a retry may arrive before the reconciler has asked the
+/// provider.
 pub(crate) fn post_until_final(
     service: &Service,
     key: &[u8],
@@ -339,6 +343,10 @@ pub(crate) fn post_until_final(
                     .expect("Retry-After on 409 in-progress");
                 interim.push(reply);
                 std::thread::sleep(Duration::from_secs(wait));
+            }
+            Ok(reply) if reply.status == 409 && reply.problem() == "outcome-uncertain" => {
+                interim.push(reply);
+                std::thread::sleep(Duration::from_millis(100));
             }
             Ok(reply) if reply.status == 503 => {
                 let wait: u64 = reply

@@ -61,7 +61,7 @@
 //!
 //! A result is delivered only after `commit()` with `Durability::Immediate`
 //! returned `Ok` for the transaction that holds its write, so nothing is
-//! acknowledged before it is durable (invariant 2), no matter how many other
+//! acknowledged before it is durable (invariant 2 of docs/architecture.md), no matter how many other
 //! operations share the commit. If beginning or committing the shared
 //! transaction fails, *every* caller of the group gets the error (a group of one
 //! gets redb's error itself, a larger group [`RedbError::GroupCommit`] with
