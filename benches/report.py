@@ -10,7 +10,7 @@ Python 3.11, standard library only. Subcommands:
                                           write the report (default: benches/results)
 
 Every figure is shown as a ratio against its peers and against the raw fdatasync
-limit measured in the same run; the issue's targets get met/missed and by how much.
+limit measured in the same run; the targets get met/missed and by how much.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from report_common import fmt, load
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The issue's targets (#7). Checked by benchmarks, never by timed tests.
+# The targets. Checked by benchmarks, never by timed tests.
 FP_VS_SERDE = 1.5
 FP_VS_CANONICALIZER = 4.0
 DURABLE_VS_FSYNC = 2.5
@@ -298,13 +298,13 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
             if big and small else "claim p50 at 10M / at 10k records", big_ratio, BIG_VS_SMALL, False,
             "durable claim transaction alone, p50; both stores probed in turn in one run"
             + ("" if big and big["records"] >= 10_000_000 else
-               "; **the issue asks for 10,000,000 records** (`IDEMKIT_BENCH_RECORDS=10000000`)"))
+               "; **the target is set at 10,000,000 records** (`IDEMKIT_BENCH_RECORDS=10000000`)"))
     t.check("wasm fingerprint / canonicalize + WebCrypto SHA-256 (Node, 64 KB)", wasm_min, WASM_VS_CANONICALIZE,
             True, "throughput, worst of the 3 shapes")
     for clients in (1, 64):
         now_, before = per_op(instructions, clients), per_op(baseline, clients)
         t.check(f"instructions per claim + complete, {clients} client{'s' if clients > 1 else ''}, "
-                f"÷ before #18 ({(baseline or {}).get('commit', '?')})", ratio(now_, before),
+                f"÷ the baseline ({(baseline or {}).get('commit', '?')})", ratio(now_, before),
                 INSTRUCTIONS_VS_BASELINE, False,
                 "callgrind, `benches/callgrind/run.sh` (the baseline: `benches/callgrind/baseline.json`)")
     for module in sections:
@@ -312,7 +312,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
             # The modules' targets are ratios, except the µs a layer adds.
             t.check(name, measured, need, higher, what, unit="µs" if ("µs" in name or "added" in name) else "×")
 
-    w("## Targets (issues #7 and #18)")
+    w("## Targets")
     w("")
     w("| target | measured | needed | verdict | on |")
     w("|---|---|---|---|---|")
@@ -604,7 +604,7 @@ def render_instructions(w, doc: dict, baseline: dict | None) -> None:
       "on one core, so a group commit forms as on a busy machine. Unlike time on this VM, the count "
       "repeats within 1 %.")
     w("")
-    w(f"| clients | instructions per claim + complete | commits per operation | before #18 ({(baseline or {}).get('commit', '?')}) | now ÷ before |")
+    w(f"| clients | instructions per claim + complete | commits per operation | the baseline ({(baseline or {}).get('commit', '?')}) | now ÷ before |")
     w("|---:|---:|---:|---:|---:|")
     for run in doc["runs"]:
         before = per_op(baseline, run["clients"])

@@ -6,7 +6,7 @@ of store/tests/mcp called directly and through the gateway), and renders it as
 markdown. Standard library only.
 
     render(results) -> list[str]    the section's markdown lines ([] when mcp.json is missing)
-    targets(results) -> list        none: the issue asks for the figures, not a bound
+    targets(results) -> list        none: the figures are reported, not bounded
 """
 
 from __future__ import annotations

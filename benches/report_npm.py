@@ -28,7 +28,7 @@ ROWS = [
     ("handle_replay", "idemkit: handle(), replay", None),
 ]
 
-# The targets: rate ratios against the peer, and what handle() adds.
+# The targets: rate ratios against the peer, and what handle() adds.
 RATIO_NEED = 1.5
 HANDLE_REPLAY_NEED_US = 30.0
 HANDLE_FRESH_NEED_US = 50.0

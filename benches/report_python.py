@@ -16,7 +16,7 @@ from report_common import load, fmt
 
 SECTION = "## The Python package (idemkit-rs): fingerprints and the ASGI middleware"
 
-# The target: fingerprint at least twice the rate of sha256(json.dumps(obj)).
+# The target: fingerprint at least twice the rate of sha256(json.dumps(obj)).
 FINGERPRINT_NEED = 2.0
 
 FIGURES = [
