@@ -103,6 +103,7 @@ pub(crate) fn emit<F: FnMut(&mut Vec<u8>)>(
     let mut number_text = String::new();
     let mut kinds: Vec<u8> = Vec::new();
     let mut sorted: Vec<SortedFrame> = Vec::new();
+    let mut plan_cursor = 0;
     let mut pos = at;
     let mut step = Step::Value;
     loop {
@@ -163,7 +164,7 @@ pub(crate) fn emit<F: FnMut(&mut Vec<u8>)>(
                     Some(b'{') => {
                         out.push(b'{');
                         let first = skip_ws(bytes, pos + 1);
-                        if let Some(s) = plan.sorted(first) {
+                        if let Some(s) = plan.sorted(first, &mut plan_cursor) {
                             kinds.push(SORTED);
                             sorted.push(SortedFrame {
                                 next: s.start,

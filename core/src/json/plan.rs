@@ -18,7 +18,7 @@ use core::cmp::Ordering;
 
 use super::error::{JsonError, JsonErrorKind};
 use super::number::{self, NumberScratch};
-use super::strings::{self, cmp_names, decode_name, push_pointer_token, skip_plain};
+use super::strings::{self, cmp_names, decode_name, push_pointer_token, same_name, skip_plain};
 use super::{CanonicalizeOptions, Profile};
 
 /// Byte offsets into the input: 4 bytes each when the input is shorter than
@@ -153,18 +153,40 @@ impl Triples {
         }
     }
 
-    /// The triple whose offset is `first` (sorted first).
-    fn find(&self, first: usize) -> Option<[usize; 3]> {
+    /// The triple whose offset is `first` (sorted first). `cursor` is where
+    /// the previous lookup ended: the emitter mostly asks in input order, so
+    /// the answer is usually right there and no search is needed.
+    fn find(&self, first: usize, cursor: &mut usize) -> Option<[usize; 3]> {
         match self {
             Triples::Narrow(x) => {
                 let key = u32::try_from(first).ok()?;
-                let i = x.binary_search_by_key(&key, |t| t[0]).ok()?;
-                x.get(i).map(|t| t.map(|v| v as usize))
+                find_from(x, key, cursor).map(|t| t.map(|v| v as usize))
             }
-            Triples::Wide(x) => {
-                let i = x.binary_search_by_key(&first, |t| t[0]).ok()?;
-                x.get(i).copied()
-            }
+            Triples::Wide(x) => find_from(x, first, cursor),
+        }
+    }
+}
+
+/// The triple of `sorted` whose offset is `key`, looked for at `cursor` first,
+/// then by binary search; `cursor` ends just past the answer, or where `key`
+/// would stand when there is none.
+fn find_from<T: Copy + Ord>(sorted: &[[T; 3]], key: T, cursor: &mut usize) -> Option<[T; 3]> {
+    let at = *cursor;
+    let here = sorted.get(at).map(|t| t[0]);
+    let before = at.checked_sub(1).and_then(|i| sorted.get(i)).map(|t| t[0]);
+    let found = if here.is_none_or(|h| h >= key) && before.is_none_or(|b| b < key) {
+        if here == Some(key) { Ok(at) } else { Err(at) }
+    } else {
+        sorted.binary_search_by_key(&key, |t| t[0])
+    };
+    match found {
+        Ok(i) => {
+            *cursor = i + 1;
+            sorted.get(i).copied()
+        }
+        Err(i) => {
+            *cursor = i;
+            None
         }
     }
 }
@@ -193,9 +215,11 @@ pub(crate) struct Sorted {
 
 impl Plan<'_> {
     /// The member order of the object whose first member's name (in the
-    /// input) is at `first`, if it differs from the input order.
-    pub(crate) fn sorted(&self, first: usize) -> Option<Sorted> {
-        let [_, start, len] = self.objects.find(first)?;
+    /// input) is at `first`, if it differs from the input order. `cursor`
+    /// (start at 0) carries one lookup's position to the next, which makes
+    /// lookups in input order cost no search.
+    pub(crate) fn sorted(&self, first: usize, cursor: &mut usize) -> Option<Sorted> {
+        let [_, start, len] = self.objects.find(first, cursor)?;
         Some(Sorted { start, len })
     }
 
@@ -234,7 +258,17 @@ struct Parser<'a, 'o> {
     /// The canonical text of the latest number (checked, then dropped).
     number_text: String,
     numbers: NumberScratch,
+    /// The latest sorted object's names (offsets, in input order) and its
+    /// canonical order (indexes into them): the next object with the same
+    /// names in the same order, as the records of an array have, takes that
+    /// order without sorting.
+    last_names: Vec<usize>,
+    last_order: Vec<u32>,
 }
+
+/// Objects with more members than this are sorted each time: the records an
+/// order is reused for are small, and a large one is unlikely to repeat.
+const REUSED_ORDER_MAX_MEMBERS: usize = 64;
 
 type PResult<T> = Result<T, JsonError>;
 
@@ -279,6 +313,8 @@ pub(crate) fn plan<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<P
         members: Offsets::for_input(input.len()),
         number_text: String::new(),
         numbers: NumberScratch::default(),
+        last_names: Vec::new(),
+        last_order: Vec::new(),
     };
     let root = p.run()?;
     // Recorded as they closed (inner first); pass 2 looks them up by offset.
@@ -590,6 +626,25 @@ impl Parser<'_, '_> {
         if in_order {
             return Ok(());
         }
+        // Keyed by the first name in the input.
+        let key = self.names.get(first).unwrap_or_default();
+        if self.has_last_names(first, len) {
+            // The same names as the latest sorted object: no duplicates, and
+            // the same canonical order.
+            self.objects.push([key, self.members.len(), len]);
+            for &i in &self.last_order {
+                if let Some(name) = self.names.get(first + i as usize) {
+                    self.members.push(name);
+                }
+            }
+            return Ok(());
+        }
+        let remember = len <= REUSED_ORDER_MAX_MEMBERS;
+        if remember {
+            self.last_names.clear();
+            self.last_names
+                .extend((first..first + len).filter_map(|i| self.names.get(i)));
+        }
         self.names
             .sort_tail(first, |a, b| cmp_names(bytes, a, b).then(a.cmp(&b)));
         // Equal names are neighbours now; report the earliest duplicate (the
@@ -604,6 +659,7 @@ impl Parser<'_, '_> {
             }
         }
         if let Some(d) = dup {
+            self.last_names.clear();
             let name = decode_name(bytes, d);
             let mut pointer = self.pointer_of_open_container();
             pointer.push('/');
@@ -614,14 +670,35 @@ impl Parser<'_, '_> {
                 pointer,
             ));
         }
-        // Keyed by the first name in the input (the names are sorted now).
-        let key = (first..first + len)
-            .filter_map(|i| self.names.get(i))
-            .min()
-            .unwrap_or_default();
         self.objects.push([key, self.members.len(), len]);
         self.members.extend_from_tail(&self.names, first);
+        self.last_order.clear();
+        if remember {
+            // Offsets grow in input order, so each sorted name's index in it
+            // is found by search.
+            for i in first..first + len {
+                let index = self
+                    .names
+                    .get(i)
+                    .and_then(|name| self.last_names.binary_search(&name).ok());
+                self.last_order
+                    .push(index.and_then(|x| u32::try_from(x).ok()).unwrap_or(0));
+            }
+        } else {
+            self.last_names.clear();
+        }
         Ok(())
+    }
+
+    /// Whether the open object's `len` names from `first` are, byte for byte
+    /// and in order, those of the latest sorted object.
+    fn has_last_names(&self, first: usize, len: usize) -> bool {
+        len == self.last_names.len()
+            && self.last_names.iter().enumerate().all(|(k, &earlier)| {
+                self.names
+                    .get(first + k)
+                    .is_some_and(|name| same_name(self.bytes, name, earlier))
+            })
     }
 
     /// Validates a string starting at `"`.
@@ -686,4 +763,48 @@ enum Token {
     Name(usize),
     /// An object between members.
     None,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The cursor only saves searches: every lookup, in any order, finds
+        /// what a binary search finds.
+        #[test]
+        fn a_lookup_from_the_cursor_finds_what_a_search_finds(
+            mut keys in proptest::collection::vec(0u32..400, 0..40),
+            queries in proptest::collection::vec(0u32..410, 0..80),
+        ) {
+            keys.sort_unstable();
+            keys.dedup();
+            let triples: Vec<[u32; 3]> = keys.iter().map(|&k| [k, k + 1, k + 2]).collect();
+            let mut cursor = 0;
+            for q in queries {
+                let expected = triples
+                    .binary_search_by_key(&q, |t| t[0])
+                    .ok()
+                    .map(|i| triples[i]);
+                prop_assert_eq!(find_from(&triples, q, &mut cursor), expected);
+                prop_assert!(cursor <= triples.len());
+            }
+        }
+    }
+
+    #[test]
+    fn lookups_in_input_order_walk_the_cursor_forward() {
+        let triples = [[3u32, 0, 2], [9, 2, 2], [20, 4, 3]];
+        let mut cursor = 0;
+        assert_eq!(find_from(&triples, 1, &mut cursor), None);
+        assert_eq!(cursor, 0);
+        assert_eq!(find_from(&triples, 3, &mut cursor), Some([3, 0, 2]));
+        assert_eq!(find_from(&triples, 5, &mut cursor), None);
+        assert_eq!(cursor, 1);
+        assert_eq!(find_from(&triples, 20, &mut cursor), Some([20, 4, 3]));
+        assert_eq!(cursor, 3);
+        assert_eq!(find_from(&triples, 9, &mut cursor), Some([9, 2, 2]));
+        assert_eq!(cursor, 2);
+    }
 }

@@ -7,8 +7,9 @@ use crate::prelude::*;
 use core::cmp::Ordering;
 
 /// The offset of the first byte at or after `i` that is `"`, `\\` or a control
-/// byte (U+0000..U+001F), eight bytes at a time; may stop early (up to eight
-/// bytes before the end), so callers finish byte by byte.
+/// byte (U+0000..U+001F), eight bytes at a time. Exact when that byte lies in a
+/// whole eight-byte chunk; in the last partial chunk it may stop early (up to
+/// eight bytes before the end), so callers finish byte by byte.
 pub(crate) fn skip_plain(bytes: &[u8], mut i: usize) -> usize {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
@@ -23,7 +24,9 @@ pub(crate) fn skip_plain(bytes: &[u8], mut i: usize) -> usize {
             | below(w ^ (LO * u64::from(b'"')), 1)
             | below(w ^ (LO * u64::from(b'\\')), 1);
         if special != 0 {
-            break;
+            // A borrow can only flag bytes above a flagged one, so the lowest
+            // flag is the first special byte.
+            return i + (special.trailing_zeros() / 8) as usize;
         }
         i += 8;
     }
@@ -62,6 +65,34 @@ pub(crate) fn skip_string(bytes: &[u8], at: usize) -> usize {
             // digits are plain.
             Some(b'\\') => i += 2,
             Some(_) => i += 1,
+        }
+    }
+}
+
+/// Whether the (validated) string literals whose `"` are at `a` and `b` are
+/// written with the same bytes (then they are the same name; the converse
+/// need not hold, as escapes may differ).
+pub(crate) fn same_name(bytes: &[u8], a: usize, b: usize) -> bool {
+    let (Some(x), Some(y)) = (bytes.get(a + 1..), bytes.get(b + 1..)) else {
+        return false;
+    };
+    // One pass over both: names are short, and equal ones are the common case.
+    let mut i = 0;
+    loop {
+        match (x.get(i), y.get(i)) {
+            (Some(p), Some(q)) if p == q => match p {
+                b'"' => return true,
+                // The escaped byte is compared here, so an escaped quote is
+                // never taken for the end.
+                b'\\' => {
+                    if x.get(i + 1) != y.get(i + 1) {
+                        return false;
+                    }
+                    i += 2;
+                }
+                _ => i += 1,
+            },
+            _ => return false,
         }
     }
 }
@@ -417,19 +448,43 @@ mod tests {
     }
 
     #[test]
+    fn same_name_compares_the_written_bytes_up_to_the_closing_quote() {
+        let same = |a: &str, b: &str| {
+            let text = format!("{a}:{b}");
+            same_name(text.as_bytes(), 0, a.len() + 1)
+        };
+        assert!(same(r#""sku""#, r#""sku""#));
+        assert!(same(r#""a\"b""#, r#""a\"b""#));
+        assert!(same(r#""a\\""#, r#""a\\""#));
+        assert!(!same(r#""a\"b""#, r#""a\"c""#));
+        assert!(!same(r#""ab""#, r#""abc""#));
+        assert!(!same(r#""abc""#, r#""ab""#));
+        // The same name written otherwise is not the same bytes.
+        assert!(!same(r#""a""#, r#""\u0061""#));
+    }
+
+    #[test]
     fn skip_plain_stops_at_or_before_special_bytes() {
-        let text = b"abcdefghijklmnop\"qrstuvwxyz0123456789\\abcdefgh\x01ijklmnopqrstuvwx";
-        let mut i = 0;
-        while i < text.len() {
-            let j = skip_plain(text, i);
-            assert!(j >= i && j <= text.len());
-            let first = text
-                .iter()
-                .skip(i)
-                .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
-                .map_or(text.len(), |p| p + i);
-            assert!(j <= first, "{i} {j} {first}");
-            i += 1;
+        // Neighbouring special bytes, bytes just above them (0x20, 0x21, 0x23,
+        // 0x5D) and high bytes exercise the borrows of the eight-byte test.
+        let texts: [&[u8]; 3] = [
+            b"abcdefghijklmnop\"qrstuvwxyz0123456789\\abcdefgh\x01ijklmnopqrstuvwx",
+            b"\x20\x21\x23\x5d\x00\x01\"\\\x1f\x20\xff\xa0\x9f\x80\x7f\x21\x1f\x00\x22\x5c\x20\xe2\x82\xac",
+            "caf\u{e9} \u{1f600} \u{ffff}\u{e000}!#[]^~ \u{7f}\u{80}\"".as_bytes(),
+        ];
+        for text in texts {
+            for i in 0..text.len() {
+                let j = skip_plain(text, i);
+                assert!(j >= i && j <= text.len());
+                let first = text
+                    .iter()
+                    .skip(i)
+                    .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
+                    .map_or(text.len(), |p| p + i);
+                assert!(j <= first, "{text:?} {i} {j} {first}");
+                // Exact unless it stopped at the last, partial chunk.
+                assert!(j == first || j + 8 > text.len(), "{text:?} {i} {j} {first}");
+            }
         }
     }
 }

@@ -13,7 +13,7 @@
 use crate::support::model;
 
 use idemkit_core::json::{CanonicalizeOptions, Profile, canonicalize, canonicalize_with};
-use model::{Rng, V, any_value, decimal_parts, mutate, render};
+use model::{Rng, V, any_string, any_value, decimal_parts, mutate, render};
 use proptest::prelude::*;
 
 fn strict(text: &str) -> Vec<u8> {
@@ -39,6 +39,32 @@ proptest! {
         let back: serde_json::Value = serde_json::from_slice(&ca).unwrap();
         let orig: serde_json::Value = serde_json::from_str(&a).unwrap();
         prop_assert!(same_json(&back, &orig));
+    }
+
+    /// The records of an array that share their names, some spelled and
+    /// ordered alike (an order reused from the record before), some not, each
+    /// come out exactly as they do alone.
+    #[test]
+    fn records_sharing_their_names_come_out_as_they_do_alone(
+        names in proptest::collection::btree_set(any_string(), 2..9),
+        values in proptest::collection::vec(any_value(), 1..6),
+        seeds in proptest::collection::vec(any::<u64>(), 1..4),
+        repeat in 1usize..4,
+    ) {
+        let mut records = Vec::new();
+        for (n, value) in values.iter().enumerate() {
+            let record = V::Obj(names.iter().map(|name| (name.clone(), value.clone())).collect());
+            let seed = seeds[n % seeds.len()];
+            for _ in 0..repeat {
+                records.push(render(&record, &mut Rng(seed)));
+            }
+        }
+        let whole = strict(&format!("[{}]", records.join(",")));
+        let alone: Vec<String> = records
+            .iter()
+            .map(|r| String::from_utf8(strict(r)).unwrap())
+            .collect();
+        prop_assert_eq!(String::from_utf8(whole).unwrap(), format!("[{}]", alone.join(",")));
     }
 
     /// Different values never give identical bytes: a value and a one-leaf
