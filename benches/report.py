@@ -38,7 +38,8 @@ WASM_VS_CANONICALIZE = 1.0
 INSTRUCTIONS_VS_BASELINE = 0.5
 # The report's sections that live in their own modules, each with
 # render(results) -> lines and targets(results) -> [(name, measured, need, higher_is_better, what)].
-SECTION_MODULES = ["report_postgres", "report_http", "report_npm", "report_mcp", "report_npm_mcp", "report_python"]
+SECTION_MODULES = ["report_postgres", "report_http", "report_npm", "report_mcp", "report_npm_mcp", "report_python",
+                   "report_canonicalize"]
 
 IMPLS = [
     ("serde_json_value", "serde_json → Value (parse only)"),

@@ -153,6 +153,13 @@ if ! BENCH_SECONDS=$PY_SECONDS benches/python/run.sh "$OUT/python.json"; then
   echo "python: benches/python/run.sh failed (it needs python3 >= 3.9 with venv)" >>"$OUT/skipped.txt"
 fi
 
+step "idemkit canonicalize vs jq on a 3 MiB API document"
+if [ "$SMOKE" = 1 ]; then CANON_RUNS=3; else CANON_RUNS=41; fi
+if ! BENCH_RUNS=$CANON_RUNS benches/canonicalize/run.sh "$OUT/canonicalize.json"; then
+  rm -f "$OUT/canonicalize.json"
+  echo "canonicalize: benches/canonicalize/run.sh failed (it needs jq and GNU time from Debian)" >>"$OUT/skipped.txt"
+fi
+
 END=$(date +%s)
 python3 - "$OUT/meta.json" "$START" "$END" "$SMOKE" "$RECORDS" "$SECONDS_PER" "$CLIENTS" <<'EOF'
 import json, sys, datetime
