@@ -522,6 +522,54 @@ fn connections_past_the_cap_get_503_until_one_closes() {
     );
 }
 
+/// A slow-loris client opens a connection and never finishes its request head.
+/// It held its connection, and with `max_connections` a slot, for as long as
+/// it liked. Now a head not complete within `header_read_timeout_ms` closes the
+/// connection, and the slot serves the next client.
+#[test]
+fn a_request_head_never_finished_is_cut_off_and_frees_its_slot() {
+    let (_dir, _upstream, proxy) = in_front(
+        Duration::ZERO,
+        "max_connections = 1\nheader_read_timeout_ms = 300",
+        "",
+    );
+    let get = || request(proxy.addr, "GET", "/accounts/A", &[], b"").unwrap();
+    assert_eq!(get().status, 200);
+
+    let mut stalled = TcpStream::connect(proxy.addr).unwrap();
+    stalled
+        .write_all(b"GET /accounts/A HTTP/1.1\r\nHost: example\r\nX-Slow: ")
+        .unwrap();
+    // Well past the deadline: without one, this read would wait it out.
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let read = stalled.read_to_end(&mut answer);
+    assert!(
+        read.is_ok(),
+        "the connection was left open ({:?} after {:?})",
+        read,
+        started.elapsed()
+    );
+    // Either closed silently or told 408 first, never forwarded.
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    eprintln!(
+        "a stalled head was cut off {:?} after it began",
+        started.elapsed()
+    );
+    wait_until(
+        "the slot serves the next client",
+        Duration::from_secs(5),
+        || get().status == 200,
+    );
+}
+
 /// With `admin` set and no token, the admin listener served every tenant's
 /// raw keys and accepted a forged resolve from anyone who could reach it.
 /// Now the proxy refuses to start with an admin listener and no token of at

@@ -31,6 +31,7 @@ mod probe;
 #[cfg(feature = "axum")]
 mod proxy;
 mod records_cmd;
+mod serve;
 mod store_args;
 mod store_choice;
 

@@ -33,6 +33,8 @@ struct FileConfig {
     /// How long a protected `tools/call` waits for its result (default for
     /// every tool).
     call_timeout_ms: Option<u64>,
+    /// How long a client may take to send a request's head.
+    header_read_timeout_ms: Option<Spanned<u64>>,
     gc_interval_ms: Option<u64>,
     /// Worker threads (default: one per CPU).
     workers: Option<Spanned<usize>>,
@@ -97,6 +99,9 @@ pub(crate) struct McpConfig {
     pub(crate) admin: Option<String>,
     pub(crate) admin_token: Option<String>,
     pub(crate) upstream_timeout: Duration,
+    /// A request's head (line and headers) not complete within this closes
+    /// the connection.
+    pub(crate) header_read_timeout: Duration,
     pub(crate) gc_interval: Duration,
     pub(crate) workers: Option<usize>,
     pub(crate) body_limit: usize,
@@ -241,6 +246,16 @@ pub(crate) fn parse(
         }
         tools.insert(tool.name.clone(), tool);
     }
+    let header_read_timeout = match &raw.header_read_timeout_ms {
+        Some(ms) if *ms.get_ref() == 0 => {
+            return Err(src.at(
+                Some(ms.span()),
+                "header_read_timeout_ms: expected at least 1",
+            ));
+        }
+        Some(ms) => Duration::from_millis(*ms.get_ref()),
+        None => crate::serve::DEFAULT_HEADER_READ_TIMEOUT,
+    };
     Ok(McpConfig {
         listen,
         upstream,
@@ -249,6 +264,7 @@ pub(crate) fn parse(
         upstream_timeout: raw
             .upstream_timeout_ms
             .map_or(DEFAULT_UPSTREAM_TIMEOUT, Duration::from_millis),
+        header_read_timeout,
         gc_interval: raw
             .gc_interval_ms
             .map_or(DEFAULT_GC_INTERVAL, Duration::from_millis),
@@ -406,6 +422,15 @@ header = "X-Tenant-Id"
     }
 
     #[test]
+    fn a_request_head_deadline_of_zero_is_refused() {
+        let e = refusal(&format!("header_read_timeout_ms = 0\n{BASE}"), false);
+        assert!(
+            e.contains("header_read_timeout_ms: expected at least 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_admin_token_comes_from_a_file_the_environment_or_is_waived_on_loopback() {
         const TOKEN: &str = "0123456789abcdef0123456789abcdef";
         let dir = tempfile::tempdir().unwrap();
@@ -472,6 +497,7 @@ header = "X-Tenant-Id"
         };
         let c = parse(&file, &text, None, None, false, &env).unwrap_or_else(|e| panic!("{e}"));
         assert!(c.admin_token.is_some());
+        assert_eq!(c.header_read_timeout, Duration::from_secs(30));
         let book = c.tool("book_appointment").unwrap();
         assert!(book.protected);
         assert_eq!(book.policy.effect, EffectKind::External);

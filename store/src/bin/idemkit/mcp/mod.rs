@@ -12,7 +12,6 @@ mod jsonrpc;
 mod sse;
 mod stdio;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -163,6 +162,7 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
         .map_err(|e| format!("listen {listen}: {e}"))?;
     let endpoint = upstream.path().to_owned();
     let tenant = Box::new(crate::proxy::tenant::principal(&config.tenant));
+    let header_read_timeout = config.header_read_timeout;
     let gateway = Arc::new(Gateway::new(config, Some(store), metrics));
     let front = Arc::new(http::HttpGateway {
         gateway,
@@ -177,19 +177,7 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
         async move { Ok::<_, std::convert::Infallible>(front.handle(request).await) }
     });
     let app = axum::Router::new().fallback_service(service);
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let mut stop = stop_rx;
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    })
-    .await
-    .map_err(|e| format!("serving: {e}"))?;
+    crate::serve::serve_router(listener, header_read_timeout, app, stop_rx).await;
     eprintln!("idemkit mcp: stopped; running calls finished and were recorded");
     Ok(())
 }

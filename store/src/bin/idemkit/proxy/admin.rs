@@ -39,7 +39,7 @@ pub(crate) async fn serve(
     program: &str,
     addr: &str,
     admin: Arc<Admin>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<SocketAddr, String> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -53,17 +53,13 @@ pub(crate) async fn serve(
              (admin_insecure_no_token): anyone on this host can list keys and resolve records"
         );
     }
-    tokio::spawn(async move {
-        // The admin API logs who resolved what: it needs the caller's address.
-        let _ = axum::serve(
-            listener,
-            router(admin).into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await;
-    });
+    // The admin API logs who resolved what: it needs the caller's address.
+    tokio::spawn(crate::serve::serve_router(
+        listener,
+        crate::serve::DEFAULT_HEADER_READ_TIMEOUT,
+        router(admin),
+        stop,
+    ));
     Ok(bound)
 }
 

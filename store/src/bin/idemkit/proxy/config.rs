@@ -48,6 +48,8 @@ struct FileConfig {
     upstream_connect_timeout_ms: Option<u64>,
     upstream_body_idle_timeout_ms: Option<u64>,
     request_body_idle_timeout_ms: Option<u64>,
+    /// How long a client may take to send a request's head.
+    header_read_timeout_ms: Option<Spanned<u64>>,
     max_connections: Option<Spanned<usize>>,
     shutdown_grace_ms: Option<u64>,
     gc_interval_ms: Option<u64>,
@@ -204,6 +206,9 @@ pub(crate) struct ProxyConfig {
     /// Pass-through requests' timeouts (and the routes' defaults).
     pub(crate) timeouts: Timeouts,
     pub(crate) request_body_idle: Duration,
+    /// A request's head (line and headers) not complete within this closes
+    /// the connection.
+    pub(crate) header_read_timeout: Duration,
     pub(crate) max_connections: usize,
     pub(crate) shutdown_grace: Duration,
     pub(crate) gc_interval: Duration,
@@ -361,6 +366,16 @@ pub(crate) fn parse(
         Some(m) => *m.get_ref(),
         None => DEFAULT_MAX_CONNECTIONS,
     };
+    let header_read_timeout = match &raw.header_read_timeout_ms {
+        Some(ms) if *ms.get_ref() == 0 => {
+            return Err(src.at(
+                Some(ms.span()),
+                "header_read_timeout_ms: expected at least 1",
+            ));
+        }
+        Some(ms) => Duration::from_millis(*ms.get_ref()),
+        None => crate::serve::DEFAULT_HEADER_READ_TIMEOUT,
+    };
     let mut routes = Vec::new();
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
     for spanned in raw.routes {
@@ -385,6 +400,7 @@ pub(crate) fn parse(
         admin_token,
         timeouts,
         request_body_idle: millis_or(raw.request_body_idle_timeout_ms, DEFAULT_BODY_IDLE_TIMEOUT),
+        header_read_timeout,
         max_connections,
         shutdown_grace: millis_or(raw.shutdown_grace_ms, DEFAULT_SHUTDOWN_GRACE),
         gc_interval: raw
@@ -915,6 +931,22 @@ path = "proxy.redb"
 [tenant]
 header = "X-Tenant-Id"
 "#;
+
+    #[test]
+    fn the_request_head_deadline_defaults_to_thirty_seconds_and_is_never_zero() {
+        assert_eq!(
+            parsed(BASE).unwrap().header_read_timeout,
+            Duration::from_secs(30)
+        );
+        let c = parsed(&format!("header_read_timeout_ms = 2500\n{BASE}")).unwrap();
+        assert_eq!(c.header_read_timeout, Duration::from_millis(2500));
+        let e = refusal(&format!("header_read_timeout_ms = 0\n{BASE}"));
+        assert!(
+            e.contains("header_read_timeout_ms: expected at least 1"),
+            "{e}"
+        );
+        assert!(e.contains("proxy.toml:1"), "{e}");
+    }
 
     #[test]
     fn the_minimal_file_parses() {

@@ -562,26 +562,18 @@ async fn worker(
         tenant: Arc::new(shared.config.tenant.clone()),
         request_body_idle: shared.config.request_body_idle,
     };
-    let mut stop = shared.stop.clone();
-    // Small answers go out at once (no Nagle delay behind the client's ACK).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let connections = Arc::clone(&shared.connections);
-    let make = tower::service_fn(move |incoming: axum::serve::IncomingStream<'_, _>| {
-        let connection = Connection {
+    crate::serve::serve(
+        listener,
+        shared.config.header_read_timeout,
+        move |peer| Connection {
             entry: entry.clone(),
-            peer: *incoming.remote_addr(),
+            peer,
             slot: Arc::new(connections.open()),
-        };
-        std::future::ready(Ok::<_, std::convert::Infallible>(connection))
-    });
-    axum::serve(listener, make)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await
-        .map_err(|e| format!("serving: {e}"))?;
+        },
+        shared.stop.clone(),
+    )
+    .await;
     // The connections are closed; executions whose client left run on.
     shared.executions.idle().await;
     Ok(())
