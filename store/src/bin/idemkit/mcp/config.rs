@@ -246,16 +246,8 @@ pub(crate) fn parse(
         }
         tools.insert(tool.name.clone(), tool);
     }
-    let header_read_timeout = match &raw.header_read_timeout_ms {
-        Some(ms) if *ms.get_ref() == 0 => {
-            return Err(src.at(
-                Some(ms.span()),
-                "header_read_timeout_ms: expected at least 1",
-            ));
-        }
-        Some(ms) => Duration::from_millis(*ms.get_ref()),
-        None => crate::serve::DEFAULT_HEADER_READ_TIMEOUT,
-    };
+    let header_read_timeout =
+        crate::proxy::config::header_read_timeout(&src, raw.header_read_timeout_ms.as_ref())?;
     Ok(McpConfig {
         listen,
         upstream,

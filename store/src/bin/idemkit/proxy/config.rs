@@ -366,16 +366,7 @@ pub(crate) fn parse(
         Some(m) => *m.get_ref(),
         None => DEFAULT_MAX_CONNECTIONS,
     };
-    let header_read_timeout = match &raw.header_read_timeout_ms {
-        Some(ms) if *ms.get_ref() == 0 => {
-            return Err(src.at(
-                Some(ms.span()),
-                "header_read_timeout_ms: expected at least 1",
-            ));
-        }
-        Some(ms) => Duration::from_millis(*ms.get_ref()),
-        None => crate::serve::DEFAULT_HEADER_READ_TIMEOUT,
-    };
+    let header_read_timeout = header_read_timeout(&src, raw.header_read_timeout_ms.as_ref())?;
     let mut routes = Vec::new();
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
     for spanned in raw.routes {
@@ -500,6 +491,22 @@ pub(crate) fn tenant_rule(
             ));
         }
     })
+}
+
+/// `header_read_timeout_ms` of the proxy's or the MCP gateway's file: at
+/// least 1 ms, [`crate::serve::DEFAULT_HEADER_READ_TIMEOUT`] when absent.
+pub(crate) fn header_read_timeout(
+    src: &Source<'_>,
+    ms: Option<&Spanned<u64>>,
+) -> Result<Duration, ConfigError> {
+    match ms {
+        Some(ms) if *ms.get_ref() == 0 => Err(src.at(
+            Some(ms.span()),
+            "header_read_timeout_ms: expected at least 1",
+        )),
+        Some(ms) => Ok(Duration::from_millis(*ms.get_ref())),
+        None => Ok(crate::serve::DEFAULT_HEADER_READ_TIMEOUT),
+    }
 }
 
 fn millis_or(ms: Option<u64>, default: Duration) -> Duration {
