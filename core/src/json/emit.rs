@@ -11,7 +11,7 @@
 use crate::prelude::*;
 
 use super::number::{self, NumberScratch};
-use super::plan::Plan;
+use super::plan::{Plan, Sorted};
 use super::strings::{skip_string, write_string};
 
 /// Which entries to leave out (fingerprint exclusions), sorted: the offset of
@@ -27,9 +27,9 @@ const WRITTEN: u8 = 4;
 
 /// A reordered object being written.
 struct SortedFrame {
-    /// The next member (index in the plan's members) and the end.
+    /// Its canonical order, and the next member's index in it.
+    order: Sorted,
     next: usize,
-    end: usize,
     /// The furthest input offset reached in it: past its last member in the
     /// input once all are written.
     resume: usize,
@@ -167,8 +167,8 @@ pub(crate) fn emit<F: FnMut(&mut Vec<u8>)>(
                         if let Some(s) = plan.sorted(first, &mut plan_cursor) {
                             kinds.push(SORTED);
                             sorted.push(SortedFrame {
-                                next: s.start,
-                                end: s.start + s.len,
+                                order: s,
+                                next: 0,
                                 resume: pos + 1,
                             });
                             step = Step::Child;
@@ -196,7 +196,7 @@ pub(crate) fn emit<F: FnMut(&mut Vec<u8>)>(
                     let Some(f) = sorted.last_mut() else {
                         return;
                     };
-                    if f.next >= f.end {
+                    if f.next >= f.order.len {
                         // Past the member that came last in the input, then
                         // past the `}`.
                         pos = skip_ws(bytes, f.resume) + 1;
@@ -206,7 +206,7 @@ pub(crate) fn emit<F: FnMut(&mut Vec<u8>)>(
                         step = Step::After;
                         continue;
                     }
-                    let Some(m) = plan.member(f.next) else {
+                    let Some(m) = plan.member(&f.order, f.next) else {
                         return;
                     };
                     f.next += 1;

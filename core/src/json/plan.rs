@@ -4,7 +4,8 @@
 //! the [`Plan`]: for each object whose members are not already in RFC 8785
 //! order (§3.2.3, by UTF-16 code units), the input offsets of its member names
 //! in sorted order, plus one [`Offsets`] entry per open container while it is
-//! open. Offsets take 4 bytes each below 4 GiB of input. Pass 2
+//! open. Offsets take 4 bytes each below 4 GiB of input, and 2 bytes (from the
+//! object's first name) in an object that spans less than 64 KiB. Pass 2
 //! ([`super::emit`]) reads the input again and writes the canonical bytes
 //! straight into the sink, following the plan; so the peak is the input, the
 //! plan and whatever the sink keeps.
@@ -45,6 +46,15 @@ impl Offsets {
             // `for_input` chose `Narrow` only if every offset fits.
             Offsets::Narrow(x) => x.push(u32::try_from(v).unwrap_or(u32::MAX)),
             Offsets::Wide(x) => x.push(v),
+        }
+    }
+
+    /// Room for `additional` more, reserved at once (as `extend` would) so a
+    /// wide object's order does not leave up to twice its size in capacity.
+    fn reserve(&mut self, additional: usize) {
+        match self {
+            Offsets::Narrow(x) => x.reserve(additional),
+            Offsets::Wide(x) => x.reserve(additional),
         }
     }
 
@@ -100,29 +110,12 @@ impl Offsets {
             }
         }
     }
-
-    /// Appends `other[start..]`.
-    fn extend_from_tail(&mut self, other: &Offsets, start: usize) {
-        match (self, other) {
-            (Offsets::Narrow(x), Offsets::Narrow(y)) => {
-                x.extend_from_slice(y.get(start..).unwrap_or_default());
-            }
-            (Offsets::Wide(x), Offsets::Wide(y)) => {
-                x.extend_from_slice(y.get(start..).unwrap_or_default());
-            }
-            (this, other) => {
-                for i in start..other.len() {
-                    if let Some(v) = other.get(i) {
-                        this.push(v);
-                    }
-                }
-            }
-        }
-    }
 }
 
-/// `(offset of the first member's name, start in members, member count)` of
-/// each reordered object, 4 bytes a field below 4 GiB of input.
+/// `(offset of the first member's name, start, member count)` of each
+/// reordered object, 4 bytes a field below 4 GiB of input. `start` is the
+/// index of its order in `Plan::near` times two plus one, or in
+/// `Plan::members` times two.
 #[derive(Debug)]
 enum Triples {
     Narrow(Vec<[u32; 3]>),
@@ -200,17 +193,23 @@ pub(crate) struct Plan<'a> {
     pub(crate) root: usize,
     /// The objects whose members are not in canonical order, by offset.
     objects: Triples,
-    /// Offsets of member names (their opening quote) in canonical order.
+    /// Offsets of member names (their opening quote) in canonical order, for
+    /// objects that span 64 KiB or more of input.
     members: Offsets,
+    /// The same for the other objects, as offsets from the object's first
+    /// name: records take half the memory.
+    near: Vec<u16>,
 }
 
 /// The canonical member order of the object opening at some offset.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sorted {
-    /// Start in `Plan::members`.
-    pub(crate) start: usize,
+    /// Start in `Plan::near` when `base` is set, else in `Plan::members`.
+    start: usize,
     /// Member count.
     pub(crate) len: usize,
+    /// The offset `Plan::near` counts from.
+    base: Option<usize>,
 }
 
 impl Plan<'_> {
@@ -219,13 +218,23 @@ impl Plan<'_> {
     /// (start at 0) carries one lookup's position to the next, which makes
     /// lookups in input order cost no search.
     pub(crate) fn sorted(&self, first: usize, cursor: &mut usize) -> Option<Sorted> {
-        let [_, start, len] = self.objects.find(first, cursor)?;
-        Some(Sorted { start, len })
+        let [key, start, len] = self.objects.find(first, cursor)?;
+        Some(Sorted {
+            start: start >> 1,
+            len,
+            base: (start & 1 == 1).then_some(key),
+        })
     }
 
-    /// The name offset of member `i` of the canonical order.
-    pub(crate) fn member(&self, i: usize) -> Option<usize> {
-        self.members.get(i)
+    /// The name offset of member `i` (from 0) of `sorted`'s canonical order.
+    pub(crate) fn member(&self, sorted: &Sorted, i: usize) -> Option<usize> {
+        match sorted.base {
+            Some(base) => self
+                .near
+                .get(sorted.start + i)
+                .map(|&delta| base + usize::from(delta)),
+            None => self.members.get(sorted.start + i),
+        }
     }
 }
 
@@ -258,6 +267,7 @@ struct Parser<'a, 'o> {
     /// The canonical text of the latest number (checked, then dropped).
     number_text: String,
     numbers: NumberScratch,
+    near: Vec<u16>,
     /// The latest sorted object's names (offsets, in input order) and its
     /// canonical order (indexes into them): the next object with the same
     /// names in the same order, as the records of an array have, takes that
@@ -311,6 +321,7 @@ pub(crate) fn plan<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<P
         names: Offsets::for_input(input.len()),
         objects: Triples::for_input(input.len()),
         members: Offsets::for_input(input.len()),
+        near: Vec::new(),
         number_text: String::new(),
         numbers: NumberScratch::default(),
         last_names: Vec::new(),
@@ -325,6 +336,7 @@ pub(crate) fn plan<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<P
         root,
         objects,
         members: p.members,
+        near: p.near,
     })
 }
 
@@ -626,17 +638,10 @@ impl Parser<'_, '_> {
         if in_order {
             return Ok(());
         }
-        // Keyed by the first name in the input.
-        let key = self.names.get(first).unwrap_or_default();
         if self.has_last_names(first, len) {
             // The same names as the latest sorted object: no duplicates, and
             // the same canonical order.
-            self.objects.push([key, self.members.len(), len]);
-            for &i in &self.last_order {
-                if let Some(name) = self.names.get(first + i as usize) {
-                    self.members.push(name);
-                }
-            }
+            self.record_order(first, len, true);
             return Ok(());
         }
         let remember = len <= REUSED_ORDER_MAX_MEMBERS;
@@ -670,8 +675,7 @@ impl Parser<'_, '_> {
                 pointer,
             ));
         }
-        self.objects.push([key, self.members.len(), len]);
-        self.members.extend_from_tail(&self.names, first);
+        self.record_order(first, len, false);
         self.last_order.clear();
         if remember {
             // Offsets grow in input order, so each sorted name's index in it
@@ -688,6 +692,48 @@ impl Parser<'_, '_> {
             self.last_names.clear();
         }
         Ok(())
+    }
+
+    /// Records the canonical order of the open object's `len` names from
+    /// `first`: sorted there already, or (`reused`) in the latest sorted
+    /// object's order. Keyed by the first name in the input, the smallest
+    /// offset; as offsets from it when the names span less than 64 KiB.
+    fn record_order(&mut self, first: usize, len: usize, reused: bool) {
+        let (Some(key), Some(last)) = (
+            (first..first + len).filter_map(|i| self.names.get(i)).min(),
+            (first..first + len).filter_map(|i| self.names.get(i)).max(),
+        ) else {
+            return;
+        };
+        let near = last - key <= usize::from(u16::MAX);
+        let start = if near {
+            self.near.len()
+        } else {
+            self.members.len()
+        };
+        self.objects
+            .push([key, (start << 1) | usize::from(near), len]);
+        if near {
+            self.near.reserve(len);
+        } else {
+            self.members.reserve(len);
+        }
+        for j in 0..len {
+            let index = if reused {
+                self.last_order.get(j).map(|&i| i as usize)
+            } else {
+                Some(j)
+            };
+            let Some(name) = index.and_then(|i| self.names.get(first + i)) else {
+                continue;
+            };
+            if near {
+                self.near
+                    .push(u16::try_from(name - key).unwrap_or(u16::MAX));
+            } else {
+                self.members.push(name);
+            }
+        }
     }
 
     /// Whether the open object's `len` names from `first` are, byte for byte
