@@ -290,7 +290,7 @@ fn report_renders_the_fixture() {
     assert!(status.success());
     let text = std::fs::read_to_string(&md).unwrap();
     for needle in [
-        "## Targets (issues #7 and #18)",
+        "## Targets",
         "fingerprint vs `serde_json::from_slice::<Value>`",
         // The sections kept in their own modules (fixture files copied from the 2026-12-02 run).
         "## Instructions per claim + complete (callgrind)",
@@ -303,6 +303,8 @@ fn report_renders_the_fixture() {
         "## Claim latency vs records in the store",
         "## GC while claims continue",
         "## wasm fingerprint in Node",
+        "## The canonicalize command against jq",
+        "idemkit canonicalize ÷ jq -cS . (3 MiB API document, whole process)",
     ] {
         assert!(text.contains(needle), "{needle} missing");
     }
@@ -318,6 +320,7 @@ fn every_benchmark_script_is_valid_shell() {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let scripts = [
         here.join("callgrind/run.sh"),
+        here.join("canonicalize/run.sh"),
         here.join("http/run.sh"),
         here.join("postgres/run.sh"),
         here.join("proxy/run.sh"),
