@@ -8,21 +8,10 @@
     reason = "test code: a failed expectation should panic with its message"
 )]
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idemkit"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A command that refuses its arguments exits without reading stdin; the write
-    // then fails with a broken pipe, which is not what these tests check.
-    let _ = child.stdin.take().unwrap().write_all(stdin);
-    child.wait_with_output().unwrap()
+    crate::support::idemkit_with_stdin(args, stdin)
 }
 
 fn stderr_line(out: &Output) -> String {

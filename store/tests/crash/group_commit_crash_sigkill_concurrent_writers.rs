@@ -18,24 +18,13 @@ use std::time::Duration;
 
 use crate::support::crash as crash_support;
 
-use crash_support::{Acked, check, open_retrying};
-use idemkit::core::machine::Policy;
-use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::store::Claim;
-use idemkit::{Fingerprint, IdempotencyKey};
-
-use crate::support::scope;
+use crash_support::{Acked, check, claim_fresh, open_retrying};
+use idemkit::core::record::StoredResponse;
 
 const DB_ENV: &str = "IDEMKIT_GROUP_CRASH_DB";
 const CHILD_ENV: &str = "IDEMKIT_GROUP_CRASH_CHILD";
 const THREADS: usize = 16;
 const KILLS: u64 = 30;
-
-fn policy() -> Policy {
-    Policy::default()
-        .with_effect(EffectKind::Local)
-        .with_lease(Duration::from_secs(3_600))
-}
 
 fn say(out: &Mutex<std::io::Stdout>, line: &str) {
     let out = out.lock().unwrap();
@@ -61,19 +50,7 @@ fn group_crash_child() {
             s.spawn(move || {
                 for i in 0.. {
                     let key_text = format!("c{child}-t{t}-{i}");
-                    let key = IdempotencyKey::new(&key_text).unwrap();
-                    let claim = store
-                        .claim(
-                            &scope(),
-                            &key,
-                            Fingerprint::from_bytes([7; 32]),
-                            "child",
-                            &policy(),
-                        )
-                        .unwrap();
-                    let Claim::Execute(guard) = claim else {
-                        panic!("a fresh key must execute");
-                    };
+                    let guard = claim_fresh(&store, &key_text);
                     say(out, &format!("ACK CLAIM {key_text}"));
                     guard
                         .complete(StoredResponse::new(200, key_text.as_bytes().to_vec()))

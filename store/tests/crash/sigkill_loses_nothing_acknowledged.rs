@@ -24,25 +24,13 @@ use std::time::{Duration, Instant};
 
 use crate::support::crash as crash_support;
 
-use crash_support::{Acked, check, open_retrying};
-use idemkit::core::machine::Policy;
-use idemkit::core::record::{EffectKind, StoredResponse};
-use idemkit::store::Claim;
-use idemkit::{Fingerprint, IdempotencyKey};
-
-use crate::support::scope;
+use crash_support::{Acked, check, claim_fresh, open_retrying};
+use idemkit::core::record::StoredResponse;
 
 const DB_ENV: &str = "IDEMKIT_CRASH_DB";
 const CHILD_ENV: &str = "IDEMKIT_CRASH_CHILD";
 /// [`crash_child`] by its full name in this test binary.
 const CHILD_TEST: &str = "crash::sigkill_loses_nothing_acknowledged::crash_child";
-
-fn policy() -> Policy {
-    // A long lease: records the child abandons stay Running for the whole test.
-    Policy::default()
-        .with_effect(EffectKind::Local)
-        .with_lease(Duration::from_secs(3_600))
-}
 
 /// The child: runs only when the parent sets `IDEMKIT_CRASH_DB`.
 #[test]
@@ -58,19 +46,7 @@ fn crash_child() {
     out.flush().unwrap();
     for i in 0.. {
         let key_text = format!("c{child}-{i}");
-        let key = IdempotencyKey::new(&key_text).unwrap();
-        let claim = store
-            .claim(
-                &scope(),
-                &key,
-                Fingerprint::from_bytes([7; 32]),
-                "child",
-                &policy(),
-            )
-            .unwrap();
-        let Claim::Execute(mut guard) = claim else {
-            panic!("a fresh key must execute");
-        };
+        let mut guard = claim_fresh(&store, &key_text);
         writeln!(out, "ACK CLAIM {key_text}").unwrap();
         out.flush().unwrap();
         match i % 4 {

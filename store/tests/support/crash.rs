@@ -8,8 +8,36 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use idemkit::adapters::redb::OpenError;
-use idemkit::core::record::RecordState;
-use idemkit::store::Store;
+use idemkit::core::machine::Policy;
+use idemkit::core::record::{EffectKind, RecordState};
+use idemkit::store::{Claim, ExecutionGuard, Store};
+use idemkit::{Fingerprint, IdempotencyKey};
+
+/// The killed children's policy. A long lease: records a child abandons stay
+/// Running for the whole test.
+pub(crate) fn policy() -> Policy {
+    Policy::default()
+        .with_effect(EffectKind::Local)
+        .with_lease(Duration::from_secs(3_600))
+}
+
+/// Claims the fresh key `key_text` as a child does; a fresh key executes.
+pub(crate) fn claim_fresh(store: &Store, key_text: &str) -> ExecutionGuard {
+    let key = IdempotencyKey::new(key_text).unwrap();
+    let claim = store
+        .claim(
+            &super::scope(),
+            &key,
+            Fingerprint::from_bytes([7; 32]),
+            "child",
+            &policy(),
+        )
+        .unwrap();
+    let Claim::Execute(guard) = claim else {
+        panic!("a fresh key must execute");
+    };
+    guard
+}
 
 /// What a child printed `ACK` for, after the call returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -53,6 +53,21 @@ pub(crate) fn idemkit(db: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs `idemkit ARGS...` with `stdin` on its standard input.
+pub(crate) fn idemkit_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idemkit"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A command that refuses its arguments exits without reading stdin; the write
+    // then fails with a broken pipe, which is not what the tests check.
+    let _ = std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin);
+    child.wait_with_output().unwrap()
+}
+
 /// The example's executable, built with the same cargo and target directory as
 /// the tests (a no-op when it is fresh).
 pub(crate) fn example_binary() -> &'static Path {
