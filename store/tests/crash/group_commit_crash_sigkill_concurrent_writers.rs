@@ -50,7 +50,7 @@ fn group_crash_child() {
             s.spawn(move || {
                 for i in 0.. {
                     let key_text = format!("c{child}-t{t}-{i}");
-                    let guard = claim_fresh(&store, &key_text);
+                    let guard = claim_fresh(store, &key_text);
                     say(out, &format!("ACK CLAIM {key_text}"));
                     guard
                         .complete(StoredResponse::new(200, key_text.as_bytes().to_vec()))
