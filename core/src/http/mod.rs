@@ -15,6 +15,7 @@
 //! | same key, completed | the stored response + `Idempotent-Replayed: true` |
 //! | completed, response no longer kept | 410 `response-expired` + the resource reference |
 //! | store unavailable | 503 `store-unavailable` + `Retry-After` |
+//! | same key, still running, asked to wait, but too many already wait | 503 `too-many-waiters` + `Retry-After` |
 //! | body too large | 413 `body-too-large` |
 //! | body unreadable for its content type (not I-JSON, bad form) | 400 `invalid-request-body` |
 //! | no principal | 401 `unauthenticated` |
@@ -35,6 +36,7 @@ use crate::scope::LogRef;
 
 pub mod defaults;
 mod headers;
+pub mod prefer;
 mod reply;
 
 pub use headers::{
@@ -106,6 +108,13 @@ pub enum Refusal {
         /// When to try again.
         retry_after: Duration,
     },
+    /// The request asked to wait for its key's running attempt, but as many
+    /// requests as the route allows already wait (on this key or in all);
+    /// nothing was executed.
+    TooManyWaiters {
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// The request body is larger than the configured limit.
     BodyTooLarge {
         /// The limit in bytes.
@@ -148,6 +157,7 @@ impl Refusal {
             }
             Refusal::ResponseExpired { .. } => "response-expired",
             Refusal::StoreUnavailable { .. } => "store-unavailable",
+            Refusal::TooManyWaiters { .. } => "too-many-waiters",
             Refusal::BodyTooLarge { .. } => "body-too-large",
             Refusal::Unauthenticated => "unauthenticated",
             Refusal::InvalidBody { .. } => "invalid-request-body",
@@ -164,7 +174,7 @@ impl Refusal {
             | Refusal::OutcomeUncertain { .. }
             | Refusal::OutcomeNotRecorded { .. } => 409,
             Refusal::ResponseExpired { .. } => 410,
-            Refusal::StoreUnavailable { .. } => 503,
+            Refusal::StoreUnavailable { .. } | Refusal::TooManyWaiters { .. } => 503,
             Refusal::BodyTooLarge { .. } => 413,
             Refusal::Unauthenticated => 401,
         }
@@ -188,6 +198,9 @@ impl Refusal {
                 "The request completed; its response is no longer available"
             }
             Refusal::StoreUnavailable { .. } => "The idempotency store is unavailable",
+            Refusal::TooManyWaiters { .. } => {
+                "Too many requests already wait for this idempotency key's answer"
+            }
             Refusal::BodyTooLarge { .. } => "The request body is too large",
             Refusal::Unauthenticated => "Authentication is required",
             Refusal::InvalidBody { .. } => "The request body cannot be fingerprinted",
@@ -225,6 +238,11 @@ impl Refusal {
                 "Nothing was executed. Retry with the same key after {} seconds.",
                 retry_after_secs(*retry_after)
             ),
+            Refusal::TooManyWaiters { retry_after } => format!(
+                "The first request with this key is still running. Nothing was executed. \
+                 Retry with the same key after {} seconds.",
+                retry_after_secs(*retry_after)
+            ),
             Refusal::BodyTooLarge { limit } => format!("The limit is {limit} bytes."),
             Refusal::Unauthenticated => "The request carries no credentials this endpoint accepts."
                 .to_owned(),
@@ -252,7 +270,9 @@ impl Refusal {
             Refusal::InvalidBody { code, .. } => {
                 members.push(("code", JsonText::Str(code.clone())))
             }
-            Refusal::InProgress { retry_after } | Refusal::StoreUnavailable { retry_after } => {
+            Refusal::InProgress { retry_after }
+            | Refusal::StoreUnavailable { retry_after }
+            | Refusal::TooManyWaiters { retry_after } => {
                 headers.push((
                     "retry-after".to_owned(),
                     retry_after_secs(*retry_after).to_string(),

@@ -246,6 +246,20 @@ mod tests {
     }
 
     #[test]
+    fn too_many_waiters_is_a_503_with_retry_after() {
+        let answer = Refusal::TooManyWaiters {
+            retry_after: Duration::from_millis(1_200),
+        }
+        .to_answer();
+        assert_eq!(answer.status, 503);
+        assert_eq!(header(&answer, "retry-after"), Some("2"));
+        assert_eq!(
+            json(&answer)["type"],
+            format!("{PROBLEM_TYPE_BASE}too-many-waiters")
+        );
+    }
+
+    #[test]
     fn every_refusal_is_its_own_answer() {
         let refusals = [
             Refusal::Unauthenticated,
@@ -258,6 +272,9 @@ mod tests {
             },
             Refusal::StoreUnavailable {
                 retry_after: Duration::from_secs(1),
+            },
+            Refusal::TooManyWaiters {
+                retry_after: Duration::from_secs(2),
             },
             Refusal::OutcomeNotRecorded {
                 log_ref: log_ref(),
