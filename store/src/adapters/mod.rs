@@ -59,6 +59,16 @@ use idemkit_core::{LogRef, RecordId, UnixMillis};
 
 use crate::clock::Clock;
 
+/// Where an adapter announces other processes' writes ([`Adapter::announce_to`]).
+pub trait ChangeSink: Send + Sync {
+    /// The record with these id bytes ([`RecordId::as_bytes`]) left Running
+    /// (completed, released, Unknown, resolved or deleted).
+    fn changed(&self, id: &[u8]);
+    /// The announcements are flowing (`true`) or stopped (`false`: the
+    /// connection dropped; waiters poll until it is back).
+    fn channel(&self, open: bool);
+}
+
 /// The version of a stored record: changes with every write, never repeats for
 /// an id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -322,6 +332,16 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
     /// no: a shared database's leases may belong to live processes.
     fn held_alone(&self) -> bool {
         false
+    }
+
+    /// Starts telling `sink` of other processes' writes that ended a record's
+    /// Running state, for the requests waiting on it
+    /// ([`Store::watch`](crate::store::Store::watch)); returns at once. A
+    /// database that can announce changes (PostgreSQL's `LISTEN`/`NOTIFY`)
+    /// calls [`ChangeSink::channel`] as its channel opens and drops. The
+    /// default announces nothing: waiters on a shared database then poll.
+    fn announce_to(&self, sink: Arc<dyn ChangeSink>) {
+        let _ = sink;
     }
 
     /// Whether this adapter can write now, as far as it can tell, for a health

@@ -168,6 +168,11 @@ impl ExecutionGuard {
             slot: &slot,
         };
         let result = self.complete_through(&mut seam, response, now, true);
+        if result.is_ok() {
+            // Committed (the seam's update returns after its group commit):
+            // whoever waits for this key may read the outcome now.
+            store.wake(self.record_id());
+        }
         outcome(result, &slot)
     }
 }

@@ -142,6 +142,11 @@ impl ExecutionGuard {
         self.id.log_ref()
     }
 
+    /// The record this guard holds the lease of.
+    pub(crate) fn record_id(&self) -> &RecordId {
+        &self.id
+    }
+
     /// Records an outcome (`op`): once it is durable the guard is finished and
     /// dropping it does nothing; if it fails, the guard stays unfinished.
     fn record(&mut self, op: Op) -> Result<(), WorkerError> {

@@ -70,6 +70,7 @@ mod guard;
 mod health;
 mod operator;
 mod orphans;
+mod waiters;
 
 use std::sync::Arc;
 
@@ -84,10 +85,11 @@ pub use operator::{
     GcReport, ImportReport, ListedRecord, Listing, RecordPage, Stats, VerifyReport,
 };
 pub use orphans::SettledOrphan;
+pub use waiters::{Changed, TooManyWaiters, WaitLimits, Watch};
 
 use crate::adapters::{Adapter, AdapterError, Read, Stored, Version};
 use crate::clock::{Clock, SystemClock};
-use idemkit_core::record::Record;
+use idemkit_core::record::{Record, RecordState};
 
 /// An idemkit store: the engine over one [`Adapter`]. Cheap to clone (clones
 /// share the adapter).
@@ -99,6 +101,8 @@ pub struct Store {
     seen: Arc<health::Seen>,
     /// What opening the store settled ([`Store::orphans_settled_at_open`]).
     orphans: Arc<[SettledOrphan]>,
+    /// The requests waiting for a running key's outcome.
+    waiters: Arc<waiters::Waiters>,
 }
 
 impl<A: Adapter> From<A> for Store {
@@ -131,6 +135,7 @@ impl Store {
             clock,
             seen: Arc::default(),
             orphans: Arc::new([]),
+            waiters: Arc::default(),
         }
     }
 
@@ -144,6 +149,7 @@ impl Store {
             clock: Arc::new(clock),
             seen: self.seen,
             orphans: self.orphans,
+            waiters: self.waiters,
         }
     }
 
@@ -172,6 +178,7 @@ impl Store {
                 clock: Arc::clone(&self.clock),
                 seen: Arc::clone(&self.seen),
                 orphans: Arc::clone(&self.orphans),
+                waiters: Arc::clone(&self.waiters),
             },
             None => self.clone(),
         }
@@ -215,7 +222,18 @@ impl Store {
         held: Option<Stored>,
     ) -> Result<Applied, WorkerError> {
         let mut adapter: &dyn Adapter = &*self.adapter;
-        run_on(&mut adapter, id, op, policy, now, held)
+        let applied = run_on(&mut adapter, id, op, policy, now, held)?;
+        // A write that ends the Running state wakes who waits for it. A
+        // wake-up that finds the record unchanged (an answer that wrote
+        // nothing) only costs the waiter a read.
+        if applied
+            .stored
+            .as_ref()
+            .is_none_or(|s| !matches!(s.record.state, RecordState::Running { .. }))
+        {
+            self.wake(id);
+        }
+        Ok(applied)
     }
 }
 
