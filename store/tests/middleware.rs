@@ -1,6 +1,6 @@
 //! The tower/axum middleware in process: the HTTP contract, keys and limits,
 //! leases, local transactions, outcomes, panics and dropped requests, the
-//! request-line fingerprint, a store that is down. One binary: each file under
+//! request-line fingerprint, a store that is down, retries that wait. One binary: each file under
 //! tests/middleware is a module.
 
 mod support;
@@ -14,4 +14,5 @@ mod middleware {
     mod panic_and_drop;
     mod request_line_fingerprint;
     mod store_unavailable;
+    mod waiting;
 }

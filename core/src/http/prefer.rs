@@ -43,10 +43,8 @@ pub const PREFERENCE_APPLIED: &str = "preference-applied";
 pub fn prefer_wait(value: &[u8]) -> Option<u64> {
     for preference in split_outside_quotes(value, b',') {
         let head = split_outside_quotes(preference, b';').next().unwrap_or(&[]);
-        let (name, raw) = match head.iter().position(|&b| b == b'=') {
-            Some(at) => (&head[..at], Some(&head[at + 1..])),
-            None => (head, None),
-        };
+        let mut halves = head.splitn(2, |&b| b == b'=');
+        let (name, raw) = (halves.next().unwrap_or(&[]), halves.next());
         if !trim(name).eq_ignore_ascii_case(b"wait") {
             continue;
         }
@@ -157,15 +155,7 @@ pub const FALLBACK_POLL_FIRST: Duration = Duration::from_millis(50);
 pub const FALLBACK_POLL_MAX: Duration = Duration::from_secs(1);
 
 fn trim(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .map_or(start, |i| i + 1);
-    &bytes[start..end.max(start)]
+    bytes.trim_ascii()
 }
 
 /// Splits `bytes` at every `sep` that is not inside a quoted string
@@ -183,8 +173,9 @@ fn split_outside_quotes(bytes: &[u8], sep: u8) -> impl Iterator<Item = &[u8]> {
             } else if b == b'"' {
                 quoted = !quoted;
             } else if b == sep && !quoted {
-                rest = Some(&current[i + 1..]);
-                return Some(&current[..i]);
+                let (before, after) = current.split_at_checked(i)?;
+                rest = after.get(1..);
+                return Some(before);
             }
         }
         rest = None;

@@ -52,6 +52,12 @@ impl Adapter for MemoryAdapter {
         false
     }
 
+    /// Memory no other process can see: every write to it is this process's
+    /// (so a completion always wakes who waits for it).
+    fn held_alone(&self) -> bool {
+        true
+    }
+
     fn get(&self, id: &RecordId) -> Result<Read, AdapterError> {
         let state = self.state();
         Ok(Read {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::http::request::Parts;
+use idemkit_core::http::prefer::WaitRule;
 use idemkit_core::http::{ReplayedHeaders, defaults};
 use idemkit_core::machine::Policy;
 use idemkit_core::record::EffectKind;
@@ -39,6 +40,7 @@ pub struct RouteConfig {
     pub(super) store_retry_after: Duration,
     pub(super) on_disconnect: OnDisconnect,
     pub(super) max_execution: Duration,
+    pub(super) wait: WaitRule,
     pub(super) dispatches_only_through_steps: bool,
     pub(super) metrics: Option<Arc<Metrics>>,
     pub(super) executions: Option<Arc<Executions>>,
@@ -74,6 +76,7 @@ impl std::fmt::Debug for RouteConfig {
             .field("replayed_headers", &self.replayed_headers.names())
             .field("owner", &self.owner)
             .field("max_execution", &self.max_execution)
+            .field("wait", &self.wait)
             .field(
                 "dispatches_only_through_steps",
                 &self.dispatches_only_through_steps,
@@ -116,6 +119,7 @@ impl RouteConfig {
             store_retry_after: defaults::DEFAULT_STORE_RETRY_AFTER,
             on_disconnect: OnDisconnect::Finish,
             max_execution: Self::DEFAULT_MAX_EXECUTION,
+            wait: WaitRule::default(),
             dispatches_only_through_steps: false,
             metrics: None,
             executions: None,
@@ -253,6 +257,40 @@ impl RouteConfig {
     #[must_use]
     pub fn max_execution(mut self, limit: Duration) -> Self {
         self.max_execution = limit;
+        self
+    }
+
+    /// How long a retry whose key is still running waits for its answer when
+    /// it asks nothing (default zero: 409 `request-in-progress` at once).
+    /// Capped by [`max_wait`](Self::max_wait).
+    ///
+    /// While it waits, the request is held; the first attempt's completion
+    /// wakes it with the answer any retry would get then (the replay, 410, the
+    /// unknown answer), a released claim lets it claim and execute, and a wait
+    /// that runs out gets the 409.
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait.default_wait = wait;
+        self
+    }
+
+    /// The longest a retry may wait for a running key's answer, whatever it
+    /// asks with `Prefer: wait=N` (default 10 s; zero: never wait).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idemkit::http::RouteConfig;
+    /// use idemkit::core::record::EffectKind;
+    ///
+    /// // Retries may ask to wait up to 30 s; those that ask nothing wait 2 s.
+    /// let route = RouteConfig::new("appointments.create", EffectKind::External)
+    ///     .max_wait(Duration::from_secs(30))
+    ///     .wait(Duration::from_secs(2));
+    /// # let _ = route;
+    /// ```
+    #[must_use]
+    pub fn max_wait(mut self, limit: Duration) -> Self {
+        self.wait.max_wait = limit;
         self
     }
 

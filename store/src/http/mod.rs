@@ -58,6 +58,7 @@ mod response;
 mod response_body;
 mod service;
 mod store_calls;
+mod wait;
 
 pub use config::{KeyRequirement, OnDisconnect, PrincipalFn, RouteConfig};
 pub use execution::{Execution, ExecutionError};
@@ -67,5 +68,6 @@ pub use idemkit_core::http::defaults::RECORD_ATTEMPTS;
 pub use metrics::{ClaimOutcomeLabel, Metrics};
 pub use response::refusal_response;
 pub use service::{Idempotency, IdempotencyLayer};
+pub use wait::{WaitRefused, Waited, claim_waiting};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -2,11 +2,13 @@
 //! says; a claim that executes goes on to [`execute`](super::execute).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ::http::{HeaderValue, Request, Response};
 use axum::body::Body;
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use idemkit_core::http::prefer::{PREFER, PREFERENCE_APPLIED, prefer_wait_in};
 use idemkit_core::http::{IDEMPOTENCY_KEY, Outcome, Refusal, reply};
 use idemkit_core::machine::ClaimOutcome;
 use idemkit_core::{IdempotencyKey, KeyError, LogRef, RequestLine, Scope};
@@ -15,13 +17,18 @@ use tracing::Instrument;
 use super::execute::execute;
 use super::response::{refusal_response, reply_response};
 use super::store_calls::on_store;
+use super::wait::{WaitRefused, claim_waiting};
 use super::{BoxError, ClaimOutcomeLabel, KeyRequirement, RouteConfig, executions};
-use crate::store::{Claim, ExecutionGuard, Store};
+use crate::store::{Claim, ClaimError, ExecutionGuard, Store};
 
 /// A request as it arrived, with its place among the route's running executions.
 pub(super) struct Incoming<B> {
     pub(super) request: Request<B>,
     pub(super) entry: Option<executions::Entry>,
+    /// Resolves when the client is gone while the request runs on its own
+    /// task ([`OnDisconnect::Finish`](super::OnDisconnect::Finish)): a wait
+    /// ends then. `None`: the request's future is dropped with its client.
+    pub(super) client_gone: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 /// Answers one request: principal, key, body and fingerprint, claim, then
@@ -43,7 +50,11 @@ where
 {
     use tower::ServiceExt;
 
-    let Incoming { request, entry } = incoming;
+    let Incoming {
+        request,
+        entry,
+        client_gone,
+    } = incoming;
     let (parts, body) = request.into_parts();
     let Some(tenant) = (config.principal)(&parts) else {
         return Ok(refusal_response(&Refusal::Unauthenticated));
@@ -124,27 +135,80 @@ where
         }
     };
 
-    let claim = {
-        let (claimer, scope, key, config) = (
+    let wait = config.wait.wait_for(prefer_wait_in(
+        parts
+            .headers
+            .get_all(PREFER)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    ));
+    let id = scope.record_id(&key);
+    let claim_once = || {
+        let (claimer, scope, key, config, fingerprint) = (
             store.clone(),
             scope.clone(),
             key.clone(),
             Arc::clone(&config),
+            fingerprint,
         );
-        on_store(&store, move || {
-            claimer.claim(&scope, &key, fingerprint, &config.owner, &config.policy)
-        })
-        .await
+        async move {
+            let on = claimer.clone();
+            on_store(&on, move || {
+                claimer.claim(&scope, &key, fingerprint, &config.owner, &config.policy)
+            })
+            .await
+        }
     };
-    let claim = match claim {
+    let in_flight = |claim: &Option<Result<Claim, ClaimError>>| match claim {
+        Some(Ok(Claim::InFlight { retry_after, .. })) => Some(*retry_after),
+        _ => None,
+    };
+    let gone = async move {
+        match client_gone {
+            // The sender is dropped with the request's future, never used.
+            Some(receiver) => {
+                let _ = receiver.await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let waited = match claim_waiting(&store, &id, wait.duration, claim_once, in_flight, gone).await
+    {
+        Ok(waited) => waited,
+        Err(WaitRefused::TooManyWaiters { retry_after, .. }) => {
+            config.count_claim(ClaimOutcomeLabel::InFlight);
+            return Ok(refusal_response(&Refusal::TooManyWaiters { retry_after }));
+        }
+        Err(WaitRefused::ClientGone) => {
+            // Nobody reads this answer; the key runs on, untouched.
+            return Ok(refusal_response(&Refusal::InProgress {
+                retry_after: Duration::ZERO,
+            }));
+        }
+    };
+    // An asked-for wait that held the request is named on whatever answers it.
+    let applied = waited
+        .held
+        .then(|| wait.preference_applied())
+        .flatten()
+        .and_then(|v| HeaderValue::try_from(v).ok());
+    let with_applied = |mut response: Response<Body>| {
+        if let Some(value) = &applied {
+            response
+                .headers_mut()
+                .insert(PREFERENCE_APPLIED, value.clone());
+        }
+        response
+    };
+    let claim = match waited.claim {
         Some(Ok(claim)) => claim,
         None | Some(Err(_)) => {
             config.count_store_error();
-            tracing::warn!(operation = %config.operation, log_ref = %scope.record_id(&key).log_ref(),
+            tracing::warn!(operation = %config.operation, log_ref = %id.log_ref(),
                 "idempotency store unavailable; refusing without executing");
-            return Ok(refusal_response(&Refusal::StoreUnavailable {
+            return Ok(with_applied(refusal_response(&Refusal::StoreUnavailable {
                 retry_after: config.store_retry_after,
-            }));
+            })));
         }
     };
     let guard = match answered(claim) {
@@ -157,7 +221,9 @@ where
             if label == ClaimOutcomeLabel::Replay {
                 tracing::debug!(%log_ref, "replaying stored response");
             }
-            return Ok(reply_response(reply(Outcome::Claim(outcome, log_ref))));
+            return Ok(with_applied(reply_response(reply(Outcome::Claim(
+                outcome, log_ref,
+            )))));
         }
     };
 
@@ -188,6 +254,7 @@ where
     )
     .instrument(span)
     .await
+    .map(with_applied)
 }
 
 /// A claim as the pipeline acts on it.

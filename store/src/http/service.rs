@@ -89,10 +89,24 @@ where
         let store = self.store.clone();
         let config = Arc::clone(&self.config);
         let entry = config.executions.as_ref().map(Executions::enter);
-        let request = Incoming { request, entry };
         match config.on_disconnect {
-            OnDisconnect::Cancel => Box::pin(handle(inner, store, config, request)),
+            OnDisconnect::Cancel => {
+                let request = Incoming {
+                    request,
+                    entry,
+                    client_gone: None,
+                };
+                Box::pin(handle(inner, store, config, request))
+            }
             OnDisconnect::Finish => {
+                // Held by the request's future: dropped with it when the
+                // client disconnects, which ends a wait on the task.
+                let (here, client_gone) = tokio::sync::oneshot::channel::<()>();
+                let request = Incoming {
+                    request,
+                    entry,
+                    client_gone: Some(client_gone),
+                };
                 let unavailable = Refusal::StoreUnavailable {
                     retry_after: config.store_retry_after,
                 };
@@ -101,6 +115,7 @@ where
                 // unexecuted (which would read as an unknown outcome).
                 let task = tokio::spawn(handle(inner, store, config, request));
                 Box::pin(async move {
+                    let _here = here;
                     match task.await {
                         Ok(result) => result,
                         Err(e) => match e.try_into_panic() {

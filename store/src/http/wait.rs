@@ -1,0 +1,119 @@
+//! Holding a retry whose key is still running until its answer exists
+//! (`Prefer: wait=N`, [`RouteConfig::wait`](super::RouteConfig::wait)).
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use idemkit_core::RecordId;
+use idemkit_core::http::prefer::fallback_poll;
+
+use crate::store::{Store, TooManyWaiters};
+
+/// The shortest pause before claiming again at a lease's expiry: a lease about
+/// to expire is not read in a busy loop.
+const LEASE_RECHECK_FLOOR: Duration = Duration::from_millis(10);
+
+/// Why a request was not held.
+#[derive(Debug)]
+pub enum WaitRefused {
+    /// As many requests as the store allows already wait
+    /// ([`Store::set_wait_limits`]): answer 503 `too-many-waiters`.
+    TooManyWaiters {
+        /// Which limit.
+        refused: TooManyWaiters,
+        /// The running lease's remaining time, for `Retry-After`.
+        retry_after: Duration,
+    },
+    /// Nobody awaits the answer any more.
+    ClientGone,
+}
+
+/// A claim after waiting.
+#[derive(Debug)]
+pub struct Waited<T> {
+    /// The last claim's answer: not in flight, or in flight when the wait ran
+    /// out.
+    pub claim: T,
+    /// Whether the request was held at all (its key was running): then an
+    /// asked-for wait was honoured (`Preference-Applied`).
+    pub held: bool,
+}
+
+/// Claims with `claim`, and while `in_flight` says the key still runs (giving
+/// the lease's remaining time) and `wait` lasts, waits and claims again.
+///
+/// The wait wakes on the write that ends the key's Running state (in this
+/// process, or announced by the adapter: [`Store::watch`]), at the running
+/// lease's expiry (an attempt that died is taken over as any retry would), and
+/// where nothing can wake it ([`Store::waits_are_woken`] is false) on a
+/// fallback poll that backs off from 50 ms to 1 s. A dropped future leaves
+/// nothing behind: its watch is unregistered with it.
+///
+/// `gone` resolves when nobody awaits the answer any more (the client
+/// disconnected while the request runs on a task of its own); the wait then
+/// ends at once. Pass `std::future::pending()` when dropping the future is how
+/// a disconnect shows.
+///
+/// # Errors
+///
+/// [`WaitRefused::TooManyWaiters`] when the store's wait limits are reached;
+/// [`WaitRefused::ClientGone`] when `gone` resolved. Nothing was executed
+/// either way.
+pub async fn claim_waiting<T, F, Fut>(
+    store: &Store,
+    id: &RecordId,
+    wait: Duration,
+    mut claim: F,
+    in_flight: impl Fn(&T) -> Option<Duration>,
+    gone: impl Future<Output = ()>,
+) -> Result<Waited<T>, WaitRefused>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let first = claim().await;
+    let Some(retry_after) = in_flight(&first) else {
+        return Ok(Waited {
+            claim: first,
+            held: false,
+        });
+    };
+    if wait.is_zero() {
+        return Ok(Waited {
+            claim: first,
+            held: false,
+        });
+    }
+    let deadline = Instant::now() + wait;
+    let mut watch = store
+        .watch(id)
+        .map_err(|refused| WaitRefused::TooManyWaiters {
+            refused,
+            retry_after,
+        })?;
+    let mut gone = std::pin::pin!(gone);
+    // Registered before this read: a completion from now on wakes the watch.
+    let mut current = claim().await;
+    let mut polls = 0;
+    while let Some(lease_left) = in_flight(&current) {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let mut nap = (deadline - now).min(lease_left.max(LEASE_RECHECK_FLOOR));
+        if !store.waits_are_woken() {
+            nap = nap.min(fallback_poll(polls));
+            polls = polls.saturating_add(1);
+        }
+        // Either way the record is read again: a wake-up is a reason to look.
+        tokio::select! {
+            _ = tokio::time::timeout(nap, watch.changed()) => {}
+            () = &mut gone => return Err(WaitRefused::ClientGone),
+        }
+        current = claim().await;
+    }
+    Ok(Waited {
+        claim: current,
+        held: true,
+    })
+}
