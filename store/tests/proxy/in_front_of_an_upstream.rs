@@ -555,3 +555,99 @@ fn the_proxy_replays_only_the_allowed_upstream_headers() {
         }
     }
 }
+
+/// CPU time (user + system, in clock ticks of 10 ms) the process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn a_hundred_retries_that_ask_to_wait_get_the_upstream_answer_when_it_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::from_secs(3));
+    // The upstream takes 3 s: the route waits for it up to 10 s.
+    let text = std::fs::read_to_string(config(
+        dir.path(),
+        upstream.addr,
+        &redb_store(dir.path()),
+        "",
+    ))
+    .unwrap()
+    .replace("upstream_timeout_ms = 1000", "upstream_timeout_ms = 10000");
+    let path = dir.path().join("waiting.toml");
+    std::fs::write(&path, text).unwrap();
+    let proxy = ProxyProcess::start(&path);
+    let addr = proxy.addr;
+
+    let first = std::thread::spawn(move || {
+        let reply = post_json(
+            addr,
+            "/accounts/A/withdraw",
+            Some("k-w"),
+            Some("acme"),
+            BODY,
+        );
+        (reply, std::time::Instant::now())
+    });
+    // The first request is at the upstream before the retries come.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while upstream.calls("A") == 0 {
+        assert!(std::time::Instant::now() < until, "the upstream was called");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let retries: Vec<_> = (0..100)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let reply = request(
+                    addr,
+                    "POST",
+                    "/accounts/A/withdraw",
+                    &[
+                        ("Content-Type", b"application/json"),
+                        ("Idempotency-Key", b"k-w"),
+                        ("X-Tenant-Id", b"acme"),
+                        ("Prefer", b"wait=10"),
+                    ],
+                    BODY,
+                )
+                .unwrap();
+                (reply, std::time::Instant::now())
+            })
+        })
+        .collect();
+    // Once every retry is held, the proxy should do nothing until the answer.
+    std::thread::sleep(Duration::from_millis(800));
+    let (cpu_before, wall_before) = (cpu_ticks(proxy.child.id()), std::time::Instant::now());
+    let (original, answered) = first.join().unwrap();
+    let (cpu_during, wall_during) = (
+        cpu_ticks(proxy.child.id()) - cpu_before,
+        wall_before.elapsed(),
+    );
+    assert_eq!(original.status, 201, "{original:?}");
+    let mut slowest = Duration::ZERO;
+    for retry in retries {
+        let (reply, at) = retry.join().unwrap();
+        assert_eq!(reply.status, 201, "{reply:?}");
+        assert_eq!(reply.body, original.body);
+        assert_eq!(reply.header("idempotent-replayed"), Some("true"));
+        assert_eq!(reply.header("preference-applied"), Some("wait=10"));
+        slowest = slowest.max(at.saturating_duration_since(answered));
+    }
+    assert_eq!(upstream.calls("A"), 1, "one upstream call");
+    let cpu = Duration::from_millis(cpu_during * 10);
+    eprintln!(
+        "proxy: {cpu:?} of CPU over {wall_during:?} with 100 requests waiting; \
+         the slowest retry answered {slowest:?} after the original"
+    );
+    assert!(
+        cpu < wall_during / 10,
+        "{cpu:?} of CPU over {wall_during:?}"
+    );
+    assert!(
+        slowest < Duration::from_millis(100),
+        "the slowest retry came {slowest:?} after the original answer"
+    );
+}

@@ -13,6 +13,7 @@ use idemkit::core::http::ReplayedHeaders;
 use idemkit::core::machine::{MismatchStatus, Policy, StorePolicy};
 use idemkit::core::record::EffectKind;
 use idemkit::http::OnDisconnect;
+use idemkit::store::WaitLimits;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -51,6 +52,9 @@ struct FileConfig {
     /// How long a client may take to send a request's head.
     header_read_timeout_ms: Option<Spanned<u64>>,
     max_connections: Option<Spanned<usize>>,
+    /// Requests waiting for a running key's answer, in all and per key.
+    max_waiters: Option<Spanned<usize>>,
+    max_waiters_per_key: Option<Spanned<usize>>,
     shutdown_grace_ms: Option<u64>,
     gc_interval_ms: Option<u64>,
     /// Worker threads (default: one per CPU).
@@ -106,6 +110,10 @@ struct RouteSection {
     replay_window_ms: Option<u64>,
     record_window_ms: Option<u64>,
     max_execution_ms: Option<u64>,
+    /// How long a retry of a running key waits when it asks nothing.
+    wait_ms: Option<u64>,
+    /// The longest a retry may wait (`Prefer: wait=N` is capped by it).
+    max_wait_ms: Option<u64>,
     max_stored_response_bytes: Option<usize>,
     /// The upstream response headers stored and replayed, instead of the defaults.
     replayed_headers: Option<Spanned<Vec<String>>>,
@@ -187,6 +195,10 @@ pub(crate) struct Route {
     pub(crate) forward_key: bool,
     pub(crate) timeouts: Timeouts,
     pub(crate) max_execution: Option<Duration>,
+    /// `wait_ms`: the wait of a retry that asks nothing (`None`: no wait).
+    pub(crate) wait: Option<Duration>,
+    /// `max_wait_ms`: the cap on any wait (`None`: the library's 10 s).
+    pub(crate) max_wait: Option<Duration>,
     pub(crate) max_stored_response_bytes: Option<usize>,
     pub(crate) replayed_headers: Option<ReplayedHeaders>,
     pub(crate) body_limit: Option<usize>,
@@ -210,6 +222,8 @@ pub(crate) struct ProxyConfig {
     /// the connection.
     pub(crate) header_read_timeout: Duration,
     pub(crate) max_connections: usize,
+    /// `max_waiters` and `max_waiters_per_key`.
+    pub(crate) wait_limits: WaitLimits,
     pub(crate) shutdown_grace: Duration,
     pub(crate) gc_interval: Duration,
     pub(crate) workers: Option<usize>,
@@ -367,6 +381,11 @@ pub(crate) fn parse(
         None => DEFAULT_MAX_CONNECTIONS,
     };
     let header_read_timeout = header_read_timeout(&src, raw.header_read_timeout_ms.as_ref())?;
+    let wait_limits = wait_limits(
+        &src,
+        raw.max_waiters.as_ref(),
+        raw.max_waiters_per_key.as_ref(),
+    )?;
     let mut routes = Vec::new();
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
     for spanned in raw.routes {
@@ -393,6 +412,7 @@ pub(crate) fn parse(
         request_body_idle: millis_or(raw.request_body_idle_timeout_ms, DEFAULT_BODY_IDLE_TIMEOUT),
         header_read_timeout,
         max_connections,
+        wait_limits,
         shutdown_grace: millis_or(raw.shutdown_grace_ms, DEFAULT_SHUTDOWN_GRACE),
         gc_interval: raw
             .gc_interval_ms
@@ -490,6 +510,29 @@ pub(crate) fn tenant_rule(
                 "[tenant] needs exactly one of `header` (set by a gateway), `from` (a credential header, digested) or `fixed`",
             ));
         }
+    })
+}
+
+/// `max_waiters` and `max_waiters_per_key` of the proxy's or the MCP
+/// gateway's file: how many requests may wait for running keys' answers
+/// (default [`WaitLimits::default`]); zero is refused (a wait that can never
+/// be granted is `max_wait_ms = 0` on the routes).
+pub(crate) fn wait_limits(
+    src: &Source<'_>,
+    total: Option<&Spanned<usize>>,
+    per_key: Option<&Spanned<usize>>,
+) -> Result<WaitLimits, ConfigError> {
+    let defaults = WaitLimits::default();
+    let read = |value: Option<&Spanned<usize>>, name: &str, default: usize| match value {
+        Some(v) if *v.get_ref() == 0 => {
+            Err(src.at(Some(v.span()), format!("{name}: expected at least 1")))
+        }
+        Some(v) => Ok(*v.get_ref()),
+        None => Ok(default),
+    };
+    Ok(WaitLimits {
+        total: read(total, "max_waiters", defaults.total)?,
+        per_key: read(per_key, "max_waiters_per_key", defaults.per_key)?,
     })
 }
 
@@ -860,6 +903,8 @@ fn route(src: &Source<'_>, r: RouteSection, defaults: Timeouts) -> Result<Route,
             body_idle: millis_or(r.upstream_body_idle_timeout_ms, defaults.body_idle),
         },
         max_execution: r.max_execution_ms.map(Duration::from_millis),
+        wait: r.wait_ms.map(Duration::from_millis),
+        max_wait: r.max_wait_ms.map(Duration::from_millis),
         max_stored_response_bytes: r.max_stored_response_bytes,
         replayed_headers,
         body_limit: r.body_limit_bytes,
@@ -953,6 +998,32 @@ header = "X-Tenant-Id"
             "{e}"
         );
         assert!(e.contains("proxy.toml:1"), "{e}");
+    }
+
+    #[test]
+    fn waits_are_set_per_route_and_bounded_per_store() {
+        let c = parsed(BASE).unwrap();
+        assert_eq!(c.wait_limits, WaitLimits::default());
+        let text = format!(
+            "max_waiters = 50\nmax_waiters_per_key = 5\n{BASE}\n[[routes]]\nmethod = \"POST\"\n\
+             path = \"/book\"\noperation = \"book\"\neffect = \"external\"\n\
+             wait_ms = 1500\nmax_wait_ms = 20000\n"
+        );
+        let c = parsed(&text).unwrap();
+        assert_eq!(
+            c.wait_limits,
+            WaitLimits {
+                total: 50,
+                per_key: 5
+            }
+        );
+        assert_eq!(c.routes[0].wait, Some(Duration::from_millis(1500)));
+        assert_eq!(c.routes[0].max_wait, Some(Duration::from_secs(20)));
+        let e = refusal(&format!("max_waiters_per_key = 0\n{BASE}"));
+        assert!(
+            e.contains("max_waiters_per_key: expected at least 1"),
+            "{e}"
+        );
     }
 
     #[test]

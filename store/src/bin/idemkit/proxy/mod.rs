@@ -83,6 +83,7 @@ pub(crate) fn run(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(exit::UNAVAILABLE);
         }
     };
+    store.set_wait_limits(config.wait_limits);
     let workers = config.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
@@ -184,6 +185,12 @@ fn route_services(shared: &Shared, upstream: &Upstream) -> Vec<RouteService> {
                 .on_disconnect(route.on_disconnect);
             if let Some(limit) = route.max_execution {
                 rc = rc.max_execution(limit);
+            }
+            if let Some(wait) = route.wait {
+                rc = rc.wait(wait);
+            }
+            if let Some(limit) = route.max_wait {
+                rc = rc.max_wait(limit);
             }
             if let Some(bytes) = route.max_stored_response_bytes {
                 rc = rc.max_stored_response_bytes(bytes);

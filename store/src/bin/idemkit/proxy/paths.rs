@@ -350,6 +350,8 @@ mod tests {
                 body_idle: every,
             },
             max_execution: None,
+            wait: None,
+            max_wait: None,
             max_stored_response_bytes: None,
             body_limit: None,
             store_retry_after: None,
