@@ -768,6 +768,8 @@ export const MCP_KEY_META: "io.idemkit/idempotency-key";
 export const MCP_KEY_PARAM: "idempotencyKey";
 /** `true` in a replayed result's `_meta`. */
 export const MCP_REPLAYED_META: "io.idemkit/replayed";
+/** Where a retry asks the gateway to wait for a running call's result: `params._meta["io.idemkit/wait"]`, whole seconds. */
+export const MCP_WAIT_META: "io.idemkit/wait";
 /** The capability (2025: `capabilities.experimental`) or extension (2026-07-28: `capabilities.extensions`) a protected server advertises. */
 export const MCP_CAPABILITY: "io.idemkit/idempotency";
 /** The JSON-RPC error codes of the refusals, by their `data.type` (the gateway's codes). */
@@ -782,6 +784,7 @@ export const MCP_PROBLEM_CODES: Readonly<{
   idempotency_task_only: -31007;
   idempotency_arguments_invalid: -31008;
   idempotency_tenant_missing: -31009;
+  idempotency_too_many_waiters: -31010;
 }>;
 /** The `data.type` of a refusal. */
 export type McpProblemType = keyof typeof MCP_PROBLEM_CODES;

@@ -21,4 +21,4 @@ export {
 } from "./client.js";
 export { createMcpIdempotency } from "./mcp-server.js";
 export { aiSdkExecute, callMcpToolWithRetry, idempotentMcpTools, openaiAgentsExecute } from "./agent-tools.js";
-export { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META } from "./mcp-names.js";
+export { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META, MCP_WAIT_META } from "./mcp-names.js";

@@ -7,6 +7,8 @@ export const MCP_KEY_META = "io.idemkit/idempotency-key";
 export const MCP_KEY_PARAM = "idempotencyKey";
 /** Set to `true` in a replayed result's `_meta`. */
 export const MCP_REPLAYED_META = "io.idemkit/replayed";
+/** Where a retry asks to wait for a running call's result: `params._meta[MCP_WAIT_META]`, whole seconds. */
+export const MCP_WAIT_META = "io.idemkit/wait";
 /** The capability (2025: `experimental`) or extension (2026: `extensions`) a protected server advertises. */
 export const MCP_CAPABILITY = "io.idemkit/idempotency";
 
@@ -25,4 +27,5 @@ export const MCP_PROBLEM_CODES = Object.freeze({
   idempotency_task_only: -31007,
   idempotency_arguments_invalid: -31008,
   idempotency_tenant_missing: -31009,
+  idempotency_too_many_waiters: -31010,
 });

@@ -117,12 +117,28 @@ fn call(
     args: Value,
     key: Option<&str>,
 ) -> Value {
+    call_with_meta(gateway, tenant, id, tool, args, key, &json!({}))
+}
+
+/// [`call`] with `extra` members in `params._meta`.
+fn call_with_meta(
+    gateway: &Gateway,
+    tenant: &str,
+    id: u64,
+    tool: &str,
+    args: Value,
+    key: Option<&str>,
+    extra: &Value,
+) -> Value {
     let mut meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
     });
     if let Some(key) = key {
         meta["io.idemkit/idempotency-key"] = json!(key);
+    }
+    for (name, value) in extra.as_object().into_iter().flatten() {
+        meta[name] = value.clone();
     }
     let body = json!({
         "jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -496,4 +512,54 @@ fn an_http_500_releases_a_local_call_and_leaves_an_external_one_unknown() {
         "{retry}"
     );
     assert_eq!(server.calls(), 3, "the retry never reached the server");
+}
+
+/// A retry of a running `book_appointment` call that asks to wait
+/// (`_meta["io.idemkit/wait"]`, seconds) is held until the first call's
+/// result is recorded and gets it, replayed; one that asks nothing is told
+/// the call is in progress. One booking.
+#[test]
+fn a_retry_that_asks_to_wait_gets_the_running_calls_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Appointments::start(dir.path(), &["--provider-latency-ms", "1500"]);
+    let gateway = gateway_in_front(dir.path(), &service, "");
+    std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            call(
+                &gateway,
+                "clinic-w",
+                1,
+                "book_appointment",
+                anna(),
+                Some("book-wait-1"),
+            )
+        });
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let impatient = call(
+            &gateway,
+            "clinic-w",
+            2,
+            "book_appointment",
+            anna(),
+            Some("book-wait-1"),
+        );
+        assert_eq!(
+            impatient["error"]["data"]["type"], "idempotency_key_in_progress",
+            "{impatient}"
+        );
+        let waiter = call_with_meta(
+            &gateway,
+            "clinic-w",
+            3,
+            "book_appointment",
+            anna(),
+            Some("book-wait-1"),
+            &json!({ "io.idemkit/wait": 10 }),
+        );
+        let first = first.join().unwrap();
+        assert!(first["result"].is_object() && !replayed(&first), "{first}");
+        assert!(replayed(&waiter), "{waiter}");
+        assert_eq!(waiter["result"]["content"], first["result"]["content"]);
+    });
+    assert_eq!(service.bookings("clinic-w").len(), 1);
 }

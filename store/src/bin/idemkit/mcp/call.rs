@@ -24,8 +24,8 @@ use idemkit::core::http::defaults;
 use idemkit::core::machine::{Dispatch, Disposition, classify_attempt};
 use idemkit::core::record::StoredResponse;
 use idemkit::core::{IdempotencyKey, Scope};
-use idemkit::http::{ClaimOutcomeLabel, Metrics};
-use idemkit::store::{Claim, ExecutionGuard, Store, WorkerError};
+use idemkit::http::{ClaimOutcomeLabel, Metrics, WaitRefused, claim_waiting};
+use idemkit::store::{Claim, ClaimError, ExecutionGuard, Store, WorkerError};
 use serde_json::{Value, json};
 
 use super::config::{KeyRule, McpConfig, Tool};
@@ -144,6 +144,7 @@ impl Gateway {
             return Ok(store.clone());
         }
         let store = open(&self.config.store)?;
+        store.set_wait_limits(self.config.wait_limits);
         *slot = Some(store.clone());
         Ok(store)
     }
@@ -289,7 +290,10 @@ impl Gateway {
             None => {}
         }
 
-        let claim = {
+        // A retry of a running call may wait for its result instead of
+        // getting "in progress" (`_meta["io.idemkit/wait"]`, seconds).
+        let wait = tool.wait.wait_for(jsonrpc::wait_field(message)).duration;
+        let claim_once = || {
             let (store, scope, key, owner, policy) = (
                 store.clone(),
                 scope.clone(),
@@ -297,7 +301,34 @@ impl Gateway {
                 self.owner.clone(),
                 tool.policy,
             );
-            blocking(move || store.claim(&scope, &key, fingerprint, &owner, &policy)).await
+            blocking(move || store.claim(&scope, &key, fingerprint, &owner, &policy))
+        };
+        let in_flight = |claim: &Option<Result<Claim, ClaimError>>| match claim {
+            Some(Ok(Claim::InFlight { retry_after, .. })) => Some(*retry_after),
+            _ => None,
+        };
+        let id_of_record = scope.record_id(&key);
+        // A dropped request (its client gone) drops this future and its wait.
+        let claim = match claim_waiting(
+            &store,
+            &id_of_record,
+            wait,
+            claim_once,
+            in_flight,
+            std::future::pending(),
+        )
+        .await
+        {
+            Ok(waited) => waited.claim,
+            Err(WaitRefused::TooManyWaiters { retry_after, .. }) => {
+                self.metrics.claim(&tool.name, ClaimOutcomeLabel::InFlight);
+                return refuse(Problem::TooManyWaiters { retry_after });
+            }
+            Err(WaitRefused::ClientGone) => {
+                return refuse(Problem::InProgress {
+                    retry_after: Duration::ZERO,
+                });
+            }
         };
         let count = |label| self.metrics.claim(&tool.name, label);
         match claim {

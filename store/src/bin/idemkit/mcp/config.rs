@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idemkit::core::http::defaults;
+use idemkit::core::http::prefer::WaitRule;
 use idemkit::core::machine::{Policy, StorePolicy};
 use idemkit::core::record::EffectKind;
+use idemkit::store::WaitLimits;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -35,6 +37,9 @@ struct FileConfig {
     call_timeout_ms: Option<u64>,
     /// How long a client may take to send a request's head.
     header_read_timeout_ms: Option<Spanned<u64>>,
+    /// Calls waiting for a running key's result, in all and per key.
+    max_waiters: Option<Spanned<usize>>,
+    max_waiters_per_key: Option<Spanned<usize>>,
     gc_interval_ms: Option<u64>,
     /// Worker threads (default: one per CPU).
     workers: Option<Spanned<usize>>,
@@ -59,6 +64,10 @@ struct ToolSection {
     replay_window_ms: Option<u64>,
     record_window_ms: Option<u64>,
     max_execution_ms: Option<u64>,
+    /// How long a retry of a running call waits when it asks nothing.
+    wait_ms: Option<u64>,
+    /// The longest a retry may wait (`_meta["io.idemkit/wait"]` is capped by it).
+    max_wait_ms: Option<u64>,
     max_stored_result_bytes: Option<usize>,
     call_timeout_ms: Option<u64>,
     store_policy: Option<Spanned<String>>,
@@ -84,6 +93,8 @@ pub(crate) struct Tool {
     pub(crate) policy: Policy,
     pub(crate) key: KeyRule,
     pub(crate) max_execution: Duration,
+    /// How a retry of a running call waits for its result.
+    pub(crate) wait: WaitRule,
     pub(crate) max_stored_result_bytes: usize,
     pub(crate) call_timeout: Duration,
     pub(crate) check: String,
@@ -102,6 +113,8 @@ pub(crate) struct McpConfig {
     /// A request's head (line and headers) not complete within this closes
     /// the connection.
     pub(crate) header_read_timeout: Duration,
+    /// `max_waiters` and `max_waiters_per_key`.
+    pub(crate) wait_limits: WaitLimits,
     pub(crate) gc_interval: Duration,
     pub(crate) workers: Option<usize>,
     pub(crate) body_limit: usize,
@@ -225,6 +238,7 @@ pub(crate) fn parse(
         policy: Policy::default().with_effect(EffectKind::External),
         key: KeyRule::Required,
         max_execution: DEFAULT_MAX_EXECUTION,
+        wait: WaitRule::default(),
         max_stored_result_bytes: DEFAULT_MAX_STORED_RESULT,
         call_timeout,
         check: DEFAULT_CHECK.to_owned(),
@@ -248,6 +262,11 @@ pub(crate) fn parse(
     }
     let header_read_timeout =
         crate::proxy::config::header_read_timeout(&src, raw.header_read_timeout_ms.as_ref())?;
+    let wait_limits = crate::proxy::config::wait_limits(
+        &src,
+        raw.max_waiters.as_ref(),
+        raw.max_waiters_per_key.as_ref(),
+    )?;
     Ok(McpConfig {
         listen,
         upstream,
@@ -257,6 +276,7 @@ pub(crate) fn parse(
             .upstream_timeout_ms
             .map_or(DEFAULT_UPSTREAM_TIMEOUT, Duration::from_millis),
         header_read_timeout,
+        wait_limits,
         gc_interval: raw
             .gc_interval_ms
             .map_or(DEFAULT_GC_INTERVAL, Duration::from_millis),
@@ -383,6 +403,14 @@ fn tool(src: &Source<'_>, t: ToolSection, defaults: &Tool) -> Result<Tool, Confi
         max_execution: t
             .max_execution_ms
             .map_or(defaults.max_execution, Duration::from_millis),
+        wait: WaitRule {
+            default_wait: t
+                .wait_ms
+                .map_or(defaults.wait.default_wait, Duration::from_millis),
+            max_wait: t
+                .max_wait_ms
+                .map_or(defaults.wait.max_wait, Duration::from_millis),
+        },
         max_stored_result_bytes: t
             .max_stored_result_bytes
             .unwrap_or(defaults.max_stored_result_bytes),

@@ -14,6 +14,9 @@ pub(crate) const KEY_META: &str = "io.idemkit/idempotency-key";
 pub(crate) const KEY_PARAM: &str = "idempotencyKey";
 /// Set to `true` in a replayed result's `_meta`.
 pub(crate) const REPLAYED_META: &str = "io.idemkit/replayed";
+/// Where a retry asks to wait for a running call's result:
+/// `params._meta[WAIT_META]`, whole seconds (capped by the tool's `max_wait_ms`).
+pub(crate) const WAIT_META: &str = "io.idemkit/wait";
 /// The capability (2025: `experimental`) or extension (2026) the gateway advertises.
 pub(crate) const CAPABILITY: &str = "io.idemkit/idempotency";
 /// The per-request protocol version of 2026-07-28 and later.
@@ -67,6 +70,16 @@ pub(crate) enum KeyField<'a> {
     NotText,
 }
 
+/// The wait a `tools/call` asks for, in seconds: `_meta["io.idemkit/wait"]`
+/// when it is a non-negative integer (anything else asks nothing).
+pub(crate) fn wait_field(message: &Value) -> Option<u64> {
+    message
+        .get("params")?
+        .get("_meta")?
+        .get(WAIT_META)?
+        .as_u64()
+}
+
 /// The key of a `tools/call`: `_meta["io.idemkit/idempotency-key"]`, else
 /// `idempotencyKey`.
 pub(crate) fn key_field(message: &Value) -> KeyField<'_> {
@@ -107,6 +120,9 @@ pub(crate) enum Problem {
     InvalidKey { why: String },
     /// Another call with this key is running.
     InProgress { retry_after: Duration },
+    /// Another call with this key is running, and as many calls as the
+    /// gateway allows already wait for it.
+    TooManyWaiters { retry_after: Duration },
     /// The key was used with other arguments (or another tool's call).
     Conflict,
     /// The store cannot be reached: nothing was executed.
@@ -139,6 +155,7 @@ impl Problem {
             Problem::TaskOnly => -31007,
             Problem::InvalidArguments { .. } => -31008,
             Problem::NoTenant => -31009,
+            Problem::TooManyWaiters { .. } => -31010,
         }
     }
 
@@ -155,6 +172,7 @@ impl Problem {
             Problem::TaskOnly => "idempotency_task_only",
             Problem::InvalidArguments { .. } => "idempotency_arguments_invalid",
             Problem::NoTenant => "idempotency_tenant_missing",
+            Problem::TooManyWaiters { .. } => "idempotency_too_many_waiters",
         }
     }
 
@@ -172,6 +190,12 @@ impl Problem {
             Problem::InProgress { retry_after } => format!(
                 "A call with this idempotency key is in progress. Retry with the same key after \
                  {} seconds.",
+                seconds(*retry_after)
+            ),
+            Problem::TooManyWaiters { retry_after } => format!(
+                "A call with this idempotency key is in progress, and too many calls already \
+                 wait for its result. Nothing was executed. Retry with the same key after {} \
+                 seconds.",
                 seconds(*retry_after)
             ),
             Problem::Conflict => "This idempotency key was already used with different \
@@ -206,7 +230,9 @@ impl Problem {
         let mut data = Map::new();
         data.insert("type".to_owned(), json!(self.kind()));
         match self {
-            Problem::InProgress { retry_after } | Problem::StoreUnavailable { retry_after } => {
+            Problem::InProgress { retry_after }
+            | Problem::StoreUnavailable { retry_after }
+            | Problem::TooManyWaiters { retry_after } => {
                 data.insert("retryAfter".to_owned(), json!(seconds(*retry_after)));
             }
             Problem::ResultExpired {
