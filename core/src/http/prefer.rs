@@ -44,7 +44,10 @@ pub fn prefer_wait(value: &[u8]) -> Option<u64> {
     for preference in split_outside_quotes(value, b',') {
         let head = split_outside_quotes(preference, b';').next().unwrap_or(&[]);
         let (name, raw) = match head.iter().position(|&b| b == b'=') {
-            Some(at) => (&head[..at], Some(&head[at + 1..])),
+            Some(at) => {
+                let (name, rest) = head.split_at(at);
+                (name, rest.get(1..))
+            }
             None => (head, None),
         };
         if !trim(name).eq_ignore_ascii_case(b"wait") {
@@ -165,7 +168,7 @@ fn trim(bytes: &[u8]) -> &[u8] {
         .iter()
         .rposition(|b| !matches!(b, b' ' | b'\t'))
         .map_or(start, |i| i + 1);
-    &bytes[start..end.max(start)]
+    bytes.get(start..end.max(start)).unwrap_or_default()
 }
 
 /// Splits `bytes` at every `sep` that is not inside a quoted string
@@ -183,8 +186,9 @@ fn split_outside_quotes(bytes: &[u8], sep: u8) -> impl Iterator<Item = &[u8]> {
             } else if b == b'"' {
                 quoted = !quoted;
             } else if b == sep && !quoted {
-                rest = Some(&current[i + 1..]);
-                return Some(&current[..i]);
+                let (piece, after) = current.split_at(i);
+                rest = Some(after.get(1..).unwrap_or_default());
+                return Some(piece);
             }
         }
         rest = None;
