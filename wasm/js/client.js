@@ -23,6 +23,9 @@ const MAX_ACTION_ID_BYTES = 1024;
 const PAYLOAD_OPERATION = "idemkit.action";
 /** `idemkit call --timeout-ms` default. */
 const DEFAULT_TIMEOUT_MS = 10_000;
+/** The problem type (its last path segment, as core compares it) of a key still running. */
+const PROBLEM_REQUEST_IN_PROGRESS = "request-in-progress";
+const lastSegment = (problemType) => (typeof problemType === "string" ? problemType.split("/").pop() : null);
 /** Connection errors that mean the request was never sent (Node/undici, Bun, Deno). */
 const CONNECT_ERROR_CODES = new Set([
   "ECONNREFUSED",
@@ -583,6 +586,12 @@ export async function callWithRetry(options) {
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw argument("timeoutMs must be a positive integer");
   const policy = retryPolicyOf(options);
+  // After a 409 request-in-progress the retry asks the server to hold it until the
+  // first attempt's answer exists (`Prefer: wait=N`), instead of polling again; its
+  // timeout grows by the wait.
+  // By default as long as a server allows unless configured otherwise (core's DEFAULT_MAX_WAIT, 10 s).
+  const waitSeconds = options.waitSeconds ?? wasmCall(() => wasm.httpDefaults()).maxWaitMs / 1000;
+  if (!Number.isSafeInteger(waitSeconds) || waitSeconds < 0) throw argument("waitSeconds must be a non-negative integer (0: never ask to wait)");
   if (options.breaker !== undefined && options.breaker !== false && !isBreaker(options.breaker)) {
     throw argument("breaker must be a breaker from createBreaker, or false for none");
   }
@@ -623,6 +632,7 @@ export async function callWithRetry(options) {
   let httpStatus = null;
   let lastBody = null;
   let refused = false;
+  let askToWait = false;
   for (;;) {
     signal?.throwIfAborted();
     if (breaker !== null && !breaker.allow(probeLeaseMs).allowed) {
@@ -635,12 +645,18 @@ export async function callWithRetry(options) {
     const request = {
       url: journalled.url,
       method: journalled.method,
-      headers: [...journalled.headers, ...volatileHeaders, ["idempotency-key", wasmCall(() => wasm.keyHeaderValue(action.key))], ["idemkit-attempt-id", start.attemptId]],
+      headers: [
+        ...journalled.headers,
+        ...volatileHeaders,
+        ["idempotency-key", wasmCall(() => wasm.keyHeaderValue(action.key))],
+        ["idemkit-attempt-id", start.attemptId],
+        ...(askToWait ? [["prefer", `wait=${waitSeconds}`]] : []),
+      ],
       body: sentBody,
     };
     let aborted;
     try {
-      await sendAttempt(fetchFn, request, timeoutMs, signal, outcome);
+      await sendAttempt(fetchFn, request, askToWait ? timeoutMs + waitSeconds * 1000 : timeoutMs, signal, outcome);
     } catch (reason) {
       // No result: the custom fetch broke its contract (it did not resolve to a
       // Response). The attempt stays unfinished, which the status reads as pending.
@@ -654,6 +670,7 @@ export async function callWithRetry(options) {
       httpStatus = status;
       lastBody = outcome.body;
     }
+    askToWait = waitSeconds > 0 && status === 409 && lastSegment(outcome.result.problemType) === PROBLEM_REQUEST_IN_PROGRESS;
     attempts.push({
       number: start.number,
       attemptId: start.attemptId,

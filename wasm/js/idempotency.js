@@ -9,11 +9,13 @@
 // overwritten: the loser reads again and asks the machine again. Every write
 // passes the record's GC due time (`meta`, from core) so the adapter can index it.
 // `completeWith` completes a record through the adapter's `updateWith`, so the
-// caller's local writes commit in the same transaction as the completion.
+// caller's local writes commit in the same transaction as the completion. A retry
+// of a running key may wait for its answer (`Prefer: wait`, ./waiting.js).
 import * as wasm from "./idemkit_wasm.js";
 import { readDecideWrite } from "./adapters/loop.js";
 import { fingerprint, logRef, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
+import { holdWhileRunning, waitOf, waitOption, waiterSlots } from "./waiting.js";
 
 
 let sharedDefaults = null;
@@ -35,6 +37,14 @@ export function defaults() {
  * cannot collide with one; it is written never due, so GC never scans it.
  */
 const TOKEN_FLOOR_ID = "idemkit:token-floor";
+
+/**
+ * How many requests may wait for one running key's answer, and for any key of one
+ * handler (`maxWaitersPerKey`, `maxWaiters`); a request past either gets 503
+ * too-many-waiters. Each waiter holds an open request and a timer, nothing more.
+ */
+const DEFAULT_MAX_WAITERS_PER_KEY = 100;
+const DEFAULT_MAX_WAITERS = 1000;
 
 /** Whether a store failure may pass (the adapter threw), as opposed to a refusal. */
 function transientStoreError(err) {
@@ -216,6 +226,17 @@ export function createIdempotency(options) {
   if (maxRecordBytes !== Infinity && (!Number.isSafeInteger(maxRecordBytes) || maxRecordBytes <= 0)) {
     throw new IdemkitError("invalid-argument", "adapter.maxRecordBytes must be a positive integer");
   }
+  // Holding retries of a running key (`Prefer: wait=N`): the route's default wait
+  // (0: none unless asked), the cap on any wait (core's default 10 s), and how many
+  // requests may wait on one key and on this handler in all (past them: 503).
+  const waitRule = {
+    waitMs: waitOption(options.waitMs ?? 0, "waitMs"),
+    maxWaitMs: waitOption(options.maxWaitMs ?? defaults().maxWaitMs, "maxWaitMs"),
+  };
+  const slots = waiterSlots({
+    perKey: waitOption(options.maxWaitersPerKey ?? DEFAULT_MAX_WAITERS_PER_KEY, "maxWaitersPerKey", true),
+    total: waitOption(options.maxWaiters ?? DEFAULT_MAX_WAITERS, "maxWaiters", true),
+  });
 
   /**
    * `{ scheme, value, bodyOnly }`: with a request line (`{ method, path, query }`)
@@ -541,13 +562,39 @@ export function createIdempotency(options) {
       // Unreachable, unusable (corrupt bytes) or contended store: fail closed.
       return unavailable();
     }
+    // A retry of a running key that asked to wait (or whose route waits) is held
+    // until the first attempt's answer exists; a mismatch was refused above, at once.
+    let applied = null;
+    if (held.outcome === "inFlight") {
+      const wait = waitOf(request, waitRule);
+      if (wait.durationMs > 0) {
+        const give = slots.take(held.id);
+        if (give === null) return answer({ outcome: "tooManyWaiters", retryAfterSeconds: held.retryAfterSeconds });
+        applied = wait.preferenceApplied;
+        try {
+          held = await holdWhileRunning({
+            adapter,
+            first: held,
+            durationMs: wait.durationMs,
+            signal: request.signal,
+            reclaim: () => claimPrepared(tenantId, key, fp),
+          });
+        } catch (err) {
+          if (!(err instanceof IdemkitError) || err.code.startsWith("scope-")) throw err;
+          return preferenceApplied(unavailable(), applied);
+        } finally {
+          give();
+        }
+      }
+    }
     if (held.outcome === "execute") {
       // The body was read once, above; the handler gets a request carrying those
       // bytes (made only when it runs: a Request copy is not cheap).
-      return execute(held, hasBody ? new Request(request, { body }) : request, handler, tenantId, key);
+      const response = await execute(held, hasBody ? new Request(request, { body }) : request, handler, tenantId, key);
+      return preferenceApplied(response, applied);
     }
     // A replay, or a refusal quoting the record's log reference where it has one.
-    return answer({ ...held, tenant: tenantId, operation, key });
+    return preferenceApplied(answer({ ...held, tenant: tenantId, operation, key }), applied);
   }
 
   function unavailable() {
@@ -711,6 +758,8 @@ export function createIdempotency(options) {
 
   return {
     handle,
+    /** How many requests this handler holds now, waiting for a running key's answer. */
+    waiting: slots.count,
     claim,
     complete,
     completeWith,
@@ -724,6 +773,22 @@ export function createIdempotency(options) {
     gc,
     policy: Object.freeze({ ...policy }),
   };
+}
+
+/**
+ * `response` with `Preference-Applied: <value>` (the wait it was held for), or as
+ * it is when `value` is null. A Response whose headers are immutable is copied.
+ */
+function preferenceApplied(response, value) {
+  if (value === null) return response;
+  try {
+    response.headers.set("preference-applied", value);
+    return response;
+  } catch {
+    const headers = new Headers(response.headers);
+    headers.set("preference-applied", value);
+    return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+  }
 }
 
 /**

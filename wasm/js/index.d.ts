@@ -202,6 +202,15 @@ export interface Adapter<V = unknown, L = never> {
    * `response-expired`.
    */
   readonly maxRecordBytes?: number;
+  /**
+   * Resolves at the next committed write of `id` made through this store in this
+   * isolate, or as soon as `signal` aborts (its registration is then gone). Only an
+   * adapter through which every write of its records passes offers it (memory, a
+   * Durable Object's storage): a retry waiting for a running key (`Prefer: wait`) is
+   * then woken by the completion itself; without it the waiter reads the record on
+   * core's fallback schedule (50 ms, doubling, at most 1 s apart).
+   */
+  changed?(id: string, signal?: AbortSignal): Promise<void>;
 }
 
 /** An adapter with the whole seam, as every adapter of this package is. */
@@ -216,7 +225,7 @@ export type LocalAdapter<V, L> = GcAdapter<V, L> & Required<Pick<Adapter<V, L>, 
  * holds; the record is written only if it returns (a memory store has no
  * rollback for what `local` changed before it threw).
  */
-export function memoryAdapter(): LocalAdapter<number, () => unknown> & { size(): number };
+export function memoryAdapter(): LocalAdapter<number, () => unknown> & { size(): number; changed(id: string, signal?: AbortSignal): Promise<void> };
 
 /**
  * The part of a better-sqlite3 or bun:sqlite Database the adapter uses; local
@@ -284,7 +293,7 @@ export function d1Upgrade(table?: string): string;
 export function durableObjectAdapter(
   storage: unknown,
   options?: { prefix?: string; maxRecordBytes?: number },
-): LocalAdapter<number, (txn: any) => unknown>;
+): LocalAdapter<number, (txn: any) => unknown> & { changed(id: string, signal?: AbortSignal): Promise<void> };
 
 /**
  * Deno KV (`await Deno.openKv()`); records must fit in a 64 KiB KV value, so its
@@ -381,6 +390,18 @@ export interface IdempotencyOptions<L = never> {
   dispatchesOnlyThroughSteps?: boolean;
   /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */
   clock?: () => number;
+  /**
+   * How long a retry of a running key is held for its answer when it does not ask
+   * (`Prefer: wait=N` asks for N seconds): default 0, answered 409
+   * request-in-progress at once. See {@link Idempotency.handle}.
+   */
+  waitMs?: number;
+  /** The longest any request is held, whatever it asks (default 10 000 ms, core's `DEFAULT_MAX_WAIT`). */
+  maxWaitMs?: number;
+  /** How many requests may wait on one key at once (default 100); past it: 503 too-many-waiters with Retry-After. */
+  maxWaitersPerKey?: number;
+  /** How many requests may wait on this handler at once, all keys together (default 1000); past it: 503 too-many-waiters. */
+  maxWaiters?: number;
 }
 
 /** What `handle` needs of a Workers `ExecutionContext`. */
@@ -447,12 +468,22 @@ export interface Idempotency<L = never> {
    * handler's run and the recording of its outcome, is registered with
    * `ctx.waitUntil`, so a client that disconnects cannot cancel it and leave an
    * external record unknown.
+   *
+   * A retry that arrives while its key runs and asks to wait (`Prefer: wait=N`, or
+   * the route's `waitMs`) is held, at most `maxWaitMs`, until the first attempt
+   * records (then the answer any retry gets: the replay, 410 or 409
+   * outcome-uncertain), releases its claim (then it executes as a new attempt), or
+   * the wait ends (409 request-in-progress with Retry-After). A changed body is
+   * refused at once. Answers after a requested wait carry `Preference-Applied:
+   * wait=N`; a client that aborts `request.signal` stops waiting.
    */
   handle(
     request: Request,
     handler: (request: Request, execution: Execution<L>) => Promise<Response> | Response,
     ctx?: ExecutionContextLike,
   ): Promise<Response>;
+  /** How many requests this handler holds now, waiting for a running key's answer. */
+  waiting(): number;
   /**
    * Ask the state machine for a claim and write its decision atomically. With
    * `method` and `path` the request line counts (scheme 2, as `handle`); without
@@ -720,8 +751,14 @@ export interface CallOptions extends RetryOptions {
   volatileHeaders?: HeadersInput;
   /** A string, or a JSON object or array (journalled and sent as canonical JSON, `content-type: application/json` unless set). */
   body?: string | Record<string, unknown> | unknown[] | null;
-  /** Per-attempt timeout, the response body included (default 10 000 ms). */
+  /** Per-attempt timeout, the response body included (default 10 000 ms; an attempt that asks to wait gets the wait on top). */
   timeoutMs?: number;
+  /**
+   * After a 409 request-in-progress, the retry asks the server to hold it for up to
+   * this many seconds until the first attempt's answer exists (`Prefer: wait=N`)
+   * instead of being refused again at once (default 10; 0: never ask).
+   */
+  waitSeconds?: number;
   /** The key of a new action (e.g. `deriveKey(...)`) instead of a random one; a resumed action keeps its own. */
   key?: string;
   /** Default `globalThis.fetch`. */
@@ -831,6 +868,18 @@ export interface McpIdempotencyOptions {
   tools: readonly string[] | Record<string, true | McpToolSettings>;
   /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */
   clock?: () => number;
+  /**
+   * How long a retry of a running key is held for its answer when it does not ask
+   * (`Prefer: wait=N` asks for N seconds): default 0, answered 409
+   * request-in-progress at once. See {@link Idempotency.handle}.
+   */
+  waitMs?: number;
+  /** The longest any request is held, whatever it asks (default 10 000 ms, core's `DEFAULT_MAX_WAIT`). */
+  maxWaitMs?: number;
+  /** How many requests may wait on one key at once (default 100); past it: 503 too-many-waiters with Retry-After. */
+  maxWaitersPerKey?: number;
+  /** How many requests may wait on this handler at once, all keys together (default 1000); past it: 503 too-many-waiters. */
+  maxWaiters?: number;
 }
 
 /** An MCP server of the official TypeScript SDK, v1 or v2 (`McpServer` or `Server`): whatever connects to a transport. */

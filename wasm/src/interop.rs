@@ -38,6 +38,7 @@ use idemkit_core::client::{
 use idemkit_core::fingerprint::{
     FingerprintError, FormError, RequestFingerprint, SCHEME_BODY, SCHEME_REQUEST_LINE, SpecError,
 };
+use idemkit_core::http::prefer::Wait;
 use idemkit_core::http::{Outcome, Refusal, ReplayedHeaderError, Reply};
 use idemkit_core::json::{JsonError, PointerError, Profile};
 use idemkit_core::machine::{
@@ -1014,8 +1015,9 @@ pub fn record(r: &Record) -> JsResult<JsValue> {
 /// as `apply` answers them, with the `tenant`, `operation` and `key` that name
 /// the record's log reference) or a refusal by name (`outcome`: `unauthenticated`,
 /// `missingKey`, `invalidKey` with `header`, `bodyTooLarge` with `limit`,
-/// `invalidBody` with `code` and `message`, `storeUnavailable` with
-/// `retryAfterSeconds`, `outcomeNotRecorded` with `originalStatus`).
+/// `invalidBody` with `code` and `message`, `storeUnavailable` and
+/// `tooManyWaiters` with `retryAfterSeconds`, `outcomeNotRecorded` with
+/// `originalStatus`).
 /// `None`: `execute`, which the handler answers.
 pub fn http_outcome(value: &JsValue) -> JsResult<Option<Outcome>> {
     const WHAT: &str = "situation";
@@ -1081,6 +1083,9 @@ pub fn http_outcome(value: &JsValue) -> JsResult<Option<Outcome>> {
         "storeUnavailable" => refused(Refusal::StoreUnavailable {
             retry_after: seconds("retryAfterSeconds")?,
         }),
+        "tooManyWaiters" => refused(Refusal::TooManyWaiters {
+            retry_after: seconds("retryAfterSeconds")?,
+        }),
         "outcomeNotRecorded" => refused(Refusal::OutcomeNotRecorded {
             log_ref: log_ref()?,
             original_status: status("originalStatus")?,
@@ -1142,10 +1147,29 @@ pub fn http_defaults() -> JsValue {
             millis_f64(d::DEFAULT_STORE_RETRY_AFTER) / 1000.0,
         )
         .set("gcBatch", count(d::GC_BATCH))
+        .set(
+            "maxWaitMs",
+            millis_f64(idemkit_core::http::prefer::DEFAULT_MAX_WAIT),
+        )
         .set("leaseMs", millis_f64(policy.lease))
         .set("replayWindowMs", millis_f64(policy.replay_window))
         .set("recordWindowMs", millis_f64(policy.record_window))
         .set("mismatchStatus", policy.mismatch.status())
+        .build()
+}
+
+/// `{ durationMs, preferenceApplied }` of a request's wait: how long it is
+/// held while its key runs, and the `Preference-Applied` value to send when it
+/// asked (`null` when it did not).
+#[must_use]
+pub fn wait(wait: &Wait) -> JsValue {
+    ObjectBuilder::new()
+        .set("durationMs", millis_f64(wait.duration))
+        .set(
+            "preferenceApplied",
+            wait.preference_applied()
+                .map_or(JsValue::NULL, JsValue::from),
+        )
         .build()
 }
 

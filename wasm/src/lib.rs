@@ -296,8 +296,9 @@ pub fn gc_due_at(record: &[u8]) -> JsResult<Option<f64>> {
 /// a claim's outcome as `apply` answers it (with its fields, and the `tenant`,
 /// `operation` and `key` that name the log reference) or a refusal:
 /// `unauthenticated`, `missingKey`, `invalidKey` (`header`), `bodyTooLarge`
-/// (`limit`), `invalidBody` (`code`, `message`), `storeUnavailable`
-/// (`retryAfterSeconds`), `outcomeNotRecorded` (`originalStatus`). Returns
+/// (`limit`), `invalidBody` (`code`, `message`), `storeUnavailable` and
+/// `tooManyWaiters` (`retryAfterSeconds`), `outcomeNotRecorded`
+/// (`originalStatus`). Returns
 /// `{ status, headers: [name, value][], body: Uint8Array }`, or `null` for
 /// `execute` (the handler answers).
 #[wasm_bindgen(js_name = httpAnswer)]
@@ -311,8 +312,8 @@ pub fn http_answer(situation: &JsValue) -> JsResult<JsValue> {
 
 /// Core's `http::defaults` and default `Policy`: `{ recordAttempts,
 /// recordBackoffMs, maxExecutionMs, bodyLimitBytes, maxStoredResponseBytes,
-/// storeRetryAfterSeconds, gcBatch, leaseMs, replayWindowMs, recordWindowMs,
-/// mismatchStatus }`.
+/// storeRetryAfterSeconds, gcBatch, maxWaitMs, leaseMs, replayWindowMs,
+/// recordWindowMs, mismatchStatus }`.
 #[wasm_bindgen(js_name = httpDefaults)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 #[must_use]
@@ -327,6 +328,53 @@ pub fn http_defaults() -> JsValue {
 pub fn renewal_cadence(lease_ms: f64) -> JsResult<JsValue> {
     let lease = Duration::from_millis(interop::count(lease_ms.trunc(), "leaseMs")?);
     Ok(interop::renewal_cadence(lease))
+}
+
+/// The seconds of the first `wait` preference among a request's `Prefer`
+/// header lines (`values`, in order), or `undefined` when there is none or the
+/// first one's value is not a non-negative integer (core's `prefer_wait_in`).
+/// A value past 2^53 - 1 is returned as 2^53 - 1: any cap is far below it.
+#[wasm_bindgen(js_name = preferWait)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+#[must_use]
+pub fn prefer_wait(values: Vec<String>) -> Option<f64> {
+    const MAX_SAFE: u64 = (1 << 53) - 1;
+    let seconds = http::prefer::prefer_wait_in(values.iter().map(String::as_bytes))?;
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "at most 2^53 - 1, exact in a double"
+    )]
+    let seconds = seconds.min(MAX_SAFE) as f64;
+    Some(seconds)
+}
+
+/// The wait a request gets: core's `WaitRule { default_wait, max_wait }` asked
+/// about `requested_seconds` (what `preferWait` found; `undefined`: the
+/// request stated none, so the route's default). Returns `{ durationMs,
+/// preferenceApplied }`: how long to hold the request while its key runs (0:
+/// not at all) and the `Preference-Applied` value to send when it asked
+/// (`wait=N`, N the whole seconds granted), else `null`.
+#[wasm_bindgen(js_name = waitFor)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn wait_for(requested_seconds: Option<f64>, default_ms: f64, max_ms: f64) -> JsResult<JsValue> {
+    let requested = requested_seconds
+        .map(|s| interop::count(s, "the requested wait (seconds)"))
+        .transpose()?;
+    let rule = http::prefer::WaitRule {
+        default_wait: Duration::from_millis(interop::count(default_ms, "waitMs")?),
+        max_wait: Duration::from_millis(interop::count(max_ms, "maxWaitMs")?),
+    };
+    Ok(interop::wait(&rule.wait_for(requested)))
+}
+
+/// Milliseconds a waiter sleeps before its poll number `polls_so_far` (from 0)
+/// of the record when nothing can wake it: core's `fallback_poll` (50 ms,
+/// doubling, at most 1 s).
+#[wasm_bindgen(js_name = fallbackPoll)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+#[must_use]
+pub fn fallback_poll(polls_so_far: u32) -> f64 {
+    http::prefer::fallback_poll(polls_so_far).as_secs_f64() * 1000.0
 }
 
 /// Whether a response header is in the default list of stored and replayed

@@ -55,3 +55,40 @@ export function checkConcurrency(result) {
     throw new Error(`concurrency contract broken: ${JSON.stringify(counts)}; ${other.length} other answers, e.g. ${other.slice(0, 2).join(" | ")}`);
   }
 }
+
+/**
+ * `waiters` retries that ask to wait (`Prefer: wait=10`) while the first attempt with
+ * their key runs `handlerMs`: every one must get the stored 201 as a replay with
+ * `Preference-Applied: wait=10`, and the handler must run once. Returns the counts
+ * and how long after the handler returned the last waiter was answered.
+ * @param {typeof import("idemkit")} idemkit
+ * @param {import("idemkit").Adapter} adapter
+ */
+export async function waitingRetries(idemkit, adapter, { waiters = 10, handlerMs = 500 } = {}) {
+  const idem = idemkit.createIdempotency({ adapter, operation: "orders.create", effect: "external", tenant: () => "acme" });
+  let executions = 0;
+  let returnedAt = 0;
+  const handler = async () => {
+    executions++;
+    await new Promise((resolve) => setTimeout(resolve, handlerMs));
+    returnedAt = Date.now();
+    return Response.json({ order: "o-1" }, { status: 201 });
+  };
+  const send = (headers = {}) =>
+    idem.handle(new Request("https://shop.test/orders", { method: "POST", headers: { "idempotency-key": "wait-1", "content-type": "application/json", ...headers }, body: "{}" }), handler);
+  const first = send();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  let lastAt = 0;
+  const answers = await Promise.all(
+    Array.from({ length: waiters }, async () => {
+      const r = await send({ prefer: "wait=10" });
+      lastAt = Math.max(lastAt, Date.now());
+      return `${r.status} ${r.headers.get("idempotent-replayed")} ${r.headers.get("preference-applied")}`;
+    }),
+  );
+  await first;
+  const replays = answers.filter((a) => a === "201 true wait=10").length;
+  const result = { waiters, executions, replays, lagMs: lastAt - returnedAt, other: answers.filter((a) => a !== "201 true wait=10") };
+  if (executions !== 1 || replays !== waiters) throw new Error(`waiting contract broken: ${JSON.stringify(result)}`);
+  return result;
+}

@@ -19,8 +19,17 @@
 // Local writes (`updateWith`): the caller's `local(txn)` runs in the
 // compare-and-set's `storage.transaction()`, after it succeeded, and writes through
 // the same `txn`; when it throws, the transaction rolls back, the record included.
+//
+// Waiting (`Prefer: wait`): every request to a Durable Object runs in the one object,
+// so a write of a record wakes the handlers waiting on it in the same object (the
+// wakers belong to the storage, so adapters made per request share them): a retry
+// held while its key runs is answered as soon as the first attempt records.
 import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
 import { localWritesFailed, requireLocal } from "./local-writes.js";
+import { writeWakers } from "./wakers.js";
+
+/** The wakers of each object's storage (one per object, whichever adapter wrote). */
+const wakersOf = new WeakMap();
 
 const KV_BACKEND_MAX_VALUE_BYTES = 128 * 1024;
 // The value is `{ record, version, gcDueAt }` in V8 serialization: tags, three
@@ -46,6 +55,16 @@ export function durableObjectAdapter(storage, options = {}) {
   if (!Number.isSafeInteger(maxRecordBytes) || maxRecordBytes <= 0) {
     throw new TypeError("durableObjectAdapter: maxRecordBytes must be a positive integer");
   }
+  let wakers = wakersOf.get(storage);
+  if (wakers === undefined) wakersOf.set(storage, (wakers = new Map()));
+  // Per prefix: two adapters over one storage with different prefixes hold different records.
+  if (!wakers.has(prefix)) wakers.set(prefix, writeWakers());
+  const wake = wakers.get(prefix);
+  /** `written` as it is, after waking the waiters of `id` if it says the write committed. */
+  const woke = (id, written) => {
+    if (written) wake.wake(id);
+    return written;
+  };
   const gcPrefix = `${prefix}gc:`;
   const backfillKey = `${prefix}gc-backfill`;
   /** Indexes up to `limit` rows written before the GC index as due at 0. */
@@ -80,8 +99,8 @@ export function durableObjectAdapter(storage, options = {}) {
     if (due !== null && old !== due) await txn.put(gcKey(due, id), id);
   }
   /** Compare-and-set in one transaction, with the caller's `local(txn)` when given. */
-  function compareAndSet(id, record, version, meta, local) {
-    return storage.transaction(async (txn) => {
+  async function compareAndSet(id, record, version, meta, local) {
+    return woke(id, await storage.transaction(async (txn) => {
       const row = await txn.get(prefix + id);
       if (row === undefined || row.version !== version) return null;
       await write(txn, id, record, version + 1, row, meta);
@@ -91,7 +110,7 @@ export function durableObjectAdapter(storage, options = {}) {
       } catch (err) {
         throw localWritesFailed(err);
       }
-    });
+    }));
   }
   return {
     name: "durableObjectAdapter",
@@ -101,12 +120,12 @@ export function durableObjectAdapter(storage, options = {}) {
       return row === undefined ? null : { record: new Uint8Array(row.record), version: row.version };
     },
     async insert(id, record, meta) {
-      return storage.transaction(async (txn) => {
+      return woke(id, await storage.transaction(async (txn) => {
         if ((await txn.get(prefix + id)) !== undefined) return null;
         const version = firstVersion();
         await write(txn, id, record, version, undefined, meta);
         return { version };
-      });
+      }));
     },
     update: (id, record, version, meta) => compareAndSet(id, record, version, meta),
     async updateWith(id, record, version, meta, local) {
@@ -114,14 +133,16 @@ export function durableObjectAdapter(storage, options = {}) {
       return compareAndSet(id, record, version, meta, local);
     },
     async delete(id, version) {
-      return storage.transaction(async (txn) => {
+      return woke(id, await storage.transaction(async (txn) => {
         const row = await txn.get(prefix + id);
         if (row === undefined || row.version !== version) return false;
         await txn.delete(prefix + id);
         if ((row.gcDueAt ?? null) !== null) await txn.delete(gcKey(row.gcDueAt, id));
         return true;
-      });
+      }));
     },
+    /** Resolves at the next committed write of `id` in this object, or when `signal` aborts. */
+    changed: (id, signal) => wake.changed(id, signal),
     async scan(options) {
       const { gcDueBefore, limit, after } = scanLimit(options);
       if (after === null) await backfill(limit);

@@ -5,10 +5,13 @@
 // the record counts a process keeps in memory). `updateWith` runs the caller's
 // synchronous `local()` in the same step, only when the compare-and-set holds; the
 // record is written only if `local` returned (a memory store has no transaction
-// to roll back what `local` itself changed before it threw).
+// to roll back what `local` itself changed before it threw). Every committed write
+// wakes the handlers waiting on that record (`changed`), so a retry held with
+// `Prefer: wait` is answered as soon as the first attempt records, without polling.
 
 import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
 import { requireLocal, runLocalSync } from "./local-writes.js";
+import { writeWakers } from "./wakers.js";
 
 /**
  * @returns {import("../index.d.ts").Adapter & { size(): number }}
@@ -16,6 +19,7 @@ import { requireLocal, runLocalSync } from "./local-writes.js";
 export function memoryAdapter() {
   /** @type {Map<string, { record: Uint8Array, version: number, gcDueAt: number | null }>} */
   const records = new Map();
+  const wakers = writeWakers();
   /** Compare-and-set: writes `record` if the version is still `version` and `local` (if any) returned. */
   function compareAndSet(id, record, version, meta, local) {
     const row = records.get(id);
@@ -23,6 +27,7 @@ export function memoryAdapter() {
     const due = dueOf(meta);
     const result = local === undefined ? undefined : runLocalSync(local);
     records.set(id, { record: record.slice(), version: version + 1, gcDueAt: due });
+    wakers.wake(id);
     return { version: version + 1, result };
   }
   return {
@@ -35,6 +40,7 @@ export function memoryAdapter() {
       if (records.has(id)) return null;
       const version = firstVersion();
       records.set(id, { record: record.slice(), version, gcDueAt: dueOf(meta) });
+      wakers.wake(id);
       return { version };
     },
     async update(id, record, version, meta) {
@@ -49,6 +55,7 @@ export function memoryAdapter() {
       const row = records.get(id);
       if (row === undefined || row.version !== version) return false;
       records.delete(id);
+      wakers.wake(id);
       return true;
     },
     async scan(options) {
@@ -64,6 +71,7 @@ export function memoryAdapter() {
       const last = entries[entries.length - 1];
       return { entries, next: due.length > limit ? { gcDueAt: last.gcDueAt, id: last.id } : null };
     },
+    changed: wakers.changed,
     size() {
       return records.size;
     },

@@ -1,6 +1,6 @@
 // Bun: the conformance suite over bun:sqlite (and the memory adapter), the
-// local-transaction cases over bun:sqlite, then 50 concurrent handle calls on one
-// bun:sqlite database file.
+// local-transaction cases over bun:sqlite, retries that wait (polling bun:sqlite), then
+// 50 concurrent handle calls on one bun:sqlite database file.
 import { Database } from "bun:sqlite";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -9,7 +9,7 @@ import * as idemkit from "idemkit";
 import { assert, run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
-import { checkConcurrency, concurrentHandles } from "../concurrency.js";
+import { checkConcurrency, concurrentHandles, waitingRetries } from "../concurrency.js";
 import { localTransactionCases, sqliteOrders } from "../local-transactions.js";
 import { sqliteFault, storageFaultCases } from "../storage-faults.js";
 
@@ -48,6 +48,10 @@ const cases = [
     }
     assert.ok(refused instanceof TypeError && /journal_mode=memory/.test(refused.message), `refused: ${refused}`);
     off.close();
+  }],
+  ["bun:sqlite: retries that wait poll the record and are answered with the replay", async () => {
+    const result = await waitingRetries(idemkit, idemkit.sqliteAdapter(new Database(join(dir, "wait.db"))));
+    console.log(`bun:sqlite waiting: ${JSON.stringify(result)}`);
   }],
   ["bun:sqlite: 50 concurrent handle calls with one key execute once", async () => {
     const result = await concurrentHandles(idemkit, idemkit.sqliteAdapter(new Database(join(dir, "race.db"))));

@@ -1,13 +1,14 @@
 // Deno: the conformance suite over Deno KV (and the memory adapter), the
 // local-transaction cases over the memory adapter and their refusal over Deno KV
-// (no updateWith), then 50 concurrent handle calls on one Deno KV database. Run with
+// (no updateWith), retries that wait (polling Deno KV), then 50 concurrent handle
+// calls on one Deno KV database. Run with
 // `deno run --unstable-kv --allow-read=. --allow-write=<tmp> test/deno/run.js`
 // (the package itself needs no permission: its .wasm is embedded).
 import * as idemkit from "idemkit";
 import { run } from "../harness.js";
 import { conformanceCases } from "../conformance.js";
 import { journalCases } from "../journal.js";
-import { checkConcurrency, concurrentHandles } from "../concurrency.js";
+import { checkConcurrency, concurrentHandles, waitingRetries } from "../concurrency.js";
 import { legacyRowsAreCollected } from "../gc-legacy.js";
 import { localTransactionCases, localUnsupportedCases, memoryOrders, ordersWithout } from "../local-transactions.js";
 
@@ -32,6 +33,10 @@ const cases = [
       await kv.set(["idemkit", id], record);
     });
     console.log(`deno kv legacy values: ${JSON.stringify(total)}`);
+  }],
+  ["deno kv: retries that wait poll the record and are answered with the replay", async () => {
+    const result = await waitingRetries(idemkit, idemkit.denoKvAdapter(await openKv()));
+    console.log(`deno kv waiting: ${JSON.stringify(result)}`);
   }],
   ["deno kv: 50 concurrent handle calls with one key execute once", async () => {
     const dir = await Deno.makeTempDir();

@@ -77,6 +77,40 @@ for (const store of ["d1", "do"]) {
   });
 }
 
+test("workerd, a Durable Object: 50 retries that wait are woken in the object by the completion, one execution, all replays", async () => {
+  const send = (headers = {}) =>
+    suite.dispatchFetch("http://suite/wait/do", {
+      method: "POST",
+      headers: { "idempotency-key": "wait-1", "content-type": "application/json", ...headers },
+      body: '{"sku":"kettle"}',
+    });
+  let firstAt;
+  const first = send().then((r) => ((firstAt = Date.now()), r));
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const retries = await Promise.all(
+    Array.from({ length: 50 }, async () => {
+      const r = await send({ prefer: "wait=10" });
+      const body = await r.text();
+      return { status: r.status, replayed: r.headers.get("idempotent-replayed"), applied: r.headers.get("preference-applied"), body, at: Date.now() };
+    }),
+  );
+  const original = await first;
+  const originalBody = await original.text();
+  const stats = await (await suite.dispatchFetch("http://suite/wait/do/stats")).json();
+  const lagMs = Math.max(...retries.map((r) => r.at)) - firstAt;
+  console.log(
+    `workerd DO: ${stats.executions} execution, ${stats.waitingInWindow} waiting, ${stats.readsInWindow} reads in 1 s of waiting, ` +
+      `${stats.reads} reads in all, the last waiter answered ${lagMs} ms after the first attempt's answer`,
+  );
+  assert.equal(original.status, 201);
+  assert.equal(stats.executions, 1);
+  assert.equal(stats.waitingInWindow, 50);
+  assert.equal(stats.readsInWindow, 0, "a waiter read the record while nothing changed: polling");
+  for (const r of retries) {
+    assert.deepEqual([r.status, r.replayed, r.applied, r.body], [201, "true", "wait=10", originalBody]);
+  }
+});
+
 function order(path, key, body = { sku: "kettle", quantity: 1 }, apiKey = "sk_test_acme") {
   return example.dispatchFetch(`http://shop${path}`, {
     method: "POST",

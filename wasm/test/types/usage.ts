@@ -65,7 +65,15 @@ const idem = createIdempotency({
   maxExecutionMs: 60_000,
   dispatchesOnlyThroughSteps: true,
   replayedHeaders: ["content-type", "location", "x-request-cost"],
+  waitMs: 0,
+  maxWaitMs: 10_000,
+  maxWaitersPerKey: 100,
+  maxWaiters: 1000,
 });
+const held: number = idem.waiting();
+void held;
+// @ts-expect-error waitMs is milliseconds, a number
+createIdempotency({ adapter: memoryAdapter(), operation: "x", effect: "local", tenant: () => null, waitMs: "1s" });
 // @ts-expect-error effect is "local" or "external"
 createIdempotency({ adapter: custom, operation: "x", effect: "maybe", tenant: () => null });
 
@@ -146,6 +154,7 @@ async function agent(db: { prepare(sql: string): unknown; exec(sql: string): unk
     baseDelayMs: 100,
     signal: AbortSignal.timeout(30_000),
     breaker: createBreaker({ failureThreshold: 3, coolDownMs: 300 }),
+    waitSeconds: 10,
   });
   if (report.status === "confirmed") void report.httpStatus;
   if (report.breaker === "open" && report.stoppedByBreaker) void (report.retryAt ?? 0);

@@ -55,6 +55,30 @@ function durableObjectOrders(storage, n) {
 const raceOptions = (adapter) => ({ adapter, operation: "orders.create", effect: "external", tenant: () => "acme" });
 
 /**
+ * Retries that wait (`Prefer: wait`) inside a Durable Object: `adapter` with its
+ * reads counted, and a 2 s handler that opens a 1 s window in its middle, when every
+ * waiter already waits. A waiter that polled would read the record in the window;
+ * one woken by the completion reads nothing until then.
+ */
+function waitingInObject(storage) {
+  const inner = idemkit.durableObjectAdapter(storage, { prefix: "wait:" });
+  const stats = { reads: 0, readsInWindow: null, waitingInWindow: null, executions: 0 };
+  const adapter = { ...inner, get: (id) => (stats.reads++, inner.get(id)) };
+  const idem = idemkit.createIdempotency(raceOptions(adapter));
+  const handler = async (request) => {
+    stats.executions++;
+    const { sku } = await request.json();
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const before = stats.reads;
+    stats.waitingInWindow = idem.waiting();
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    stats.readsInWindow = stats.reads - before;
+    return Response.json({ order: "o-1", sku }, { status: 201 });
+  };
+  return { stats, handle: (request) => idem.handle(request, handler) };
+}
+
+/**
  * A D1 table created by the previous d1Schema (no gc_due_at), written by the
  * previous adapter's statements: 4 completed records (3 past their record window
  * when GC runs) and 1 Unknown. The current d1Adapter adds the column; GC collects.
@@ -136,7 +160,7 @@ export default {
     if (pathname === "/local/d1") {
       return Response.json(await run(localTransactionCases(idemkit, () => d1Orders(env.DB, tables++))));
     }
-    if (pathname === "/conformance/do" || pathname === "/local/do" || pathname.startsWith("/race/do") || pathname === "/gc/do-legacy") {
+    if (pathname === "/conformance/do" || pathname === "/local/do" || pathname.startsWith("/race/do") || pathname.startsWith("/wait/do") || pathname === "/gc/do-legacy") {
       return env.SUITE.get(env.SUITE.idFromName("suite")).fetch(request);
     }
     if (pathname === "/race/d1") {
@@ -165,6 +189,11 @@ export class Suite {
       this.idem ??= idemkit.createIdempotency(raceOptions(idemkit.durableObjectAdapter(this.storage, { prefix: "race:" })));
       return this.idem.handle(request, slowHandler(async () => this.storage.put("executions", ((await this.storage.get("executions")) ?? 0) + 1)));
     }
+    if (pathname === "/wait/do") {
+      this.waiting ??= waitingInObject(this.storage);
+      return this.waiting.handle(request);
+    }
+    if (pathname === "/wait/do/stats") return Response.json(this.waiting.stats);
     if (pathname === "/race/do/executions") {
       return Response.json({ n: (await this.storage.get("executions")) ?? 0 });
     }
