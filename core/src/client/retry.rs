@@ -237,10 +237,92 @@ impl RetryPolicy {
     }
 }
 
+impl AttemptResult {
+    /// Whether this is 409 `request-in-progress`: the first attempt with the
+    /// key still runs, so the next attempt may ask to wait for its answer
+    /// (`Prefer: wait=N`).
+    #[must_use]
+    pub fn is_in_progress(&self) -> bool {
+        matches!(
+            self,
+            AttemptResult::Response { status: 409, problem_type: Some(p), .. }
+                if problem_name(p) == PROBLEM_REQUEST_IN_PROGRESS
+        )
+    }
+}
+
+impl RetryPolicy {
+    /// [`decide`](Self::decide) for a client whose retry after a 409
+    /// `request-in-progress` asks the server to wait for the answer
+    /// (`Prefer: wait=N`): the server holds that retry until the first
+    /// attempt's answer exists, so it goes after the backoff alone, not after
+    /// the `Retry-After` (the running lease's remaining time, which would
+    /// leave the client idle after the answer exists). Every other result is
+    /// decided as by [`decide`](Self::decide).
+    pub fn decide_asking_to_wait(
+        &self,
+        attempt: u32,
+        result: &AttemptResult,
+        random: u64,
+    ) -> RetryDecision {
+        match result {
+            AttemptResult::Response {
+                status,
+                problem_type,
+                original_status,
+                ..
+            } if result.is_in_progress() => self.decide(
+                attempt,
+                &AttemptResult::Response {
+                    status: *status,
+                    problem_type: problem_type.clone(),
+                    retry_after: None,
+                    original_status: *original_status,
+                },
+                random,
+            ),
+            _ => self.decide(attempt, result, random),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_retry_that_asks_to_wait_goes_after_the_backoff_not_the_lease() {
+        let policy = RetryPolicy::default();
+        let in_progress = AttemptResult::Response {
+            status: 409,
+            problem_type: Some("https://idemkit.dev/problems/request-in-progress".into()),
+            retry_after: Some(Duration::from_secs(28)),
+            original_status: None,
+        };
+        assert!(in_progress.is_in_progress());
+        assert_eq!(
+            policy.decide(1, &in_progress, 7),
+            RetryDecision::RetryAfter(Duration::from_secs(28))
+        );
+        let RetryDecision::RetryAfter(delay) = policy.decide_asking_to_wait(1, &in_progress, 7)
+        else {
+            panic!("in progress is retried");
+        };
+        assert!(delay <= policy.ceiling(1), "{delay:?}");
+        // Anything else keeps its Retry-After.
+        let unavailable = AttemptResult::Response {
+            status: 503,
+            problem_type: None,
+            retry_after: Some(Duration::from_secs(3)),
+            original_status: None,
+        };
+        assert!(!unavailable.is_in_progress());
+        assert_eq!(
+            policy.decide_asking_to_wait(1, &unavailable, 7),
+            policy.decide(1, &unavailable, 7)
+        );
+    }
 
     fn response(status: u16, problem: Option<&str>) -> AttemptResult {
         AttemptResult::Response {

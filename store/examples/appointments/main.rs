@@ -7,8 +7,12 @@
 //! cargo run --release -p idemkit --example appointments -- \
 //!     [--db appointments.redb] [--provider-db provider.redb] [--listen 127.0.0.1:8080] \
 //!     [--provider-latency-ms N] [--provider-timeout-ms N] [--crash-after-provider] [--fail-notify N]
-//!     [--crash-after-note-write] [--note-write-delay-ms N]
+//!     [--crash-after-note-write] [--note-write-delay-ms N] [--max-wait-s N]
 //! ```
+//!
+//! A retry of a booking or reschedule that is still running may ask to wait for
+//! its answer (`Prefer: wait=N`, up to `--max-wait-s`, default 10 s) instead of
+//! getting 409 `request-in-progress`.
 //!
 //! With `--features postgres`, `--postgres URL [--pg-schema NAME]` keeps the
 //! idemkit records in PostgreSQL instead of `--db`: several instances on different
@@ -107,6 +111,10 @@ struct Args {
     /// How often unresolved records are reconciled, in milliseconds.
     #[arg(long, default_value_t = 1_000)]
     reconcile_every_ms: u64,
+    /// The longest a retry of a running booking or reschedule may wait for
+    /// its answer when it asks to (`Prefer: wait=N`), in seconds; 0: never.
+    #[arg(long, default_value_t = 10)]
+    max_wait_s: u64,
 }
 
 struct App {
@@ -846,14 +854,17 @@ fn run(args: Args) -> Result<(), String> {
 }
 
 async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
+    let max_wait = Duration::from_secs(args.max_wait_s);
     let route = RouteConfig::new(CREATE, EffectKind::External)
         .policy(app.policy)
         .principal(|parts| bearer_tenant(&parts.headers))
-        .body_limit(16 * 1024);
+        .body_limit(16 * 1024)
+        .max_wait(max_wait);
     let reschedule = RouteConfig::new(RESCHEDULE, EffectKind::External)
         .policy(app.policy)
         .principal(|parts| bearer_tenant(&parts.headers))
-        .body_limit(16 * 1024);
+        .body_limit(16 * 1024)
+        .max_wait(max_wait);
     let note = RouteConfig::new(notes::NOTE, EffectKind::Local)
         .policy(app.policy.with_effect(EffectKind::Local))
         .principal(|parts| bearer_tenant(&parts.headers))

@@ -463,3 +463,54 @@ fn an_action_journalled_with_its_credential_resumes_with_the_new_one() {
     assert_eq!(report["idempotency_key"], key.as_str());
     assert_eq!(server.credentials(), ["Bearer tok-NEW"]);
 }
+
+/// Against the appointments service with a slow calendar: the first attempt
+/// times out on the client while the booking runs on, the second gets 409
+/// `request-in-progress`, and the third asks to wait (`Prefer: wait=10`): it
+/// goes after the backoff instead of the 409's `Retry-After`, is held until
+/// the booking is recorded, and gets its replay. One booking.
+#[test]
+fn a_retry_after_in_progress_asks_to_wait_and_gets_the_booking() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = crate::support::Service::start(dir.path(), &["--provider-latency-ms", "2500"]);
+    let url = format!("http://{}/appointments", service.addr);
+    let started = Instant::now();
+    let (code, report) = run(Command::new(env!("CARGO_BIN_EXE_idemkit"))
+        .arg("call")
+        .arg("--journal")
+        .arg(dir.path().join("journal.redb"))
+        .args(["--action-id", "book-wait", "--timeout-ms", "500"])
+        .args(["--base-delay-ms", "20", "--max-delay-ms", "100"])
+        .args(["-H", "Content-Type: application/json"])
+        .args(["-H", "Authorization: Bearer clinic-c"])
+        .args([
+            "-d",
+            r#"{"customer_id":"anna","slot_id":"2026-12-01T10:00"}"#,
+        ])
+        .arg(&url));
+    let elapsed = started.elapsed();
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["status"], "confirmed", "{report}");
+    let outcomes: Vec<&str> = report["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes[0], "timeout", "{report}");
+    let in_progress = outcomes
+        .iter()
+        .position(|o| *o == "409 request-in-progress")
+        .unwrap_or_else(|| panic!("a retry found the booking running: {report}"));
+    assert_eq!(outcomes.get(in_progress + 1), Some(&"201"), "{report}");
+    // Attempts are journalled with their times: the waiting retry left at
+    // once, not after the 409's Retry-After (the 3 s lease's remainder).
+    let attempts = report["attempts"].as_array().unwrap();
+    let gap = attempts[in_progress + 1]["started_at"].as_u64().unwrap()
+        - attempts[in_progress]["ended_at"].as_u64().unwrap();
+    assert!(gap < 500, "{gap} ms between the 409 and the waiting retry");
+    assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
+    assert_eq!(service.bookings("clinic-c").len(), 1);
+    let body: serde_json::Value = serde_json::from_str(report["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["slot_id"], "2026-12-01T10:00", "{body}");
+}

@@ -89,6 +89,12 @@ pub(crate) struct CallArgs {
     /// The largest backoff ceiling, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     max_delay_ms: u64,
+    /// After a 409 `request-in-progress`, the retry asks the server to hold
+    /// it up to N seconds until the first attempt's answer exists
+    /// (`Prefer: wait=N`), and goes after the backoff instead of the
+    /// `Retry-After`; that attempt's timeout grows by N. 0: never ask.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    wait_s: u64,
     /// Consecutive failed attempts to the URL's origin, across runs, that open
     /// its circuit breaker.
     #[arg(long, default_value_t = 5, value_name = "N",
@@ -274,6 +280,16 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
         .http_status_as_error(false)
         .build()
         .into();
+    // A retry that asks to wait may be held that long before its answer.
+    let waiting_agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(
+            Duration::from_millis(args.timeout_ms) + Duration::from_secs(args.wait_s),
+        ))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let prefer_wait = format!("wait={}", args.wait_s);
+    let mut ask_to_wait = false;
     let policy = RetryPolicy {
         max_attempts: args.max_attempts.max(1),
         base_delay: Duration::from_millis(args.base_delay_ms),
@@ -307,7 +323,17 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
         let started_at = now();
         // Bare unless the key must be quoted (it holds ',' or starts with '"').
         let key_header = action.key.to_client_header_value();
-        let (result, body) = send(&agent, &request, &key_header, &start.attempt_id);
+        let (result, body) = if ask_to_wait {
+            // Only this attempt asks: the journalled request stays as it was.
+            request
+                .headers
+                .push(("prefer".to_owned(), prefer_wait.clone()));
+            let sent = send(&waiting_agent, &request, &key_header, &start.attempt_id);
+            request.headers.pop();
+            sent
+        } else {
+            send(&agent, &request, &key_header, &start.attempt_id)
+        };
         let ended_at = now();
         if let Err(e) = journal.finish_attempt(&action.action_id, start.number, &result, ended_at) {
             return fail(exit::IO_ERR, e);
@@ -332,7 +358,13 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
             http_status,
         });
         let attempt_in_this_run = u32::try_from(attempts.len()).unwrap_or(u32::MAX);
-        match policy.decide(attempt_in_this_run, &result, random_u64()) {
+        ask_to_wait = args.wait_s > 0 && result.is_in_progress();
+        let decision = if ask_to_wait {
+            policy.decide_asking_to_wait(attempt_in_this_run, &result, random_u64())
+        } else {
+            policy.decide(attempt_in_this_run, &result, random_u64())
+        };
+        match decision {
             RetryDecision::RetryAfter(delay) => std::thread::sleep(delay),
             RetryDecision::Stop(_) => break journal.status(&action.action_id),
         }
