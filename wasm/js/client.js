@@ -682,7 +682,11 @@ export async function callWithRetry(options) {
     if (aborted) throw aborted.reason;
     // Attempts are counted per run, as `idemkit call` counts them: a resumed action
     // gets a fresh budget.
-    const decision = wasmCall(() => wasm.decideRetry(attempts.length, outcome.result, policy, randomU64()));
+    // A retry that will ask to wait goes after the backoff alone: the server
+    // holds it until the answer exists, so the 409's Retry-After (the running
+    // lease's remainder) would only leave the client idle.
+    const decide = askToWait ? wasm.decideRetryAskingToWait : wasm.decideRetry;
+    const decision = wasmCall(() => decide(attempts.length, outcome.result, policy, randomU64()));
     if (!decision.retry) break;
     await sleep(decision.delayMs, signal);
   }

@@ -486,6 +486,25 @@ pub fn decide_retry(
     ))
 }
 
+/// `decideRetry` for a client whose retry after a 409 `request-in-progress`
+/// asks the server to wait (`Prefer: wait=N`): core's
+/// `RetryPolicy::decide_asking_to_wait` (the backoff alone, not the
+/// lease's `Retry-After`).
+#[wasm_bindgen(js_name = decideRetryAskingToWait)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+pub fn decide_retry_asking_to_wait(
+    attempt: u32,
+    result: &JsValue,
+    policy: &JsValue,
+    random: u64,
+) -> JsResult<JsValue> {
+    let policy = interop::retry_policy(policy)?;
+    let result = interop::attempt_result(result)?;
+    Ok(interop::retry_decision(policy.decide_asking_to_wait(
+        attempt, &result, random,
+    )))
+}
+
 /// The breaker configuration with every field filled in: the given
 /// `{ failureThreshold, coolDownMs }` over core's defaults. Throws on a field of
 /// the wrong type or range.

@@ -303,14 +303,17 @@ test("callWithRetry asks to wait on the retry after a 409 request-in-progress", 
     if (sent.length === 1) {
       return Response.json(
         { type: "https://idemkit.dev/problems/request-in-progress", title: "running", status: 409 },
-        { status: 409, headers: { "retry-after": "1", "content-type": "application/problem+json" } },
+        { status: 409, headers: { "retry-after": "30", "content-type": "application/problem+json" } },
       );
     }
     return Response.json({ order: "o-1" }, { status: 201, headers: { "idempotent-replayed": "true", "preference-applied": "wait=10" } });
   };
+  const started = Date.now();
   const report = await idemkit.callWithRetry({ journal, actionId: "run-1/order", url: "https://shop.test/orders", body: { sku: "kettle" }, fetch, baseDelayMs: 1 });
   assert.equal(report.status, "confirmed");
   assert.deepEqual(sent, [null, "wait=10"]);
+  // The waiting retry goes after the backoff, not the 409's 30 s Retry-After.
+  assert.ok(Date.now() - started < 5000, `${Date.now() - started} ms`);
 
   const asked = [];
   const twice = async (url, init) => {
@@ -325,8 +328,8 @@ test("callWithRetry asks to wait on the retry after a 409 request-in-progress", 
 });
 
 test("end to end: callWithRetry's waiting retry is held by the handler until the first attempt's answer", async () => {
-  // A 2 s lease (renewed while the handler runs) makes the in-progress Retry-After 2 s,
-  // which the client honours before its waiting retry.
+  // A 2 s lease (renewed while the handler runs) makes the in-progress Retry-After 2 s;
+  // the waiting retry does not sleep it, the handler holds it instead.
   const idem = idemkit.createIdempotency({ adapter: idemkit.memoryAdapter(), operation: "orders.create", effect: "external", tenant: () => "acme", policy: { leaseMs: 2000 } });
   const { run, handler } = slowOrders(4000);
   const journal = idemkit.createJournal({ adapter: idemkit.memoryAdapter() });
