@@ -500,9 +500,9 @@ pub fn decide_retry_asking_to_wait(
 ) -> JsResult<JsValue> {
     let policy = interop::retry_policy(policy)?;
     let result = interop::attempt_result(result)?;
-    Ok(interop::retry_decision(policy.decide_asking_to_wait(
-        attempt, &result, random,
-    )))
+    Ok(interop::retry_decision(
+        policy.decide_asking_to_wait(attempt, &result, random),
+    ))
 }
 
 /// The breaker configuration with every field filled in: the given
