@@ -6,6 +6,7 @@
 mod support;
 
 mod postgres {
+    mod announcements;
     mod appointments_notes_sigkill;
     mod cli_operator;
     mod concurrent_claims;

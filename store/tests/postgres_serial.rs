@@ -1,13 +1,14 @@
 //! The PostgreSQL tests that need the server to themselves: two stop and restart
-//! it, one times it. Each holds `support::pg::SERVER` for its whole run, so
-//! they never overlap, and this binary runs apart from `postgres` (cargo runs
-//! test binaries one after another). One binary: each file under
-//! tests/postgres_serial is a module.
+//! it, one times it, one terminates its listening connections. Each holds
+//! `support::pg::SERVER` for its whole run, so they never overlap, and this
+//! binary runs apart from `postgres` (cargo runs test binaries one after
+//! another). One binary: each file under tests/postgres_serial is a module.
 
 mod support;
 
 mod postgres_serial {
     mod appointments_two_instances;
     mod latency;
+    mod listener;
     mod restart;
 }

@@ -12,7 +12,7 @@
 //! | [`delete`](Adapter::delete) | removes the record that was read and raises the token floor to its last token | the stored version is not the one read |
 //! | [`scan`](Adapter::scan) | lists records by lease expiry, GC due time, Unknown, or all, in bounded pages | — |
 //!
-//! Eight provided methods have defaults an adapter may improve on:
+//! Nine provided methods have defaults an adapter may improve on:
 //! [`write_all`](Adapter::write_all) (several writes at once: one fsync on
 //! redb), [`clock`](Adapter::clock) (a database that keeps the time),
 //! [`may_block`](Adapter::may_block) (whether a call may wait),
@@ -20,8 +20,10 @@
 //! [`held_alone`](Adapter::held_alone) (no other process can hold a lease),
 //! [`health`](Adapter::health) (whether it can write now),
 //! [`with_lock_wait`](Adapter::with_lock_wait) (a bounded wait for another
-//! process's lock) and [`verify`](Adapter::verify) (the adapter's own
-//! structures, for `verify`).
+//! process's lock), [`verify`](Adapter::verify) (the adapter's own
+//! structures, for `verify`) and [`announce_to`](Adapter::announce_to) (other
+//! processes' writes that ended a record's Running state, for its waiters:
+//! PostgreSQL's `LISTEN`/`NOTIFY`).
 //!
 //! The engine reads, lets `idemkit_core::machine::apply` decide, and writes with
 //! one of the conditional methods; a refused write means another writer came

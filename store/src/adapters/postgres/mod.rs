@@ -29,6 +29,25 @@
 //!   the caller must not execute. Each statement runs in autocommit, so a statement
 //!   the server committed is durable (`synchronous_commit` as the server has it).
 //!
+//! - **announcements** (`listen.rs`): a write that leaves a record not Running
+//!   (an `UPDATE` to completed, released or unknown; every `DELETE`) calls
+//!   `pg_notify` in the same statement (`WITH written AS (UPDATE … RETURNING 1)
+//!   SELECT pg_notify(…) FROM written`), on the store's channel
+//!   ([`PostgresAdapter::channel`]: `idemkit_<schema>`, `idemkit_public` by
+//!   default; a schema too long for a 63-byte identifier keeps its first 38
+//!   characters and gains a hash), with the record id's bytes in hex as the
+//!   payload. It costs no round trip, is sent only when the write applied, and
+//!   leaves with the commit: a completion inside a caller's transaction
+//!   ([`ExecutionGuard::complete_in`](crate::store::ExecutionGuard::complete_in))
+//!   is announced when the caller commits, never after a rollback. Claims,
+//!   renewals and steps (the record stays Running) announce nothing. The
+//!   first [`Store::watch`](crate::store::Store::watch) of a store starts one
+//!   thread with a connection of its own (`application_name` `idemkit-listen`)
+//!   that `LISTEN`s and wakes that store's waiters. While that connection is
+//!   down, [`Store::waits_are_woken`](crate::store::Store::waits_are_woken) is
+//!   false and waiters poll the record; it reconnects after 100 ms, doubling to
+//!   5 s, and the thread ends (its connection closed) once its store is dropped.
+//!
 //! - **one round trip per statement**: the per-record statements (the read, the
 //!   insert, the update, the clock) are sent typed (`query_typed`: parse, bind
 //!   and execute of the unnamed statement in one message batch), never prepared
@@ -42,6 +61,7 @@
 
 mod clock;
 mod error;
+mod listen;
 mod pool;
 mod schema;
 
@@ -59,8 +79,8 @@ pub use error::PgError;
 pub use schema::SCHEMA_VERSION;
 
 use crate::adapters::{
-    Adapter, AdapterError, CorruptRecord, Cursor, Health, Read, Scan, ScanBy, ScanPage, Scanned,
-    Stored, Version, Write, decode_record,
+    Adapter, AdapterError, ChangeSink, CorruptRecord, Cursor, Health, Read, Scan, ScanBy, ScanPage,
+    Scanned, Stored, Version, Write, decode_record,
 };
 use crate::clock::{Clock, ClockError, SystemClock};
 use error::{Failure, classify, fail};
@@ -134,6 +154,8 @@ pub struct PostgresAdapter {
     pool: Pool,
     sql: Arc<Sql>,
     clock: PgClock,
+    /// Where [`Adapter::announce_to`]'s thread listens.
+    listen: Arc<listen::Target>,
 }
 
 impl fmt::Debug for PostgresAdapter {
@@ -161,6 +183,8 @@ impl PostgresAdapter {
         })?;
         config.connect_timeout(options.connect_timeout);
         config.application_name("idemkit");
+        let listen =
+            listen::Target::new(config.clone(), sql.channel.clone(), options.connect_timeout);
         let manager = pool::Manager::new(config, options.validate_after_idle);
         let pool = r2d2::Pool::builder()
             .max_size(options.pool_size.max(1))
@@ -172,6 +196,7 @@ impl PostgresAdapter {
             pool,
             sql: Arc::new(sql),
             clock: PgClock::database(),
+            listen: Arc::new(listen),
         };
         {
             let mut conn = store.conn()?;
@@ -253,6 +278,13 @@ impl PostgresAdapter {
         &self,
     ) -> Result<impl std::ops::DerefMut<Target = postgres::Client>, PgError> {
         self.conn()
+    }
+
+    /// The `LISTEN`/`NOTIFY` channel this store's finishing writes are
+    /// announced on: `idemkit_<schema>` (see the module documentation).
+    #[must_use]
+    pub fn channel(&self) -> &str {
+        &self.sql.channel
     }
 
     /// The schema holding idemkit's tables, if one was configured.
@@ -367,9 +399,16 @@ impl PostgresAdapter {
     ) -> Result<Result<Option<Version>, postgres::Error>, PgError> {
         let row = Columns::of(id, next)?;
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
-        Ok(client
-            .execute_typed(&self.sql.update, &row.params(&version))
-            .map(|n| (n == 1).then(|| Version(read.version.0.saturating_add(1)))))
+        let written = if row.running() {
+            client.execute_typed(&self.sql.update, &row.params(&version))
+        } else {
+            // Leaving Running: the same statement announces it (on commit).
+            let payload = listen::hex(id.as_bytes());
+            let [a, b, c, d, e, f, g, h, i] = row.params(&version);
+            let params = [a, b, c, d, e, f, g, h, i, (&payload, Type::TEXT)];
+            client.execute_typed(&self.sql.update_announced, &params)
+        };
+        Ok(written.map(|n| (n == 1).then(|| Version(read.version.0.saturating_add(1)))))
     }
 
     /// Raises the token floor to `to` (committed on its own, before any delete
@@ -382,13 +421,21 @@ impl PostgresAdapter {
         Ok(())
     }
 
-    /// `DELETE … WHERE version = $read` (the floor raised before).
+    /// `DELETE … WHERE version = $read` (the floor raised before), announced
+    /// in the same statement.
     fn delete_row(&self, conn: &mut Conn, id: &RecordId, read: &Stored) -> Result<bool, PgError> {
         let (scope, key) = address(id)?;
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
+        let payload = listen::hex(id.as_bytes());
         match conn.execute(
             &self.sql.delete,
-            &[&scope.tenant(), &scope.operation(), &key.as_str(), &version],
+            &[
+                &scope.tenant(),
+                &scope.operation(),
+                &key.as_str(),
+                &version,
+                &payload,
+            ],
         ) {
             Ok(n) => Ok(n == 1),
             Err(e) => lost_or_fail(&e).map(|lost: Option<Version>| lost.is_some()),
@@ -548,6 +595,13 @@ impl Adapter for PostgresAdapter {
             ),
             Err(e) => Health::unwritable(e.to_string()),
         }
+    }
+
+    /// Starts the thread that listens to this store's channel on a connection
+    /// of its own (`idemkit-listen` in `pg_stat_activity`): see the module
+    /// documentation. It ends once `sink` is dropped (the store with it).
+    fn announce_to(&self, sink: Arc<dyn ChangeSink>) {
+        listen::start((*self.listen).clone(), Arc::downgrade(&sink));
     }
 
     /// The database's: every instance of a fleet decides by one clock.
@@ -720,6 +774,12 @@ impl Columns {
             gc_due_at: record.gc_due_at().map(millis),
             record: record.encode(),
         })
+    }
+
+    /// Whether the row is a Running record's: the schema ties
+    /// `lease_expires_at` to `state = 'running'`.
+    fn running(&self) -> bool {
+        self.lease_expires_at.is_some()
     }
 
     /// `$1`…`$9` of the INSERT and the UPDATE: the address, the derived columns,

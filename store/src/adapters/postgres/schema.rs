@@ -18,6 +18,13 @@
 //! configured): a connection's `search_path`, which a role, a database or a
 //! pooler may set, never decides which tables a store reads and writes.
 //!
+//! Every write that leaves a record not Running (an `UPDATE` to a state other
+//! than `running`, every `DELETE`) also calls `pg_notify` on the store's
+//! channel ([`channel_name`]) in the same statement, through a `WITH` over the
+//! write's `RETURNING`: no extra round trip, nothing announced when the write
+//! was refused (0 rows), and, inside a caller's transaction, nothing delivered
+//! before it commits. Writes that keep a record Running announce nothing.
+//!
 //! `idemkit_token_floor` (schema version 2) holds one number: the highest fencing
 //! token or row version of any record GC deleted. A new row's first token and
 //! version are above it (the `INSERT` checks that in the same statement), so
@@ -79,8 +86,36 @@ pub(crate) struct Sql {
     /// clock's offset.
     pub(crate) select_at: String,
     pub(crate) select_now: String,
+    /// The `UPDATE` of a record that stays Running: announces nothing.
     pub(crate) update: String,
+    /// The same `UPDATE` of a record that leaves Running, announcing it on
+    /// [`channel`](Self::channel) with `$10` (the id bytes in hex) as the payload.
+    pub(crate) update_announced: String,
+    /// The `DELETE`, announced like [`update_announced`](Self::update_announced)
+    /// with `$5` as the payload.
     pub(crate) delete: String,
+    /// The channel the writes of this schema's records are announced on.
+    pub(crate) channel: String,
+}
+
+/// The `LISTEN`/`NOTIFY` channel of the records in `schema` (`None`:
+/// `public`): `idemkit_<schema>`, or when that is longer than an identifier
+/// may be (63 bytes), the schema's first 38 characters and 16 hex digits of its
+/// hash. Two stores in one database announce on different channels exactly
+/// when their schemas differ.
+pub(crate) fn channel_name(schema: Option<&str>) -> String {
+    let schema = schema.unwrap_or(DEFAULT_SCHEMA);
+    let plain = format!("idemkit_{schema}");
+    if plain.len() <= 63 {
+        return plain;
+    }
+    let hash = blake3::hash(schema.as_bytes());
+    let mut digits = String::with_capacity(16);
+    for byte in hash.as_bytes().iter().take(8) {
+        digits.push_str(&format!("{byte:02x}"));
+    }
+    // A valid schema name is ASCII, so any prefix of it is a whole string.
+    format!("idemkit_{}_{digits}", schema.get(..38).unwrap_or(schema))
 }
 
 /// Whether `name` is a plain lowercase identifier (so it never needs quoting rules
@@ -110,6 +145,12 @@ impl Sql {
         let versions = qualify("idemkit_schema_version");
         let floor = qualify("idemkit_token_floor");
         let cols = "fingerprint, state, lease_expires_at, gc_due_at, record";
+        let channel = channel_name(schema);
+        let update = format!(
+            "UPDATE {records} SET fingerprint = $4, state = $5, lease_expires_at = $6, \
+             gc_due_at = $7, record = $8, version = version + 1 \
+             WHERE tenant = $1 AND operation = $2 AND key = $3 AND version = $9"
+        );
         Ok(Sql {
             schema: schema.map(str::to_owned),
             // $9 is the record's last token: refused unless above the floor;
@@ -130,15 +171,20 @@ impl Sql {
                 now = super::clock::now_sql(4, 5)
             ),
             select_now: format!("SELECT {}", super::clock::now_sql(1, 2)),
-            update: format!(
-                "UPDATE {records} SET fingerprint = $4, state = $5, lease_expires_at = $6, \
-                 gc_due_at = $7, record = $8, version = version + 1 \
-                 WHERE tenant = $1 AND operation = $2 AND key = $3 AND version = $9"
+            // The channel is a valid identifier's characters (a-z, 0-9, _),
+            // so it stands as a literal.
+            update_announced: format!(
+                "WITH written AS ({update} RETURNING 1) \
+                 SELECT pg_notify('{channel}', $10::text) FROM written"
             ),
+            update,
             delete: format!(
-                "DELETE FROM {records} \
-                 WHERE tenant = $1 AND operation = $2 AND key = $3 AND version = $4"
+                "WITH deleted AS (DELETE FROM {records} \
+                 WHERE tenant = $1 AND operation = $2 AND key = $3 AND version = $4 \
+                 RETURNING 1) \
+                 SELECT pg_notify('{channel}', $5::text) FROM deleted"
             ),
+            channel,
             records,
             versions,
             floor,
@@ -335,6 +381,7 @@ mod tests {
             &sql.raise_floor,
             &sql.select_at,
             &sql.update,
+            &sql.update_announced,
             &sql.delete,
         ] {
             assert!(statement.contains("\"public\".idemkit_"), "{statement}");
@@ -349,6 +396,31 @@ mod tests {
             !script.contains("CREATE SCHEMA"),
             "public is never created: {script}"
         );
+    }
+
+    #[test]
+    fn channels_are_identifiers_one_per_schema() {
+        assert_eq!(channel_name(None), "idemkit_public");
+        assert_eq!(channel_name(Some("tenant_a1")), "idemkit_tenant_a1");
+        let long = "a".repeat(63);
+        let mut other = "a".repeat(62);
+        other.push('b');
+        let (c1, c2) = (channel_name(Some(&long)), channel_name(Some(&other)));
+        assert_eq!(c1.len(), 63, "{c1}");
+        assert_eq!(c2.len(), 63, "{c2}");
+        assert_ne!(c1, c2, "schemas that share a prefix get different channels");
+        assert!(channel_name(Some(&"a".repeat(55))).len() <= 63);
+        for schema in [None, Some("x"), Some(long.as_str())] {
+            let sql = Sql::new(schema).unwrap();
+            assert!(valid_identifier(&sql.channel), "{}", sql.channel);
+            for announcing in [&sql.update_announced, &sql.delete] {
+                assert!(
+                    announcing.contains(&format!("pg_notify('{}', ", sql.channel)),
+                    "{announcing}"
+                );
+            }
+            assert!(!sql.update.contains("pg_notify"), "{}", sql.update);
+        }
     }
 
     #[test]
