@@ -37,6 +37,8 @@ use tower::ServiceExt;
 struct CountingReads {
     inner: Arc<dyn Adapter>,
     reads: std::sync::Mutex<Vec<Instant>>,
+    /// Whether it says it is held alone (else: as the adapter under it says).
+    alone: bool,
 }
 
 impl Adapter for CountingReads {
@@ -65,7 +67,7 @@ impl Adapter for CountingReads {
         self.inner.may_block()
     }
     fn held_alone(&self) -> bool {
-        self.inner.held_alone()
+        self.alone && self.inner.held_alone()
     }
 }
 
@@ -184,6 +186,7 @@ async fn a_hundred_retries_wait_for_one_execution_and_get_its_stored_answer() {
     let counting = Arc::new(CountingReads {
         inner: Arc::clone(redb.adapter()),
         reads: std::sync::Mutex::default(),
+        alone: true,
     });
     let store = Store::new(Arc::clone(&counting) as Arc<dyn Adapter>);
     let svc = service(
@@ -456,4 +459,48 @@ async fn a_waiter_whose_client_goes_away_leaves_nothing_behind() {
     until("its slot is freed", || svc.store.waiting() == 0).await;
     assert_eq!(first.await.unwrap().status, 201);
     assert_eq!(svc.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Two services over one database that neither holds alone (two processes
+/// sharing a redb file, or PostgreSQL with its notification connection down):
+/// the completion on one wakes nobody on the other, so a retry held there
+/// reads the record again on the fallback poll (50 ms doubling to 1 s) and
+/// is answered within about a second of the completion.
+#[tokio::test]
+async fn where_nothing_can_wake_a_waiter_the_fallback_poll_answers_it() {
+    let shared: Arc<dyn Adapter> = Arc::new(CountingReads {
+        inner: Arc::new(MemoryAdapter::default()),
+        reads: std::sync::Mutex::default(),
+        alone: false,
+    });
+    let one = service(
+        Store::new(Arc::clone(&shared)),
+        route(EffectKind::External),
+        Duration::from_millis(1_500),
+        201,
+    );
+    let other = service(
+        Store::new(Arc::clone(&shared)),
+        route(EffectKind::External),
+        Duration::from_millis(1_500),
+        201,
+    );
+    assert!(!other.store.waits_are_woken());
+    let body = r#"{"slot":"18:00"}"#;
+    let app = one.app.clone();
+    let first = tokio::spawn(async move { send(&app, request("k-poll", body, None)).await });
+    one.started.notified().await;
+    let waiter = send(&other.app, request("k-poll", body, Some("wait=10"))).await;
+    let original = first.await.unwrap();
+    assert_eq!(original.status, 201);
+    assert_eq!(waiter.status, 201, "{}", waiter.body);
+    assert_eq!(header(&waiter, "idempotent-replayed"), Some("true"));
+    let finished = one.finished_at.lock().unwrap().unwrap();
+    let lag = waiter.at.duration_since(finished);
+    eprintln!("answered by polling {lag:?} after the handler returned");
+    assert!(lag < Duration::from_millis(1_500), "{lag:?}");
+    assert_eq!(
+        one.runs.load(Ordering::SeqCst) + other.runs.load(Ordering::SeqCst),
+        1
+    );
 }
