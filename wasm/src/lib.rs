@@ -52,7 +52,9 @@ pub mod interop;
 
 use core::time::Duration;
 
-use idemkit_core::client::{ActionStatus, CircuitBreaker};
+use idemkit_core::client::{
+    ActionStatus, AttemptResult, CircuitBreaker, RetryDecision, RetryPolicy,
+};
 use idemkit_core::fingerprint::{ContentKind, FingerprintSpec, RequestLine};
 use idemkit_core::http;
 use idemkit_core::json::CanonicalizeOptions;
@@ -479,11 +481,7 @@ pub fn decide_retry(
     policy: &JsValue,
     random: u64,
 ) -> JsResult<JsValue> {
-    let policy = interop::retry_policy(policy)?;
-    let result = interop::attempt_result(result)?;
-    Ok(interop::retry_decision(
-        policy.decide(attempt, &result, random),
-    ))
+    decide_with(attempt, result, policy, random, RetryPolicy::decide)
 }
 
 /// `decideRetry` for a client whose retry after a 409 `request-in-progress`
@@ -498,11 +496,28 @@ pub fn decide_retry_asking_to_wait(
     policy: &JsValue,
     random: u64,
 ) -> JsResult<JsValue> {
+    decide_with(
+        attempt,
+        result,
+        policy,
+        random,
+        RetryPolicy::decide_asking_to_wait,
+    )
+}
+
+/// Reads the policy and the attempt's result, and answers `decide`'s decision.
+fn decide_with(
+    attempt: u32,
+    result: &JsValue,
+    policy: &JsValue,
+    random: u64,
+    decide: fn(&RetryPolicy, u32, &AttemptResult, u64) -> RetryDecision,
+) -> JsResult<JsValue> {
     let policy = interop::retry_policy(policy)?;
     let result = interop::attempt_result(result)?;
-    Ok(interop::retry_decision(
-        policy.decide_asking_to_wait(attempt, &result, random),
-    ))
+    Ok(interop::retry_decision(decide(
+        &policy, attempt, &result, random,
+    )))
 }
 
 /// The breaker configuration with every field filled in: the given

@@ -160,6 +160,19 @@ fn problem_type(got: &Got) -> String {
     json["type"].as_str().unwrap_or_default().to_owned()
 }
 
+/// Sends the first attempt of `key` in the background and returns once its
+/// handler runs: every later request with the key finds it Running.
+async fn first_attempt(
+    svc: &Service,
+    key: &'static str,
+    body: &'static str,
+) -> tokio::task::JoinHandle<Got> {
+    let app = svc.app.clone();
+    let first = tokio::spawn(async move { send(&app, request(key, body, None)).await });
+    svc.started.notified().await;
+    first
+}
+
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let give_up = Instant::now() + Duration::from_secs(10);
     while !done() {
@@ -197,11 +210,7 @@ async fn a_hundred_retries_wait_for_one_execution_and_get_its_stored_answer() {
     );
     let body = r#"{"slot":"09:00"}"#;
 
-    let first = tokio::spawn({
-        let app = svc.app.clone();
-        async move { send(&app, request("k-100", body, None)).await }
-    });
-    svc.started.notified().await;
+    let first = first_attempt(&svc, "k-100", body).await;
     let retries: Vec<_> = (0..100)
         .map(|_| {
             let app = svc.app.clone();
@@ -269,11 +278,7 @@ async fn a_released_first_attempt_wakes_its_waiter_which_executes_once() {
         503,
     );
     let body = r#"{"slot":"10:00"}"#;
-    let first = tokio::spawn({
-        let app = svc.app.clone();
-        async move { send(&app, request("k-rel", body, None)).await }
-    });
-    svc.started.notified().await;
+    let first = first_attempt(&svc, "k-rel", body).await;
     let waiter = send(&svc.app, request("k-rel", body, Some("wait=5"))).await;
     assert_eq!(first.await.unwrap().status, 503);
     assert_eq!(waiter.status, 201, "{}", waiter.body);
@@ -292,11 +297,7 @@ async fn an_unknown_outcome_wakes_its_waiter_with_the_unknown_answer() {
         503,
     );
     let body = r#"{"slot":"10:30"}"#;
-    let first = tokio::spawn({
-        let app = svc.app.clone();
-        async move { send(&app, request("k-unk", body, None)).await }
-    });
-    svc.started.notified().await;
+    let first = first_attempt(&svc, "k-unk", body).await;
     let started = Instant::now();
     let waiter = send(&svc.app, request("k-unk", body, Some("wait=5"))).await;
     first.await.unwrap();
@@ -318,9 +319,7 @@ async fn a_wait_that_runs_out_gets_409_with_retry_after() {
         201,
     );
     let body = r#"{"slot":"11:00"}"#;
-    let app = svc.app.clone();
-    let first = tokio::spawn(async move { send(&app, request("k-out", body, None)).await });
-    svc.started.notified().await;
+    let first = first_attempt(&svc, "k-out", body).await;
     let started = Instant::now();
     let waiter = send(&svc.app, request("k-out", body, Some("wait=1"))).await;
     assert!(started.elapsed() >= Duration::from_secs(1));
@@ -340,12 +339,7 @@ async fn a_changed_body_is_refused_at_once_without_waiting() {
         Duration::from_secs(3),
         201,
     );
-    let app = svc.app.clone();
-    let first =
-        tokio::spawn(
-            async move { send(&app, request("k-mis", r#"{"slot":"12:00"}"#, None)).await },
-        );
-    svc.started.notified().await;
+    let first = first_attempt(&svc, "k-mis", r#"{"slot":"12:00"}"#).await;
     let started = Instant::now();
     let changed = send(
         &svc.app,
@@ -370,9 +364,7 @@ async fn a_route_may_wait_by_default_and_cap_what_is_asked() {
         201,
     );
     let body = r#"{"slot":"14:00"}"#;
-    let app = svc.app.clone();
-    let first = tokio::spawn(async move { send(&app, request("k-def", body, None)).await });
-    svc.started.notified().await;
+    let first = first_attempt(&svc, "k-def", body).await;
     let unasked = send(&svc.app, request("k-def", body, None)).await;
     assert_eq!(unasked.status, 201, "{}", unasked.body);
     assert_eq!(header(&unasked, "idempotent-replayed"), Some("true"));
@@ -384,12 +376,7 @@ async fn a_route_may_wait_by_default_and_cap_what_is_asked() {
     first.await.unwrap();
 
     // A request asking more than the cap is granted the cap.
-    let app = svc.app.clone();
-    let second =
-        tokio::spawn(
-            async move { send(&app, request("k-cap", r#"{"slot":"15:00"}"#, None)).await },
-        );
-    svc.started.notified().await;
+    let second = first_attempt(&svc, "k-cap", r#"{"slot":"15:00"}"#).await;
     let asked = send(
         &svc.app,
         request("k-cap", r#"{"slot":"15:00"}"#, Some("wait=60")),
@@ -413,9 +400,7 @@ async fn past_the_cap_a_retry_gets_503_too_many_waiters() {
         201,
     );
     let body = r#"{"slot":"16:00"}"#;
-    let app = svc.app.clone();
-    let first = tokio::spawn(async move { send(&app, request("k-cap2", body, None)).await });
-    svc.started.notified().await;
+    let first = first_attempt(&svc, "k-cap2", body).await;
     let waiters: Vec<_> = (0..2)
         .map(|_| {
             let app = svc.app.clone();
@@ -443,9 +428,7 @@ async fn a_waiter_whose_client_goes_away_leaves_nothing_behind() {
         201,
     );
     let body = r#"{"slot":"17:00"}"#;
-    let app = svc.app.clone();
-    let first = tokio::spawn(async move { send(&app, request("k-gone", body, None)).await });
-    svc.started.notified().await;
+    let first = first_attempt(&svc, "k-gone", body).await;
     // hyper drops the request's future when its client disconnects.
     let app = svc.app.clone();
     let waiter =
@@ -487,9 +470,7 @@ async fn where_nothing_can_wake_a_waiter_the_fallback_poll_answers_it() {
     );
     assert!(!other.store.waits_are_woken());
     let body = r#"{"slot":"18:00"}"#;
-    let app = one.app.clone();
-    let first = tokio::spawn(async move { send(&app, request("k-poll", body, None)).await });
-    one.started.notified().await;
+    let first = first_attempt(&one, "k-poll", body).await;
     let waiter = send(&other.app, request("k-poll", body, Some("wait=10"))).await;
     let original = first.await.unwrap();
     assert_eq!(original.status, 201);
