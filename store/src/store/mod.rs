@@ -130,12 +130,13 @@ impl Store {
     #[must_use]
     pub fn new(adapter: Arc<dyn Adapter>) -> Store {
         let clock = adapter.clock().unwrap_or_else(|| Arc::new(SystemClock));
+        let waiters = waiters::Waiters::of(&adapter);
         Store {
             adapter,
             clock,
             seen: Arc::default(),
             orphans: Arc::new([]),
-            waiters: Arc::default(),
+            waiters,
         }
     }
 

@@ -15,7 +15,9 @@
 //! miss: a completion that lands after the watch exists bumps its generation,
 //! whether or not the future was polled yet.
 //!
-//! Waiters are bounded per key and in all ([`WaitLimits`]); a dropped watch
+//! Every store built over one adapter shares its waiters (clones, and stores
+//! made with [`Store::new`] over the same `Arc`). Waiters are bounded per key
+//! and in all ([`WaitLimits`]); a dropped watch
 //! (a client that disconnected) frees its slot at once and leaves nothing
 //! behind.
 
@@ -24,7 +26,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 use std::task::{Context, Poll, Waker};
 
 use idemkit_core::RecordId;
@@ -130,6 +132,26 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Waiters {
+    /// The waiters of every store over `adapter`: two `Store`s built over one
+    /// adapter (not only clones of one store) see each other's completions.
+    pub(crate) fn of(adapter: &Arc<dyn crate::adapters::Adapter>) -> Arc<Waiters> {
+        type Entry = (Weak<dyn crate::adapters::Adapter>, Weak<Waiters>);
+        static SHARED: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+        let mut shared = lock(&SHARED);
+        shared.retain(|(a, w)| a.strong_count() > 0 && w.strong_count() > 0);
+        let address = Arc::as_ptr(adapter).cast::<()>();
+        if let Some(waiters) = shared
+            .iter()
+            .find(|(a, _)| std::ptr::eq(a.as_ptr().cast::<()>(), address))
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return waiters;
+        }
+        let waiters = Arc::new(Waiters::default());
+        shared.push((Arc::downgrade(adapter), Arc::downgrade(&waiters)));
+        waiters
+    }
+
     fn register(self: &Arc<Self>, id: &RecordId) -> Result<Watch, TooManyWaiters> {
         let limits = *lock(&self.limits);
         let mut state = lock(&self.state);
@@ -390,6 +412,22 @@ mod tests {
         drop((a1, a2, b1));
         assert_eq!(store.waiting(), 0);
         assert!(store.waiters.state.lock().unwrap().keys.is_empty());
+    }
+
+    #[test]
+    fn stores_built_over_one_adapter_wake_each_others_waiters() {
+        let adapter: Arc<dyn crate::adapters::Adapter> =
+            Arc::new(crate::adapters::memory::MemoryAdapter::default());
+        let one = Store::new(Arc::clone(&adapter));
+        let other = Store::new(Arc::clone(&adapter));
+        let elsewhere = crate::in_memory().unwrap();
+        let mut watch = other.watch(&id("a")).unwrap();
+        let mut unrelated = elsewhere.watch(&id("a")).unwrap();
+        let waker = Waker::noop();
+        assert_eq!(poll(&mut watch, waker), Poll::Pending);
+        one.wake(&id("a"));
+        assert_eq!(poll(&mut watch, waker), Poll::Ready(()));
+        assert_eq!(poll(&mut unrelated, waker), Poll::Pending);
     }
 
     #[test]

@@ -451,19 +451,24 @@ async fn a_waiter_whose_client_goes_away_leaves_nothing_behind() {
 /// is answered within about a second of the completion.
 #[tokio::test]
 async fn where_nothing_can_wake_a_waiter_the_fallback_poll_answers_it() {
-    let shared: Arc<dyn Adapter> = Arc::new(CountingReads {
-        inner: Arc::new(MemoryAdapter::default()),
-        reads: std::sync::Mutex::default(),
-        alone: false,
-    });
+    // One database, two processes' views of it: each its own adapter.
+    let database: Arc<dyn Adapter> = Arc::new(MemoryAdapter::default());
+    let view = || {
+        Arc::new(CountingReads {
+            inner: Arc::clone(&database),
+            reads: std::sync::Mutex::default(),
+            alone: false,
+        })
+    };
+    let (view_one, view_other) = (view(), view());
     let one = service(
-        Store::new(Arc::clone(&shared)),
+        Store::new(Arc::clone(&view_one) as Arc<dyn Adapter>),
         route(EffectKind::External),
         Duration::from_millis(1_500),
         201,
     );
     let other = service(
-        Store::new(Arc::clone(&shared)),
+        Store::new(Arc::clone(&view_other) as Arc<dyn Adapter>),
         route(EffectKind::External),
         Duration::from_millis(1_500),
         201,
@@ -478,7 +483,9 @@ async fn where_nothing_can_wake_a_waiter_the_fallback_poll_answers_it() {
     assert_eq!(header(&waiter, "idempotent-replayed"), Some("true"));
     let finished = one.finished_at.lock().unwrap().unwrap();
     let lag = waiter.at.duration_since(finished);
-    eprintln!("answered by polling {lag:?} after the handler returned");
+    let polls = view_other.reads.lock().unwrap().len();
+    eprintln!("answered by polling ({polls} reads) {lag:?} after the handler returned");
+    assert!(polls >= 3, "the waiter read the record {polls} times");
     assert!(lag < Duration::from_millis(1_500), "{lag:?}");
     assert_eq!(
         one.runs.load(Ordering::SeqCst) + other.runs.load(Ordering::SeqCst),
