@@ -38,14 +38,6 @@ export function defaults() {
  */
 const TOKEN_FLOOR_ID = "idemkit:token-floor";
 
-/**
- * How many requests may wait for one running key's answer, and for any key of one
- * handler (`maxWaitersPerKey`, `maxWaiters`); a request past either gets 503
- * too-many-waiters. Each waiter holds an open request and a timer, nothing more.
- */
-const DEFAULT_MAX_WAITERS_PER_KEY = 100;
-const DEFAULT_MAX_WAITERS = 1000;
-
 /** Whether a store failure may pass (the adapter threw), as opposed to a refusal. */
 function transientStoreError(err) {
   return err instanceof IdemkitError && err.code === "store-unavailable";
@@ -234,8 +226,10 @@ export function createIdempotency(options) {
     maxWaitMs: waitOption(options.maxWaitMs ?? defaults().maxWaitMs, "maxWaitMs"),
   };
   const slots = waiterSlots({
-    perKey: waitOption(options.maxWaitersPerKey ?? DEFAULT_MAX_WAITERS_PER_KEY, "maxWaitersPerKey", true),
-    total: waitOption(options.maxWaiters ?? DEFAULT_MAX_WAITERS, "maxWaiters", true),
+    // Core's defaults, as every binding's; each waiter holds an open request and
+    // a timer, nothing more.
+    perKey: waitOption(options.maxWaitersPerKey ?? defaults().maxWaitersPerKey, "maxWaitersPerKey", true),
+    total: waitOption(options.maxWaiters ?? defaults().maxWaiters, "maxWaiters", true),
   });
 
   /**

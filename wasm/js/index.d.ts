@@ -398,9 +398,9 @@ export interface IdempotencyOptions<L = never> {
   waitMs?: number;
   /** The longest any request is held, whatever it asks (default 10 000 ms, core's `DEFAULT_MAX_WAIT`). */
   maxWaitMs?: number;
-  /** How many requests may wait on one key at once (default 100); past it: 503 too-many-waiters with Retry-After. */
+  /** How many requests may wait on one key at once (default 1024, core's `DEFAULT_MAX_WAITERS_PER_KEY`); past it: 503 too-many-waiters with Retry-After. */
   maxWaitersPerKey?: number;
-  /** How many requests may wait on this handler at once, all keys together (default 1000); past it: 503 too-many-waiters. */
+  /** How many requests may wait on this handler at once, all keys together (default 10 000, core's `DEFAULT_MAX_WAITERS`); past it: 503 too-many-waiters. */
   maxWaiters?: number;
 }
 
@@ -876,9 +876,9 @@ export interface McpIdempotencyOptions {
   waitMs?: number;
   /** The longest any request is held, whatever it asks (default 10 000 ms, core's `DEFAULT_MAX_WAIT`). */
   maxWaitMs?: number;
-  /** How many requests may wait on one key at once (default 100); past it: 503 too-many-waiters with Retry-After. */
+  /** How many requests may wait on one key at once (default 1024, core's `DEFAULT_MAX_WAITERS_PER_KEY`); past it: 503 too-many-waiters with Retry-After. */
   maxWaitersPerKey?: number;
-  /** How many requests may wait on this handler at once, all keys together (default 1000); past it: 503 too-many-waiters. */
+  /** How many requests may wait on this handler at once, all keys together (default 10 000, core's `DEFAULT_MAX_WAITERS`); past it: 503 too-many-waiters. */
   maxWaiters?: number;
 }
 

@@ -1129,7 +1129,7 @@ pub fn http_defaults() -> JsValue {
     use idemkit_core::http::defaults as d;
     #[allow(
         clippy::cast_precision_loss,
-        reason = "byte limits and a batch size, far below 2^53"
+        reason = "byte limits, a batch size and waiter counts, far below 2^53"
     )]
     let count = |n: usize| n as f64;
     let policy = Policy::default();
@@ -1150,6 +1150,14 @@ pub fn http_defaults() -> JsValue {
         .set(
             "maxWaitMs",
             millis_f64(idemkit_core::http::prefer::DEFAULT_MAX_WAIT),
+        )
+        .set(
+            "maxWaitersPerKey",
+            count(idemkit_core::http::prefer::DEFAULT_MAX_WAITERS_PER_KEY),
+        )
+        .set(
+            "maxWaiters",
+            count(idemkit_core::http::prefer::DEFAULT_MAX_WAITERS),
         )
         .set("leaseMs", millis_f64(policy.lease))
         .set("replayWindowMs", millis_f64(policy.replay_window))

@@ -314,7 +314,7 @@ pub fn http_answer(situation: &JsValue) -> JsResult<JsValue> {
 
 /// Core's `http::defaults` and default `Policy`: `{ recordAttempts,
 /// recordBackoffMs, maxExecutionMs, bodyLimitBytes, maxStoredResponseBytes,
-/// storeRetryAfterSeconds, gcBatch, maxWaitMs, leaseMs, replayWindowMs,
+/// storeRetryAfterSeconds, gcBatch, maxWaitMs, maxWaitersPerKey, maxWaiters, leaseMs, replayWindowMs,
 /// recordWindowMs, mismatchStatus }`.
 #[wasm_bindgen(js_name = httpDefaults)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]

@@ -104,6 +104,14 @@ impl Default for WaitRule {
 /// The default cap on a requested wait: 10 s.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 
+/// The default number of requests held at once on one key: past it, 503
+/// `too-many-waiters`. A held request costs a connection and a few hundred
+/// bytes, and no CPU until it is woken.
+pub const DEFAULT_MAX_WAITERS_PER_KEY: usize = 1_024;
+
+/// The default number of requests held at once on every key together.
+pub const DEFAULT_MAX_WAITERS: usize = 10_000;
+
 /// The wait a request gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Wait {

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 use std::task::{Context, Poll, Waker};
 
 use idemkit_core::RecordId;
+use idemkit_core::http::prefer::{DEFAULT_MAX_WAITERS, DEFAULT_MAX_WAITERS_PER_KEY};
 
 use super::Store;
 use crate::adapters::ChangeSink;
@@ -44,12 +45,13 @@ pub struct WaitLimits {
 }
 
 impl Default for WaitLimits {
-    /// 1,024 per key and 10,000 in all: a waiter costs a connection and a few
-    /// hundred bytes, and no CPU until woken.
+    /// Core's defaults, which every binding shares: 1,024 per key
+    /// ([`DEFAULT_MAX_WAITERS_PER_KEY`]) and 10,000 in all
+    /// ([`DEFAULT_MAX_WAITERS`]).
     fn default() -> Self {
         WaitLimits {
-            per_key: 1_024,
-            total: 10_000,
+            per_key: DEFAULT_MAX_WAITERS_PER_KEY,
+            total: DEFAULT_MAX_WAITERS,
         }
     }
 }
