@@ -10,7 +10,7 @@ use idemkit_core::machine::Policy;
 use idemkit_core::record::EffectKind;
 use idemkit_core::{ContentKind, FingerprintSpec};
 
-use super::{ClaimOutcomeLabel, Executions, Metrics};
+use super::{ClaimOutcomeLabel, Executions, Metrics, WaitEnded};
 
 /// Names the tenant of a request from its parts (after authentication), or
 /// `None` when the request carries no acceptable credentials (→ 401).
@@ -329,6 +329,12 @@ impl RouteConfig {
     pub(super) fn count_claim(&self, outcome: ClaimOutcomeLabel) {
         if let Some(m) = &self.metrics {
             m.claim(&self.operation, outcome);
+        }
+    }
+
+    pub(super) fn count_wait(&self, ended: WaitEnded) {
+        if let Some(m) = &self.metrics {
+            m.wait_ended(&self.operation, ended);
         }
     }
 

@@ -16,6 +16,12 @@
 //!   (set by each health check: [`Metrics::store_health`], which
 //!   [`health_response`](super::health_response) and `idemkit proxy`'s
 //!   `/metrics` call);
+//! - `idemkit_waits_total{operation,ended}`: retries held for their key's
+//!   running attempt (`Prefer: wait`), by how the wait ended: `answered`,
+//!   `executed` (the first attempt released its claim), `timed_out`,
+//!   `too_many_waiters`, `client_gone`;
+//! - `idemkit_waiting_requests`: requests held now (set before a scrape by
+//!   [`Metrics::store_waiting`], which `idemkit proxy`'s `/metrics` calls);
 //! - `idemkit_gc_deleted_total`: records GC deleted ([`Metrics::gc_deleted`]);
 //! - `idemkit_orphans_settled_total`: executions a crashed process left
 //!   running, settled when the store was opened
@@ -77,6 +83,41 @@ impl ClaimOutcomeLabel {
     }
 }
 
+/// How a held retry's wait for its key's running attempt ended
+/// (`Prefer: wait`, [`RouteConfig::wait`](super::RouteConfig::wait)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitEnded {
+    /// The first attempt recorded: the retry got that answer.
+    Answered,
+    /// The first attempt released its claim (or its lease ran out): the
+    /// retry claimed and executed.
+    Executed,
+    /// The wait ran out: 409 `request-in-progress`.
+    TimedOut,
+    /// As many requests as allowed already waited: 503 `too-many-waiters`.
+    TooManyWaiters,
+    /// The client left while held.
+    ClientGone,
+}
+
+impl WaitEnded {
+    fn as_str(self) -> &'static str {
+        match self {
+            WaitEnded::Answered => "answered",
+            WaitEnded::Executed => "executed",
+            WaitEnded::TimedOut => "timed_out",
+            WaitEnded::TooManyWaiters => "too_many_waiters",
+            WaitEnded::ClientGone => "client_gone",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitLabels {
+    operation: String,
+    ended: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClaimLabels {
     operation: String,
@@ -104,6 +145,8 @@ pub struct Metrics {
     execution: HistogramFamily,
     store_errors: Counter,
     store_writable: Gauge,
+    waits: Family<WaitLabels, Counter>,
+    waiting: Gauge,
     gc_deleted: Counter,
     orphans_settled: Counter,
 }
@@ -125,6 +168,8 @@ impl Metrics {
         let store_writable = Gauge::default();
         // Writable until a health check finds otherwise.
         store_writable.set(1);
+        let waits = Family::<WaitLabels, Counter>::default();
+        let waiting = Gauge::default();
         let gc_deleted = Counter::default();
         let orphans_settled = Counter::default();
         registry.register(
@@ -153,6 +198,16 @@ impl Metrics {
             store_writable.clone(),
         );
         registry.register(
+            "idemkit_waits",
+            "Retries held for their key's running attempt (Prefer: wait), by how the wait ended",
+            waits.clone(),
+        );
+        registry.register(
+            "idemkit_waiting_requests",
+            "Requests held for their key's running attempt at the last scrape",
+            waiting.clone(),
+        );
+        registry.register(
             "idemkit_gc_deleted",
             "Records deleted by GC",
             gc_deleted.clone(),
@@ -169,6 +224,8 @@ impl Metrics {
             execution,
             store_errors,
             store_writable,
+            waits,
+            waiting,
             gc_deleted,
             orphans_settled,
         }
@@ -216,6 +273,23 @@ impl Metrics {
     /// Sets `idemkit_store_writable` from a health check's finding.
     pub fn store_health(&self, health: &crate::store::Health) {
         self.store_writable.set(i64::from(health.is_writable()));
+    }
+
+    /// Counts one held retry of `operation` whose wait `ended` so.
+    pub fn wait_ended(&self, operation: &str, ended: WaitEnded) {
+        self.waits
+            .get_or_create(&WaitLabels {
+                operation: operation.to_owned(),
+                ended: ended.as_str(),
+            })
+            .inc();
+    }
+
+    /// Sets the held-requests gauge to what `store` holds now (call before a
+    /// scrape is rendered).
+    pub fn store_waiting(&self, store: &crate::store::Store) {
+        self.waiting
+            .set(i64::try_from(store.waiting()).unwrap_or(i64::MAX));
     }
 
     /// Counts records deleted by GC.

@@ -65,7 +65,7 @@ pub use execution::{Execution, ExecutionError};
 pub use executions::Executions;
 pub use health::health_response;
 pub use idemkit_core::http::defaults::RECORD_ATTEMPTS;
-pub use metrics::{ClaimOutcomeLabel, Metrics};
+pub use metrics::{ClaimOutcomeLabel, Metrics, WaitEnded};
 pub use response::refusal_response;
 pub use service::{Idempotency, IdempotencyLayer};
 pub use wait::{WaitRefused, Waited, claim_waiting};

@@ -18,7 +18,7 @@ use super::execute::execute;
 use super::response::{refusal_response, reply_response};
 use super::store_calls::on_store;
 use super::wait::{WaitRefused, claim_waiting};
-use super::{BoxError, ClaimOutcomeLabel, KeyRequirement, RouteConfig, executions};
+use super::{BoxError, ClaimOutcomeLabel, KeyRequirement, RouteConfig, WaitEnded, executions};
 use crate::store::{Claim, ClaimError, ExecutionGuard, Store};
 
 /// A request as it arrived, with its place among the route's running executions.
@@ -200,6 +200,14 @@ where
         }
         response
     };
+    if waited.held {
+        config.count_wait(match &waited.claim {
+            Some(Ok(Claim::InFlight { .. })) => WaitEnded::TimedOut,
+            Some(Ok(Claim::Execute(_))) => WaitEnded::Executed,
+            // An answer, or a store that failed meanwhile (its 503 follows).
+            _ => WaitEnded::Answered,
+        });
+    }
     let claim = match waited.claim {
         Some(Ok(claim)) => claim,
         None | Some(Err(_)) => {

@@ -26,7 +26,7 @@ use idemkit::adapters::{
     Adapter, AdapterError, Read, Scan, ScanPage, Stored, Version, memory::MemoryAdapter,
 };
 use idemkit::core::record::{EffectKind, Record};
-use idemkit::http::{IdempotencyLayer, RouteConfig};
+use idemkit::http::{IdempotencyLayer, Metrics, RouteConfig};
 use idemkit::store::{Store, WaitLimits};
 use tokio::sync::Notify;
 use tower::ServiceExt;
@@ -312,9 +312,10 @@ async fn an_unknown_outcome_wakes_its_waiter_with_the_unknown_answer() {
 
 #[tokio::test]
 async fn a_wait_that_runs_out_gets_409_with_retry_after() {
+    let metrics = Arc::new(Metrics::new());
     let svc = service(
         idemkit::in_memory().unwrap(),
-        route(EffectKind::External),
+        route(EffectKind::External).metrics(Arc::clone(&metrics)),
         Duration::from_secs(3),
         201,
     );
@@ -329,6 +330,13 @@ async fn a_wait_that_runs_out_gets_409_with_retry_after() {
     assert_eq!(header(&waiter, "preference-applied"), Some("wait=1"));
     assert_eq!(first.await.unwrap().status, 201);
     assert_eq!(svc.runs.load(Ordering::SeqCst), 1);
+    let text = metrics.render();
+    assert!(
+        text.contains(
+            r#"idemkit_waits_total{operation="appointments.create",ended="timed_out"} 1"#
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -618,8 +618,17 @@ fn a_hundred_retries_that_ask_to_wait_get_the_upstream_answer_when_it_is_recorde
             })
         })
         .collect();
-    // Once every retry is held, the proxy should do nothing until the answer.
-    std::thread::sleep(Duration::from_millis(800));
+    // The admin listener's gauge says when every retry is held; from then on
+    // the proxy should do nothing until the answer.
+    let held = |n: usize| {
+        let metrics = proxy.admin("GET", "/metrics", b"");
+        String::from_utf8_lossy(&metrics.body).contains(&format!("idemkit_waiting_requests {n}\n"))
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while !held(100) {
+        assert!(std::time::Instant::now() < until, "100 requests were held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (cpu_before, wall_before) = (cpu_ticks(proxy.child.id()), std::time::Instant::now());
     let (original, answered) = first.join().unwrap();
     let (cpu_during, wall_during) = (
@@ -637,6 +646,14 @@ fn a_hundred_retries_that_ask_to_wait_get_the_upstream_answer_when_it_is_recorde
         slowest = slowest.max(at.saturating_duration_since(answered));
     }
     assert_eq!(upstream.calls("A"), 1, "one upstream call");
+    assert!(held(0), "no request is held any more");
+    let metrics = String::from_utf8_lossy(&proxy.admin("GET", "/metrics", b"").body).into_owned();
+    assert!(
+        metrics.contains(
+            "idemkit_waits_total{operation=\"accounts.withdraw\",ended=\"answered\"} 100\n"
+        ),
+        "{metrics}"
+    );
     let cpu = Duration::from_millis(cpu_during * 10);
     eprintln!(
         "proxy: {cpu:?} of CPU over {wall_during:?} with 100 requests waiting; \

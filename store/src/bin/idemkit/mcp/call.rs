@@ -24,7 +24,7 @@ use idemkit::core::http::defaults;
 use idemkit::core::machine::{Dispatch, Disposition, classify_attempt};
 use idemkit::core::record::StoredResponse;
 use idemkit::core::{IdempotencyKey, Scope};
-use idemkit::http::{ClaimOutcomeLabel, Metrics, WaitRefused, claim_waiting};
+use idemkit::http::{ClaimOutcomeLabel, Metrics, WaitEnded, WaitRefused, claim_waiting};
 use idemkit::store::{Claim, ClaimError, ExecutionGuard, Store, WorkerError};
 use serde_json::{Value, json};
 
@@ -319,9 +319,23 @@ impl Gateway {
         )
         .await
         {
-            Ok(waited) => waited.claim,
+            Ok(waited) => {
+                if waited.held {
+                    self.metrics.wait_ended(
+                        &tool.name,
+                        match &waited.claim {
+                            Some(Ok(Claim::InFlight { .. })) => WaitEnded::TimedOut,
+                            Some(Ok(Claim::Execute(_))) => WaitEnded::Executed,
+                            _ => WaitEnded::Answered,
+                        },
+                    );
+                }
+                waited.claim
+            }
             Err(WaitRefused::TooManyWaiters { retry_after, .. }) => {
                 self.metrics.claim(&tool.name, ClaimOutcomeLabel::InFlight);
+                self.metrics
+                    .wait_ended(&tool.name, WaitEnded::TooManyWaiters);
                 return refuse(Problem::TooManyWaiters { retry_after });
             }
             Err(WaitRefused::ClientGone) => {

@@ -124,6 +124,7 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
     if let Ok(health) = tokio::task::spawn_blocking(move || store.health()).await {
         admin.metrics.store_health(&health);
     }
+    admin.metrics.store_waiting(&admin.store);
     let mut response = Response::new(Body::from(admin.metrics.render()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
