@@ -127,6 +127,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Gateway {
     pub(crate) fn new(config: McpConfig, store: Option<Store>, metrics: Arc<Metrics>) -> Gateway {
+        if let Some(store) = &store {
+            store.set_wait_limits(config.wait_limits);
+        }
         Gateway {
             config,
             metrics,

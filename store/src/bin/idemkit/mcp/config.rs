@@ -487,6 +487,30 @@ header = "X-Tenant-Id"
     }
 
     #[test]
+    fn waits_are_set_per_tool_and_bounded_per_gateway() {
+        let c = parse(Path::new("mcp.toml"), BASE, None, None, false, &|_| None).unwrap();
+        assert_eq!(c.wait_limits, WaitLimits::default());
+        assert_eq!(c.default_tool.wait, WaitRule::default());
+        let text = format!(
+            "max_waiters = 40\nmax_waiters_per_key = 4\n{BASE}\n[[tools]]\nname = \"book\"\n\
+             wait_ms = 500\nmax_wait_ms = 30000\n"
+        );
+        let c = parse(Path::new("mcp.toml"), &text, None, None, false, &|_| None).unwrap();
+        assert_eq!(
+            c.wait_limits,
+            WaitLimits {
+                total: 40,
+                per_key: 4
+            }
+        );
+        let book = c.tool("book").unwrap();
+        assert_eq!(book.wait.default_wait, Duration::from_millis(500));
+        assert_eq!(book.wait.max_wait, Duration::from_secs(30));
+        let e = refusal(&format!("max_waiters = 0\n{BASE}"), false);
+        assert!(e.contains("max_waiters: expected at least 1"), "{e}");
+    }
+
+    #[test]
     fn the_minimal_file_parses_and_flags_override_it() {
         let c = parse(Path::new("mcp.toml"), BASE, None, None, false, &|_| None).unwrap();
         assert_eq!(c.upstream.unwrap().path(), "/mcp");
