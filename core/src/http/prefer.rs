@@ -41,44 +41,40 @@ pub const PREFERENCE_APPLIED: &str = "preference-applied";
 /// ignored, never guessed at. A value too large for `u64` saturates.
 #[must_use]
 pub fn prefer_wait(value: &[u8]) -> Option<u64> {
-    for preference in split_outside_quotes(value, b',') {
-        let head = split_outside_quotes(preference, b';').next().unwrap_or(&[]);
-        let mut halves = head.splitn(2, |&b| b == b'=');
-        let (name, raw) = (halves.next().unwrap_or(&[]), halves.next());
-        if !trim(name).eq_ignore_ascii_case(b"wait") {
-            continue;
-        }
-        let raw = trim(raw?);
-        let digits = match raw {
-            [b'"', inner @ .., b'"'] => inner,
-            other => other,
-        };
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        return Some(digits.iter().fold(0u64, |n, d| {
-            n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-        }));
-    }
-    None
+    first_wait(value)?
 }
 
 /// The first `wait` preference among several `Prefer` header lines, in order.
 #[must_use]
 pub fn prefer_wait_in<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Option<u64> {
-    values.into_iter().find_map(|v| {
-        // A line with a `wait` whose value is unusable still ends the search
-        // (only the first instance counts), so look for the name first.
-        has_wait(v).then(|| prefer_wait(v))
-    })?
+    values.into_iter().find_map(first_wait)?
 }
 
-fn has_wait(value: &[u8]) -> bool {
-    split_outside_quotes(value, b',').any(|p| {
-        let head = split_outside_quotes(p, b';').next().unwrap_or(&[]);
-        let name = head.split(|&b| b == b'=').next().unwrap_or(&[]);
-        trim(name).eq_ignore_ascii_case(b"wait")
+/// The first `wait` preference of one header value: `None` when it names
+/// none, `Some(None)` when its value is unusable (it still ends the search).
+fn first_wait(value: &[u8]) -> Option<Option<u64>> {
+    split_outside_quotes(value, b',').find_map(|preference| {
+        let head = split_outside_quotes(preference, b';').next().unwrap_or(&[]);
+        let mut halves = head.splitn(2, |&b| b == b'=');
+        let (name, raw) = (halves.next().unwrap_or(&[]), halves.next());
+        trim(name)
+            .eq_ignore_ascii_case(b"wait")
+            .then(|| raw.and_then(seconds))
     })
+}
+
+/// Whole seconds, bare or quoted; a value too large for `u64` saturates.
+fn seconds(raw: &[u8]) -> Option<u64> {
+    let digits = match trim(raw) {
+        [b'"', inner @ .., b'"'] => inner,
+        other => other,
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0u64, |n, d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    }))
 }
 
 /// How long a route holds a retry whose key is running.

@@ -68,6 +68,6 @@ pub use idemkit_core::http::defaults::RECORD_ATTEMPTS;
 pub use metrics::{ClaimOutcomeLabel, Metrics, WaitEnded};
 pub use response::refusal_response;
 pub use service::{Idempotency, IdempotencyLayer};
-pub use wait::{WaitRefused, Waited, claim_waiting};
+pub use wait::{ClaimAnswer, WaitRefused, Waited, claim_waiting};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -18,8 +18,8 @@ use super::execute::execute;
 use super::response::{refusal_response, reply_response};
 use super::store_calls::on_store;
 use super::wait::{WaitRefused, claim_waiting};
-use super::{BoxError, ClaimOutcomeLabel, KeyRequirement, RouteConfig, WaitEnded, executions};
-use crate::store::{Claim, ClaimError, ExecutionGuard, Store};
+use super::{BoxError, ClaimOutcomeLabel, KeyRequirement, RouteConfig, executions};
+use crate::store::{Claim, ExecutionGuard, Store};
 
 /// A request as it arrived, with its place among the route's running executions.
 pub(super) struct Incoming<B> {
@@ -159,10 +159,6 @@ where
             .await
         }
     };
-    let in_flight = |claim: &Option<Result<Claim, ClaimError>>| match claim {
-        Some(Ok(Claim::InFlight { retry_after, .. })) => Some(*retry_after),
-        _ => None,
-    };
     let gone = async move {
         match client_gone {
             // The sender is dropped with the request's future, never used.
@@ -172,8 +168,7 @@ where
             None => std::future::pending().await,
         }
     };
-    let waited = match claim_waiting(&store, &id, wait.duration, claim_once, in_flight, gone).await
-    {
+    let waited = match claim_waiting(&store, &id, wait.duration, claim_once, gone).await {
         Ok(waited) => waited,
         Err(WaitRefused::TooManyWaiters { retry_after, .. }) => {
             config.count_claim(ClaimOutcomeLabel::InFlight);
@@ -200,13 +195,8 @@ where
         }
         response
     };
-    if waited.held {
-        config.count_wait(match &waited.claim {
-            Some(Ok(Claim::InFlight { .. })) => WaitEnded::TimedOut,
-            Some(Ok(Claim::Execute(_))) => WaitEnded::Executed,
-            // An answer, or a store that failed meanwhile (its 503 follows).
-            _ => WaitEnded::Answered,
-        });
+    if let Some(ended) = waited.ended() {
+        config.count_wait(ended);
     }
     let claim = match waited.claim {
         Some(Ok(claim)) => claim,

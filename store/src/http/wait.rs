@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use idemkit_core::RecordId;
 use idemkit_core::http::prefer::fallback_poll;
 
-use crate::store::{Store, TooManyWaiters};
+use super::WaitEnded;
+use crate::store::{Claim, ClaimError, Store, TooManyWaiters};
 
 /// The shortest pause before claiming again at a lease's expiry: a lease about
 /// to expire is not read in a busy loop.
@@ -28,19 +29,46 @@ pub enum WaitRefused {
     ClientGone,
 }
 
+/// One claim as a caller runs it: the store's answer, or `None` when the call
+/// itself failed (a panic on the blocking pool).
+pub type ClaimAnswer = Option<Result<Claim, ClaimError>>;
+
 /// A claim after waiting.
 #[derive(Debug)]
-pub struct Waited<T> {
+pub struct Waited {
     /// The last claim's answer: not in flight, or in flight when the wait ran
     /// out.
-    pub claim: T,
+    pub claim: ClaimAnswer,
     /// Whether the request was held at all (its key was running): then an
     /// asked-for wait was honoured (`Preference-Applied`).
     pub held: bool,
 }
 
-/// Claims with `claim`, and while `in_flight` says the key still runs (giving
-/// the lease's remaining time) and `wait` lasts, waits and claims again.
+impl Waited {
+    /// How the wait ended, for [`Metrics::wait_ended`](super::Metrics::wait_ended);
+    /// `None` when the request was not held.
+    #[must_use]
+    pub fn ended(&self) -> Option<WaitEnded> {
+        let ended = match &self.claim {
+            Some(Ok(Claim::InFlight { .. })) => WaitEnded::TimedOut,
+            Some(Ok(Claim::Execute(_))) => WaitEnded::Executed,
+            // An answer, or a store that failed meanwhile (its 503 follows).
+            _ => WaitEnded::Answered,
+        };
+        self.held.then_some(ended)
+    }
+}
+
+/// The running lease's remaining time when `claim` found the key in flight.
+fn in_flight(claim: &ClaimAnswer) -> Option<Duration> {
+    match claim {
+        Some(Ok(Claim::InFlight { retry_after, .. })) => Some(*retry_after),
+        _ => None,
+    }
+}
+
+/// Claims with `claim`, and while the key still runs and `wait` lasts, waits
+/// and claims again.
 ///
 /// The wait wakes on the write that ends the key's Running state (in this
 /// process, or announced by the adapter: [`Store::watch`]), at the running
@@ -59,17 +87,16 @@ pub struct Waited<T> {
 /// [`WaitRefused::TooManyWaiters`] when the store's wait limits are reached;
 /// [`WaitRefused::ClientGone`] when `gone` resolved. Nothing was executed
 /// either way.
-pub async fn claim_waiting<T, F, Fut>(
+pub async fn claim_waiting<F, Fut>(
     store: &Store,
     id: &RecordId,
     wait: Duration,
     mut claim: F,
-    in_flight: impl Fn(&T) -> Option<Duration>,
     gone: impl Future<Output = ()>,
-) -> Result<Waited<T>, WaitRefused>
+) -> Result<Waited, WaitRefused>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = T>,
+    Fut: Future<Output = ClaimAnswer>,
 {
     let first = claim().await;
     let Some(retry_after) = in_flight(&first) else {

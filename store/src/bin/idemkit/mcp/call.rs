@@ -25,7 +25,7 @@ use idemkit::core::machine::{Dispatch, Disposition, classify_attempt};
 use idemkit::core::record::StoredResponse;
 use idemkit::core::{IdempotencyKey, Scope};
 use idemkit::http::{ClaimOutcomeLabel, Metrics, WaitEnded, WaitRefused, claim_waiting};
-use idemkit::store::{Claim, ClaimError, ExecutionGuard, Store, WorkerError};
+use idemkit::store::{Claim, ExecutionGuard, Store, WorkerError};
 use serde_json::{Value, json};
 
 use super::config::{KeyRule, McpConfig, Tool};
@@ -306,10 +306,6 @@ impl Gateway {
             );
             blocking(move || store.claim(&scope, &key, fingerprint, &owner, &policy))
         };
-        let in_flight = |claim: &Option<Result<Claim, ClaimError>>| match claim {
-            Some(Ok(Claim::InFlight { retry_after, .. })) => Some(*retry_after),
-            _ => None,
-        };
         let id_of_record = scope.record_id(&key);
         // A dropped request (its client gone) drops this future and its wait.
         let claim = match claim_waiting(
@@ -317,21 +313,13 @@ impl Gateway {
             &id_of_record,
             wait,
             claim_once,
-            in_flight,
             std::future::pending(),
         )
         .await
         {
             Ok(waited) => {
-                if waited.held {
-                    self.metrics.wait_ended(
-                        &tool.name,
-                        match &waited.claim {
-                            Some(Ok(Claim::InFlight { .. })) => WaitEnded::TimedOut,
-                            Some(Ok(Claim::Execute(_))) => WaitEnded::Executed,
-                            _ => WaitEnded::Answered,
-                        },
-                    );
+                if let Some(ended) = waited.ended() {
+                    self.metrics.wait_ended(&tool.name, ended);
                 }
                 waited.claim
             }
