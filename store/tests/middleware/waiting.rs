@@ -181,17 +181,6 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// CPU time this thread has used (utime + stime, in clock ticks), from
-/// /proc/thread-self/stat: the test's runtime runs every task of the service
-/// on this one thread.
-fn thread_cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    // Fields after the command name (which may hold spaces) start after ')'.
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn a_hundred_retries_wait_for_one_execution_and_get_its_stored_answer() {
     let dir = tempfile::tempdir().unwrap();
@@ -222,13 +211,21 @@ async fn a_hundred_retries_wait_for_one_execution_and_get_its_stored_answer() {
     // slips between its claim and its wait): let those reads finish.
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    // From here to the completion nobody may touch the store or the CPU.
-    let (cpu_before, wall_before) = (thread_cpu_ticks(), Instant::now());
+    // From here to the completion nobody may touch the store or the CPU (the
+    // test's current-thread runtime runs every task of the service on this
+    // thread, so this thread's CPU time is the service's).
+    let (cpu_before, wall_before) = (
+        crate::support::cpu_ticks("/proc/thread-self/stat"),
+        Instant::now(),
+    );
     until("the handler finished", || {
         svc.finished_at.lock().unwrap().is_some()
     })
     .await;
-    let (cpu_during, wall_during) = (thread_cpu_ticks() - cpu_before, wall_before.elapsed());
+    let (cpu_during, wall_during) = (
+        crate::support::cpu_ticks("/proc/thread-self/stat") - cpu_before,
+        wall_before.elapsed(),
+    );
     let finished = svc.finished_at.lock().unwrap().unwrap();
     let reads_during = counting
         .reads

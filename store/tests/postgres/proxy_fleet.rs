@@ -60,20 +60,6 @@ fn two_proxies_over_one_postgres_make_one_upstream_call_for_sixty_retries() {
     assert_eq!(upstream.calls("A"), 1);
 }
 
-/// A proxy whose route waits up to 10 s for an upstream that takes 2 s.
-fn waiting_proxy(
-    dir: &std::path::Path,
-    upstream: std::net::SocketAddr,
-    store: &str,
-) -> ProxyProcess {
-    let path = config(dir, upstream, store, "");
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("upstream_timeout_ms = 1000", "upstream_timeout_ms = 10000");
-    std::fs::write(&path, text).unwrap();
-    ProxyProcess::start(&path)
-}
-
 /// `POST` the withdrawal with `key` through `addr`, asking to wait 10 s; the
 /// reply and when it came.
 fn waiting_withdrawal(addr: std::net::SocketAddr, key: &str) -> (support::Reply, Instant) {
@@ -149,8 +135,8 @@ fn a_retry_waiting_on_one_proxy_is_answered_when_the_other_records() {
         pg_support::url()
     );
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = waiting_proxy(dir_a.path(), upstream.addr, &store);
-    let b = waiting_proxy(dir_b.path(), upstream.addr, &store);
+    let a = ProxyProcess::start_patient(dir_a.path(), upstream.addr, &store);
+    let b = ProxyProcess::start_patient(dir_b.path(), upstream.addr, &store);
 
     let lag = retry_on_b_waits_for_a(&a, &b, &upstream, "wait-fleet-1", || {});
     eprintln!("notified: B answered {lag:?} after A");

@@ -556,30 +556,12 @@ fn the_proxy_replays_only_the_allowed_upstream_headers() {
     }
 }
 
-/// CPU time (user + system, in clock ticks of 10 ms) the process has used.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
 #[test]
 fn a_hundred_retries_that_ask_to_wait_get_the_upstream_answer_when_it_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = Upstream::start(Duration::from_secs(3));
     // The upstream takes 3 s: the route waits for it up to 10 s.
-    let text = std::fs::read_to_string(config(
-        dir.path(),
-        upstream.addr,
-        &redb_store(dir.path()),
-        "",
-    ))
-    .unwrap()
-    .replace("upstream_timeout_ms = 1000", "upstream_timeout_ms = 10000");
-    let path = dir.path().join("waiting.toml");
-    std::fs::write(&path, text).unwrap();
-    let proxy = ProxyProcess::start(&path);
+    let proxy = ProxyProcess::start_patient(dir.path(), upstream.addr, &redb_store(dir.path()));
     let addr = proxy.addr;
 
     let first = std::thread::spawn(move || {
@@ -629,10 +611,13 @@ fn a_hundred_retries_that_ask_to_wait_get_the_upstream_answer_when_it_is_recorde
         assert!(std::time::Instant::now() < until, "100 requests were held");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (cpu_before, wall_before) = (cpu_ticks(proxy.child.id()), std::time::Instant::now());
+    let (cpu_before, wall_before) = (
+        support::cpu_ticks(&format!("/proc/{}/stat", proxy.child.id())),
+        std::time::Instant::now(),
+    );
     let (original, answered) = first.join().unwrap();
     let (cpu_during, wall_during) = (
-        cpu_ticks(proxy.child.id()) - cpu_before,
+        support::cpu_ticks(&format!("/proc/{}/stat", proxy.child.id())) - cpu_before,
         wall_before.elapsed(),
     );
     assert_eq!(original.status, 201, "{original:?}");

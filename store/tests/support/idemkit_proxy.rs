@@ -370,6 +370,17 @@ impl ProxyProcess {
         .unwrap()
     }
 
+    /// A proxy by [`config`] whose route waits up to 10 s for the upstream
+    /// (instead of 1 s), for upstreams slow enough that retries wait on them.
+    pub(crate) fn start_patient(dir: &Path, upstream: SocketAddr, store: &str) -> ProxyProcess {
+        let path = config(dir, upstream, store, "");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("upstream_timeout_ms = 1000", "upstream_timeout_ms = 10000");
+        std::fs::write(&path, text).unwrap();
+        ProxyProcess::start(&path)
+    }
+
     pub(crate) fn start(config: &Path) -> ProxyProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_idemkit"))
             .arg("proxy")

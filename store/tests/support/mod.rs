@@ -380,3 +380,14 @@ pub(crate) fn post_until_final(
         );
     }
 }
+
+/// CPU time (user + system, in clock ticks of 10 ms) used by what the
+/// `/proc` stat file at `stat` describes: `/proc/PID/stat` for a process,
+/// `/proc/thread-self/stat` for the calling thread.
+pub(crate) fn cpu_ticks(stat: &str) -> u64 {
+    let stat = std::fs::read_to_string(stat).unwrap();
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
