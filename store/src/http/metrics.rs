@@ -43,6 +43,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idemkit_core::machine::Disposition;
@@ -71,7 +72,19 @@ pub enum ClaimOutcomeLabel {
 }
 
 impl ClaimOutcomeLabel {
-    fn as_str(self) -> &'static str {
+    /// Every label, in the order [`Metrics::claims_by_outcome`] counts them.
+    pub const ALL: [ClaimOutcomeLabel; 6] = [
+        ClaimOutcomeLabel::Execute,
+        ClaimOutcomeLabel::Replay,
+        ClaimOutcomeLabel::InFlight,
+        ClaimOutcomeLabel::Mismatch,
+        ClaimOutcomeLabel::Uncertain,
+        ClaimOutcomeLabel::ResponseExpired,
+    ];
+
+    /// The label's value in the `idemkit_claims_total` series (`execute`, …).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
         match self {
             ClaimOutcomeLabel::Execute => "execute",
             ClaimOutcomeLabel::Replay => "replay",
@@ -149,6 +162,9 @@ pub struct Metrics {
     waiting: Gauge,
     gc_deleted: Counter,
     orphans_settled: Counter,
+    /// Claims by outcome over every operation, for a summary that must not
+    /// walk the per-operation families (the console's charts).
+    claim_totals: [AtomicU64; 6],
 }
 
 fn execution_buckets() -> Histogram {
@@ -228,6 +244,7 @@ impl Metrics {
             waiting,
             gc_deleted,
             orphans_settled,
+            claim_totals: Default::default(),
         }
     }
 
@@ -239,6 +256,21 @@ impl Metrics {
                 outcome: outcome.as_str(),
             })
             .inc();
+        let slot = ClaimOutcomeLabel::ALL.iter().position(|o| *o == outcome);
+        if let Some(total) = slot.and_then(|i| self.claim_totals.get(i)) {
+            total.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Claims counted since start, by outcome over every operation, in the
+    /// order of [`ClaimOutcomeLabel::ALL`].
+    #[must_use]
+    pub fn claims_by_outcome(&self) -> [(ClaimOutcomeLabel, u64); 6] {
+        let mut out = ClaimOutcomeLabel::ALL.map(|o| (o, 0));
+        for ((_, count), total) in out.iter_mut().zip(&self.claim_totals) {
+            *count = total.load(Ordering::Relaxed);
+        }
+        out
     }
 
     /// Counts one recorded outcome.

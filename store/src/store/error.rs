@@ -181,6 +181,12 @@ pub enum WorkerError {
     },
     /// Storage failed; nothing was acknowledged.
     Storage(StorageError),
+    /// The record changed since the version the caller saw
+    /// ([`Store::resolve_seen`](super::Store::resolve_seen)).
+    Changed {
+        /// The record's log reference.
+        log_ref: LogRef,
+    },
 }
 
 impl WorkerError {
@@ -204,6 +210,10 @@ impl fmt::Display for WorkerError {
                 write!(f, "transition refused for record {log_ref}: {error}")
             }
             WorkerError::Storage(e) => write!(f, "transition failed: {e}"),
+            WorkerError::Changed { log_ref } => write!(
+                f,
+                "transition refused: record {log_ref} changed since it was read"
+            ),
         }
     }
 }
@@ -213,7 +223,7 @@ impl std::error::Error for WorkerError {
         match self {
             WorkerError::Rejected { error, .. } => Some(error),
             WorkerError::Storage(e) => Some(e),
-            WorkerError::NotFound { .. } => None,
+            WorkerError::NotFound { .. } | WorkerError::Changed { .. } => None,
         }
     }
 }

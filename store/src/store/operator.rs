@@ -6,10 +6,13 @@ use idemkit_core::machine::{self, Answer, GcAction, Op, Policy, Resolution};
 use idemkit_core::record::{Record, RecordState, StateName};
 use idemkit_core::{IdempotencyKey, LogRef, RecordId, Scope};
 
-use super::Store;
 use super::error::{QueryError, StorageError, WorkerError};
 use super::guard::{ExecutionGuard, unexpected};
-use crate::adapters::{Cursor, Scan, ScanBy, ScanPage, Scanned, Stored, Write};
+use super::{Seam, Store, run_on};
+use crate::adapters::{
+    Adapter, AdapterError, Cursor, FailureKind, Read, Scan, ScanBy, ScanPage, Scanned, Stored,
+    Version, Write,
+};
 
 /// How many records one scan page asks its adapter for (listing, stats, verify).
 const PAGE: usize = 1_024;
@@ -23,6 +26,9 @@ pub struct ListedRecord {
     pub key: IdempotencyKey,
     /// The record.
     pub record: Record,
+    /// The version it was read at: [`Store::resolve_seen`] settles it only
+    /// while the record is still at this version.
+    pub version: Version,
 }
 
 impl ListedRecord {
@@ -114,6 +120,24 @@ impl Store {
         Ok(read.stored.map(|s| s.record))
     }
 
+    /// The record of `(scope, key)` with the version it was read at, if any.
+    pub fn get_listed(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<ListedRecord>, QueryError> {
+        let read = self
+            .adapter
+            .get(&scope.record_id(key))
+            .map_err(StorageError::from)?;
+        Ok(read.stored.map(|s| ListedRecord {
+            scope: scope.clone(),
+            key: key.clone(),
+            record: s.record,
+            version: s.version,
+        }))
+    }
+
     /// Every page of `by`, handed to `each` in order; stops early when `each`
     /// says so.
     pub(super) fn scan_all(
@@ -149,7 +173,7 @@ impl Store {
         self.scan_all(ScanBy::All, |entry| {
             let (id, stored) = decoded(entry)?;
             if state.is_none_or(|s| s == stored.record.state.name()) {
-                out.push(listed(&id, stored.record)?);
+                out.push(listed(&id, stored)?);
             }
             Ok(true)
         })?;
@@ -210,7 +234,7 @@ impl Store {
                 Listing::Unresolved => phase == 1 || stored.record.is_unresolved(now),
             };
             if keep {
-                records.push(listed(&id, stored.record)?);
+                records.push(listed(&id, stored)?);
             }
         }
         let next = match (next, listing, phase) {
@@ -229,13 +253,13 @@ impl Store {
         self.scan_all(ScanBy::LeaseExpired(now), |entry| {
             let (id, stored) = decoded(entry)?;
             if stored.record.is_unresolved(now) {
-                out.push(listed(&id, stored.record)?);
+                out.push(listed(&id, stored)?);
             }
             Ok(true)
         })?;
         self.scan_all(ScanBy::Unknown, |entry| {
             let (id, stored) = decoded(entry)?;
-            out.push(listed(&id, stored.record)?);
+            out.push(listed(&id, stored)?);
             Ok(true)
         })?;
         Ok(out)
@@ -254,6 +278,72 @@ impl Store {
         let now = self.try_now()?;
         let op = Op::Resolve { resolution };
         let applied = self.run(&scope.record_id(key), op, policy, now, None)?;
+        Ok(written(applied.stored)?.record)
+    }
+
+    /// [`resolve`](Self::resolve), only while the record is still at the
+    /// version `seen` (a [`ListedRecord::version`]): an operator who settles a
+    /// record from what a page showed must not overwrite what happened since
+    /// (a worker's late completion, another operator's resolution, a lease
+    /// renewal). The check and the write are one conditional write.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkerError::Changed`] when the record is no longer at `seen`, else
+    /// as [`resolve`](Self::resolve).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idemkit::core::machine::{Policy, Resolution};
+    /// use idemkit::core::{Fingerprint, IdempotencyKey, Scope};
+    /// use idemkit::store::{Claim, WorkerError};
+    ///
+    /// let store = idemkit::in_memory()?;
+    /// let (scope, key) = (Scope::new("acme", "charge")?, IdempotencyKey::new("k-1")?);
+    /// let policy = Policy::default();
+    /// let Claim::Execute(guard) =
+    ///     store.claim(&scope, &key, Fingerprint::from_bytes([7; 32]), "worker", &policy)?
+    /// else {
+    ///     unreachable!("a new key executes")
+    /// };
+    /// guard.mark_unknown("the provider timed out")?;
+    ///
+    /// let seen = store.get_listed(&scope, &key)?.expect("the record").version;
+    /// store.resolve(&scope, &key, Resolution::NotApplied, &policy)?; // someone else settles it
+    /// let late = store.resolve_seen(&scope, &key, Resolution::NotApplied, &policy, seen);
+    /// assert!(matches!(late, Err(WorkerError::Changed { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub fn resolve_seen(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        policy: &Policy,
+        seen: Version,
+    ) -> Result<Record, WorkerError> {
+        let id = scope.record_id(key);
+        let now = self.try_now()?;
+        let mut seam = SeenAt {
+            adapter: &*self.adapter,
+            seen,
+            changed: false,
+        };
+        let applied = run_on(
+            &mut seam,
+            &id,
+            Op::Resolve { resolution },
+            policy,
+            now,
+            None,
+        );
+        if seam.changed {
+            return Err(WorkerError::Changed {
+                log_ref: id.log_ref(),
+            });
+        }
+        let applied = applied?;
+        self.wake(&id);
         Ok(written(applied.stored)?.record)
     }
 
@@ -470,9 +560,46 @@ fn decoded(entry: Scanned) -> Result<(Vec<u8>, Stored), StorageError> {
     }
 }
 
-fn listed(id: &[u8], record: Record) -> Result<ListedRecord, StorageError> {
+fn listed(id: &[u8], stored: Stored) -> Result<ListedRecord, StorageError> {
     let (scope, key) = RecordId::decode(id).map_err(|e| StorageError::CorruptId {
         detail: e.to_string(),
     })?;
-    Ok(ListedRecord { scope, key, record })
+    Ok(ListedRecord {
+        scope,
+        key,
+        record: stored.record,
+        version: stored.version,
+    })
+}
+
+/// The adapter, for a transition that must find the record still at the
+/// version its caller saw: a read that finds another version (or a write
+/// refused because the record changed after the read) ends it.
+struct SeenAt<'a> {
+    adapter: &'a dyn Adapter,
+    seen: Version,
+    changed: bool,
+}
+
+impl Seam for SeenAt<'_> {
+    fn get(&mut self, id: &RecordId) -> Result<Read, AdapterError> {
+        let read = self.adapter.get(id)?;
+        if read.stored.as_ref().is_some_and(|s| s.version != self.seen) {
+            self.changed = true;
+            return Err(AdapterError::new(
+                FailureKind::Failed,
+                "the record changed since it was read",
+            ));
+        }
+        Ok(read)
+    }
+
+    fn update(
+        &mut self,
+        id: &RecordId,
+        read: &Stored,
+        next: &Record,
+    ) -> Result<Option<Version>, AdapterError> {
+        self.adapter.update(id, read, next)
+    }
 }

@@ -115,7 +115,11 @@ impl Store {
             Ok(_) => {}
             Err(WorkerError::Storage(e)) => return Err(QueryError::Storage(e)),
             // Gone or settled since the scan: nothing of a dead process is left.
-            Err(WorkerError::NotFound { .. } | WorkerError::Rejected { .. }) => return Ok(None),
+            Err(
+                WorkerError::NotFound { .. }
+                | WorkerError::Rejected { .. }
+                | WorkerError::Changed { .. },
+            ) => return Ok(None),
         }
         let orphan = SettledOrphan {
             log_ref: record_id.log_ref(),

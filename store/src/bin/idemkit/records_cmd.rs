@@ -252,7 +252,7 @@ pub(crate) fn show(args: ShowArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return ExitCode::from(code),
     };
-    let record = match store.get(&scope, &key).map_err(|e| query_failed(&e)) {
+    let listed = match store.get_listed(&scope, &key).map_err(|e| query_failed(&e)) {
         Ok(Some(r)) => r,
         Ok(None) => {
             eprintln!(
@@ -263,7 +263,6 @@ pub(crate) fn show(args: ShowArgs) -> ExitCode {
         }
         Err(f) => return ExitCode::from(f.code),
     };
-    let listed = ListedRecord { scope, key, record };
     let mut value = summary(&listed);
     let r = &listed.record;
     value.insert("fingerprint".into(), json!(r.fingerprint.to_string()));
