@@ -4,6 +4,7 @@
 #
 # It installs what a fresh machine lacks (npm packages for the differential tests,
 # cargo-fuzz, schemathesis, the Python package's test requirements (tools/python/),
+# Chromium and playwright-core for the operator console's browser test,
 # and for the npm package in wasm/: the wasm32 target, wasm-bindgen-cli, binaryen,
 # better-sqlite3, Miniflare/workerd, Deno and Bun), so a newcomer and CI run exactly this:
 #
@@ -72,6 +73,21 @@ if ! tools/schemathesis/bin/schemathesis --version 2>/dev/null | grep -qF "$SCHE
   command -v python3 >/dev/null || { echo "test-all: 'python3' is required but not on PATH" >&2; exit 1; }
   python3 -m venv tools/schemathesis
   tools/schemathesis/bin/pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+fi
+
+# The operator console's browser test (store/tests/proxy/operator_console.rs) drives
+# Debian's chromium headless with playwright-core (pinned in
+# store/tests/console/package-lock.json); each is installed only when missing.
+step "Chromium and playwright-core (store/tests/console)"
+if ! command -v chromium >/dev/null; then
+  echo "test-all: chromium not found; installing chromium with apt-get" >&2
+  [ "$(id -u)" = 0 ] || { echo "test-all: FAIL: installing chromium needs root" >&2; exit 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+if ! cmp -s store/tests/console/package-lock.json store/tests/console/node_modules/.idemkit-installed-lock; then
+  npm ci --prefix store/tests/console --no-audit --no-fund --loglevel=error
+  cp store/tests/console/package-lock.json store/tests/console/node_modules/.idemkit-installed-lock
 fi
 
 step "cargo fmt --check"

@@ -8,5 +8,6 @@ mod proxy {
     mod in_front_of_an_upstream;
     mod mcp_gateway;
     mod mcp_sdk_end_to_end;
+    mod operator_console;
     mod what_it_trusts;
 }

@@ -18,6 +18,8 @@ use clap::{Parser, Subcommand};
 
 mod call_cmd;
 mod canonicalize_cmd;
+#[cfg(feature = "axum")]
+mod console;
 mod exec_cmd;
 mod exec_process;
 mod exit;
@@ -63,6 +65,9 @@ enum Command {
     // Both protocol eras, HTTP and stdio, and examples: McpArgs' doc comment.
     #[cfg(feature = "axum")]
     Mcp(mcp::McpArgs),
+    // The page, its security and examples: ConsoleArgs' doc comment.
+    #[cfg(feature = "axum")]
+    Console(console::command::ConsoleArgs),
     /// List the records in a store.
     List(records_cmd::ListArgs),
     /// Show one record.
@@ -135,6 +140,8 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(&args),
         #[cfg(feature = "axum")]
         Command::Mcp(args) => mcp::run(&args),
+        #[cfg(feature = "axum")]
+        Command::Console(args) => console::command::run(&args),
         Command::List(args) => records_cmd::list(args),
         Command::Show(args) => records_cmd::show(args),
         Command::Resolve(args) => records_cmd::resolve(args),

@@ -63,6 +63,11 @@ fn pg_failed(e: &PgError) -> Failed {
 }
 
 impl StoreArg {
+    /// The redb file, unless the store is PostgreSQL.
+    pub(crate) fn redb_path(&self) -> Option<&std::path::Path> {
+        self.postgres.is_none().then_some(self.db.db.as_path())
+    }
+
     /// Opens the chosen store (the engine over the redb file or PostgreSQL),
     /// or reports why not.
     pub(crate) fn open(&self) -> Result<Store, u8> {

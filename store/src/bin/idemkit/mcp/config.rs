@@ -17,7 +17,7 @@ use toml::Spanned;
 
 use crate::proxy::config::{
     AdminKeys, ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice, StoreSection,
-    TenantRule, TenantSection, admin_token, check_addr, store_choice, tenant_rule,
+    TenantRule, TenantSection, admin_token, audit_log, check_addr, store_choice, tenant_rule,
 };
 
 #[derive(Deserialize)]
@@ -29,6 +29,8 @@ struct FileConfig {
     admin_token: Option<Spanned<String>>,
     admin_token_file: Option<Spanned<PathBuf>>,
     admin_insecure_no_token: Option<Spanned<bool>>,
+    /// Where operators' resolves are recorded (default: beside a redb store).
+    audit_log: Option<PathBuf>,
     /// How long a request other than a protected `tools/call` waits for the
     /// upstream's answer to begin.
     upstream_timeout_ms: Option<u64>,
@@ -109,6 +111,9 @@ pub(crate) struct McpConfig {
     pub(crate) upstream: Option<http::Uri>,
     pub(crate) admin: Option<String>,
     pub(crate) admin_token: Option<String>,
+    /// The audit log of operators' resolves (`audit_log`, or beside a redb
+    /// store); `None`: the console shows records but resolves none.
+    pub(crate) audit_log: Option<PathBuf>,
     pub(crate) upstream_timeout: Duration,
     /// A request's head (line and headers) not complete within this closes
     /// the connection.
@@ -272,6 +277,7 @@ pub(crate) fn parse(
         upstream,
         admin: raw.admin.map(Spanned::into_inner),
         admin_token,
+        audit_log: audit_log(raw.audit_log, &store),
         upstream_timeout: raw
             .upstream_timeout_ms
             .map_or(DEFAULT_UPSTREAM_TIMEOUT, Duration::from_millis),

@@ -115,17 +115,22 @@ fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, ExitCode> {
 /// The admin listener's view: the store, the metrics, and each configured
 /// tool's policy (resolve keeps a record's own windows; these fill in for
 /// older records).
-fn admin_state(config: &McpConfig, store: &Store, metrics: &Arc<Metrics>) -> Arc<admin::Admin> {
-    Arc::new(admin::Admin {
-        store: store.clone(),
-        metrics: Arc::clone(metrics),
-        token: config.admin_token.clone(),
-        policies: config
+fn admin_state(
+    config: &McpConfig,
+    store: &Store,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<admin::Admin>, String> {
+    admin::Admin::start(
+        store.clone(),
+        Arc::clone(metrics),
+        config.admin_token.clone(),
+        config
             .tools
             .values()
             .map(|t| (t.name.clone(), t.policy))
             .collect(),
-    })
+        config.audit_log.as_deref(),
+    )
 }
 
 async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
@@ -137,7 +142,7 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
         let bound = admin::serve(
             "mcp",
             addr,
-            admin_state(&config, &store, &metrics),
+            admin_state(&config, &store, &metrics)?,
             stop_rx.clone(),
         )
         .await?;

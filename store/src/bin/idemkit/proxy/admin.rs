@@ -1,9 +1,11 @@
 //! The admin listener: `GET /healthz`, `GET /metrics` (Prometheus text),
 //! `GET /records?state=unknown` (paginated), `POST /records/{log_ref}/resolve`
-//! (the semantics of `idemkit resolve`, each one logged). Everything but
-//! `/healthz` needs `Authorization: Bearer <admin_token>`; the proxy and the MCP gateway refuse to
-//! start an admin listener without a token unless told to on a loopback
-//! address.
+//! (the semantics of `idemkit resolve`, each one logged and appended to the
+//! audit log), and the operator console (`/console`, see [`crate::console`]).
+//! Everything but `/healthz` and the console's login page needs
+//! `Authorization: Bearer <admin_token>` (or a console session); the proxy and
+//! the MCP gateway refuse to start an admin listener without a token unless
+//! told to on a loopback address.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,10 +15,13 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::routing::{get, post};
 use http::{HeaderMap, Response, StatusCode, header};
-use idemkit::core::machine::{Policy, Resolution};
-use idemkit::core::record::{RecordState, StateName, StoredResponse};
+use idemkit::core::machine::Policy;
+use idemkit::core::record::{RecordState, StateName};
 use idemkit::http::Metrics;
 use idemkit::store::{ListedRecord, Listing, Store};
+
+use crate::console::audit::AuditLog;
+use crate::console::{self, Console};
 
 /// Records per page of `GET /records` unless `limit` says otherwise, and the most it may say.
 const DEFAULT_PAGE: usize = 100;
@@ -30,6 +35,40 @@ pub(crate) struct Admin {
     /// The policy of each configured operation (resolve keeps a record's own
     /// windows; these fill in for records written before they were kept).
     pub(crate) policies: Vec<(String, Policy)>,
+    /// The console's sessions, audit log and chart samples.
+    pub(crate) console: Console,
+}
+
+impl Admin {
+    /// The admin state over `store`, with the console's audit log at `audit_log`
+    /// (`None`: not configured, so the console and the admin API show records
+    /// but refuse to resolve them). Starts the console's chart sampling, so
+    /// it is called inside the runtime.
+    pub(crate) fn start(
+        store: Store,
+        metrics: Arc<Metrics>,
+        token: Option<String>,
+        policies: Vec<(String, Policy)>,
+        audit_log: Option<&std::path::Path>,
+    ) -> Result<Arc<Admin>, String> {
+        let audit = match audit_log {
+            Some(path) => Ok(AuditLog::open(path)?),
+            None => Err(
+                "no audit log is configured (audit_log = \"PATH\"): the console shows \
+                         records but resolves none, since an operator's resolve must leave a trace"
+                    .to_owned(),
+            ),
+        };
+        let console = Console::new(audit);
+        console.samples.spawn(store.clone(), Arc::clone(&metrics));
+        Ok(Arc::new(Admin {
+            store,
+            metrics,
+            token,
+            policies,
+            console,
+        }))
+    }
 }
 
 /// Serves the admin API on `addr` until `stop` turns true; returns the bound
@@ -69,6 +108,7 @@ pub(crate) fn router(admin: Arc<Admin>) -> Router {
         .route("/metrics", get(metrics))
         .route("/records", get(records))
         .route("/records/{log_ref}/resolve", post(resolve))
+        .merge(console::routes())
         .with_state(admin)
 }
 
@@ -88,7 +128,7 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
 
 /// Whether the request may use the admin API (always, without a token: the
 /// config allows that only on a loopback address, on request).
-fn authorized(admin: &Admin, headers: &HeaderMap) -> bool {
+pub(crate) fn authorized(admin: &Admin, headers: &HeaderMap) -> bool {
     let Some(token) = &admin.token else {
         return true;
     };
@@ -177,11 +217,11 @@ fn view(r: &ListedRecord, bodies: bool) -> serde_json::Value {
     view
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }
@@ -299,6 +339,8 @@ struct ResolveBody {
     resource_ref: Option<String>,
     /// Who resolves (for the log; the token says only that it is an operator).
     by: Option<String>,
+    /// Why, for the audit log.
+    note: Option<String>,
 }
 
 async fn resolve(
@@ -321,80 +363,46 @@ async fn resolve(
             return error(
                 StatusCode::BAD_REQUEST,
                 &format!(
-                    "expected {{\"applied\": true|false, \"status\"?, \"body\"?, \"resource_ref\"?}}: {e}"
+                    "expected {{\"applied\": true|false, \"status\"?, \"body\"?, \"resource_ref\"?, \"by\"?, \"note\"?}}: {e}"
                 ),
             );
         }
     };
-    // Named in the log with its log reference, never a key or a body.
-    let who = format!(
-        "by {:?} from {peer}",
-        request.by.as_deref().unwrap_or("an unnamed operator")
-    );
-    let what = if request.applied {
-        format!("applied, status {}", request.status.unwrap_or(200))
-    } else {
-        "not applied".to_owned()
-    };
-    let resolution = if request.applied {
-        let mut response = StoredResponse::new(
-            request.status.unwrap_or(200),
-            request.body.unwrap_or_default().into_bytes(),
-        );
-        response.resource_ref = request.resource_ref;
-        Resolution::Applied(response)
-    } else {
-        Resolution::NotApplied
-    };
     let store = admin.store.clone();
-    let policies = admin.policies.clone();
     let wanted = log_ref.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
-        let Some(found) = find_unresolved(&store, &wanted).map_err(|e| e.to_string())? else {
-            return Ok(None);
-        };
-        let policy = policies
-            .iter()
-            .find(|(op, _)| op == found.scope.operation())
-            .map_or_else(Policy::default, |(_, p)| *p);
-        let from = found.record.state.name();
-        store
-            .resolve(&found.scope, &found.key, resolution, &policy)
-            .map(|record| Some((found, from, record)))
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    match outcome {
-        Ok(Ok(Some((found, from, record)))) => {
-            eprintln!(
-                "idemkit proxy: resolve {log_ref} ({}, {}) {who}: {what}: {} -> {}",
-                found.scope.operation(),
-                found.scope.tenant(),
-                from.as_str(),
-                record.state.name().as_str()
-            );
-            json(
-                StatusCode::OK,
-                &serde_json::json!({
-                    "log_ref": found.log_ref().to_string(),
-                    "from": from.as_str(),
-                    "state": record.state.name().as_str(),
-                }),
-            )
-        }
+    let found = tokio::task::spawn_blocking(move || find_unresolved(&store, &wanted)).await;
+    let found = match found {
+        Ok(Ok(Some(found))) => found,
         Ok(Ok(None)) => {
             eprintln!(
-                "idemkit proxy: resolve {log_ref:?} {who}: {what}: no unresolved record with that log reference"
+                "idemkit proxy: resolve {log_ref:?} (from {peer}): no unresolved record with that log reference"
             );
-            error(
+            return error(
                 StatusCode::NOT_FOUND,
                 "no unresolved record with that log reference",
-            )
+            );
         }
-        Ok(Err(e)) => {
-            eprintln!("idemkit proxy: resolve {log_ref:?} {who}: {what}: failed: {e}");
-            error(StatusCode::CONFLICT, &e)
-        }
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Ok(Err(e)) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
+    let settle = console::Settle {
+        resolution: console::resolution(
+            request.applied,
+            request.status,
+            request.body,
+            request.resource_ref,
+        ),
+        seen: None,
+        operator: request
+            .by
+            .unwrap_or_else(|| "an unnamed operator".to_owned()),
+        peer,
+        note: request.note.filter(|n| !n.trim().is_empty()),
+        audit_required: false,
+    };
+    match settle.run(&admin, found).await {
+        Ok(done) => json(StatusCode::OK, &done),
+        Err(console::Refused::Changed(message)) => error(StatusCode::CONFLICT, &message),
+        Err(console::Refused::Other(status, message)) => error(status, &message),
     }
 }

@@ -44,6 +44,8 @@ struct FileConfig {
     admin_token: Option<Spanned<String>>,
     admin_token_file: Option<Spanned<PathBuf>>,
     admin_insecure_no_token: Option<Spanned<bool>>,
+    /// Where operators' resolves are recorded (default: beside a redb store).
+    audit_log: Option<PathBuf>,
     /// Pass-through requests (and routes without their own) wait this long.
     upstream_timeout_ms: Option<u64>,
     upstream_connect_timeout_ms: Option<u64>,
@@ -215,6 +217,9 @@ pub(crate) struct ProxyConfig {
     /// At least [`MIN_SECRET_BYTES`]; `None` only with `admin_insecure_no_token`
     /// on a loopback address.
     pub(crate) admin_token: Option<String>,
+    /// The audit log of operators' resolves (`audit_log`, or beside a redb
+    /// store); `None`: the console shows records but resolves none.
+    pub(crate) audit_log: Option<PathBuf>,
     /// Pass-through requests' timeouts (and the routes' defaults).
     pub(crate) timeouts: Timeouts,
     pub(crate) request_body_idle: Duration,
@@ -408,6 +413,7 @@ pub(crate) fn parse(
         upstream: upstream_uri,
         admin: raw.admin.map(Spanned::into_inner),
         admin_token,
+        audit_log: audit_log(raw.audit_log, &store),
         timeouts,
         request_body_idle: millis_or(raw.request_body_idle_timeout_ms, DEFAULT_BODY_IDLE_TIMEOUT),
         header_read_timeout,
@@ -421,6 +427,16 @@ pub(crate) fn parse(
         store,
         tenant,
         routes,
+    })
+}
+
+/// Where operators' resolves are recorded: `audit_log` when given, else
+/// beside a redb store (`proxy.redb` → `proxy.audit.jsonl`); a PostgreSQL
+/// store has no file to sit beside, so its audit log must be named.
+pub(crate) fn audit_log(explicit: Option<PathBuf>, store: &StoreChoice) -> Option<PathBuf> {
+    explicit.or_else(|| match store {
+        StoreChoice::Redb(path) => Some(path.with_extension("audit.jsonl")),
+        StoreChoice::Postgres { .. } => None,
     })
 }
 

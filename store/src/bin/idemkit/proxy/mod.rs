@@ -618,17 +618,18 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
     let Some(admin_addr) = &shared.config.admin else {
         return Ok(());
     };
-    let admin = Arc::new(admin::Admin {
-        store: shared.store.clone(),
-        metrics: Arc::clone(&shared.metrics),
-        token: shared.config.admin_token.clone(),
-        policies: shared
+    let admin = admin::Admin::start(
+        shared.store.clone(),
+        Arc::clone(&shared.metrics),
+        shared.config.admin_token.clone(),
+        shared
             .config
             .routes
             .iter()
             .map(|r| (r.operation.clone(), r.policy))
             .collect(),
-    });
+        shared.config.audit_log.as_deref(),
+    )?;
     let admin_bound = admin::serve("proxy", admin_addr, admin, shared.stop.clone()).await?;
     println!("idemkit proxy: admin on http://{admin_bound}");
     Ok(())
