@@ -39,7 +39,7 @@ INSTRUCTIONS_VS_BASELINE = 0.5
 # The report's sections that live in their own modules, each with
 # render(results) -> lines and targets(results) -> [(name, measured, need, higher_is_better, what)].
 SECTION_MODULES = ["report_postgres", "report_http", "report_npm", "report_mcp", "report_npm_mcp", "report_python",
-                   "report_canonicalize"]
+                   "report_canonicalize", "report_console"]
 
 IMPLS = [
     ("serde_json_value", "serde_json → Value (parse only)"),
@@ -224,6 +224,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     w("| PostgreSQL vs a hand-written `INSERT … ON CONFLICT` | `benches/postgres/run.sh OUT.json` (PostgreSQL and pgbench from Debian) | `postgres.json` |")
     w("| what the idempotency layer adds to a request | `benches/http/run.sh OUT.json` (wrk from Debian) | `http.json` |")
     w("| the npm package vs `@node-idempotency/core` | `node wasm/bench/overhead.mjs` (after `npm --prefix wasm/bench ci`) | `npm.json` |")
+    w("| the operator console's first load | `benches/console/run.sh OUT.json` (Debian's chromium, store/tests/console's playwright-core) | `console.json` |")
     w("")
     w("Binaries: `cargo build --release -p idemkit-benches` → `target/release/idemkit-{loadgen,latency,bodies}`. "
       "Bodies are generated from a fixed seed (`benches/src/bodies.rs`, ported to JavaScript in the wasm "

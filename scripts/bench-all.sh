@@ -160,6 +160,13 @@ if ! BENCH_RUNS=$CANON_RUNS benches/canonicalize/run.sh "$OUT/canonicalize.json"
   echo "canonicalize: benches/canonicalize/run.sh failed (it needs jq and GNU time from Debian)" >>"$OUT/skipped.txt"
 fi
 
+step "the operator console's first load in headless Chromium"
+if [ "$SMOKE" = 1 ]; then CONSOLE_RUNS=1; else CONSOLE_RUNS=5; fi
+if ! BENCH_RUNS=$CONSOLE_RUNS benches/console/run.sh "$OUT/console.json"; then
+  rm -f "$OUT/console.json"
+  echo "console: benches/console/run.sh failed (it needs Debian's chromium and store/tests/console's playwright-core)" >>"$OUT/skipped.txt"
+fi
+
 END=$(date +%s)
 python3 - "$OUT/meta.json" "$START" "$END" "$SMOKE" "$RECORDS" "$SECONDS_PER" "$CLIENTS" <<'EOF'
 import json, sys, datetime

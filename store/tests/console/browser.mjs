@@ -266,7 +266,8 @@ async function measureOnce() {
 async function runMeasure() {
   await launch();
   const runs = [];
-  for (let i = 0; i < 5; i++) {
+  const count = Math.max(1, Number(process.env.RUNS) || 5);
+  for (let i = 0; i < count; i++) {
     step = `measure run ${i + 1}`;
     try {
       runs.push(await measureOnce());
