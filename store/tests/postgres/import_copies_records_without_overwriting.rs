@@ -67,6 +67,21 @@ fn state(store: &Store, name: &str) -> Option<StateName> {
         .map(|r| r.state.name())
 }
 
+/// What a listing holds, without each record's version: a version is the
+/// store's own (it counts that store's writes), not part of the record.
+fn contents(
+    listed: Vec<idemkit::store::ListedRecord>,
+) -> Vec<(
+    idemkit::core::Scope,
+    idemkit::core::IdempotencyKey,
+    idemkit::core::record::Record,
+)> {
+    listed
+        .into_iter()
+        .map(|r| (r.scope, r.key, r.record))
+        .collect()
+}
+
 #[test]
 fn every_state_is_copied_with_its_indexes() {
     let from = source(50);
@@ -79,8 +94,8 @@ fn every_state_is_copied_with_its_indexes() {
         .unwrap();
     assert_eq!((report.imported, report.skipped), (52, 0));
     assert_eq!(
-        to.list(None).unwrap(),
-        records,
+        contents(to.list(None).unwrap()),
+        contents(records),
         "byte-for-byte the same records"
     );
     let verify = to.verify().unwrap();
@@ -186,7 +201,7 @@ fn an_import_survives_reopening_the_file() {
         )
         .unwrap(),
     );
-    assert_eq!(reopened.list(None).unwrap(), records);
+    assert_eq!(contents(reopened.list(None).unwrap()), contents(records));
 }
 
 #[cfg(feature = "postgres")]
