@@ -82,6 +82,10 @@ pub fn checks() -> Vec<Check> {
             "mark_unknown_blocks_until_resolved",
             mark_unknown_blocks_until_resolved,
         ),
+        (
+            "resolve_at_a_seen_version_refuses_a_changed_record",
+            resolve_at_a_seen_version_refuses_a_changed_record,
+        ),
         ("renew_keeps_the_lease", renew_keeps_the_lease),
         (
             "recovery_reuses_persisted_provider_keys",
@@ -657,6 +661,77 @@ fn mark_unknown_blocks_until_resolved(b: &Subject) {
             response: response("r")
         }
     );
+}
+
+/// An operator settles what a page showed: a record that changed since (here
+/// resolved by someone else, then claimed and left Unknown again) is refused
+/// and left as it is; at its current version it is settled.
+fn resolve_at_a_seen_version_refuses_a_changed_record(b: &Subject) {
+    let token = execute(b, &scope(), &key("k"), &external(), T0);
+    b.mark_unknown(
+        &scope(),
+        &key("k"),
+        token,
+        UnknownReason::MarkedByWorker("x".into()),
+        at(secs(1)),
+    )
+    .unwrap();
+    let version_of = |now| {
+        b.list_unresolved(now)
+            .unwrap()
+            .into_iter()
+            .find(|r| r.key == key("k"))
+            .expect("the record is unresolved")
+            .version
+    };
+    let seen = version_of(at(secs(2)));
+    b.resolve(
+        &scope(),
+        &key("k"),
+        Resolution::NotApplied,
+        &external(),
+        at(secs(3)),
+    )
+    .unwrap();
+    let token = execute(b, &scope(), &key("k"), &external(), at(secs(4)));
+    b.mark_unknown(
+        &scope(),
+        &key("k"),
+        token,
+        UnknownReason::MarkedByWorker("y".into()),
+        at(secs(5)),
+    )
+    .unwrap();
+    let stale = b.resolve_seen(
+        &scope(),
+        &key("k"),
+        Resolution::Applied(response("r")),
+        seen,
+        at(secs(6)),
+    );
+    assert!(
+        matches!(stale, Err(WorkerError::Changed { .. })),
+        "{stale:?}"
+    );
+    let kept = b.get(&scope(), &key("k")).unwrap().unwrap();
+    assert_eq!(
+        kept.state.name(),
+        StateName::Unknown,
+        "the stale resolve wrote nothing"
+    );
+
+    let current = version_of(at(secs(7)));
+    assert_ne!(current, seen, "every write gives a new version");
+    let settled = b
+        .resolve_seen(
+            &scope(),
+            &key("k"),
+            Resolution::Applied(response("r")),
+            current,
+            at(secs(8)),
+        )
+        .unwrap();
+    assert_eq!(settled.state.name(), StateName::Completed);
 }
 
 fn renew_keeps_the_lease(b: &Subject) {

@@ -209,6 +209,19 @@ impl Subject {
         Ok(())
     }
 
+    /// [`Store::resolve_seen`].
+    pub fn resolve_seen(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        seen: crate::adapters::Version,
+        now: UnixMillis,
+    ) -> Result<Record, WorkerError> {
+        self.at(now)
+            .resolve_seen(scope, key, resolution, &Policy::default(), seen)
+    }
+
     /// [`Store::recover`], answered as the core's grant: the guard is
     /// abandoned (the token is the caller's).
     pub fn recover(

@@ -472,27 +472,35 @@ fn start_console(db: &Path, token_file: &Path) -> ConsoleProcess {
 fn idemkit_console_settles_an_unknown_record_of_a_redb_file_and_audits_it_beside_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ops.redb");
-    // An `exec`-style record left Unknown by its worker.
+    // `exec`-style records left Unknown by their worker: inv-42, and six more
+    // over two tenants for paging through a filter.
     {
         use idemkit::core::machine::Policy;
         use idemkit::core::{Fingerprint, IdempotencyKey, Scope};
         use idemkit::store::Claim;
         let store = idemkit::open(&db).unwrap();
-        let scope = Scope::new("acme", "invoice.send").unwrap();
-        let key = IdempotencyKey::new("inv-42").unwrap();
-        let Claim::Execute(guard) = store
-            .claim(
-                &scope,
-                &key,
-                Fingerprint::from_bytes([1; 32]),
-                "worker",
-                &Policy::default(),
-            )
-            .unwrap()
-        else {
-            panic!("a new key executes");
+        let unknown = |tenant: &str, key: &str, why: &str| {
+            let scope = Scope::new(tenant, "invoice.send").unwrap();
+            let key = IdempotencyKey::new(key).unwrap();
+            let Claim::Execute(guard) = store
+                .claim(
+                    &scope,
+                    &key,
+                    Fingerprint::from_bytes([1; 32]),
+                    "worker",
+                    &Policy::default(),
+                )
+                .unwrap()
+            else {
+                panic!("a new key executes");
+            };
+            guard.mark_unknown(why).unwrap();
         };
-        guard.mark_unknown("the mail server timed out").unwrap();
+        unknown("acme", "inv-42", "the mail server timed out");
+        for n in 0..6 {
+            let tenant = if n % 2 == 0 { "globex" } else { "initech" };
+            unknown(tenant, &format!("batch-{n}"), "exit status 1");
+        }
     }
     let token_file = dir.path().join("admin.token");
     std::fs::write(&token_file, format!("{ADMIN_TOKEN}\n")).unwrap();

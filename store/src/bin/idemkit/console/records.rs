@@ -299,19 +299,18 @@ async fn list(
         let mut read = 0;
         let mut after = after;
         let next = loop {
+            // Never more than the page still needs: every record read is
+            // either answered or behind the cursor handed back, none skipped.
             let page = store
-                .list_page(listing, after.as_deref(), limit.max(100))
+                .list_page(listing, after.as_deref(), limit - found.len())
                 .map_err(|e| e.to_string())?;
             read += page.records.len().max(1);
             found.extend(page.records.into_iter().filter(|r| matches(r, &query)));
             match page.next {
-                // A page cut short keeps the place of its last record: the
-                // next request reads the rest of the scan page again.
                 Some(next) if found.len() < limit && read < SCAN_BUDGET => after = Some(next),
                 next => break next,
             }
         };
-        found.truncate(limit);
         Ok::<_, String>((found, next, now))
     })
     .await;
