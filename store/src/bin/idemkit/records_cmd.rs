@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{ArgGroup, Args};
 use idemkit::core::machine::{Policy, Resolution};
-use idemkit::core::record::{Record, RecordState, StateName, StepState, StoredResponse};
+use idemkit::core::record::{Record, RecordState, StateName, Step, StepState, StoredResponse};
 use idemkit::store::ListedRecord;
 use serde_json::{Value, json};
 
@@ -274,24 +274,12 @@ pub(crate) fn show(args: ShowArgs) -> ExitCode {
         "keep_until_ms".into(),
         json!(r.keep_until.map(|t| t.as_millis())),
     );
-    let steps = Value::Array(
-        r.steps
-            .iter()
-            .map(|s| {
-                json!({
-                    "name": s.name,
-                    "state": match s.state { StepState::Started => "started", StepState::Done => "done" },
-                    "provider_key": s.provider_key,
-                    "provider_ref": s.provider_ref,
-                })
-            })
-            .collect(),
-    );
+    let steps = Value::Array(r.steps.iter().map(step_json).collect());
     value.insert("steps".into(), steps);
     if let RecordState::Completed { response, .. } = &r.state {
         let response = json!({
             "status": response.status,
-            "headers": response.headers.iter().map(|(n, v)| json!([n, String::from_utf8_lossy(v)])).collect::<Vec<_>>(),
+            "headers": headers_json(&response.headers),
             "body": response.body.as_deref().map(body_json),
             "resource_ref": response.resource_ref,
         });
@@ -525,6 +513,26 @@ pub(crate) fn stats(args: StatsArgs) -> ExitCode {
         }
     }
     ExitCode::from(exit::OK)
+}
+
+/// A step as `show --json` and the operator console give it.
+pub(crate) fn step_json(s: &Step) -> Value {
+    json!({
+        "name": s.name,
+        "state": match s.state { StepState::Started => "started", StepState::Done => "done" },
+        "provider_key": s.provider_key,
+        "provider_ref": s.provider_ref,
+        "started_at_ms": s.started_at.as_millis(),
+        "done_at_ms": s.done_at.map(|t| t.as_millis()),
+    })
+}
+
+/// Stored headers as `[name, value]` pairs, the value as text.
+pub(crate) fn headers_json(headers: &[(String, Vec<u8>)]) -> Value {
+    headers
+        .iter()
+        .map(|(n, v)| json!([n, String::from_utf8_lossy(v)]))
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use http::{HeaderMap, Response, StatusCode};
 use idemkit::adapters::Version;
 use idemkit::core::machine::{Policy, Resolution};
-use idemkit::core::record::{Record, RecordState, StateName, StepState, StoredResponse};
+use idemkit::core::record::{Record, RecordState, StateName, StoredResponse};
 use idemkit::core::{RecordId, UnixMillis};
 use idemkit::store::{ListedRecord, Listing, Store, WorkerError};
 use serde_json::{Value, json};
@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 use super::audit::AuditEntry;
 use super::samples::{INTERVAL, Samples};
 use super::{api_error, api_json, caller, changer};
-use crate::proxy::admin::{Admin, hex, unhex};
+use crate::proxy::admin::{Admin, hex, page_args, unhex};
+use crate::records_cmd::{headers_json, step_json};
 
 /// Records per page unless `limit` says otherwise, and the most it may say.
 const DEFAULT_PAGE: usize = 50;
@@ -125,20 +126,7 @@ fn summary(r: &ListedRecord, now: UnixMillis) -> Value {
         RecordState::Unknown { reason, .. } => Value::from(reason.to_string()),
         _ => Value::Null,
     };
-    let steps: Vec<Value> = record
-        .steps
-        .iter()
-        .map(|s| {
-            json!({
-                "name": s.name,
-                "state": match s.state { StepState::Started => "started", StepState::Done => "done" },
-                "provider_key": s.provider_key,
-                "provider_ref": s.provider_ref,
-                "started_at_ms": s.started_at.as_millis(),
-                "done_at_ms": millis(s.done_at),
-            })
-        })
-        .collect();
+    let steps: Vec<Value> = record.steps.iter().map(step_json).collect();
     json!({
         "id": hex(r.scope.record_id(&r.key).as_bytes()),
         "log_ref": r.log_ref().to_string(),
@@ -189,14 +177,9 @@ fn detail_view(r: &ListedRecord, now: UnixMillis) -> Value {
 }
 
 fn response_view(response: &StoredResponse) -> Value {
-    let headers: Vec<Value> = response
-        .headers
-        .iter()
-        .map(|(name, value)| json!([name, String::from_utf8_lossy(value)]))
-        .collect();
     json!({
         "status": response.status,
-        "headers": headers,
+        "headers": headers_json(&response.headers),
         "resource_ref": response.resource_ref,
         "body_bytes": response.body.as_ref().map(Vec::len),
     })
@@ -272,26 +255,11 @@ async fn list(
         Ok(l) => l,
         Err(e) => return api_error(StatusCode::BAD_REQUEST, &e),
     };
-    let limit = match query.limit {
-        None => DEFAULT_PAGE,
-        Some(n @ 1..=MAX_PAGE) => n,
-        Some(n) => {
-            return api_error(
-                StatusCode::BAD_REQUEST,
-                &format!("limit {n}: expected 1 to {MAX_PAGE}"),
-            );
-        }
-    };
-    let after = match query.after.as_deref().map(unhex) {
-        None => None,
-        Some(Some(cursor)) => Some(cursor),
-        Some(None) => {
-            return api_error(
-                StatusCode::BAD_REQUEST,
-                "after: expected the `next` of an earlier page",
-            );
-        }
-    };
+    let (limit, after) =
+        match page_args(query.limit, query.after.as_deref(), DEFAULT_PAGE, MAX_PAGE) {
+            Ok(page) => page,
+            Err(e) => return api_error(StatusCode::BAD_REQUEST, &e),
+        };
     let store = admin.store.clone();
     let found = tokio::task::spawn_blocking(move || {
         let now = store.now();

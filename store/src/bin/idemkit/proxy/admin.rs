@@ -217,6 +217,27 @@ fn view(r: &ListedRecord, bodies: bool) -> serde_json::Value {
     view
 }
 
+/// A page's size (`limit`: 1 to `max`, else `default`) and where it starts
+/// (`after`: the `next` of an earlier page), or what is wrong with them.
+pub(crate) fn page_args(
+    limit: Option<usize>,
+    after: Option<&str>,
+    default: usize,
+    max: usize,
+) -> Result<(usize, Option<Vec<u8>>), String> {
+    let limit = match limit {
+        None => default,
+        Some(n) if (1..=max).contains(&n) => n,
+        Some(n) => return Err(format!("limit {n}: expected 1 to {max}")),
+    };
+    let after = match after.map(unhex) {
+        None => None,
+        Some(Some(cursor)) => Some(cursor),
+        Some(None) => return Err("after: expected the `next` of an earlier page".to_owned()),
+    };
+    Ok((limit, after))
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -267,26 +288,11 @@ async fn records(
             );
         }
     };
-    let limit = match query.limit {
-        None => DEFAULT_PAGE,
-        Some(n @ 1..=MAX_PAGE) => n,
-        Some(n) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("limit {n}: expected 1 to {MAX_PAGE}"),
-            );
-        }
-    };
-    let after = match query.after.as_deref().map(unhex) {
-        None => None,
-        Some(Some(cursor)) => Some(cursor),
-        Some(None) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "after: expected the `next` of an earlier page",
-            );
-        }
-    };
+    let (limit, after) =
+        match page_args(query.limit, query.after.as_deref(), DEFAULT_PAGE, MAX_PAGE) {
+            Ok(page) => page,
+            Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+        };
     let bodies = query.bodies.unwrap_or(false);
     let store = admin.store.clone();
     let page =
