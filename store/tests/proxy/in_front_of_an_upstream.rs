@@ -331,43 +331,10 @@ fn metrics_count_the_claims_and_the_replays() {
 
 #[test]
 fn a_proxy_killed_mid_request_does_not_send_the_retry_again_after_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(Duration::ZERO);
-    let file = config(
-        dir.path(),
-        upstream.addr,
-        &redb_store(dir.path()),
-        // A lease sized for a slow upstream: the restarted proxy must not wait it out.
-        "lease_ms = 30000",
-    );
-    let proxy = ProxyProcess::start(&file);
-    let addr = proxy.addr;
-    let client = std::thread::spawn(move || {
-        let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
-        headers.push(("Idempotency-Key", b"k-kill"));
-        headers.push(("X-Tenant-Id", b"acme"));
-        request(addr, "POST", "/accounts/slow/withdraw", &headers, BODY)
-    });
-    // Killed while the upstream is working on the request.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while upstream.calls("slow") == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the request reached the upstream"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    proxy.signal("KILL");
-    assert!(
-        client.join().unwrap().is_err(),
-        "the first client got no answer"
-    );
-    drop(proxy);
-
+    let (_dir, upstream, restarted) = proxy_support::killed_mid_request(&["k-kill"], BODY);
     // The proxy holds its redb file alone, so the request the killed process
     // dispatched is settled when the file is opened: the retry right after the
     // restart is uncertain at once, not in progress for the rest of the lease.
-    let restarted = ProxyProcess::start(&file);
     let retry = post_json(
         restarted.addr,
         "/accounts/slow/withdraw",

@@ -11,62 +11,11 @@ use crate::support::idemkit_proxy as proxy_support;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use proxy_support::{ADMIN_TOKEN, ProxyProcess, Upstream, config, post_json};
+use proxy_support::{ADMIN_TOKEN, ProxyProcess, killed_mid_request, post_json};
 use support::{Reply, request};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
-
-fn redb_store(dir: &Path) -> String {
-    format!("path = {:?}", dir.join("proxy.redb"))
-}
-
-/// A proxy killed while `keys` were at the upstream, restarted: each key's
-/// record is Unknown (the crash), and no retry was sent upstream again.
-fn crashed_with_unknown(keys: &[&str]) -> (tempfile::TempDir, Upstream, PathBuf, ProxyProcess) {
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(Duration::ZERO);
-    let file = config(
-        dir.path(),
-        upstream.addr,
-        &redb_store(dir.path()),
-        "lease_ms = 30000",
-    );
-    let proxy = ProxyProcess::start(&file);
-    let clients: Vec<_> = keys
-        .iter()
-        .map(|key| {
-            let (addr, key) = (proxy.addr, key.to_string());
-            std::thread::spawn(move || {
-                let headers: Vec<(&str, &[u8])> = vec![
-                    ("Content-Type", b"application/json"),
-                    ("Idempotency-Key", key.as_bytes()),
-                    ("X-Tenant-Id", b"acme"),
-                ];
-                request(addr, "POST", "/accounts/slow/withdraw", &headers, BODY)
-            })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while upstream.calls("slow") < keys.len() {
-        assert!(
-            Instant::now() < deadline,
-            "the requests reached the upstream"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    proxy.signal("KILL");
-    for client in clients {
-        assert!(
-            client.join().unwrap().is_err(),
-            "no answer from a killed proxy"
-        );
-    }
-    drop(proxy);
-    let restarted = ProxyProcess::start(&file);
-    (dir, upstream, file, restarted)
-}
 
 /// The log reference of each Unknown record, by key.
 fn unknown_log_ref(proxy: &ProxyProcess, key: &str) -> String {
@@ -128,7 +77,7 @@ fn browser(mode: &str, admin: SocketAddr, env: &[(&str, &str)]) -> serde_json::V
 
 #[test]
 fn an_operator_settles_a_crashed_request_in_the_browser_and_the_retry_replays_it() {
-    let (dir, upstream, _file, proxy) = crashed_with_unknown(&["k-console", "k-stale"]);
+    let (dir, upstream, proxy) = killed_mid_request(&["k-console", "k-stale"], BODY);
     let settled = unknown_log_ref(&proxy, "k-console");
     let stale = unknown_log_ref(&proxy, "k-stale");
 
@@ -290,7 +239,7 @@ fn resolve_with(addr: SocketAddr, id: &str, headers: &[(&str, &[u8])], version: 
 
 #[test]
 fn the_console_serves_nothing_but_its_login_without_a_token_and_refuses_forged_or_stale_changes() {
-    let (_dir, _upstream, _file, proxy) = crashed_with_unknown(&["k-rules"]);
+    let (_dir, _upstream, proxy) = killed_mid_request(&["k-rules"], BODY);
     let admin = proxy.admin;
     let get =
         |path: &str, headers: &[(&str, &[u8])]| request(admin, "GET", path, headers, b"").unwrap();

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -536,4 +536,54 @@ pub(crate) fn simultaneous_withdrawals(
         .into_iter()
         .map(|h| h.join().unwrap())
         .collect()
+}
+
+/// A proxy (redb store, a 30 s lease) killed while a POST of `body` under each of `keys`
+/// (tenant `acme`, account `slow`) was at the upstream, then restarted: each
+/// key's record is Unknown (settled as a crash when the file was opened).
+pub(crate) fn killed_mid_request(
+    keys: &[&str],
+    body: &'static [u8],
+) -> (tempfile::TempDir, Upstream, ProxyProcess) {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(Duration::ZERO);
+    let file = config(
+        dir.path(),
+        upstream.addr,
+        &format!("path = {:?}", dir.path().join("proxy.redb")),
+        "lease_ms = 30000",
+    );
+    let proxy = ProxyProcess::start(&file);
+    let clients: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (addr, key) = (proxy.addr, key.to_string());
+            std::thread::spawn(move || {
+                let headers: Vec<(&str, &[u8])> = vec![
+                    ("Content-Type", b"application/json"),
+                    ("Idempotency-Key", key.as_bytes()),
+                    ("X-Tenant-Id", b"acme"),
+                ];
+                request(addr, "POST", "/accounts/slow/withdraw", &headers, body)
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while upstream.calls("slow") < keys.len() {
+        assert!(
+            Instant::now() < deadline,
+            "the requests reached the upstream"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    proxy.signal("KILL");
+    for client in clients {
+        assert!(
+            client.join().unwrap().is_err(),
+            "no answer from a killed proxy"
+        );
+    }
+    drop(proxy);
+    let restarted = ProxyProcess::start(&file);
+    (dir, upstream, restarted)
 }
