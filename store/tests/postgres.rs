@@ -6,6 +6,7 @@
 mod support;
 
 mod postgres {
+    mod a_new_key_is_claimed_with_one_insert;
     mod announcements;
     mod appointments_notes_sigkill;
     mod cli_operator;

@@ -103,6 +103,9 @@ pub struct Store {
     orphans: Arc<[SettledOrphan]>,
     /// The requests waiting for a running key's outcome.
     waiters: Arc<waiters::Waiters>,
+    /// The last time a claim's read carried, for claims that decide by its
+    /// estimate and write first ([`claim`](Store::claim)).
+    observed: Arc<claim::ObservedTime>,
 }
 
 impl<A: Adapter> From<A> for Store {
@@ -137,6 +140,7 @@ impl Store {
             seen: Arc::default(),
             orphans: Arc::new([]),
             waiters,
+            observed: Arc::default(),
         }
     }
 
@@ -151,6 +155,7 @@ impl Store {
             seen: self.seen,
             orphans: self.orphans,
             waiters: self.waiters,
+            observed: self.observed,
         }
     }
 
@@ -180,6 +185,7 @@ impl Store {
                 seen: Arc::clone(&self.seen),
                 orphans: Arc::clone(&self.orphans),
                 waiters: Arc::clone(&self.waiters),
+                observed: Arc::clone(&self.observed),
             },
             None => self.clone(),
         }

@@ -68,6 +68,7 @@ mod schema;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idemkit_core::record::Record;
@@ -156,6 +157,8 @@ pub struct PostgresAdapter {
     clock: PgClock,
     /// Where [`Adapter::announce_to`]'s thread listens.
     listen: Arc<listen::Target>,
+    /// Statements sent for records, floors and time, by this adapter and its clones.
+    statements: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for PostgresAdapter {
@@ -197,6 +200,7 @@ impl PostgresAdapter {
             sql: Arc::new(sql),
             clock: PgClock::database(),
             listen: Arc::new(listen),
+            statements: Arc::default(),
         };
         {
             let mut conn = store.conn()?;
@@ -237,10 +241,24 @@ impl PostgresAdapter {
         self.reading(|conn| self.decision_time(conn))
     }
 
+    /// How many statements this adapter (and its clones) has sent to read,
+    /// insert, update and delete records, raise the token floor and read the
+    /// time since it connected, each one round trip (scans, migrations and
+    /// connection checks are not counted): what an operation costs, for a
+    /// benchmark or a test. A new key's claim and completion are two.
+    pub fn statements_sent(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+
+    fn sending(&self) {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// `now` for a decision that reads no single record (GC, the unresolved
     /// list, a guard's write): one statement, answered by the database's clock.
     fn decision_time(&self, conn: &mut Conn) -> Result<UnixMillis, PgError> {
         let (given, offset) = self.clock.params();
+        self.sending();
         let row = conn
             .query_typed_one(
                 &self.sql.select_now,
@@ -320,6 +338,7 @@ impl PostgresAdapter {
     ) -> Result<(Read, UnixMillis), PgError> {
         let (scope, key) = address(id)?;
         let (given, offset) = self.clock.params();
+        self.sending();
         let row = client
             .query_typed_one(
                 &self.sql.select_at,
@@ -365,6 +384,7 @@ impl PostgresAdapter {
     ) -> Result<Option<Version>, PgError> {
         let row = Columns::of(id, record)?;
         let token = i64::try_from(record.last_token.get()).unwrap_or(i64::MAX);
+        self.sending();
         match client.query_typed_opt(&self.sql.insert, &row.params(&token)) {
             Ok(row) => Ok(row.map(|row| version_of(&row)).transpose()?),
             Err(e) => lost_or_fail(&e),
@@ -399,6 +419,7 @@ impl PostgresAdapter {
     ) -> Result<Result<Option<Version>, postgres::Error>, PgError> {
         let row = Columns::of(id, next)?;
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
+        self.sending();
         let written = if row.running() {
             client.execute_typed(&self.sql.update, &row.params(&version))
         } else {
@@ -416,6 +437,7 @@ impl PostgresAdapter {
     /// delete, so it sees the floor).
     fn raise_floor(&self, conn: &mut Conn, to: u64) -> Result<(), PgError> {
         let to = i64::try_from(to).unwrap_or(i64::MAX);
+        self.sending();
         conn.execute(&self.sql.raise_floor, &[&to])
             .map_err(|e| fail(&e))?;
         Ok(())
@@ -427,6 +449,7 @@ impl PostgresAdapter {
         let (scope, key) = address(id)?;
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
         let payload = listen::hex(id.as_bytes());
+        self.sending();
         match conn.execute(
             &self.sql.delete,
             &[
