@@ -25,6 +25,15 @@
 //!   ([`DatabaseClock`]'s `estimate_after`), sparing the clock's round trip: the
 //!   core accepts a completion by its token at any time, so the instant only
 //!   dates the outcome.
+//! - **a new key's claim writes first**: within [`ESTIMATE_WITHIN`] of the
+//!   time a claim's read carried, the engine decides the next claim as for a
+//!   free key at the database's time plus the interval measured here, and
+//!   sends only the insert. Its `WHERE $token > floor` and `ON CONFLICT`
+//!   refuse a taken key or a token the floor covers, and the claim then reads
+//!   and decides as usual. A new key's claim and completion are two statements
+//!   ([`PostgresAdapter::statements_sent`] counts them), like a hand-written
+//!   `INSERT … ON CONFLICT` and `UPDATE`; a retry of a known key pays one more
+//!   (the refused insert) while the estimate holds.
 //! - **a lost connection** is [`PgError::Unavailable`]: nothing is acknowledged, and
 //!   the caller must not execute. Each statement runs in autocommit, so a statement
 //!   the server committed is durable (`synchronous_commit` as the server has it).
