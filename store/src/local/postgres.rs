@@ -11,7 +11,7 @@ use idemkit_core::record::{Record, StoredResponse};
 use idemkit_core::{RecordId, UnixMillis};
 
 use super::LocalError;
-use crate::adapters::postgres::{PgError, PostgresAdapter};
+use crate::adapters::postgres::{PgError, PostgresAdapter, Typed};
 use crate::adapters::{AdapterError, Read, Stored, Version};
 use crate::store::{ExecutionGuard, Seam};
 
@@ -23,7 +23,7 @@ struct InTransaction<'a, 't> {
 
 impl Seam for InTransaction<'_, '_> {
     fn get(&mut self, id: &RecordId) -> Result<Read, AdapterError> {
-        let (mut read, now) = self.pg.read_on(self.txn, id)?;
+        let (mut read, now) = self.pg.read_on(&mut Typed(&mut *self.txn), id)?;
         // The decision's time is the database's, read in this transaction.
         read.now = Some(now);
         Ok(read)
@@ -39,7 +39,7 @@ impl Seam for InTransaction<'_, '_> {
         // transaction: not a lost race to retry here, but the caller's to retry.
         Ok(self
             .pg
-            .update_on(self.txn, id, read, next)?
+            .update_on(&mut Typed(&mut *self.txn), id, read, next)?
             .map_err(|e| PgError::from_statement(&e))?)
     }
 }

@@ -58,9 +58,11 @@
 //!   5 s, and the thread ends (its connection closed) once its store is dropped.
 //!
 //! - **one round trip per statement**: the per-record statements (the read, the
-//!   insert, the update, the clock) are sent typed (`query_typed`: parse, bind
-//!   and execute of the unnamed statement in one message batch), never prepared
-//!   first in a round trip of their own.
+//!   insert, the update, the clock) are prepared on each pooled connection the
+//!   first time it sends them (`pool::Prepared`), then sent as bind and execute
+//!   alone, so the server parses and plans each once per connection. In a
+//!   caller's transaction ([`crate::local`]) they are sent typed (`query_typed`:
+//!   parse, bind and execute of the unnamed statement in one message batch).
 //!
 //! The pool is `r2d2` over the synchronous `postgres` driver, because the
 //! adapter seam is synchronous; async services call the store from
@@ -94,7 +96,7 @@ use crate::adapters::{
 };
 use crate::clock::{Clock, ClockError, SystemClock};
 use error::{Failure, classify, fail};
-use pool::{Conn, Pool};
+use pool::{Conn, Pool, Slot};
 use schema::Sql;
 
 /// How many times the engine tries one read → decide → write before it gives
@@ -252,9 +254,10 @@ impl PostgresAdapter {
 
     /// How many statements this adapter (and its clones) has sent to read,
     /// insert, update and delete records, raise the token floor and read the
-    /// time since it connected, each one round trip (scans, migrations and
-    /// connection checks are not counted): what an operation costs, for a
-    /// benchmark or a test. A new key's claim and completion are two.
+    /// time since it connected, each one round trip (scans, migrations,
+    /// connection checks and a statement's one preparation on each pooled
+    /// connection are not counted): what an operation costs, for a benchmark
+    /// or a test. A new key's claim and completion are two.
     pub fn statements_sent(&self) -> u64 {
         self.statements.load(Ordering::Relaxed)
     }
@@ -269,7 +272,8 @@ impl PostgresAdapter {
         let (given, offset) = self.clock.params();
         self.sending();
         let row = conn
-            .query_typed_one(
+            .one(
+                Slot::SelectNow,
                 &self.sql.select_now,
                 &[(&given, Type::INT8), (&offset, Type::INT8)],
             )
@@ -332,7 +336,7 @@ impl PostgresAdapter {
     /// Reads the row of `id`, its version, the token floor and the database's
     /// time, in one statement.
     fn read(&self, id: &RecordId) -> Result<Read, PgError> {
-        let (mut read, now) = self.reading(|conn| self.read_on(&mut **conn, id))?;
+        let (mut read, now) = self.reading(|conn| self.read_on(conn, id))?;
         read.now = Some(now);
         Ok(read)
     }
@@ -342,14 +346,15 @@ impl PostgresAdapter {
     /// (`Read::now` is left `None`).
     pub(crate) fn read_on(
         &self,
-        client: &mut impl postgres::GenericClient,
+        client: &mut impl Sends,
         id: &RecordId,
     ) -> Result<(Read, UnixMillis), PgError> {
         let (scope, key) = address(id)?;
         let (given, offset) = self.clock.params();
         self.sending();
         let row = client
-            .query_typed_one(
+            .one(
+                Slot::SelectAt,
                 &self.sql.select_at,
                 &[
                     (&scope.tenant(), Type::TEXT),
@@ -387,14 +392,14 @@ impl PostgresAdapter {
     /// below the record's last token.
     fn insert_row(
         &self,
-        client: &mut impl postgres::GenericClient,
+        client: &mut impl Sends,
         id: &RecordId,
         record: &Record,
     ) -> Result<Option<Version>, PgError> {
         let row = Columns::of(id, record)?;
         let token = i64::try_from(record.last_token.get()).unwrap_or(i64::MAX);
         self.sending();
-        match client.query_typed_opt(&self.sql.insert, &row.params(&token)) {
+        match client.opt(Slot::Insert, &self.sql.insert, &row.params(&token)) {
             Ok(row) => Ok(row.map(|row| version_of(&row)).transpose()?),
             Err(e) => lost_or_fail(&e),
         }
@@ -409,7 +414,7 @@ impl PostgresAdapter {
         read: &Stored,
         next: &Record,
     ) -> Result<Option<Version>, PgError> {
-        match self.update_on(&mut **conn, id, read, next)? {
+        match self.update_on(conn, id, read, next)? {
             Ok(updated) => Ok(updated),
             Err(e) => lost_or_fail(&e),
         }
@@ -421,7 +426,7 @@ impl PostgresAdapter {
     /// aborted the transaction, so it cannot be retried there).
     pub(crate) fn update_on(
         &self,
-        client: &mut impl postgres::GenericClient,
+        client: &mut impl Sends,
         id: &RecordId,
         read: &Stored,
         next: &Record,
@@ -430,13 +435,13 @@ impl PostgresAdapter {
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
         self.sending();
         let written = if row.running() {
-            client.execute_typed(&self.sql.update, &row.params(&version))
+            client.changed(Slot::Update, &self.sql.update, &row.params(&version))
         } else {
             // Leaving Running: the same statement announces it (on commit).
             let payload = listen::hex(id.as_bytes());
             let [a, b, c, d, e, f, g, h, i] = row.params(&version);
             let params = [a, b, c, d, e, f, g, h, i, (&payload, Type::TEXT)];
-            client.execute_typed(&self.sql.update_announced, &params)
+            client.changed(Slot::UpdateAnnounced, &self.sql.update_announced, &params)
         };
         Ok(written.map(|n| (n == 1).then(|| Version(read.version.0.saturating_add(1)))))
     }
@@ -570,7 +575,7 @@ impl Adapter for PostgresAdapter {
 
     fn insert(&self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError> {
         let mut conn = self.conn()?;
-        Ok(self.insert_row(&mut *conn, id, record)?)
+        Ok(self.insert_row(&mut conn, id, record)?)
     }
 
     fn update(
@@ -659,7 +664,7 @@ impl Adapter for PostgresAdapter {
         let mut answers = Vec::with_capacity(writes.len());
         for write in writes {
             answers.push(match write {
-                Write::Insert(id, record) => self.insert_row(&mut *conn, id, record)?,
+                Write::Insert(id, record) => self.insert_row(&mut conn, id, record)?,
                 Write::Update(id, read, next) => self.update_row(&mut conn, id, read, next)?,
                 Write::Delete(id, read) => {
                     self.delete_row(&mut conn, id, read)?.then_some(Version(0))
@@ -702,6 +707,112 @@ impl Clock for DatabaseClock {
 /// The longest interval [`DatabaseClock`] estimates rather than reads: an
 /// operation's claim and completion a moment apart share one clock reading.
 pub const ESTIMATE_WITHIN: Duration = Duration::from_secs(1);
+
+/// Where a per-record statement is sent: a pooled connection prepares it once
+/// and then sends only its parameters ([`pool::Prepared`]); a caller's
+/// transaction ([`Typed`]) sends it typed (parse, bind and execute of the
+/// unnamed statement in one message batch), as it may run on any connection.
+/// Either way, one round trip.
+pub(crate) trait Sends {
+    /// The statement's one row.
+    fn one(
+        &mut self,
+        slot: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<postgres::Row, postgres::Error>;
+    /// Its row, if any.
+    fn opt(
+        &mut self,
+        slot: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Option<postgres::Row>, postgres::Error>;
+    /// The rows it changed.
+    fn changed(
+        &mut self,
+        slot: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<u64, postgres::Error>;
+}
+
+/// The statement of `slot` prepared on `conn`, and the parameters' values.
+fn prepared<'p>(
+    conn: &mut Conn,
+    slot: Slot,
+    sql: &str,
+    params: &[(&'p (dyn ToSql + Sync), Type)],
+) -> Result<(postgres::Statement, Vec<&'p (dyn ToSql + Sync)>), postgres::Error> {
+    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+    let (client, cache) = conn.parts();
+    let statement = cache.get(client, slot, sql, &types)?;
+    Ok((statement, params.iter().map(|(v, _)| *v).collect()))
+}
+
+impl Sends for Conn {
+    fn one(
+        &mut self,
+        slot: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<postgres::Row, postgres::Error> {
+        let (statement, values) = prepared(self, slot, sql, params)?;
+        self.parts().0.query_one(&statement, &values)
+    }
+
+    fn opt(
+        &mut self,
+        slot: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Option<postgres::Row>, postgres::Error> {
+        let (statement, values) = prepared(self, slot, sql, params)?;
+        self.parts().0.query_opt(&statement, &values)
+    }
+
+    fn changed(
+        &mut self,
+        slot: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<u64, postgres::Error> {
+        let (statement, values) = prepared(self, slot, sql, params)?;
+        self.parts().0.execute(&statement, &values)
+    }
+}
+
+/// A caller's client (its transaction), sent typed statements.
+pub(crate) struct Typed<'c, C>(pub(crate) &'c mut C);
+
+impl<C: postgres::GenericClient> Sends for Typed<'_, C> {
+    fn one(
+        &mut self,
+        _: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<postgres::Row, postgres::Error> {
+        self.0.query_typed_one(sql, params)
+    }
+
+    fn opt(
+        &mut self,
+        _: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Option<postgres::Row>, postgres::Error> {
+        self.0.query_typed_opt(sql, params)
+    }
+
+    fn changed(
+        &mut self,
+        _: Slot,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<u64, postgres::Error> {
+        self.0.execute_typed(sql, params)
+    }
+}
 
 /// The floor a delete of `stored` raises the table's one floor to: above its
 /// last token (a later fresh row's tokens are new) and its version (a later

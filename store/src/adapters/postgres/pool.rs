@@ -48,6 +48,58 @@ impl DerefMut for Conn {
 pub(crate) struct Pooled {
     client: postgres::Client,
     returned_at: Instant,
+    /// The adapter's per-record statements, prepared on this connection the
+    /// first time each is sent on it.
+    prepared: Prepared,
+}
+
+impl Conn {
+    /// The connection and the statements prepared on it, apart.
+    pub(crate) fn parts(&mut self) -> (&mut postgres::Client, &mut Prepared) {
+        let pooled = &mut *self.0;
+        (&mut pooled.client, &mut pooled.prepared)
+    }
+}
+
+/// Which per-record statement a [`Prepared`] slot holds (an adapter's SQL is
+/// fixed when it connects, and each pool serves one adapter).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Slot {
+    SelectAt,
+    SelectNow,
+    Insert,
+    Update,
+    UpdateAnnounced,
+}
+
+/// Statements prepared on one connection: a prepared statement is parsed and
+/// planned by the server once per connection, where a typed one
+/// (`query_typed`) is parsed on every execution.
+#[derive(Default)]
+pub(crate) struct Prepared {
+    slots: [Option<postgres::Statement>; 5],
+}
+
+impl Prepared {
+    /// The statement of `slot` (`sql`, with parameters of `types`), prepared on
+    /// `client` now if it was not yet.
+    pub(crate) fn get(
+        &mut self,
+        client: &mut postgres::Client,
+        slot: Slot,
+        sql: &str,
+        types: &[postgres::types::Type],
+    ) -> Result<postgres::Statement, postgres::Error> {
+        let index = slot as usize;
+        if let Some(Some(statement)) = self.slots.get(index) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare_typed(sql, types)?;
+        if let Some(kept) = self.slots.get_mut(index) {
+            *kept = Some(statement.clone());
+        }
+        Ok(statement)
+    }
 }
 
 /// Makes, checks and retires the pool's connections.
@@ -85,6 +137,7 @@ impl ManageConnection for Manager {
         Ok(Pooled {
             client: self.inner.connect()?,
             returned_at: Instant::now(),
+            prepared: Prepared::default(),
         })
     }
 
