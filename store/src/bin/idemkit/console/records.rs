@@ -304,9 +304,14 @@ async fn list(
     )
 }
 
+/// The scope and key of a console id (hex of the record id), if it is one.
+fn record_address(id: &str) -> Option<(idemkit::core::Scope, idemkit::core::IdempotencyKey)> {
+    unhex(id).and_then(|bytes| RecordId::decode(&bytes).ok())
+}
+
 /// The record a console URL names by its id (hex of the record id).
 async fn find(admin: &Admin, id: &str) -> Result<(ListedRecord, UnixMillis), Response<Body>> {
-    let Some((scope, key)) = unhex(id).and_then(|bytes| RecordId::decode(&bytes).ok()) else {
+    let Some((scope, key)) = record_address(id) else {
         return Err(api_error(
             StatusCode::BAD_REQUEST,
             "the record id is not one the console listed",
@@ -614,7 +619,7 @@ async fn audit(
     };
     let log_ref = match query.record.as_deref() {
         None => None,
-        Some(id) => match unhex(id).and_then(|bytes| RecordId::decode(&bytes).ok()) {
+        Some(id) => match record_address(id) {
             Some((scope, key)) => Some(scope.record_id(&key).log_ref().to_string()),
             None => {
                 return api_error(
