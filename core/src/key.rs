@@ -98,7 +98,7 @@ impl IdempotencyKey {
             if matches!(i, 4 | 6 | 8 | 10) {
                 text.push('-');
             }
-            text.push_str(&format!("{byte:02x}"));
+            crate::hex::push_lower(&mut text, &[*byte]);
         }
         IdempotencyKey(text)
     }
@@ -120,15 +120,16 @@ impl IdempotencyKey {
     /// ```
     #[must_use]
     pub fn derive(namespace: &str, run_id: &str, step_id: &str) -> Self {
-        let mut hasher = blake3::Hasher::new_derive_key("idemkit 2026-11 action key v1");
+        let mut hasher = crate::digest::ACTION_KEY.hasher();
         for part in [namespace, run_id, step_id] {
             hasher.update(&(part.len() as u64).to_le_bytes());
             hasher.update(part.as_bytes());
         }
         let mut text = String::from("ik1-");
-        for byte in hasher.finalize().as_bytes().iter().take(16) {
-            text.push_str(&format!("{byte:02x}"));
-        }
+        crate::hex::push_lower(
+            &mut text,
+            hasher.finalize().as_bytes().get(..16).unwrap_or_default(),
+        );
         IdempotencyKey(text)
     }
 

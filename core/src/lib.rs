@@ -72,7 +72,9 @@ mod prelude {
 }
 
 pub mod client;
+mod digest;
 pub mod fingerprint;
+pub mod hex;
 pub mod http;
 pub mod json;
 pub mod key;

@@ -215,7 +215,9 @@ impl RecordId {
     /// A short digest of this id that is safe to log and to show an operator.
     #[must_use]
     pub fn log_ref(&self) -> LogRef {
-        let digest = blake3::derive_key("idemkit 2026-11 record log reference v1", &self.bytes);
+        let mut hasher = crate::digest::LOG_REF.hasher();
+        hasher.update(&self.bytes);
+        let digest = *hasher.finalize().as_bytes();
         let mut short = [0u8; 8];
         short.copy_from_slice(digest.get(..8).unwrap_or(&[0; 8]));
         LogRef(short)
@@ -288,10 +290,7 @@ pub struct LogRef([u8; 8]);
 
 impl fmt::Display for LogRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for byte in self.0 {
-            write!(f, "{byte:02x}")?;
-        }
-        Ok(())
+        crate::hex::Lower(&self.0).fmt(f)
     }
 }
 

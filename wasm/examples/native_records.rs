@@ -14,10 +14,11 @@ use std::error::Error;
 use std::io::Read;
 use std::time::Duration;
 
+use idemkit_core::hex::lower as hex;
 use idemkit_core::machine::{self, ClaimRequest, MismatchStatus, Policy, Resolution, StorePolicy};
 use idemkit_core::record::{EffectKind, FencingToken, Record, StoredResponse, UnknownReason};
 use idemkit_core::{Fingerprint, RequestFingerprint, UnixMillis};
-use idemkit_wasm::interop::{Coded, hex};
+use idemkit_wasm::interop::Coded;
 use serde_json::Value;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -40,17 +41,7 @@ fn str_of<'a>(v: &'a Value, name: &str) -> Res<&'a str> {
 }
 
 fn unhex(text: &str) -> Res<Vec<u8>> {
-    let digits = text.as_bytes();
-    if !digits.len().is_multiple_of(2) {
-        return Err("odd hex length".into());
-    }
-    digits
-        .chunks_exact(2)
-        .map(|pair| {
-            let s = std::str::from_utf8(pair)?;
-            Ok(u8::from_str_radix(s, 16)?)
-        })
-        .collect()
+    idemkit_core::hex::decode(text).ok_or_else(|| format!("not hex: {text:?}").into())
 }
 
 fn policy(v: &Value) -> Res<Policy> {

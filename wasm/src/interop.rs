@@ -182,17 +182,6 @@ fn argument(message: impl Into<String>) -> JsValue {
     error(ArgumentError(message.into()))
 }
 
-/// Lowercase hex of `bytes`.
-#[must_use]
-pub fn hex(bytes: &[u8]) -> String {
-    use core::fmt::Write;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
 /// `"strict"` or `"rfc8785"`.
 pub fn profile(name: &str) -> JsResult<Profile> {
     profile_from_str(name).ok_or_else(|| {
@@ -1212,11 +1201,6 @@ mod tests {
             }),
             "stale-token"
         );
-    }
-
-    #[test]
-    fn hex_is_lowercase_and_padded() {
-        assert_eq!(hex(&[0, 0xab, 0x0f]), "00ab0f");
     }
 
     #[test]

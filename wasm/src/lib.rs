@@ -101,7 +101,7 @@ pub fn key_header_value(key: &str) -> JsResult<String> {
 pub fn record_id(tenant: &str, operation: &str, key: &str) -> JsResult<String> {
     let scope = Scope::new(tenant, operation).map_err(interop::error)?;
     let key = IdempotencyKey::new(key).map_err(interop::error)?;
-    Ok(interop::hex(scope.record_id(&key).as_bytes()))
+    Ok(idemkit_core::hex::lower(scope.record_id(&key).as_bytes()))
 }
 
 /// The log reference (16 hex characters) of `(tenant, operation, key)`: safe to

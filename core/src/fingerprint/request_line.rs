@@ -243,7 +243,7 @@ pub(super) fn request_line_fingerprint(
     query: &QuerySelection,
     body_only: &Fingerprint,
 ) -> Fingerprint {
-    let mut h = blake3::Hasher::new_derive_key(CONTEXT_V2);
+    let mut h = crate::digest::FINGERPRINT_V2.hasher();
     frame(&mut h, line.method.as_bytes());
     frame(&mut h, line.path.as_bytes());
     let raw = line.query.as_bytes();

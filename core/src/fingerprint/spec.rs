@@ -323,7 +323,7 @@ impl FingerprintSpec {
         operation: &str,
         body: &[u8],
     ) -> Result<Fingerprint, FingerprintError> {
-        let mut h = blake3::Hasher::new_derive_key(CONTEXT);
+        let mut h = crate::digest::FINGERPRINT_V1.hasher();
         frame(&mut h, operation.as_bytes());
         frame(&mut h, &self.schema_version.to_le_bytes());
         frame(&mut h, self.content.tag());

@@ -224,8 +224,7 @@ fn proposed_key(step: &str) -> String {
     // A key that failed to be random would still be persisted before use and
     // reused on every retry; uniqueness across operations is what suffers.
     let _ = getrandom::fill(&mut bytes);
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{step}-{hex}")
+    format!("{step}-{}", idemkit_core::hex::Lower(&bytes))
 }
 
 async fn blocking<T: Send + 'static>(

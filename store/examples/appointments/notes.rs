@@ -112,8 +112,7 @@ fn note_id() -> String {
         .map_or(0, |d| d.as_millis());
     let mut bytes = [0u8; 6];
     let _ = getrandom::fill(&mut bytes);
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("note_{millis:013}{hex}")
+    format!("note_{millis:013}{}", idemkit_core::hex::Lower(&bytes))
 }
 
 pub(crate) async fn add_note(

@@ -143,7 +143,7 @@ fn serve(target: &Target, client: &mut postgres::Client, sink: &Weak<dyn ChangeS
                 let Some(sink) = sink.upgrade() else {
                     return Ended::StoreGone;
                 };
-                match unhex(note.payload()) {
+                match idemkit_core::hex::decode(note.payload()) {
                     Some(id) if note.channel() == target.channel => sink.changed(&id),
                     _ => tracing::debug!(
                         channel = %note.channel(), "ignoring a notification that names no record"
@@ -182,50 +182,5 @@ fn pause_while_needed(sink: &Weak<dyn ChangeSink>, pause: Duration) -> bool {
             return true;
         }
         std::thread::sleep(left.min(TICK));
-    }
-}
-
-/// `bytes` as lowercase hex: a notification's payload.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
-}
-
-/// The bytes of a hex payload; `None` when it is not hex.
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| {
-        char::from(c)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    };
-    let (pairs, rest) = text.as_bytes().as_chunks::<2>();
-    if !rest.is_empty() {
-        return None;
-    }
-    pairs
-        .iter()
-        .map(|&[high, low]| Some(digit(high)? << 4 | digit(low)?))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn payloads_round_trip_and_refuse_what_is_not_hex() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(unhex(&hex(&bytes)), Some(bytes));
-        assert_eq!(hex(&[0x00, 0xab, 0x10]), "00ab10");
-        assert_eq!(unhex("00AB10"), Some(vec![0x00, 0xab, 0x10]));
-        for bad in ["0", "zz", "0g", "é0"] {
-            assert_eq!(unhex(bad), None, "{bad:?}");
-        }
-        assert_eq!(unhex(""), Some(vec![]));
     }
 }

@@ -438,7 +438,7 @@ impl PostgresAdapter {
             client.changed(Slot::Update, &self.sql.update, &row.params(&version))
         } else {
             // Leaving Running: the same statement announces it (on commit).
-            let payload = listen::hex(id.as_bytes());
+            let payload = idemkit_core::hex::lower(id.as_bytes());
             let [a, b, c, d, e, f, g, h, i] = row.params(&version);
             let params = [a, b, c, d, e, f, g, h, i, (&payload, Type::TEXT)];
             client.changed(Slot::UpdateAnnounced, &self.sql.update_announced, &params)
@@ -462,7 +462,7 @@ impl PostgresAdapter {
     fn delete_row(&self, conn: &mut Conn, id: &RecordId, read: &Stored) -> Result<bool, PgError> {
         let (scope, key) = address(id)?;
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
-        let payload = listen::hex(id.as_bytes());
+        let payload = idemkit_core::hex::lower(id.as_bytes());
         self.sending();
         match conn.execute(
             &self.sql.delete,

@@ -110,10 +110,7 @@ pub(crate) fn channel_name(schema: Option<&str>) -> String {
         return plain;
     }
     let hash = blake3::hash(schema.as_bytes());
-    let mut digits = String::with_capacity(16);
-    for byte in hash.as_bytes().iter().take(8) {
-        digits.push_str(&format!("{byte:02x}"));
-    }
+    let digits = idemkit_core::hex::lower(hash.as_bytes().get(..8).unwrap_or_default());
     // A valid schema name is ASCII, so any prefix of it is a whole string.
     format!("idemkit_{}_{digits}", schema.get(..38).unwrap_or(schema))
 }

@@ -211,7 +211,7 @@ pub(crate) fn list(args: ListArgs) -> ExitCode {
 fn body_json(body: &[u8]) -> Value {
     match std::str::from_utf8(body) {
         Ok(text) => json!({ "utf8": text }),
-        Err(_) => json!({ "hex": body.iter().map(|b| format!("{b:02x}")).collect::<String>() }),
+        Err(_) => json!({ "hex": idemkit_core::hex::lower(body) }),
     }
 }
 

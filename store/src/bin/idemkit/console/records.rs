@@ -21,8 +21,9 @@ use serde_json::{Value, json};
 use super::audit::AuditEntry;
 use super::samples::{INTERVAL, Samples};
 use super::{api_error, api_json, caller, changer};
-use crate::proxy::admin::{Admin, hex, page_args, unhex};
+use crate::proxy::admin::{Admin, page_args};
 use crate::records_cmd::{headers_json, step_json};
+use idemkit_core::hex::{decode as unhex, lower as hex};
 
 /// Records per page unless `limit` says otherwise, and the most it may say.
 const DEFAULT_PAGE: usize = 50;

@@ -207,8 +207,7 @@ fn fresh_key() -> String {
     let _ = getrandom::fill(&mut bytes);
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("probe-{hex}-{n}")
+    format!("probe-{}-{n}", idemkit_core::hex::Lower(&bytes))
 }
 
 fn parse_header(text: &str, flag: &str) -> Result<(String, String), String> {

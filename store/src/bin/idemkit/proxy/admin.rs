@@ -202,7 +202,9 @@ fn view(r: &ListedRecord, bodies: bool) -> serde_json::Value {
         if let (Some(body), Some(fields)) = (&response.body, stored.as_object_mut()) {
             match std::str::from_utf8(body) {
                 Ok(text) => fields.insert("body".to_owned(), text.into()),
-                Err(_) => fields.insert("body_hex".to_owned(), hex(body).into()),
+                Err(_) => {
+                    fields.insert("body_hex".to_owned(), idemkit_core::hex::lower(body).into())
+                }
             };
         }
         object.insert("response".to_owned(), stored);
@@ -223,29 +225,12 @@ pub(crate) fn page_args(
         Some(n) if (1..=max).contains(&n) => n,
         Some(n) => return Err(format!("limit {n}: expected 1 to {max}")),
     };
-    let after = match after.map(unhex) {
+    let after = match after.map(idemkit_core::hex::decode) {
         None => None,
         Some(Some(cursor)) => Some(cursor),
         Some(None) => return Err("after: expected the `next` of an earlier page".to_owned()),
     };
     Ok((limit, after))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| {
-            text.get(i..i + 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        })
-        .collect()
 }
 
 async fn records(
@@ -296,7 +281,7 @@ async fn records(
             StatusCode::OK,
             &serde_json::json!({
                 "records": page.records.iter().map(|r| view(r, bodies)).collect::<Vec<_>>(),
-                "next": page.next.as_deref().map(hex),
+                "next": page.next.as_deref().map(idemkit_core::hex::lower),
             }),
         ),
         Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),

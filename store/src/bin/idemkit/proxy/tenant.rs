@@ -38,13 +38,8 @@ pub(crate) fn of(rule: &TenantRule, headers: &HeaderMap) -> Option<String> {
 /// without the secret.
 fn digest(key: &[u8; 32], credential: &[u8]) -> String {
     let hash = blake3::keyed_hash(key, credential);
-    let hex: String = hash
-        .as_bytes()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("cred-{hex}")
+    let short = hash.as_bytes().get(..16).unwrap_or_default();
+    format!("cred-{}", idemkit_core::hex::Lower(short))
 }
 
 /// Whether the tenant's header comes more than once: the proxy would pick one
@@ -87,8 +82,10 @@ mod tests {
         assert!(!a.contains("t1"));
         // The digest the proxy used before it was keyed: anyone could compute it.
         let public = blake3::derive_key("idemkit proxy tenant credential v1", b"Bearer t1");
-        let public: String = public.iter().take(16).map(|b| format!("{b:02x}")).collect();
-        assert_ne!(a, format!("cred-{public}"));
+        assert_ne!(
+            a,
+            format!("cred-{}", idemkit_core::hex::lower(&public[..16]))
+        );
         let other = of(
             &rule(b"one secret"),
             &headers(&[("Authorization", "Bearer t2")]),
