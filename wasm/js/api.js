@@ -98,7 +98,8 @@ export function requestFingerprint(body, options) {
   );
 }
 
-function bodyOptions(body, options) {
+/** The body's fingerprint options, checked, with their defaults filled in. */
+export function bodyOptions(body, options) {
   const bytes = toBytes(body, "body");
   const operation = options.operation ?? "";
   const schemaVersion = options.schemaVersion ?? 1;
@@ -119,7 +120,7 @@ function bodyOptions(body, options) {
 }
 
 /** The request-line options, checked; `null` when neither method nor path is given. */
-function requestLineOf(options) {
+export function requestLineOf(options) {
   const { method, path, query, ignoreQuery, ignoreQueryParams } = options;
   const given = [query, ignoreQuery, ignoreQueryParams].some((v) => v !== undefined);
   if (method === undefined && path === undefined) {

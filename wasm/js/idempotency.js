@@ -2,7 +2,9 @@
 //
 // Every decision comes from the Rust state machine (./idemkit_wasm.js): core's one
 // entry point, `apply(existing, op, policy, now)`, takes the stored record bytes
-// and an operation and returns what to write and what to answer. This file only
+// and an operation and returns what to write and what to answer. A `Route` holds
+// the policy and fingerprint rules in WebAssembly, so a request does not send
+// them again: its claim is one fingerprint call and one decision. This file only
 // moves bytes between the machine and an adapter through the one loop
 // (./adapters/loop.js): insert-if-absent for a new record, compare-and-set on the
 // version read for an existing one, delete-if-version for GC. A lost race is never
@@ -13,7 +15,7 @@
 // of a running key may wait for its answer (`Prefer: wait`, ./waiting.js).
 import * as wasm from "./idemkit_wasm.js";
 import { readDecideWrite } from "./adapters/loop.js";
-import { fingerprint, logRef, parseKey, recordId, requestFingerprint, toBytes } from "./api.js";
+import { bodyOptions, logRef, parseKey, recordId, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { holdWhileRunning, waitOf, waitOption, waiterSlots } from "./waiting.js";
 
@@ -174,8 +176,6 @@ export function createIdempotency(options) {
     mismatchStatus: settings.mismatchStatus,
     store: settings.store,
   };
-  // Validates the policy now (the machine throws on a bad field), not on the first request.
-  wasmCall(() => wasm.classify(200, policy));
   const fingerprintOptions = options.fingerprint ?? {};
   for (const field of ["operation", "method", "path", "query"]) {
     if (fingerprintOptions[field] !== undefined) {
@@ -185,6 +185,23 @@ export function createIdempotency(options) {
       );
     }
   }
+  // The policy and the fingerprint rules are checked now, not on the first
+  // request, and held in WebAssembly by the route: a claim then crosses with
+  // flat arguments and raw fingerprint bytes, nothing parsed again per call.
+  const rules = bodyOptions(new Uint8Array(), { ...fingerprintOptions, operation });
+  const queryRules = requestLineOf({
+    method: "",
+    path: "",
+    ignoreQuery: fingerprintOptions.ignoreQuery,
+    ignoreQueryParams: fingerprintOptions.ignoreQueryParams,
+  });
+  const route = wasmCall(
+    () =>
+      new wasm.Route(
+        operation, policy, rules.schemaVersion, rules.include, rules.exclude, rules.profile,
+        queryRules.ignoreQuery, queryRules.ignoreQueryParams,
+      ),
+  );
   const clock = options.clock ?? Date.now;
   const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
   const keyRequired = options.required ?? true;
@@ -233,40 +250,38 @@ export function createIdempotency(options) {
   });
 
   /**
-   * `{ scheme, value, bodyOnly }`: with a request line (`{ method, path, query }`)
-   * scheme 2, which frames it; without one scheme 1 (operation and body only).
+   * The request's fingerprint as the route's raw bytes: with a request line
+   * (`{ method, path, query }`) scheme 2, which frames it; without one scheme 1
+   * (operation and body only).
    */
   function fingerprintOf(body, contentType, line) {
     const bytes = toBytes(body ?? new Uint8Array(), "body");
-    const options = {
-      ...fingerprintOptions,
-      operation,
-      contentType: contentType ?? fingerprintOptions.contentType ?? "application/json",
-    };
-    if (line === undefined) {
-      // A claim without a request line has no query to leave out.
-      const { ignoreQuery: _q, ignoreQueryParams: _p, ...bodyOnly } = options;
-      return { scheme: 1, value: fingerprint(bytes, bodyOnly), bodyOnly: null };
-    }
-    return requestFingerprint(bytes, { ...options, ...line });
+    const type = contentType ?? rules.contentType;
+    if (typeof type !== "string") throw new IdemkitError("invalid-argument", "contentType must be a string");
+    if (line === undefined) return wasmCall(() => route.fingerprint(bytes, type));
+    const { method, path, query } = requestLineOf(line);
+    return wasmCall(() => route.fingerprint(bytes, type, method, path, query));
   }
 
-  /**
-   * Core's decision of `op` on `current` (the row read, or null), with the
-   * write's index meta: what `readDecideWrite` asks for.
-   */
-  function decideOn(current, op) {
+  /** `apply`'s answer as `readDecideWrite` takes it: the write, its index meta, the answer. */
+  function decided({ write, writeGcDueAt, ...answer }) {
     // `writeGcDueAt` comes with a written record: no second decode for its meta.
-    const { write, writeGcDueAt, ...answer } = wasmCall(() => wasm.apply(current?.record, op, policy, clock()));
     return { write, answer, meta: write instanceof Uint8Array ? { gcDueAt: writeGcDueAt ?? null } : undefined };
+  }
+
+  /** Core's decision of `op` on `current` (the row read, or null). */
+  function decideOn(current, op) {
+    return decided(wasmCall(() => route.apply(current?.record, op, clock())));
   }
 
   /** Claims: read, let core decide, insert-if-absent / CAS; loops on a lost race. */
   async function claimPrepared(tenantId, key, fp, owner) {
-    const id = recordId(tenantId, operation, key);
-    const ref = logRef(tenantId, operation, key);
+    const located = wasmCall(() => route.locate(tenantId, key));
+    const ref = located.slice(0, 16);
+    const id = located.slice(16);
     const claimOwner = owner ?? crypto.randomUUID();
-    const op = { op: "claim", fingerprint: fp.value, scheme: fp.scheme, bodyOnly: fp.bodyOnly ?? undefined, owner: claimOwner };
+    if (typeof claimOwner !== "string") throw new IdemkitError("invalid-argument", "claim.owner must be a string");
+    const decideClaim = (row, floor) => decided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock())));
     const { answer, current } = await readDecideWrite({
       adapter,
       id,
@@ -274,7 +289,7 @@ export function createIdempotency(options) {
       what: `record ${ref}`,
       // A fresh record's tokens start above every token of a record GC deleted
       // (read after the record: GC raises the floor before it deletes).
-      decide: async (row) => decideOn(row, row === null ? { ...op, tokenFloor: await readTokenFloor() } : op),
+      decide: async (row) => decideClaim(row, row === null ? await readTokenFloor() : 0n),
     });
     const base = { ...answer, id, logRef: ref, owner: claimOwner };
     if (answer.outcome !== "execute") return base;
@@ -426,7 +441,7 @@ export function createIdempotency(options) {
   function floorOf(row) {
     if (row === null) return 0n;
     const text = row.record instanceof Uint8Array ? fromUtf8.decode(row.record) : null;
-    if (text === null || !/^[0-9]{1,20}$/.test(text)) {
+    if (text === null || !/^[0-9]{1,20}$/.test(text) || BigInt(text) > 0xffffffffffffffffn) {
       throw new IdemkitError("token-floor-corrupt", `the token floor row (${TOKEN_FLOOR_ID}) does not hold a decimal number; restore it (the highest fencing token of any record GC deleted, as decimal text)`);
     }
     return BigInt(text);
@@ -465,7 +480,7 @@ export function createIdempotency(options) {
     for (const { id, record, version, gcDueAt } of page.entries.slice(0, maxBatch)) {
       let step;
       try {
-        step = wasmCall(() => wasm.apply(record, { op: "gc" }, policy, now));
+        step = wasmCall(() => route.apply(record, { op: "gc" }, now));
       } catch (err) {
         if (!(err instanceof IdemkitError) || !err.code.startsWith("record-")) throw err;
         report.undecodable++;

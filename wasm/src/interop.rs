@@ -28,6 +28,7 @@
 
 use core::cell::RefCell;
 use core::fmt::Display;
+use core::hash::{BuildHasherDefault, Hasher};
 use core::time::Duration;
 use std::collections::HashMap;
 
@@ -245,16 +246,47 @@ pub fn token(value: u64) -> JsResult<FencingToken> {
 /// name and kept: a fresh `JsValue::from_str` for every property read or written
 /// decoded the name's UTF-8 in JavaScript each time, which was most of what a
 /// call across the boundary cost (`apply` reads and builds a dozen properties).
+///
+/// The names are string literals, so the cache is keyed by the literal's address
+/// and length, with a multiplicative hash: SipHash over the name's bytes cost
+/// more than the property access it saved. Two literals with the same text at
+/// different addresses just get one cached string each.
 fn with_key<R>(field: &'static str, f: impl FnOnce(&JsValue) -> R) -> R {
     thread_local! {
-        static KEYS: RefCell<HashMap<&'static str, JsValue>> = RefCell::new(HashMap::new());
+        static KEYS: RefCell<HashMap<(usize, usize), JsValue, BuildHasherDefault<AddressHasher>>> =
+            RefCell::new(HashMap::default());
     }
     KEYS.with(|keys| {
         let mut keys = keys.borrow_mut();
         f(keys
-            .entry(field)
+            .entry((field.as_ptr() as usize, field.len()))
             .or_insert_with(|| JsValue::from_str(field)))
     })
+}
+
+/// Hashes the `(address, length)` of a string literal: Fibonacci hashing of the
+/// two words, enough to spread a few dozen distinct addresses.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 fn get(obj: &JsValue, field: &'static str) -> JsResult<JsValue> {

@@ -31,6 +31,8 @@
 //! ## Layout
 //!
 //! - this file: the exported functions, named in camelCase for JavaScript;
+//! - [`route`]: [`Route`](route::Route), one route's policy and fingerprint rules
+//!   held in WebAssembly, so a claim crosses with flat arguments and raw bytes;
 //! - [`interop`]: every conversion between JavaScript values and Rust types, and
 //!   the mapping of core errors to JavaScript `Error`s with a stable `.code`.
 //!
@@ -49,6 +51,7 @@
 #![deny(missing_docs)]
 
 pub mod interop;
+pub mod route;
 
 use core::time::Duration;
 

@@ -108,6 +108,23 @@ test("a chunked body within the limit is read once and reaches the handler whole
   assert.equal(counter.runs, 1);
 });
 
+test("fingerprint rules core refuses fail when the idempotency is created, not on the first request", () => {
+  const refused = (fingerprint) => {
+    try {
+      idempotency({ fingerprint });
+    } catch (err) {
+      assert.ok(err instanceof idemkit.IdemkitError, String(err));
+      return err.code;
+    }
+    assert.fail(`created with ${JSON.stringify(fingerprint)}`);
+  };
+  // A JSON Pointer must start with "/" (RFC 6901).
+  assert.match(refused({ include: ["amount"] }), /pointer/);
+  assert.equal(refused({ profile: "loose" }), "invalid-argument");
+  assert.equal(refused({ ignoreQuery: true, ignoreQueryParams: ["utm"] }), "invalid-argument");
+  assert.equal(refused({ schemaVersion: -1 }), "invalid-argument");
+});
+
 test("a request without Content-Type is fingerprinted as the configured fingerprint.contentType", async () => {
   const idem = idempotency({ fingerprint: { contentType: "application/json", include: ["/amount"] } });
   const counter = { runs: 0 };

@@ -1,0 +1,241 @@
+//! [`Route`]: what one `createIdempotency` needs on every request, held in
+//! WebAssembly so a request crosses the boundary as few times as possible.
+//!
+//! The free functions ([`apply`](crate::apply), [`fingerprint`](crate::fingerprint))
+//! take their policy and fingerprint options as JavaScript values on every call
+//! and hand the fingerprint back as hex, to be parsed again by the claim. A
+//! `Route` parses the policy and builds the fingerprint specs once; a claim is
+//! one call to [`fingerprint`](Route::fingerprint) (raw bytes, no hex) and one to
+//! [`claim`](Route::claim).
+
+use idemkit_core::fingerprint::{
+    ContentKind, FingerprintSpec, RequestFingerprint, RequestLine, SCHEME_REQUEST_LINE,
+};
+use idemkit_core::json::CanonicalizeOptions;
+use idemkit_core::machine::{self, ClaimRequest, Op, Policy};
+use idemkit_core::{Fingerprint, IdempotencyKey, Scope};
+use wasm_bindgen::prelude::*;
+
+use crate::interop::{self, JsResult};
+
+/// One route's policy and fingerprint rules (see the module documentation).
+#[wasm_bindgen]
+pub struct Route {
+    operation: String,
+    policy: Policy,
+    /// The specs for JSON, form and raw bodies, in that order: a request's
+    /// content type picks one.
+    specs: [FingerprintSpec; 3],
+    rules: Rules,
+}
+
+/// The fingerprint options a route was made with.
+struct Rules {
+    schema_version: u32,
+    include: Vec<String>,
+    exclude: Vec<String>,
+    json: CanonicalizeOptions,
+    ignore_query: bool,
+    ignore_query_params: Vec<String>,
+}
+
+impl Rules {
+    fn spec(&self, content: ContentKind) -> JsResult<FingerprintSpec> {
+        let mut spec = FingerprintSpec::new(content)
+            .schema_version(self.schema_version)
+            .json_options(self.json.clone());
+        for pointer in &self.include {
+            spec = spec.include(pointer).map_err(interop::error)?;
+        }
+        for pointer in &self.exclude {
+            spec = spec.exclude(pointer).map_err(interop::error)?;
+        }
+        for name in &self.ignore_query_params {
+            spec = spec.ignore_query_param(name);
+        }
+        Ok(if self.ignore_query {
+            spec.ignore_query()
+        } else {
+            spec
+        })
+    }
+}
+
+#[wasm_bindgen]
+impl Route {
+    /// A route for `operation` under `policy` (as [`apply`](crate::apply) takes
+    /// it), fingerprinting bodies with the schema version, JSON pointers and
+    /// JSON profile given, and request lines with the query rules given
+    /// (`ignoreQuery` leaves the query out, `ignoreQueryParams` the named
+    /// parameters). Throws what `apply` or `fingerprint` would throw on the
+    /// same options.
+    #[wasm_bindgen(constructor)]
+    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one flat call across the wasm boundary"
+    )]
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "wasm-bindgen passes arrays by value"
+    )]
+    pub fn new(
+        operation: String,
+        policy: &JsValue,
+        schema_version: u32,
+        include: Vec<String>,
+        exclude: Vec<String>,
+        profile: &str,
+        ignore_query: bool,
+        ignore_query_params: Vec<String>,
+    ) -> JsResult<Route> {
+        let rules = Rules {
+            schema_version,
+            include,
+            exclude,
+            json: CanonicalizeOptions::default().profile(interop::profile(profile)?),
+            ignore_query,
+            ignore_query_params,
+        };
+        Ok(Route {
+            specs: [
+                rules.spec(ContentKind::Json)?,
+                rules.spec(ContentKind::FormUrlEncoded)?,
+                rules.spec(ContentKind::Raw)?,
+            ],
+            rules,
+            operation,
+            policy: interop::policy(policy)?,
+        })
+    }
+
+    /// The log reference (16 hex characters) followed by the storage id (hex)
+    /// of `key` under `tenant`: what `logRef` and `recordId` give, in one call.
+    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+    pub fn locate(&self, tenant: &str, key: &str) -> JsResult<String> {
+        let scope = Scope::new(tenant, &self.operation).map_err(interop::error)?;
+        let key = IdempotencyKey::new(key).map_err(interop::error)?;
+        let id = scope.record_id(&key);
+        let mut out = id.log_ref().to_string();
+        idemkit_core::hex::push_lower(&mut out, id.as_bytes());
+        Ok(out)
+    }
+
+    /// The fingerprint of `body` sent as `contentType`, as bytes for
+    /// [`claim`](Route::claim): 32 (scheme 1, the operation and body), or with
+    /// `method` and `path` 64 (scheme 2, the request line counts: its value,
+    /// then the same request's scheme-1 fingerprint). `query` is the text after
+    /// `?`. Throws with a `json-*`, `form-*` or `fingerprint-*` code on a body
+    /// the rules refuse.
+    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+    pub fn fingerprint(
+        &self,
+        body: &[u8],
+        content_type: &str,
+        method: Option<String>,
+        path: Option<String>,
+        query: Option<String>,
+    ) -> JsResult<Vec<u8>> {
+        let fp = self.request_fingerprint(body, content_type, method, path, query)?;
+        let mut out = fp.value().as_bytes().to_vec();
+        if fp.scheme() == SCHEME_REQUEST_LINE {
+            out.extend_from_slice(fp.body_only_fingerprint().as_bytes());
+        }
+        Ok(out)
+    }
+
+    /// Decides the claim of a request whose [`fingerprint`](Route::fingerprint)
+    /// is `fingerprint` on `existing` (the record's bytes as read, or
+    /// `undefined`), for `owner` at `now`; a new record's tokens start above
+    /// `tokenFloor`. Returns what [`apply`](crate::apply) returns for
+    /// `{ op: "claim" }`.
+    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "wasm-bindgen passes owned values"
+    )]
+    pub fn claim(
+        &self,
+        existing: Option<Vec<u8>>,
+        fingerprint: &[u8],
+        owner: String,
+        token_floor: u64,
+        now: f64,
+    ) -> JsResult<JsValue> {
+        let part = |range: core::ops::Range<usize>| {
+            fingerprint
+                .get(range)
+                .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+                .map(Fingerprint::from_bytes)
+        };
+        let fingerprint = match (fingerprint.len(), part(0..32), part(32..64)) {
+            (32, Some(value), _) => RequestFingerprint::body_only(value),
+            (64, Some(value), Some(body_only)) => {
+                RequestFingerprint::with_request_line(value, body_only)
+            }
+            (len, ..) => {
+                return Err(interop::error(interop::ArgumentError(format!(
+                    "a claim's fingerprint is 32 or 64 bytes (Route.fingerprint), not {len}"
+                ))));
+            }
+        };
+        let op = Op::Claim {
+            request: ClaimRequest { fingerprint, owner },
+            token_floor,
+        };
+        self.decide(existing.as_deref(), &op, now)
+    }
+
+    /// [`apply`](crate::apply) under this route's policy.
+    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "wasm-bindgen passes owned values"
+    )]
+    pub fn apply(&self, existing: Option<Vec<u8>>, op: &JsValue, now: f64) -> JsResult<JsValue> {
+        self.decide(existing.as_deref(), &interop::op(op)?, now)
+    }
+}
+
+impl Route {
+    fn request_fingerprint(
+        &self,
+        body: &[u8],
+        content_type: &str,
+        method: Option<String>,
+        path: Option<String>,
+        query: Option<String>,
+    ) -> JsResult<RequestFingerprint> {
+        let content = ContentKind::from_mime(content_type);
+        let built;
+        let spec = match self.specs.iter().find(|spec| spec.content() == content) {
+            Some(spec) => spec,
+            // A kind core maps content types to beyond the three kept.
+            None => {
+                built = self.rules.spec(content)?;
+                &built
+            }
+        };
+        match (method, path) {
+            (None, None) => spec
+                .fingerprint(&self.operation, body)
+                .map(RequestFingerprint::body_only),
+            (method, path) => {
+                let line = RequestLine::new(
+                    method.as_deref().unwrap_or_default(),
+                    path.as_deref().unwrap_or_default(),
+                    Some(query.as_deref().unwrap_or_default()),
+                );
+                spec.fingerprint_request(&self.operation, &line, body)
+            }
+        }
+        .map_err(interop::error)
+    }
+
+    fn decide(&self, existing: Option<&[u8]>, op: &Op, now: f64) -> JsResult<JsValue> {
+        let existing = existing.map(crate::decode).transpose()?;
+        let decision = machine::apply(existing.as_ref(), op, &self.policy, interop::now(now)?)
+            .map_err(interop::error)?;
+        interop::decision(&decision, existing.as_ref())
+    }
+}
