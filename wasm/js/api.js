@@ -194,5 +194,16 @@ export function logRef(tenant, operation, key) {
  */
 export function decodeRecord(bytes) {
   if (!(bytes instanceof Uint8Array)) throw new IdemkitError("invalid-argument", "decodeRecord expects a Uint8Array");
-  return wasmCall(() => wasm.decodeRecord(bytes));
+  // Core writes the view as JSON (one crossing instead of a property set per
+  // field); its 64-bit token is decimal text and its byte fields are ranges
+  // into `data`.
+  const [json, data] = wasmCall(() => wasm.decodeRecord(bytes));
+  const view = JSON.parse(json);
+  view.lastToken = BigInt(view.lastToken);
+  const response = view.response;
+  if (response !== undefined) {
+    for (const header of response.headers) header[1] = data.slice(header[1][0], header[1][1]);
+    if (response.body !== null) response.body = data.slice(response.body[0], response.body[1]);
+  }
+  return view;
 }

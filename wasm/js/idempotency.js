@@ -15,7 +15,7 @@
 // of a running key may wait for its answer (`Prefer: wait`, ./waiting.js).
 import * as wasm from "./idemkit_wasm.js";
 import { readDecideWrite } from "./adapters/loop.js";
-import { bodyOptions, logRef, parseKey, recordId, requestLineOf, toBytes } from "./api.js";
+import { bodyOptions, decodeRecord, logRef, parseKey, recordId, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { holdWhileRunning, waitOf, waitOption, waiterSlots } from "./waiting.js";
 
@@ -338,7 +338,7 @@ export function createIdempotency(options) {
   }
 
   /** The JS view of the record a transition wrote. */
-  const viewOf = ({ current }) => wasm.decodeRecord(current.record);
+  const viewOf = ({ current }) => decodeRecord(current.record);
 
   /**
    * A body over `maxStoredResponseBytes`, or one that would make the record larger
@@ -413,13 +413,13 @@ export function createIdempotency(options) {
         return decideOn(row, op);
       },
     });
-    return wasm.decodeRecord(current.record);
+    return decodeRecord(current.record);
   }
 
   /** The decoded record of a key, or null. */
   async function inspect({ tenant: tenantId, key }) {
     const current = await storeCall(() => adapter.get(recordId(tenantId, operation, key)));
-    return current === null ? null : wasmCall(() => wasm.decodeRecord(current.record));
+    return current === null ? null : decodeRecord(current.record);
   }
 
   /**

@@ -47,8 +47,7 @@ use idemkit_core::machine::{
     Policy, Resolution, StepStart, StorePolicy, TransitionError, Write,
 };
 use idemkit_core::record::{
-    DecodeError, EffectKind, FencingToken, Record, RecordState, StepState, StoredResponse,
-    UnknownReason,
+    DecodeError, EffectKind, FencingToken, Record, StepState, StoredResponse, UnknownReason,
 };
 use idemkit_core::{
     Fingerprint, IdempotencyKey, KeyError, LogRef, ParseFingerprintError, RecordIdError, Scope,
@@ -992,44 +991,6 @@ pub fn request_fingerprint(fp: &RequestFingerprint) -> JsValue {
         .set("value", fp.value().to_string())
         .set("bodyOnly", fp.body_only_fingerprint().to_string())
         .build()
-}
-
-/// A read-only view of a record.
-pub fn record(r: &Record) -> JsResult<JsValue> {
-    let out = ObjectBuilder::new()
-        .set("fingerprint", r.fingerprint.to_string())
-        .set("fingerprintScheme", r.fingerprint_scheme)
-        .set(
-            "effect",
-            match r.effect {
-                EffectKind::Local => "local",
-                EffectKind::External => "external",
-            },
-        )
-        .set("state", r.state.name().as_str())
-        .set("attempt", r.attempt)
-        .set("lastToken", r.last_token.get())
-        .set("steps", steps(&r.steps))
-        .set("createdAt", millis(r.created_at))
-        .set("updatedAt", millis(r.updated_at))
-        .set_opt("replayUntil", r.replay_until.map(millis))
-        .set_opt("keepUntil", r.keep_until.map(millis));
-    let out = match &r.state {
-        RecordState::Running { lease } => out
-            .set("owner", lease.owner.as_str())
-            .set("leaseExpiresAt", millis(lease.expires_at)),
-        RecordState::Completed {
-            response: resp,
-            completed_at,
-        } => out
-            .set("response", response(resp))
-            .set("completedAt", millis(*completed_at)),
-        RecordState::Unknown { reason, since } => out
-            .set("reason", reason.to_string())
-            .set("since", millis(*since)),
-        RecordState::Released { at } => out.set("releasedAt", millis(*at)),
-    };
-    Ok(out.build())
 }
 
 /// What `httpAnswer` is asked about: a claim's view (`outcome` and its fields

@@ -33,6 +33,7 @@
 //! - this file: the exported functions, named in camelCase for JavaScript;
 //! - [`route`]: [`Route`](route::Route), one route's policy and fingerprint rules
 //!   held in WebAssembly, so a claim crosses with flat arguments and raw bytes;
+//! - [`view`]: a record's view as JSON text and bytes, for `decodeRecord`;
 //! - [`interop`]: every conversion between JavaScript values and Rust types, and
 //!   the mapping of core errors to JavaScript `Error`s with a stable `.code`.
 //!
@@ -52,6 +53,7 @@
 
 pub mod interop;
 pub mod route;
+pub mod view;
 
 use core::time::Duration;
 
@@ -277,11 +279,17 @@ pub fn classify(
 }
 
 /// A read-only view of encoded record bytes (state, attempt, token, times,
-/// response, steps), for inspection and tests.
+/// response, steps), for inspection and tests: `[json, bytes]`, the view as
+/// JSON text whose byte fields are ranges into `bytes` (see [`view`]; the
+/// JavaScript `decodeRecord` assembles the object).
 #[wasm_bindgen(js_name = decodeRecord)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn decode_record(record: &[u8]) -> JsResult<JsValue> {
-    interop::record(&decode(record)?)
+pub fn decode_record(record: &[u8]) -> JsResult<js_sys::Array> {
+    let (text, bytes) = view::record_view(&decode(record)?);
+    Ok(js_sys::Array::of2(
+        &JsValue::from_str(&text),
+        &js_sys::Uint8Array::from(bytes.as_slice()),
+    ))
 }
 
 /// When GC next has something to do with the record `record` (its encoded

@@ -1,0 +1,271 @@
+//! A record's read-only view as JSON text plus one byte buffer, for
+//! `decodeRecord` (see `wasm/js/api.js`).
+//!
+//! Setting a dozen properties on a JavaScript object from WebAssembly is one
+//! crossing each; writing the same fields as JSON here and letting JavaScript
+//! `JSON.parse` them is a single crossing and about a third of the time. JSON
+//! has no bytes and no 64-bit integers, so:
+//!
+//! - `lastToken` is a decimal string (JavaScript makes it a `bigint`);
+//! - the response body and each header value are `[start, end]` ranges into
+//!   the byte buffer returned beside the text (JavaScript slices them out).
+//!
+//! Field names and order are those of the `RecordView` type in `index.d.ts`.
+
+use core::fmt::Write as _;
+
+use idemkit_core::UnixMillis;
+use idemkit_core::record::{EffectKind, Record, RecordState, StepState, StoredResponse};
+
+/// The view of `record`: JSON text and the bytes its ranges point into.
+#[must_use]
+pub fn record_view(record: &Record) -> (String, Vec<u8>) {
+    let mut out = Json {
+        text: String::with_capacity(384),
+        bytes: Vec::new(),
+    };
+    out.raw("{\"fingerprint\":\"");
+    idemkit_core::hex::push_lower(&mut out.text, record.fingerprint.as_bytes());
+    out.raw("\",\"fingerprintScheme\":");
+    out.number(u64::from(record.fingerprint_scheme));
+    out.raw(",\"effect\":");
+    out.string(match record.effect {
+        EffectKind::Local => "local",
+        EffectKind::External => "external",
+    });
+    out.raw(",\"state\":");
+    out.string(record.state.name().as_str());
+    out.raw(",\"attempt\":");
+    out.number(u64::from(record.attempt));
+    out.raw(",\"lastToken\":\"");
+    out.number(record.last_token.get());
+    out.raw("\",\"steps\":[");
+    for (i, step) in record.steps.iter().enumerate() {
+        out.raw(if i == 0 { "{\"name\":" } else { ",{\"name\":" });
+        out.string(&step.name);
+        out.raw(",\"state\":");
+        out.string(match step.state {
+            StepState::Started => "started",
+            StepState::Done => "done",
+        });
+        out.raw(",\"providerKey\":");
+        out.string(&step.provider_key);
+        out.raw(",\"providerRef\":");
+        out.optional_string(step.provider_ref.as_deref());
+        out.raw(",\"startedAt\":");
+        out.millis(step.started_at);
+        out.raw(",\"doneAt\":");
+        out.optional_millis(step.done_at);
+        out.raw("}");
+    }
+    out.raw("],\"createdAt\":");
+    out.millis(record.created_at);
+    out.raw(",\"updatedAt\":");
+    out.millis(record.updated_at);
+    out.raw(",\"replayUntil\":");
+    out.optional_millis(record.replay_until);
+    out.raw(",\"keepUntil\":");
+    out.optional_millis(record.keep_until);
+    match &record.state {
+        RecordState::Running { lease } => {
+            out.raw(",\"owner\":");
+            out.string(&lease.owner);
+            out.raw(",\"leaseExpiresAt\":");
+            out.millis(lease.expires_at);
+        }
+        RecordState::Completed {
+            response,
+            completed_at,
+        } => {
+            out.raw(",\"response\":");
+            out.response(response);
+            out.raw(",\"completedAt\":");
+            out.millis(*completed_at);
+        }
+        RecordState::Unknown { reason, since } => {
+            out.raw(",\"reason\":");
+            out.string(&reason.to_string());
+            out.raw(",\"since\":");
+            out.millis(*since);
+        }
+        RecordState::Released { at } => {
+            out.raw(",\"releasedAt\":");
+            out.millis(*at);
+        }
+    }
+    out.raw("}");
+    (out.text, out.bytes)
+}
+
+struct Json {
+    text: String,
+    bytes: Vec<u8>,
+}
+
+impl Json {
+    fn raw(&mut self, text: &str) {
+        self.text.push_str(text);
+    }
+
+    fn number(&mut self, n: u64) {
+        // Writing to a String cannot fail.
+        let _ = write!(self.text, "{n}");
+    }
+
+    /// Milliseconds as JavaScript reads them: past 2^53 (only "never" gets
+    /// there) the nearest double, as the number the view held before.
+    fn millis(&mut self, t: UnixMillis) {
+        self.number(t.as_millis());
+    }
+
+    fn optional_millis(&mut self, t: Option<UnixMillis>) {
+        match t {
+            Some(t) => self.millis(t),
+            None => self.raw("null"),
+        }
+    }
+
+    /// A JSON string: `"` and `\` escaped, control characters as `\u00XX`.
+    fn string(&mut self, s: &str) {
+        self.text.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => self.text.push_str("\\\""),
+                '\\' => self.text.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => {
+                    let _ = write!(self.text, "\\u{:04x}", u32::from(c));
+                }
+                c => self.text.push(c),
+            }
+        }
+        self.text.push('"');
+    }
+
+    fn optional_string(&mut self, s: Option<&str>) {
+        match s {
+            Some(s) => self.string(s),
+            None => self.raw("null"),
+        }
+    }
+
+    /// `[start, end]` of `bytes`, appended to the byte buffer.
+    fn range(&mut self, bytes: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        let _ = write!(self.text, "[{start},{}]", self.bytes.len());
+    }
+
+    fn response(&mut self, response: &StoredResponse) {
+        self.raw("{\"status\":");
+        self.number(u64::from(response.status));
+        self.raw(",\"headers\":[");
+        for (i, (name, value)) in response.headers.iter().enumerate() {
+            self.raw(if i == 0 { "[" } else { ",[" });
+            self.string(name);
+            self.raw(",");
+            self.range(value);
+            self.raw("]");
+        }
+        self.raw("],\"body\":");
+        match &response.body {
+            Some(body) => self.range(body),
+            None => self.raw("null"),
+        }
+        self.raw(",\"resourceRef\":");
+        self.optional_string(response.resource_ref.as_deref());
+        self.raw("}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idemkit_core::machine::{self, ClaimRequest, Op, Policy};
+    use idemkit_core::record::FencingToken;
+    use idemkit_core::{Fingerprint, RequestFingerprint};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn at(ms: u64) -> UnixMillis {
+        UnixMillis::from_millis(ms)
+    }
+
+    fn running(owner: &str) -> Record {
+        let op = Op::Claim {
+            request: ClaimRequest {
+                fingerprint: RequestFingerprint::body_only(Fingerprint::from_bytes([7; 32])),
+                owner: owner.to_owned(),
+            },
+            token_floor: 0,
+        };
+        match machine::apply(None, &op, &Policy::default(), at(1_000)) {
+            Ok(machine::Decision {
+                write: machine::Write::Put(record),
+                ..
+            }) => record,
+            other => panic!("a new claim writes a record: {other:?}"),
+        }
+    }
+
+    fn parse(record: &Record) -> (Value, Vec<u8>) {
+        let (text, bytes) = record_view(record);
+        let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        (value, bytes)
+    }
+
+    #[test]
+    fn a_running_record_names_its_owner_and_escapes_it() {
+        let (view, bytes) = parse(&running("worker \"7\"\\\n\u{1}é"));
+        assert_eq!(view["fingerprint"], json!("07".repeat(32)));
+        assert_eq!(view["state"], json!("running"));
+        assert_eq!(view["owner"], json!("worker \"7\"\\\n\u{1}é"));
+        assert_eq!(view["lastToken"], json!("1"));
+        assert_eq!(view["createdAt"], json!(1_000));
+        assert_eq!(view["steps"], json!([]));
+        assert!(bytes.is_empty());
+    }
+
+    #[test]
+    fn a_completed_record_points_into_the_bytes_for_its_body_and_header_values() {
+        let record = running("w");
+        let op = Op::Complete {
+            token: FencingToken::new(1).unwrap_or_else(|| panic!("token 1")),
+            response: StoredResponse {
+                status: 201,
+                headers: vec![
+                    ("content-type".into(), b"application/json".to_vec()),
+                    ("location".into(), b"/p/1".to_vec()),
+                ],
+                body: Some(b"{\"id\":1}".to_vec()),
+                resource_ref: Some("p_1".into()),
+            },
+        };
+        let done = match machine::apply(Some(&record), &op, &Policy::default(), at(2_000)) {
+            Ok(machine::Decision {
+                write: machine::Write::Put(record),
+                ..
+            }) => record,
+            other => panic!("completion writes: {other:?}"),
+        };
+        let (view, bytes) = parse(&done);
+        let response = &view["response"];
+        assert_eq!(response["status"], json!(201));
+        assert_eq!(response["resourceRef"], json!("p_1"));
+        let slice = |range: &Value| {
+            let (a, b) = (
+                range[0].as_u64().unwrap_or(0),
+                range[1].as_u64().unwrap_or(0),
+            );
+            bytes
+                .get(a as usize..b as usize)
+                .unwrap_or_default()
+                .to_vec()
+        };
+        assert_eq!(slice(&response["body"]), b"{\"id\":1}");
+        assert_eq!(response["headers"][0][0], json!("content-type"));
+        assert_eq!(slice(&response["headers"][0][1]), b"application/json");
+        assert_eq!(slice(&response["headers"][1][1]), b"/p/1");
+        assert_eq!(view["completedAt"], json!(2_000));
+        assert!(view.get("owner").is_none());
+    }
+}
