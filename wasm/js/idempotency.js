@@ -40,6 +40,13 @@ export function defaults() {
  */
 const TOKEN_FLOOR_ID = "idemkit:token-floor";
 
+/**
+ * Where an execute claim keeps the record bytes and version its lease last wrote
+ * (the next transition's compare-and-set expects them): a symbol, so the claim's
+ * named fields stay the documented ones.
+ */
+const LEASE = Symbol("idemkit lease");
+
 /** Whether a store failure may pass (the adapter threw), as opposed to a refusal. */
 function transientStoreError(err) {
   return err instanceof IdemkitError && err.code === "store-unavailable";
@@ -291,13 +298,14 @@ export function createIdempotency(options) {
       // (read after the record: GC raises the floor before it deletes).
       decide: async (row) => decideClaim(row, row === null ? await readTokenFloor() : 0n),
     });
-    const base = { ...answer, id, logRef: ref, owner: claimOwner };
-    if (answer.outcome !== "execute") return base;
+    // `answer` is this call's own object: extended in place (a spread followed by
+    // more properties takes V8's slow path, about 0.6 µs per property).
+    answer.id = id;
+    answer.logRef = ref;
+    answer.owner = claimOwner;
     // The bytes and version this claim wrote: the next transition's CAS expects them.
-    return Object.defineProperties(base, {
-      record: { value: current.record, writable: true },
-      version: { value: current.version, writable: true },
-    });
+    if (answer.outcome === "execute") answer[LEASE] = { record: current.record, version: current.version };
+    return answer;
   }
 
   function claim({ tenant: tenantId, key, body, contentType, owner, method, path, query }) {
@@ -313,14 +321,16 @@ export function createIdempotency(options) {
    * the transition's write or not at all (see readDecideWrite).
    */
   async function transition(held, op, fit, local) {
-    if (held?.outcome !== "execute" || held.record === undefined) {
+    const lease = held?.outcome === "execute" ? held[LEASE] : undefined;
+    if (lease === undefined) {
       throw new IdemkitError("invalid-argument", "expected a claim whose outcome is \"execute\"");
     }
-    const full = { ...op, token: held.token };
+    const full = Object.assign({}, op);
+    full.token = held.token;
     const { answer, current, local: applied } = await readDecideWrite({
       adapter,
       id: held.id,
-      held: { record: held.record, version: held.version },
+      held: lease,
       call: storeCall,
       what: `record ${held.logRef}`,
       decide: (row) => {
@@ -330,8 +340,9 @@ export function createIdempotency(options) {
       },
       local,
     });
-    held.record = current.record;
-    held.version = current.version;
+    // A new object, not the old one changed: a copy of the claim made before
+    // (`{ ...held }`) keeps the version it saw.
+    held[LEASE] = { record: current.record, version: current.version };
     // `current`, not a decoded view: building the view is left to the callers that
     // return one (handle's own completion, release and renewal discard it).
     return { answer, current, local: applied };
@@ -348,11 +359,11 @@ export function createIdempotency(options) {
    */
   function completeHeld(held, response, local) {
     const stored = toStored(response, replayed);
-    const bodiless = { ...stored, body: null };
+    const bodiless = { status: stored.status, headers: stored.headers, body: null, resourceRef: stored.resourceRef };
     const kept = stored.body !== null && stored.body.length > maxStoredResponseBytes ? bodiless : stored;
     const fit = (row, decided, op) =>
       decided.write instanceof Uint8Array && decided.write.length > maxRecordBytes && op.response.body !== null
-        ? decideOn(row, { ...op, response: bodiless })
+        ? decideOn(row, Object.assign({}, op, { response: bodiless }))
         : decided;
     return transition(held, { op: "complete", response: kept }, fit, local);
   }
@@ -603,7 +614,7 @@ export function createIdempotency(options) {
       return preferenceApplied(response, applied);
     }
     // A replay, or a refusal quoting the record's log reference where it has one.
-    return preferenceApplied(answer({ ...held, tenant: tenantId, operation, key }), applied);
+    return preferenceApplied(answer(Object.assign({}, held, { tenant: tenantId, operation, key })), applied);
   }
 
   function unavailable() {
@@ -730,7 +741,7 @@ export function createIdempotency(options) {
     // that dispatches only through steps) a record without steps, when this attempt
     // began none (a begun step whose write answer was lost still counts).
     const disposition = wasmCall(() =>
-      wasm.classify(response.status, policy, seen.nothingDispatched, dispatchesOnlyThroughSteps && !seen.beganStep, held.record),
+      route.classify(response.status, seen.nothingDispatched, dispatchesOnlyThroughSteps && !seen.beganStep, held[LEASE].record),
     );
     if (disposition === "release") {
       // Asked for: the attempt had no effect. If the store fails, the lease expires

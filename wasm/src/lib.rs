@@ -264,17 +264,33 @@ pub fn classify(
     dispatches_only_through_steps: Option<bool>,
     record: Option<Vec<u8>>,
 ) -> JsResult<String> {
+    classify_under(
+        &interop::policy(policy)?,
+        status,
+        nothing_dispatched,
+        dispatches_only_through_steps,
+        record.as_deref(),
+    )
+}
+
+/// [`classify`] under a parsed policy (a [`Route`](route::Route)'s, or one read from JavaScript).
+fn classify_under(
+    policy: &machine::Policy,
+    status: u16,
+    nothing_dispatched: Option<bool>,
+    dispatches_only_through_steps: Option<bool>,
+    record: Option<&[u8]>,
+) -> JsResult<String> {
     let explicit = if nothing_dispatched == Some(true) {
         machine::Dispatch::Nothing
     } else {
         machine::Dispatch::Unknown
     };
-    let steps = match (dispatches_only_through_steps, record.as_deref()) {
+    let steps = match (dispatches_only_through_steps, record) {
         (Some(true), Some(bytes)) => machine::Dispatch::from_steps(true, &decode(bytes)?.steps),
         _ => machine::Dispatch::Unknown,
     };
-    let disposition =
-        machine::classify_attempt(status, &interop::policy(policy)?, explicit.or(steps));
+    let disposition = machine::classify_attempt(status, policy, explicit.or(steps));
     Ok(interop::disposition(disposition).to_owned())
 }
 

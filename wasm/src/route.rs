@@ -186,6 +186,29 @@ impl Route {
         self.decide(existing.as_deref(), &op, now)
     }
 
+    /// [`classify`](crate::classify) under this route's policy: how a finished
+    /// attempt with `status` is recorded (`"store"`, `"release"` or `"unknown"`).
+    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "wasm-bindgen passes owned values"
+    )]
+    pub fn classify(
+        &self,
+        status: u16,
+        nothing_dispatched: Option<bool>,
+        dispatches_only_through_steps: Option<bool>,
+        record: Option<Vec<u8>>,
+    ) -> JsResult<String> {
+        crate::classify_under(
+            &self.policy,
+            status,
+            nothing_dispatched,
+            dispatches_only_through_steps,
+            record.as_deref(),
+        )
+    }
+
     /// [`apply`](crate::apply) under this route's policy.
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
     #[allow(

@@ -695,11 +695,8 @@ export function conformanceCases(idemkit, makeAdapter) {
       const held = await idem.claim(claimInput());
       await idem.renew(held); // version moves on; `held` tracks it
       clock.now += 1000;
+      // A copy of the claim keeps the version it was made at.
       const stale = { ...held };
-      Object.defineProperties(stale, {
-        record: { value: held.record, writable: true },
-        version: { value: held.version, writable: true },
-      });
       await idem.renew(held);
       // `stale` still has the previous version: its CAS fails, it re-reads, and the
       // machine accepts the same token on the fresh record.
