@@ -316,17 +316,24 @@ export function createIdempotency(options) {
   /**
    * Applies a worker transition (`op`, with the lease's token) to the record
    * this claim wrote, without reading first; on a lost race the current bytes
-   * are read and core decides again (it refuses a stale token). `fit` may
-   * replace an op whose record would be too large. `local` writes commit with
-   * the transition's write or not at all (see readDecideWrite).
+   * are read and core decides again (it refuses a stale token). `op` is an
+   * operation for `apply` (the token is added), or a function `(row, token)`
+   * that decides itself. `local` writes commit with the transition's write or
+   * not at all (see readDecideWrite).
    */
-  async function transition(held, op, fit, local) {
+  async function transition(held, op, local) {
     const lease = held?.outcome === "execute" ? held[LEASE] : undefined;
     if (lease === undefined) {
       throw new IdemkitError("invalid-argument", "expected a claim whose outcome is \"execute\"");
     }
-    const full = Object.assign({}, op);
-    full.token = held.token;
+    let decideOnRow;
+    if (typeof op === "function") {
+      decideOnRow = (row) => op(row, held.token);
+    } else {
+      const full = Object.assign({}, op);
+      full.token = held.token;
+      decideOnRow = (row) => decideOn(row, full);
+    }
     const { answer, current, local: applied } = await readDecideWrite({
       adapter,
       id: held.id,
@@ -335,8 +342,7 @@ export function createIdempotency(options) {
       what: `record ${held.logRef}`,
       decide: (row) => {
         if (row === null) throw new IdemkitError("record-missing", `record ${held.logRef} disappeared while leased`);
-        const decided = decideOn(row, full);
-        return fit === undefined ? decided : fit(row, decided, full);
+        return decideOnRow(row);
       },
       local,
     });
@@ -358,14 +364,28 @@ export function createIdempotency(options) {
    * response-expired with the reference, never a second execution.
    */
   function completeHeld(held, response, local) {
-    const stored = toStored(response, replayed);
-    const bodiless = { status: stored.status, headers: stored.headers, body: null, resourceRef: stored.resourceRef };
-    const kept = stored.body !== null && stored.body.length > maxStoredResponseBytes ? bodiless : stored;
-    const fit = (row, decided, op) =>
-      decided.write instanceof Uint8Array && decided.write.length > maxRecordBytes && op.response.body !== null
-        ? decideOn(row, Object.assign({}, op, { response: bodiless }))
-        : decided;
-    return transition(held, { op: "complete", response: kept }, fit, local);
+    const { status, headers, body, resourceRef } = toStored(response, replayed);
+    if (!Number.isInteger(status) || status < 100 || status > 999) {
+      throw new IdemkitError("invalid-argument", "response.status must be an integer from 100 to 999");
+    }
+    if (resourceRef !== null && typeof resourceRef !== "string") {
+      throw new IdemkitError("invalid-argument", "response.resourceRef must be a string or null");
+    }
+    // The headers as the route takes them: one crossing, not one per header.
+    const names = headers.map(([name]) => name).join("\n");
+    const values = concat(headers.map(([, value]) => value), headers.reduce((total, [, value]) => total + value.length, 0));
+    const lengths = Uint32Array.from(headers, ([, value]) => value.length);
+    const completeWith = (row, token, kept) =>
+      decided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock())));
+    const kept = body !== null && body.length > maxStoredResponseBytes ? null : body;
+    return transition(
+      held,
+      (row, token) => {
+        const done = completeWith(row, token, kept ?? undefined);
+        return kept !== null && done.write instanceof Uint8Array && done.write.length > maxRecordBytes ? completeWith(row, token, undefined) : done;
+      },
+      local,
+    );
   }
   const complete = async (held, response) => viewOf(await completeHeld(held, response));
 

@@ -681,6 +681,15 @@ pub fn gc_due_millis(due: Option<UnixMillis>) -> Option<f64> {
     due.map(|t| millis(UnixMillis::from_millis(t.as_millis().min(MAX_SAFE_MILLIS))))
 }
 
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// `Reflect.set` without js-sys's exception handling: setting a data
+    /// property on a fresh plain object cannot throw, and the handling (a
+    /// wrapper that catches) cost more than the set itself.
+    #[wasm_bindgen(js_namespace = Reflect, js_name = set)]
+    fn set_property(target: &Object, key: &JsValue, value: &JsValue) -> bool;
+}
+
 struct ObjectBuilder(Object);
 
 impl ObjectBuilder {
@@ -690,8 +699,7 @@ impl ObjectBuilder {
 
     fn set(self, field: &'static str, value: impl Into<JsValue>) -> Self {
         let value = value.into();
-        // Defining a data property on a fresh plain object cannot fail.
-        let _ = with_key(field, |key| Reflect::set(&self.0, key, &value));
+        with_key(field, |key| set_property(&self.0, key, &value));
         self
     }
 

@@ -13,6 +13,7 @@ use idemkit_core::fingerprint::{
 };
 use idemkit_core::json::CanonicalizeOptions;
 use idemkit_core::machine::{self, ClaimRequest, Op, Policy};
+use idemkit_core::record::StoredResponse;
 use idemkit_core::{Fingerprint, IdempotencyKey, Scope};
 use wasm_bindgen::prelude::*;
 
@@ -186,6 +187,47 @@ impl Route {
         self.decide(existing.as_deref(), &op, now)
     }
 
+    /// Decides the completion of the lease `token` on `existing` (the bytes it
+    /// last wrote, or read since) at `now`, recording the response: `status`,
+    /// the headers as `headerNames` (joined by `\n`) with their values back to
+    /// back in `headerValues` (`headerLengths` long each), `body` (none when
+    /// `undefined`) and `resourceRef`. Returns what [`apply`](crate::apply)
+    /// returns for `{ op: "complete" }`.
+    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one flat call across the wasm boundary"
+    )]
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "wasm-bindgen passes owned values"
+    )]
+    pub fn complete(
+        &self,
+        existing: Vec<u8>,
+        token: u64,
+        status: u16,
+        header_names: &str,
+        header_values: &[u8],
+        header_lengths: &[u32],
+        body: Option<Vec<u8>>,
+        resource_ref: Option<String>,
+        now: f64,
+    ) -> JsResult<JsValue> {
+        let op = Op::Complete {
+            token: interop::token(token)?,
+            response: StoredResponse {
+                status,
+                headers: headers(header_names, header_values, header_lengths).map_err(|what| {
+                    interop::error(interop::ArgumentError(format!("response headers: {what}")))
+                })?,
+                body,
+                resource_ref,
+            },
+        };
+        self.decide(Some(&existing), &op, now)
+    }
+
     /// [`classify`](crate::classify) under this route's policy: how a finished
     /// attempt with `status` is recorded (`"store"`, `"release"` or `"unknown"`).
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
@@ -218,6 +260,37 @@ impl Route {
     pub fn apply(&self, existing: Option<Vec<u8>>, op: &JsValue, now: f64) -> JsResult<JsValue> {
         self.decide(existing.as_deref(), &interop::op(op)?, now)
     }
+}
+
+/// The `(name, value)` pairs of [`Route::complete`]'s flat header arguments,
+/// or what does not add up.
+fn headers(
+    names: &str,
+    values: &[u8],
+    lengths: &[u32],
+) -> Result<Vec<(String, Vec<u8>)>, &'static str> {
+    if names.is_empty() && lengths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::with_capacity(lengths.len());
+    let mut rest = values;
+    let mut names = names.split('\n');
+    for &length in lengths {
+        let name = names.next().ok_or("fewer names than values")?;
+        let (value, after) = usize::try_from(length)
+            .ok()
+            .and_then(|length| rest.split_at_checked(length))
+            .ok_or("the values are shorter than their lengths")?;
+        out.push((name.to_owned(), value.to_vec()));
+        rest = after;
+    }
+    if names.next().is_some() {
+        return Err("more names than values");
+    }
+    if !rest.is_empty() {
+        return Err("the values are longer than their lengths");
+    }
+    Ok(out)
 }
 
 impl Route {
@@ -260,5 +333,31 @@ impl Route {
         let decision = machine::apply(existing.as_ref(), op, &self.policy, interop::now(now)?)
             .map_err(interop::error)?;
         interop::decision(&decision, existing.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::headers;
+
+    #[test]
+    fn flat_headers_pair_up_and_must_add_up() {
+        assert_eq!(headers("", b"", &[]), Ok(vec![]));
+        assert_eq!(
+            headers("content-type\nlocation", b"text/plain/p/1", &[10, 4]),
+            Ok(vec![
+                ("content-type".to_owned(), b"text/plain".to_vec()),
+                ("location".to_owned(), b"/p/1".to_vec()),
+            ])
+        );
+        // An empty value is a value.
+        assert_eq!(
+            headers("x-empty", b"", &[0]),
+            Ok(vec![("x-empty".to_owned(), vec![])])
+        );
+        assert!(headers("a\nb", b"xy", &[2]).is_err());
+        assert!(headers("a", b"xy", &[1, 1]).is_err());
+        assert!(headers("a", b"xy", &[3]).is_err());
+        assert!(headers("a", b"xyz", &[2]).is_err());
     }
 }
