@@ -346,6 +346,25 @@ pub trait Adapter: Any + Send + Sync + fmt::Debug {
         let _ = sink;
     }
 
+    /// A request in this process waits for `id` to leave Running: make sure
+    /// another process's write that ends it is announced
+    /// ([`announce_to`](Adapter::announce_to)). Called after the waiter
+    /// registered and before it reads the record again, so a write committed
+    /// after this returns is announced and one committed before is seen by
+    /// that read. PostgreSQL marks the row (its completions notify only for
+    /// marked rows: notifying commits are serialized by the server). The
+    /// default does nothing: an adapter that announces every such write, or
+    /// none, needs no mark.
+    ///
+    /// # Errors
+    ///
+    /// The database could not be reached; the waiter then polls instead of
+    /// waiting to be woken.
+    fn watch(&self, id: &RecordId) -> Result<(), AdapterError> {
+        let _ = id;
+        Ok(())
+    }
+
     /// Whether this adapter can write now, as far as it can tell, for a health
     /// check ([`Store::health`](crate::store::Store::health)). It may do I/O
     /// (PostgreSQL asks its server), so it is called on a blocking thread. The

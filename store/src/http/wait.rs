@@ -8,6 +8,8 @@ use idemkit_core::RecordId;
 use idemkit_core::http::prefer::fallback_poll;
 
 use super::WaitEnded;
+#[cfg(doc)]
+use crate::store::Watch;
 use crate::store::{Claim, ClaimError, Store, TooManyWaiters};
 
 /// The shortest pause before claiming again at a lease's expiry: a lease about
@@ -73,7 +75,8 @@ fn in_flight(claim: &ClaimAnswer) -> Option<Duration> {
 /// The wait wakes on the write that ends the key's Running state (in this
 /// process, or announced by the adapter: [`Store::watch`]), at the running
 /// lease's expiry (an attempt that died is taken over as any retry would), and
-/// where nothing can wake it ([`Store::waits_are_woken`] is false) on a
+/// where nothing can wake it ([`Store::waits_are_woken`] is false, or the
+/// record could not be marked as waited on: [`Watch::is_marked`]) on a
 /// fallback poll that backs off from 50 ms to 1 s. A dropped future leaves
 /// nothing behind: its watch is unregistered with it.
 ///
@@ -112,12 +115,19 @@ where
         });
     }
     let deadline = Instant::now() + wait;
-    let mut watch = store
-        .watch(id)
-        .map_err(|refused| WaitRefused::TooManyWaiters {
-            refused,
-            retry_after,
-        })?;
+    // Watching may mark the record in a shared database: a store call.
+    let (watching, wanted) = (store.clone(), id.clone());
+    let Some(watched) = super::store_calls::on_store(store, move || watching.watch(&wanted)).await
+    else {
+        return Ok(Waited {
+            claim: first,
+            held: false,
+        });
+    };
+    let mut watch = watched.map_err(|refused| WaitRefused::TooManyWaiters {
+        refused,
+        retry_after,
+    })?;
     let mut gone = std::pin::pin!(gone);
     // Registered before this read: a completion from now on wakes the watch.
     let mut current = claim().await;
@@ -128,7 +138,7 @@ where
             break;
         }
         let mut nap = (deadline - now).min(lease_left.max(LEASE_RECHECK_FLOOR));
-        if !store.waits_are_woken() {
+        if !(store.waits_are_woken() && watch.is_marked()) {
             nap = nap.min(fallback_poll(polls));
             polls = polls.saturating_add(1);
         }

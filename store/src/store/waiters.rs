@@ -175,6 +175,7 @@ impl Waiters {
             id: id.as_bytes().to_vec(),
             slot,
             seen: (generation, epoch),
+            marked: true,
         })
     }
 
@@ -227,6 +228,9 @@ pub struct Watch {
     slot: u64,
     /// The key's generation and the store's epoch last seen.
     seen: (u64, u64),
+    /// The adapter took the mark that makes another process's write announce
+    /// this record ([`Adapter::watch`](crate::adapters::Adapter::watch)).
+    marked: bool,
 }
 
 impl fmt::Debug for Watch {
@@ -234,6 +238,7 @@ impl fmt::Debug for Watch {
         f.debug_struct("Watch")
             .field("slot", &self.slot)
             .field("seen", &self.seen)
+            .field("marked", &self.marked)
             .finish_non_exhaustive()
     }
 }
@@ -245,6 +250,15 @@ impl Watch {
     /// record again: a wake-up is a reason to look, not an answer.
     pub fn changed(&mut self) -> Changed<'_> {
         Changed { watch: self }
+    }
+
+    /// Whether another process's write that ends the record's Running state
+    /// will be announced to this watch, as far as this side can make it: false
+    /// when the adapter could not mark the record ([`Store::watch`]), and the
+    /// waiter should poll the record as when [`Store::waits_are_woken`] is false.
+    #[must_use]
+    pub fn is_marked(&self) -> bool {
+        self.marked
     }
 }
 
@@ -303,6 +317,12 @@ impl Store {
     /// Register **before** reading the record again, so a completion between
     /// that read and the wait is not missed.
     ///
+    /// On a shared database this also marks the record as waited on
+    /// ([`Adapter::watch`](crate::adapters::Adapter::watch): PostgreSQL's
+    /// completions announce only marked records), which is I/O: call it where
+    /// blocking is allowed, as any store call. A mark that failed leaves the
+    /// watch registered but [not marked](Watch::is_marked).
+    ///
     /// # Errors
     ///
     /// [`TooManyWaiters`] when the key's or the store's limit is reached.
@@ -312,7 +332,12 @@ impl Store {
             let sink: Arc<dyn ChangeSink> = Arc::clone(waiters) as Arc<dyn ChangeSink>;
             self.adapter.announce_to(sink);
         });
-        waiters.register(id)
+        let mut watch = waiters.register(id)?;
+        // After the registration: a write announced from now on reaches it.
+        if !self.adapter.held_alone() {
+            watch.marked = self.adapter.watch(id).is_ok();
+        }
+        Ok(watch)
     }
 
     /// How many requests wait on this store now.

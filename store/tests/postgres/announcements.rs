@@ -9,7 +9,8 @@
 //!
 //! and never when A only renews the lease or records a step (the record stays
 //! Running), nor when a store in another schema of the same database completes
-//! the same key.
+//! the same key. A completion nobody waits for sends no notification at all
+//! (PostgreSQL commits notifying transactions one at a time).
 //!
 //! "Never" is checked without timing: a later completion (the sentinel) is
 //! announced through the same channel, and PostgreSQL delivers notifications
@@ -32,6 +33,7 @@ use idemkit::adapters::Adapter;
 use idemkit::adapters::postgres::PostgresAdapter;
 use idemkit::core::record::StateName;
 use idemkit::store::Store;
+use postgres::fallible_iterator::FallibleIterator;
 
 /// The bound the requirement states, from the write's start to the wake-up.
 const WITHIN: Duration = Duration::from_secs(1);
@@ -112,6 +114,39 @@ fn postgres_a_write_that_stays_running_wakes_nobody() {
 }
 
 #[test]
+fn postgres_only_a_record_someone_waits_on_is_announced() {
+    let (a, pg_a, b, _) = two_instances("announce_watched_only");
+    listening(&b);
+    // A raw listener on the store's channel sees every notification sent.
+    let mut raw = postgres::Client::connect(&url(), postgres::NoTls).unwrap();
+    raw.batch_execute(&format!("LISTEN \"{}\"", pg_a.channel()))
+        .unwrap();
+    // Nobody waits on k1: its completion notifies nobody.
+    guard(claim(&a, "k1")).complete(created("k1")).unwrap();
+    // B waits on k2: its completion is announced, and arrives after any
+    // notification of k1's earlier commit would have.
+    let running = guard(claim(&a, "k2"));
+    let mut watch = b.watch(&id_of("k2")).unwrap();
+    assert!(watch.is_marked(), "the row was marked");
+    running.complete(created("k2")).unwrap();
+    assert!(woken(&mut watch, PATIENCE).is_some(), "k2 was announced");
+    let mut payloads = Vec::new();
+    let mut notes = raw.notifications();
+    let mut arrived = notes.timeout_iter(PATIENCE);
+    while let Ok(Some(note)) = arrived.next() {
+        payloads.push(note.payload().to_owned());
+        if note.payload() == idemkit::core::hex::lower(id_of("k2").as_bytes()) {
+            break;
+        }
+    }
+    assert_eq!(
+        payloads,
+        vec![idemkit::core::hex::lower(id_of("k2").as_bytes())],
+        "only the watched record was announced"
+    );
+}
+
+#[test]
 fn postgres_a_completion_in_the_callers_transaction_wakes_only_once_committed() {
     let (a, pg_a, b, _) = two_instances("announce_txn");
     listening(&b);
@@ -155,10 +190,13 @@ fn postgres_stores_in_other_schemas_of_one_database_do_not_wake_each_other() {
     assert_ne!(pg_x.channel(), pg_y.channel());
     listening(&x2);
     listening(&y2);
-    // The same scope and key, so the same id bytes, in both schemas.
+    // The same scope and key, so the same id bytes, in both schemas; running
+    // in X (a watch marks an existing row) and in Y.
+    let running = guard(claim(&x1, "k1"));
+    let _also_running = guard(claim(&y1, "k1"));
     let mut on_x = x2.watch(&id_of("k1")).unwrap();
     let mut on_y = y2.watch(&id_of("k1")).unwrap();
-    guard(claim(&x1, "k1")).complete(created("k1")).unwrap();
+    running.complete(created("k1")).unwrap();
     assert!(
         woken(&mut on_x, PATIENCE).is_some(),
         "X's completion reaches X's other instance"

@@ -155,8 +155,9 @@ pub(crate) fn was_woken(watch: &mut Watch) -> bool {
 /// one's commit has reached `listener` by then (PostgreSQL delivers them in
 /// commit order, and the listener hands them over one by one).
 pub(crate) fn flush_announcements(writer: &Store, listener: &Store, key: &str) {
-    let mut watch = listener.watch(&id_of(key)).unwrap();
+    // Claimed before it is watched: the watch marks the record's row.
     let guard = super::local::guard(super::local::claim(writer, key));
+    let mut watch = listener.watch(&id_of(key)).unwrap();
     guard.complete(super::local::created(key)).unwrap();
     assert!(
         woken(&mut watch, Duration::from_secs(10)).is_some(),

@@ -39,9 +39,11 @@
 //!   the server committed is durable (`synchronous_commit` as the server has it).
 //!
 //! - **announcements** (`listen.rs`): a write that leaves a record not Running
-//!   (an `UPDATE` to completed, released or unknown; every `DELETE`) calls
-//!   `pg_notify` in the same statement (`WITH written AS (UPDATE … RETURNING 1)
-//!   SELECT pg_notify(…) FROM written`), on the store's channel
+//!   (an `UPDATE` to completed, released or unknown; every `DELETE`) of a row
+//!   a waiter marked (`watched`, set by [`Store::watch`](crate::store::Store::watch)
+//!   through [`Adapter::watch`]) calls `pg_notify` in the same statement
+//!   (`WITH written AS (UPDATE … RETURNING watched) SELECT CASE WHEN watched
+//!   THEN pg_notify(…) END FROM written`), on the store's channel
 //!   ([`PostgresAdapter::channel`]: `idemkit_<schema>`, `idemkit_public` by
 //!   default; a schema too long for a 63-byte identifier keeps its first 38
 //!   characters and gains a hash), with the record id's bytes in hex as the
@@ -49,7 +51,9 @@
 //!   leaves with the commit: a completion inside a caller's transaction
 //!   ([`ExecutionGuard::complete_in`](crate::store::ExecutionGuard::complete_in))
 //!   is announced when the caller commits, never after a rollback. Claims,
-//!   renewals and steps (the record stays Running) announce nothing. The
+//!   renewals and steps (the record stays Running) announce nothing, nor does
+//!   a completion nobody waits for: notifying commits are serialized by the
+//!   server, which bounded completions at 16 and 64 clients. The
 //!   first [`Store::watch`](crate::store::Store::watch) of a store starts one
 //!   thread with a connection of its own (`application_name` `idemkit-listen`)
 //!   that `LISTEN`s and wakes that store's waiters. While that connection is
@@ -457,6 +461,19 @@ impl PostgresAdapter {
         Ok(())
     }
 
+    /// Marks `id`'s row as waited on (see the schema's documentation).
+    fn watch_row(&self, id: &RecordId) -> Result<(), PgError> {
+        let (scope, key) = address(id)?;
+        let mut conn = self.conn()?;
+        self.sending();
+        conn.execute(
+            &self.sql.watch,
+            &[&scope.tenant(), &scope.operation(), &key.as_str()],
+        )
+        .map_err(|e| fail(&e))?;
+        Ok(())
+    }
+
     /// `DELETE … WHERE version = $read` (the floor raised before), announced
     /// in the same statement.
     fn delete_row(&self, conn: &mut Conn, id: &RecordId, read: &Stored) -> Result<bool, PgError> {
@@ -596,6 +613,11 @@ impl Adapter for PostgresAdapter {
 
     fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError> {
         Ok(self.scan_rows(scan)?)
+    }
+
+    /// Marks the row: only a watched row's completion calls `pg_notify`.
+    fn watch(&self, id: &RecordId) -> Result<(), AdapterError> {
+        Ok(self.watch_row(id)?)
     }
 
     /// The records table's size with its indexes (`pg_total_relation_size`).

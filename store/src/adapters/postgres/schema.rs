@@ -10,6 +10,7 @@
 //! | `gc_due_at` | bigint ms | Completed/Released only: GC's index |
 //! | `record` | bytea | `Record::encode()`, the source of truth for every decision |
 //! | `version` | bigint | bumped by every write; each `UPDATE`/`DELETE` checks it |
+//! | `watched` | boolean | a process waits for this record to leave Running (schema version 3) |
 //!
 //! The derived columns are written by the same statement as `record`, so they can
 //! never disagree with it.
@@ -19,11 +20,24 @@
 //! pooler may set, never decides which tables a store reads and writes.
 //!
 //! Every write that leaves a record not Running (an `UPDATE` to a state other
-//! than `running`, every `DELETE`) also calls `pg_notify` on the store's
-//! channel ([`channel_name`]) in the same statement, through a `WITH` over the
-//! write's `RETURNING`: no extra round trip, nothing announced when the write
-//! was refused (0 rows), and, inside a caller's transaction, nothing delivered
-//! before it commits. Writes that keep a record Running announce nothing.
+//! than `running`, every `DELETE`) of a row some process waits on (`watched`)
+//! also calls `pg_notify` on the store's channel ([`channel_name`]) in the same
+//! statement, through a `WITH` over the write's `RETURNING`: no extra round
+//! trip, nothing announced when the write was refused (0 rows), and, inside a
+//! caller's transaction, nothing delivered before it commits. Writes that keep
+//! a record Running announce nothing.
+//!
+//! Only watched rows are announced because PostgreSQL commits notifying
+//! transactions one at a time (they share one lock on the notification queue,
+//! held across the commit's WAL flush): a `pg_notify` in every completion
+//! made completions commit one at a time however many clients there were. A
+//! waiter sets `watched` ([`Sql::watch`]) after it registers in its process and
+//! before it reads the record again. Both writes lock the row, so either the
+//! mark commits first and the completion sees it (and announces), or the
+//! completion commits first and the waiter's read sees the record settled: no
+//! wake-up is lost. The mark stays (a later announcing write of the row
+//! notifies again, which wakes nobody who does not wait) and is outside the
+//! record and its version, so no conditional write is disturbed.
 //!
 //! `idemkit_token_floor` (schema version 2) holds one number: the highest fencing
 //! token or row version of any record GC deleted. A new row's first token and
@@ -33,11 +47,11 @@
 use super::error::PgError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The migrations, in order: `MIGRATIONS[n - 1]` brings version `n - 1` to `n`.
 /// `{records}` and `{floor}` are the (qualified) table names.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     r"
 CREATE TABLE {records} (
     tenant           text   NOT NULL,
@@ -61,6 +75,10 @@ CREATE TABLE {floor} (
     value bigint  NOT NULL CHECK (value >= 0)
 );
 INSERT INTO {floor} (value) SELECT coalesce(max(version), 0) FROM {records};
+",
+    // A constant default: PostgreSQL adds the column without rewriting the table.
+    r"
+ALTER TABLE {records} ADD COLUMN watched boolean NOT NULL DEFAULT false;
 ",
 ];
 
@@ -94,6 +112,9 @@ pub(crate) struct Sql {
     /// The `DELETE`, announced like [`update_announced`](Self::update_announced)
     /// with `$5` as the payload.
     pub(crate) delete: String,
+    /// Marks a record as waited on (`watched`), so the write that ends its
+    /// Running state announces it; a row already marked is left as it is.
+    pub(crate) watch: String,
     /// The channel the writes of this schema's records are announced on.
     pub(crate) channel: String,
 }
@@ -170,16 +191,24 @@ impl Sql {
             select_now: format!("SELECT {}", super::clock::now_sql(1, 2)),
             // The channel is a valid identifier's characters (a-z, 0-9, _),
             // so it stands as a literal.
+            // One row when written (the caller counts it), whether announced
+            // or not: CASE calls the volatile pg_notify only for a watched row.
             update_announced: format!(
-                "WITH written AS ({update} RETURNING 1) \
-                 SELECT pg_notify('{channel}', $10::text) FROM written"
+                "WITH written AS ({update} RETURNING watched) \
+                 SELECT CASE WHEN watched THEN pg_notify('{channel}', $10::text) END \
+                 FROM written"
             ),
             update,
             delete: format!(
                 "WITH deleted AS (DELETE FROM {records} \
                  WHERE tenant = $1 AND operation = $2 AND key = $3 AND version = $4 \
-                 RETURNING 1) \
-                 SELECT pg_notify('{channel}', $5::text) FROM deleted"
+                 RETURNING watched) \
+                 SELECT CASE WHEN watched THEN pg_notify('{channel}', $5::text) END \
+                 FROM deleted"
+            ),
+            watch: format!(
+                "UPDATE {records} SET watched = true \
+                 WHERE tenant = $1 AND operation = $2 AND key = $3 AND NOT watched"
             ),
             channel,
             records,
@@ -380,6 +409,7 @@ mod tests {
             &sql.update,
             &sql.update_announced,
             &sql.delete,
+            &sql.watch,
         ] {
             assert!(statement.contains("\"public\".idemkit_"), "{statement}");
             assert!(!statement.contains(" idemkit_"), "{statement}");
@@ -412,8 +442,11 @@ mod tests {
             assert!(valid_identifier(&sql.channel), "{}", sql.channel);
             for announcing in [&sql.update_announced, &sql.delete] {
                 assert!(
-                    announcing.contains(&format!("pg_notify('{}', ", sql.channel)),
-                    "{announcing}"
+                    announcing.contains(&format!(
+                        "CASE WHEN watched THEN pg_notify('{}', ",
+                        sql.channel
+                    )),
+                    "only a watched row is announced: {announcing}"
                 );
             }
             assert!(!sql.update.contains("pg_notify"), "{}", sql.update);
