@@ -194,16 +194,49 @@ export function logRef(tenant, operation, key) {
  */
 export function decodeRecord(bytes) {
   if (!(bytes instanceof Uint8Array)) throw new IdemkitError("invalid-argument", "decodeRecord expects a Uint8Array");
-  // Core writes the view as JSON (one crossing instead of a property set per
-  // field); its 64-bit token is decimal text and its byte fields are ranges
-  // into `data`.
+  // Core writes the view as one JSON array (one crossing instead of a property
+  // set per field, and no field names to parse): its 64-bit token is decimal
+  // text and its byte fields are ranges into `data`. The order is view.rs's.
   const [json, data] = wasmCall(() => wasm.decodeRecord(bytes));
-  const view = JSON.parse(json);
-  view.lastToken = BigInt(view.lastToken);
-  const response = view.response;
-  if (response !== undefined) {
-    for (const header of response.headers) header[1] = data.slice(header[1][0], header[1][1]);
-    if (response.body !== null) response.body = data.slice(response.body[0], response.body[1]);
+  const [fingerprint, fingerprintScheme, effect, state, attempt, lastToken, steps, createdAt, updatedAt, replayUntil, keepUntil, a, b] =
+    JSON.parse(json);
+  const view = {
+    fingerprint,
+    fingerprintScheme,
+    effect,
+    state,
+    attempt,
+    lastToken: BigInt(lastToken),
+    steps: steps.map(([name, stepState, providerKey, providerRef, startedAt, doneAt]) => ({
+      name,
+      state: stepState,
+      providerKey,
+      providerRef,
+      startedAt,
+      doneAt,
+    })),
+    createdAt,
+    updatedAt,
+    replayUntil,
+    keepUntil,
+  };
+  if (state === "running") {
+    view.owner = a;
+    view.leaseExpiresAt = b;
+  } else if (state === "completed") {
+    const [status, headers, body, resourceRef] = a;
+    view.response = {
+      status,
+      headers: headers.map(([name, [start, end]]) => [name, data.slice(start, end)]),
+      body: body === null ? null : data.slice(body[0], body[1]),
+      resourceRef,
+    };
+    view.completedAt = b;
+  } else if (state === "unknown") {
+    view.reason = a;
+    view.since = b;
+  } else {
+    view.releasedAt = a;
   }
   return view;
 }

@@ -1,5 +1,5 @@
 //! A record's read-only view as JSON text plus one byte buffer, for
-//! `decodeRecord` (see `wasm/js/api.js`).
+//! `decodeRecord` (see `wasm/js/api.js`, which names the fields).
 //!
 //! Setting a dozen properties on a JavaScript object from WebAssembly is one
 //! crossing each; writing the same fields as JSON here and letting JavaScript
@@ -10,7 +10,8 @@
 //! - the response body and each header value are `[start, end]` ranges into
 //!   the byte buffer returned beside the text (JavaScript slices them out).
 //!
-//! Field names and order are those of the `RecordView` type in `index.d.ts`.
+//! The fields are positional (see [`record_view`]), in the order of the
+//! `RecordView` type in `index.d.ts`.
 
 use core::fmt::Write as _;
 
@@ -18,82 +19,86 @@ use idemkit_core::UnixMillis;
 use idemkit_core::record::{EffectKind, Record, RecordState, StepState, StoredResponse};
 
 /// The view of `record`: JSON text and the bytes its ranges point into.
+///
+/// The text is an array, its members in the order of the `RecordView` fields
+/// (names would be most of the text to parse): `[fingerprint, fingerprintScheme,
+/// effect, state, attempt, lastToken, steps, createdAt, updatedAt, replayUntil,
+/// keepUntil, ...the state's own]`, where each step is `[name, state,
+/// providerKey, providerRef, startedAt, doneAt]` and the state's own fields are
+/// `owner, leaseExpiresAt` (running), `response, completedAt` (completed, the
+/// response as `[status, headers, body, resourceRef]`, each header `[name,
+/// range]`), `reason, since` (unknown) or `releasedAt` (released).
 #[must_use]
 pub fn record_view(record: &Record) -> (String, Vec<u8>) {
     let mut out = Json {
-        text: String::with_capacity(384),
+        text: String::with_capacity(256),
         bytes: Vec::new(),
     };
-    out.raw("{\"fingerprint\":\"");
+    out.raw("[\"");
     idemkit_core::hex::push_lower(&mut out.text, record.fingerprint.as_bytes());
-    out.raw("\",\"fingerprintScheme\":");
+    out.raw("\",");
     out.number(u64::from(record.fingerprint_scheme));
-    out.raw(",\"effect\":");
+    out.raw(",");
     out.string(match record.effect {
         EffectKind::Local => "local",
         EffectKind::External => "external",
     });
-    out.raw(",\"state\":");
+    out.raw(",");
     out.string(record.state.name().as_str());
-    out.raw(",\"attempt\":");
+    out.raw(",");
     out.number(u64::from(record.attempt));
-    out.raw(",\"lastToken\":\"");
+    out.raw(",\"");
     out.number(record.last_token.get());
-    out.raw("\",\"steps\":[");
+    out.raw("\",[");
     for (i, step) in record.steps.iter().enumerate() {
-        out.raw(if i == 0 { "{\"name\":" } else { ",{\"name\":" });
+        out.raw(if i == 0 { "[" } else { ",[" });
         out.string(&step.name);
-        out.raw(",\"state\":");
+        out.raw(",");
         out.string(match step.state {
             StepState::Started => "started",
             StepState::Done => "done",
         });
-        out.raw(",\"providerKey\":");
+        out.raw(",");
         out.string(&step.provider_key);
-        out.raw(",\"providerRef\":");
+        out.raw(",");
         out.optional_string(step.provider_ref.as_deref());
-        out.raw(",\"startedAt\":");
+        out.raw(",");
         out.millis(step.started_at);
-        out.raw(",\"doneAt\":");
+        out.raw(",");
         out.optional_millis(step.done_at);
-        out.raw("}");
+        out.raw("]");
     }
-    out.raw("],\"createdAt\":");
+    out.raw("],");
     out.millis(record.created_at);
-    out.raw(",\"updatedAt\":");
+    out.raw(",");
     out.millis(record.updated_at);
-    out.raw(",\"replayUntil\":");
+    out.raw(",");
     out.optional_millis(record.replay_until);
-    out.raw(",\"keepUntil\":");
+    out.raw(",");
     out.optional_millis(record.keep_until);
+    out.raw(",");
     match &record.state {
         RecordState::Running { lease } => {
-            out.raw(",\"owner\":");
             out.string(&lease.owner);
-            out.raw(",\"leaseExpiresAt\":");
+            out.raw(",");
             out.millis(lease.expires_at);
         }
         RecordState::Completed {
             response,
             completed_at,
         } => {
-            out.raw(",\"response\":");
             out.response(response);
-            out.raw(",\"completedAt\":");
+            out.raw(",");
             out.millis(*completed_at);
         }
         RecordState::Unknown { reason, since } => {
-            out.raw(",\"reason\":");
             out.string(&reason.to_string());
-            out.raw(",\"since\":");
+            out.raw(",");
             out.millis(*since);
         }
-        RecordState::Released { at } => {
-            out.raw(",\"releasedAt\":");
-            out.millis(*at);
-        }
+        RecordState::Released { at } => out.millis(*at),
     }
-    out.raw("}");
+    out.raw("]");
     (out.text, out.bytes)
 }
 
@@ -156,9 +161,9 @@ impl Json {
     }
 
     fn response(&mut self, response: &StoredResponse) {
-        self.raw("{\"status\":");
+        self.raw("[");
         self.number(u64::from(response.status));
-        self.raw(",\"headers\":[");
+        self.raw(",[");
         for (i, (name, value)) in response.headers.iter().enumerate() {
             self.raw(if i == 0 { "[" } else { ",[" });
             self.string(name);
@@ -166,14 +171,14 @@ impl Json {
             self.range(value);
             self.raw("]");
         }
-        self.raw("],\"body\":");
+        self.raw("],");
         match &response.body {
             Some(body) => self.range(body),
             None => self.raw("null"),
         }
-        self.raw(",\"resourceRef\":");
+        self.raw(",");
         self.optional_string(response.resource_ref.as_deref());
-        self.raw("}");
+        self.raw("]");
     }
 }
 
@@ -216,12 +221,13 @@ mod tests {
     #[test]
     fn a_running_record_names_its_owner_and_escapes_it() {
         let (view, bytes) = parse(&running("worker \"7\"\\\n\u{1}é"));
-        assert_eq!(view["fingerprint"], json!("07".repeat(32)));
-        assert_eq!(view["state"], json!("running"));
-        assert_eq!(view["owner"], json!("worker \"7\"\\\n\u{1}é"));
-        assert_eq!(view["lastToken"], json!("1"));
-        assert_eq!(view["createdAt"], json!(1_000));
-        assert_eq!(view["steps"], json!([]));
+        assert_eq!(view[0], json!("07".repeat(32)));
+        assert_eq!(view[3], json!("running"));
+        assert_eq!(view[5], json!("1"), "lastToken, as decimal text");
+        assert_eq!(view[6], json!([]), "no steps");
+        assert_eq!(view[7], json!(1_000), "createdAt");
+        assert_eq!(view[11], json!("worker \"7\"\\\n\u{1}é"), "owner");
+        assert_eq!(view.as_array().map(Vec::len), Some(13));
         assert!(bytes.is_empty());
     }
 
@@ -248,9 +254,10 @@ mod tests {
             other => panic!("completion writes: {other:?}"),
         };
         let (view, bytes) = parse(&done);
-        let response = &view["response"];
-        assert_eq!(response["status"], json!(201));
-        assert_eq!(response["resourceRef"], json!("p_1"));
+        assert_eq!(view[3], json!("completed"));
+        let response = &view[11];
+        assert_eq!(response[0], json!(201), "status");
+        assert_eq!(response[3], json!("p_1"), "resourceRef");
         let slice = |range: &Value| {
             let (a, b) = (
                 range[0].as_u64().unwrap_or(0),
@@ -261,11 +268,10 @@ mod tests {
                 .unwrap_or_default()
                 .to_vec()
         };
-        assert_eq!(slice(&response["body"]), b"{\"id\":1}");
-        assert_eq!(response["headers"][0][0], json!("content-type"));
-        assert_eq!(slice(&response["headers"][0][1]), b"application/json");
-        assert_eq!(slice(&response["headers"][1][1]), b"/p/1");
-        assert_eq!(view["completedAt"], json!(2_000));
-        assert!(view.get("owner").is_none());
+        assert_eq!(slice(&response[2]), b"{\"id\":1}", "body");
+        assert_eq!(response[1][0][0], json!("content-type"));
+        assert_eq!(slice(&response[1][0][1]), b"application/json");
+        assert_eq!(slice(&response[1][1][1]), b"/p/1");
+        assert_eq!(view[12], json!(2_000), "completedAt");
     }
 }
