@@ -8,6 +8,8 @@
 //! one call to [`fingerprint`](Route::fingerprint) (raw bytes, no hex) and one to
 //! [`claim`](Route::claim).
 
+use std::borrow::Cow;
+
 use idemkit_core::fingerprint::{
     ContentKind, FingerprintSpec, RequestFingerprint, RequestLine, SCHEME_REQUEST_LINE,
 };
@@ -63,6 +65,11 @@ impl Rules {
 }
 
 #[wasm_bindgen]
+#[allow(
+    clippy::too_many_arguments,
+    clippy::needless_pass_by_value,
+    reason = "flat calls across the wasm boundary, whose arguments wasm-bindgen passes owned"
+)]
 impl Route {
     /// A route for `operation` under `policy` (as [`apply`](crate::apply) takes
     /// it), fingerprinting bodies with the schema version, JSON pointers and
@@ -72,14 +79,6 @@ impl Route {
     /// same options.
     #[wasm_bindgen(constructor)]
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one flat call across the wasm boundary"
-    )]
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "wasm-bindgen passes arrays by value"
-    )]
     pub fn new(
         operation: String,
         policy: &JsValue,
@@ -137,7 +136,21 @@ impl Route {
         path: Option<String>,
         query: Option<String>,
     ) -> JsResult<Vec<u8>> {
-        let fp = self.request_fingerprint(body, content_type, method, path, query)?;
+        let spec = self.spec_for(content_type)?;
+        let fp = match (method, path) {
+            (None, None) => spec
+                .fingerprint(&self.operation, body)
+                .map(RequestFingerprint::body_only),
+            (method, path) => {
+                let line = RequestLine::new(
+                    method.as_deref().unwrap_or_default(),
+                    path.as_deref().unwrap_or_default(),
+                    Some(query.as_deref().unwrap_or_default()),
+                );
+                spec.fingerprint_request(&self.operation, &line, body)
+            }
+        }
+        .map_err(interop::error)?;
         let mut out = fp.value().as_bytes().to_vec();
         if fp.scheme() == SCHEME_REQUEST_LINE {
             out.extend_from_slice(fp.body_only_fingerprint().as_bytes());
@@ -151,10 +164,6 @@ impl Route {
     /// `tokenFloor`. Returns what [`apply`](crate::apply) returns for
     /// `{ op: "claim" }`.
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "wasm-bindgen passes owned values"
-    )]
     pub fn claim(
         &self,
         existing: Option<Vec<u8>>,
@@ -194,14 +203,6 @@ impl Route {
     /// `undefined`) and `resourceRef`. Returns what [`apply`](crate::apply)
     /// returns for `{ op: "complete" }`.
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one flat call across the wasm boundary"
-    )]
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "wasm-bindgen passes owned values"
-    )]
     pub fn complete(
         &self,
         existing: Vec<u8>,
@@ -231,10 +232,6 @@ impl Route {
     /// [`classify`](crate::classify) under this route's policy: how a finished
     /// attempt with `status` is recorded (`"store"`, `"release"` or `"unknown"`).
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "wasm-bindgen passes owned values"
-    )]
     pub fn classify(
         &self,
         status: u16,
@@ -253,10 +250,6 @@ impl Route {
 
     /// [`apply`](crate::apply) under this route's policy.
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "wasm-bindgen passes owned values"
-    )]
     pub fn apply(&self, existing: Option<Vec<u8>>, op: &JsValue, now: f64) -> JsResult<JsValue> {
         self.decide(existing.as_deref(), &interop::op(op)?, now)
     }
@@ -294,38 +287,14 @@ fn headers(
 }
 
 impl Route {
-    fn request_fingerprint(
-        &self,
-        body: &[u8],
-        content_type: &str,
-        method: Option<String>,
-        path: Option<String>,
-        query: Option<String>,
-    ) -> JsResult<RequestFingerprint> {
+    /// The spec for bodies sent as `content_type`.
+    fn spec_for(&self, content_type: &str) -> JsResult<Cow<'_, FingerprintSpec>> {
         let content = ContentKind::from_mime(content_type);
-        let built;
-        let spec = match self.specs.iter().find(|spec| spec.content() == content) {
-            Some(spec) => spec,
+        match self.specs.iter().find(|spec| spec.content() == content) {
+            Some(spec) => Ok(Cow::Borrowed(spec)),
             // A kind core maps content types to beyond the three kept.
-            None => {
-                built = self.rules.spec(content)?;
-                &built
-            }
-        };
-        match (method, path) {
-            (None, None) => spec
-                .fingerprint(&self.operation, body)
-                .map(RequestFingerprint::body_only),
-            (method, path) => {
-                let line = RequestLine::new(
-                    method.as_deref().unwrap_or_default(),
-                    path.as_deref().unwrap_or_default(),
-                    Some(query.as_deref().unwrap_or_default()),
-                );
-                spec.fingerprint_request(&self.operation, &line, body)
-            }
+            None => Ok(Cow::Owned(self.rules.spec(content)?)),
         }
-        .map_err(interop::error)
     }
 
     fn decide(&self, existing: Option<&[u8]>, op: &Op, now: f64) -> JsResult<JsValue> {
