@@ -30,7 +30,7 @@ use crate::support::pg::{
 use std::time::{Duration, Instant};
 
 use idemkit::adapters::Adapter;
-use idemkit::adapters::postgres::PostgresAdapter;
+use idemkit::adapters::postgres::{Migrations, PgError, PgOptions, PostgresAdapter};
 use idemkit::core::record::StateName;
 use idemkit::store::Store;
 use postgres::fallible_iterator::FallibleIterator;
@@ -228,4 +228,39 @@ fn postgres_long_schema_names_still_get_a_channel_of_their_own() {
     guard(claim(&y, "k1")).complete(created("k1")).unwrap();
     flush_announcements(&x, &x_listener, "sentinel");
     assert!(!was_woken(&mut watch), "Y's completion reached X");
+}
+
+#[test]
+fn postgres_a_schema_from_before_waits_were_marked_is_migrated_and_its_running_record_still_wakes_a_waiter()
+ {
+    let schema = unique_schema("announce_upgrade");
+    let connect = || PostgresAdapter::connect_with(&url(), options(&schema, 4)).unwrap();
+    // A record left Running by a build of schema version 2...
+    let old = Store::from(connect());
+    let running = guard(claim(&old, "k1"));
+    // ...in a schema as that build made it: no `watched` column, version 2.
+    let mut admin = postgres::Client::connect(&url(), postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "ALTER TABLE \"{schema}\".idemkit_records DROP COLUMN watched; \
+             DELETE FROM \"{schema}\".idemkit_schema_version WHERE version = 3"
+        ))
+        .unwrap();
+    let check_only = PgOptions {
+        migrations: Migrations::CheckOnly,
+        ..options(&schema, 4)
+    };
+    match PostgresAdapter::connect_with(&url(), check_only) {
+        Err(PgError::Schema { found: 2, .. }) => {}
+        other => panic!("expected the schema at version 2, got {other:?}"),
+    }
+    // An instance of this build migrates it on connect and waits on the record
+    // (marking it needs the column the migration adds).
+    let b = Store::from(connect());
+    listening(&b);
+    assert_eq!(state(&b, "k1"), StateName::Running, "the record kept");
+    let mut watch = b.watch(&id_of("k1")).unwrap();
+    assert!(watch.is_marked());
+    let took = latency(&mut watch, || running.complete(created("k1")).unwrap());
+    assert!(took <= WITHIN, "woken {took:?} after the completion");
 }
