@@ -15,7 +15,7 @@
 // of a running key may wait for its answer (`Prefer: wait`, ./waiting.js).
 import * as wasm from "./idemkit_wasm.js";
 import { readDecideWrite } from "./adapters/loop.js";
-import { bodyOptions, decodeRecord, logRef, parseKey, recordId, requestLineOf, toBytes } from "./api.js";
+import { bodyOptions, decodeRecord, parseKey, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { holdWhileRunning, waitOf, waitOption, waiterSlots } from "./waiting.js";
 
@@ -281,11 +281,15 @@ export function createIdempotency(options) {
     return decided(wasmCall(() => route.apply(current?.record, op, clock())));
   }
 
+  /** The record's storage id and log reference, from one call. */
+  function locate(tenantId, key) {
+    const located = wasmCall(() => route.locate(tenantId, key));
+    return { ref: located.slice(0, 16), id: located.slice(16) };
+  }
+
   /** Claims: read, let core decide, insert-if-absent / CAS; loops on a lost race. */
   async function claimPrepared(tenantId, key, fp, owner) {
-    const located = wasmCall(() => route.locate(tenantId, key));
-    const ref = located.slice(0, 16);
-    const id = located.slice(16);
+    const { id, ref } = locate(tenantId, key);
     const claimOwner = owner ?? crypto.randomUUID();
     if (typeof claimOwner !== "string") throw new IdemkitError("invalid-argument", "claim.owner must be a string");
     const decideClaim = (row, floor) => decided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock())));
@@ -432,13 +436,13 @@ export function createIdempotency(options) {
 
   /** Operator: settle an Unknown record. `applied` is the real response, or null if nothing happened. */
   async function resolve({ tenant: tenantId, key }, applied) {
-    const id = recordId(tenantId, operation, key);
+    const { id, ref } = locate(tenantId, key);
     const op = { op: "resolve", applied: applied == null ? null : toStored(applied, replayed) };
     const { current } = await readDecideWrite({
       adapter,
       id,
       call: storeCall,
-      what: `record ${logRef(tenantId, operation, key)}`,
+      what: `record ${ref}`,
       decide: (row) => {
         if (row === null) throw new IdemkitError("record-missing", `no record for this key`);
         return decideOn(row, op);
@@ -449,7 +453,8 @@ export function createIdempotency(options) {
 
   /** The decoded record of a key, or null. */
   async function inspect({ tenant: tenantId, key }) {
-    const current = await storeCall(() => adapter.get(recordId(tenantId, operation, key)));
+    const { id } = locate(tenantId, key);
+    const current = await storeCall(() => adapter.get(id));
     return current === null ? null : decodeRecord(current.record);
   }
 

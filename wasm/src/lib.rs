@@ -235,15 +235,21 @@ pub fn apply(
     policy: &JsValue,
     now: f64,
 ) -> JsResult<JsValue> {
-    let existing = existing.as_deref().map(decode).transpose()?;
     let op = interop::op(op)?;
-    let decision = machine::apply(
-        existing.as_ref(),
-        &op,
-        &interop::policy(policy)?,
-        interop::now(now)?,
-    )
-    .map_err(interop::error)?;
+    decide(existing.as_deref(), &op, &interop::policy(policy)?, now)
+}
+
+/// Core's decision of `op` on the record bytes `existing` at `now`, as
+/// JavaScript gets it ([`apply`], and a [`Route`](route::Route)'s calls).
+fn decide(
+    existing: Option<&[u8]>,
+    op: &machine::Op,
+    policy: &machine::Policy,
+    now: f64,
+) -> JsResult<JsValue> {
+    let existing = existing.map(decode).transpose()?;
+    let decision = machine::apply(existing.as_ref(), op, policy, interop::now(now)?)
+        .map_err(interop::error)?;
     interop::decision(&decision, existing.as_ref())
 }
 

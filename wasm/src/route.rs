@@ -14,7 +14,7 @@ use idemkit_core::fingerprint::{
     ContentKind, FingerprintSpec, RequestFingerprint, RequestLine, SCHEME_REQUEST_LINE,
 };
 use idemkit_core::json::CanonicalizeOptions;
-use idemkit_core::machine::{self, ClaimRequest, Op, Policy};
+use idemkit_core::machine::{ClaimRequest, Op, Policy};
 use idemkit_core::record::StoredResponse;
 use idemkit_core::{Fingerprint, IdempotencyKey, Scope};
 use wasm_bindgen::prelude::*;
@@ -298,10 +298,7 @@ impl Route {
     }
 
     fn decide(&self, existing: Option<&[u8]>, op: &Op, now: f64) -> JsResult<JsValue> {
-        let existing = existing.map(crate::decode).transpose()?;
-        let decision = machine::apply(existing.as_ref(), op, &self.policy, interop::now(now)?)
-            .map_err(interop::error)?;
-        interop::decision(&decision, existing.as_ref())
+        crate::decide(existing, op, &self.policy, now)
     }
 }
 

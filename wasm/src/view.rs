@@ -130,20 +130,12 @@ impl Json {
         }
     }
 
-    /// A JSON string: `"` and `\` escaped, control characters as `\u00XX`.
+    /// A JSON string literal, escaped as core writes canonical JSON.
     fn string(&mut self, s: &str) {
-        self.text.push('"');
-        for c in s.chars() {
-            match c {
-                '"' => self.text.push_str("\\\""),
-                '\\' => self.text.push_str("\\\\"),
-                c if u32::from(c) < 0x20 => {
-                    let _ = write!(self.text, "\\u{:04x}", u32::from(c));
-                }
-                c => self.text.push(c),
-            }
-        }
-        self.text.push('"');
+        let mut literal = Vec::with_capacity(s.len() + 2);
+        idemkit_core::json::write_string(s, &mut literal);
+        // Core's escaping writes UTF-8 (the input was a `str`).
+        self.text.push_str(&String::from_utf8_lossy(&literal));
     }
 
     fn optional_string(&mut self, s: Option<&str>) {
