@@ -9,7 +9,7 @@
 // decided by core's `client` module in wasm, the code `idemkit call` runs, so the
 // rules have one implementation. This file only moves bytes and sends requests.
 import * as wasm from "./idemkit_wasm.js";
-import { readDecideWrite } from "./adapters/loop.js";
+import { adapterCall, readDecideWrite } from "./adapters/loop.js";
 import { canonicalize, fingerprint } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 
@@ -151,13 +151,8 @@ function storeError(err) {
   return new IdemkitError("store-unavailable", `the journal store failed: ${err?.message ?? err}`, { cause: err });
 }
 
-async function storeCall(fn) {
-  try {
-    return await fn();
-  } catch (err) {
-    throw storeError(err);
-  }
-}
+/** One adapter call (see adapterCall: a synchronous answer takes no await hop). */
+const storeCall = (fn) => adapterCall(fn, storeError);
 
 function isAdapter(value) {
   return ["get", "insert", "update"].every((m) => typeof value?.[m] === "function");

@@ -14,7 +14,7 @@
 // caller's local writes commit in the same transaction as the completion. A retry
 // of a running key may wait for its answer (`Prefer: wait`, ./waiting.js).
 import * as wasm from "./idemkit_wasm.js";
-import { readDecideWrite } from "./adapters/loop.js";
+import { adapterCall, isPromise, readDecideWrite } from "./adapters/loop.js";
 import { bodyOptions, decodeRecord, parseKey, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { holdWhileRunning, waitOf, waitOption, waiterSlots } from "./waiting.js";
@@ -83,7 +83,7 @@ export async function withRetries(write) {
  * `resume()`, which renews again after a transition that did not happen.
  */
 export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
-  const { everyMs: every, afterErrorMs: afterError } = wasmCall(() => wasm.renewalCadence(leaseMs));
+  const { everyMs: every, afterErrorMs: afterError } = renewalCadence(leaseMs);
   const deadline = clock() + maxExecutionMs;
   let stopped = false;
   let timer = null;
@@ -113,6 +113,19 @@ export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
       schedule(every);
     },
   };
+}
+
+/** Core's renewal cadence for leases of `leaseMs`, asked once per lease length (a route has one). */
+const cadences = new Map();
+function renewalCadence(leaseMs) {
+  let cadence = cadences.get(leaseMs);
+  if (cadence === undefined) {
+    cadence = wasmCall(() => wasm.renewalCadence(leaseMs));
+    // Lease lengths come from configuration: a handful per process. Bounded all the same.
+    if (cadences.size >= 64) cadences.clear();
+    cadences.set(leaseMs, cadence);
+  }
+  return cadence;
 }
 
 /** Core's default policy and store-unavailable Retry-After. */
@@ -152,13 +165,8 @@ function storeError(err) {
   return new IdemkitError("store-unavailable", `the idempotency store failed: ${err?.message ?? err}`, { cause: err });
 }
 
-async function storeCall(fn) {
-  try {
-    return await fn();
-  } catch (err) {
-    throw storeError(err);
-  }
-}
+/** One adapter call (see adapterCall: a synchronous answer takes no await hop). */
+const storeCall = (fn) => adapterCall(fn, storeError);
 
 /**
  * @param {import("./index.d.ts").IdempotencyOptions} options
@@ -300,7 +308,11 @@ export function createIdempotency(options) {
       what: `record ${ref}`,
       // A fresh record's tokens start above every token of a record GC deleted
       // (read after the record: GC raises the floor before it deletes).
-      decide: async (row) => decideClaim(row, row === null ? await readTokenFloor() : 0n),
+      decide: (row) => {
+        if (row !== null) return decideClaim(row, 0n);
+        const floor = readTokenFloor();
+        return isPromise(floor) ? floor.then((read) => decideClaim(row, read)) : decideClaim(row, floor);
+      },
     });
     // `answer` is this call's own object: extended in place (a spread followed by
     // more properties takes V8's slow path, about 0.6 µs per property).
@@ -484,8 +496,10 @@ export function createIdempotency(options) {
   }
 
   /** The store's token floor: the highest token of any record GC deleted. */
-  async function readTokenFloor() {
-    return floorOf(await storeCall(() => adapter.get(TOKEN_FLOOR_ID)));
+  /** The token floor (a promise of it when the adapter answers with one). */
+  function readTokenFloor() {
+    const read = storeCall(() => adapter.get(TOKEN_FLOOR_ID));
+    return isPromise(read) ? read.then(floorOf) : floorOf(read);
   }
 
   /** Raises the token floor to at least `token` (compare-and-set; a lost race reads again). */
@@ -765,8 +779,10 @@ export function createIdempotency(options) {
     // The evidence that nothing was dispatched: the handler's word, or (on a route
     // that dispatches only through steps) a record without steps, when this attempt
     // began none (a begun step whose write answer was lost still counts).
+    const onlySteps = dispatchesOnlyThroughSteps && !seen.beganStep;
+    // The record crosses only when its steps are the evidence.
     const disposition = wasmCall(() =>
-      route.classify(response.status, seen.nothingDispatched, dispatchesOnlyThroughSteps && !seen.beganStep, held[LEASE].record),
+      route.classify(response.status, seen.nothingDispatched, onlySteps, onlySteps ? held[LEASE].record : undefined),
     );
     if (disposition === "release") {
       // Asked for: the attempt had no effect. If the store fails, the lease expires

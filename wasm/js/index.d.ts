@@ -157,6 +157,9 @@ export interface ScanOptions {
  */
 export type LocalResult<L> = L extends (...args: any[]) => infer R ? Awaited<R> : L extends readonly unknown[] ? unknown[] : unknown;
 
+/** A result, or a promise of it (see {@link Adapter}). */
+export type Awaitable<T> = T | PromiseLike<T>;
+
 /**
  * Where records live: the five-method seam every backend implements (docs/architecture.md).
  * Each method must be atomic for what it claims; idemkit never reads and then
@@ -170,14 +173,20 @@ export type LocalResult<L> = L extends (...args: any[]) => infer R ? Awaited<R> 
  *
  * `L` is the kind of local writes `updateWith` commits with a record (`never`: the
  * adapter has none, and `completeWith` is refused with `local-unsupported`).
+ *
+ * A method answers with a promise, or with its result itself when it has it at
+ * once: `memoryAdapter` and `sqliteAdapter` do (their stores are synchronous), and
+ * the engine then takes no await hop, which is most of what a call costs in
+ * memory. A synchronous throw counts as a rejection. Callers of an adapter's
+ * methods should `await` what they return.
  */
 export interface Adapter<V = unknown, L = never> {
   /** The record and its version, or null. */
-  get(id: string): Promise<{ record: Uint8Array; version: V } | null>;
+  get(id: string): Awaitable<{ record: Uint8Array; version: V } | null>;
   /** Insert if absent: the new version, or null when a record already exists. */
-  insert(id: string, record: Uint8Array, meta?: WriteMeta): Promise<{ version: V } | null>;
+  insert(id: string, record: Uint8Array, meta?: WriteMeta): Awaitable<{ version: V } | null>;
   /** Compare-and-set: write only if the version is still `version`; null otherwise. */
-  update(id: string, record: Uint8Array, version: V, meta?: WriteMeta): Promise<{ version: V } | null>;
+  update(id: string, record: Uint8Array, version: V, meta?: WriteMeta): Awaitable<{ version: V } | null>;
   /**
    * Compare-and-set with the caller's local writes, in one transaction: both or
    * neither. Refused (the version is no longer `version`): null, and nothing of
@@ -185,16 +194,16 @@ export interface Adapter<V = unknown, L = never> {
    * `local-writes-failed` (the caller's error as `cause`), and nothing was written.
    * Otherwise the new version and what `local` came to. Used by `completeWith`.
    */
-  updateWith?(id: string, record: Uint8Array, version: V, meta: WriteMeta | undefined, local: L): Promise<{ version: V; result: unknown } | null>;
+  updateWith?(id: string, record: Uint8Array, version: V, meta: WriteMeta | undefined, local: L): Awaitable<{ version: V; result: unknown } | null>;
   /** The adapter's name, for errors (`sqliteAdapter`, `d1Adapter`, …). */
   readonly name?: string;
   /**
    * Delete-if-version: delete only if the version is still `version`. `true` when
    * deleted, `false` when the record changed since it was read or is gone.
    */
-  delete?(id: string, version: V): Promise<boolean>;
+  delete?(id: string, version: V): Awaitable<boolean>;
   /** The records whose GC is due by `gcDueBefore`, a bounded page at a time. */
-  scan?(options: ScanOptions): Promise<ScanPage<V>>;
+  scan?(options: ScanOptions): Awaitable<ScanPage<V>>;
   /**
    * The largest record (in bytes) the store can hold, when its platform caps a value
    * (Deno KV, Durable Objects, D1 set it). A response body that would make a record

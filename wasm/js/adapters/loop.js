@@ -26,6 +26,9 @@ import { IdemkitError } from "../errors.js";
  *   that writes nothing taken on `held` is decided again on a read (after a
  *   takeover, a fenced worker must be refused, not told to dispatch again).
  * - `call` wraps every adapter call (turns adapter failures into coded errors).
+ *   An adapter may answer synchronously (memory, SQLite): a result that is not
+ *   a promise is used as it is, with no await (each costs a microtask hop),
+ *   and so is a decision that is not a promise.
  * - `local`: the caller's local writes, committed with the write in one
  *   transaction: the compare-and-set goes through `adapter.updateWith`, which
  *   applies nothing of them when it is refused (the loop then reads and decides
@@ -52,10 +55,14 @@ export async function readDecideWrite({ adapter, id, decide, held, call, what, l
   let current = held;
   for (let race = 0; race < maxRaces(); race++) {
     const fromHeld = current !== undefined;
-    if (current === undefined) current = await call(() => adapter.get(id));
+    if (current === undefined) {
+      const read = call(() => adapter.get(id));
+      current = isPromise(read) ? await read : read;
+    }
     let decided;
     try {
-      decided = await decide(current);
+      decided = decide(current);
+      if (isPromise(decided)) decided = await decided;
     } catch (err) {
       if (!fromHeld) throw err;
       current = undefined;
@@ -72,15 +79,19 @@ export async function readDecideWrite({ adapter, id, decide, held, call, what, l
     }
     if (writesNothing) return { answer, current, local: null };
     if (write === "delete") {
-      if (current !== null && (await call(() => adapter.delete(id, current.version)))) return { answer, current: null, local: null };
+      if (current !== null) {
+        const deleting = call(() => adapter.delete(id, current.version));
+        if (isPromise(deleting) ? await deleting : deleting) return { answer, current: null, local: null };
+      }
     } else {
-      const written = await call(() =>
+      let written = call(() =>
         current === null
           ? adapter.insert(id, write, meta)
           : local === undefined
             ? adapter.update(id, write, current.version, meta)
             : adapter.updateWith(id, write, current.version, meta, local),
       );
+      if (isPromise(written)) written = await written;
       if (written) {
         return { answer, current: { record: write, version: written.version }, local: local === undefined ? null : { result: written.result } };
       }
@@ -89,4 +100,33 @@ export async function readDecideWrite({ adapter, id, decide, held, call, what, l
     current = undefined;
   }
   throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on ${what}`);
+}
+
+/** Whether `value` is a promise (or another thenable) to await, not a result already there. */
+export function isPromise(value) {
+  return typeof value?.then === "function";
+}
+
+/**
+ * Runs one adapter call, a failure made `failed(err)` (a coded error). A
+ * synchronous answer is returned as it is, with no await hop; a promise comes
+ * back as a promise. A synchronous throw is a failure too (thrown, so an async
+ * caller rejects).
+ * @template T
+ * @param {() => T | PromiseLike<T>} fn
+ * @param {(err: unknown) => Error} failed
+ * @returns {T | Promise<T>}
+ */
+export function adapterCall(fn, failed) {
+  let result;
+  try {
+    result = fn();
+  } catch (err) {
+    throw failed(err);
+  }
+  return isPromise(result)
+    ? Promise.resolve(result).then(undefined, (err) => {
+        throw failed(err);
+      })
+    : result;
 }

@@ -1,7 +1,8 @@
 // An in-process adapter: for tests, examples and single-process servers that may
 // lose their records on restart. Each method runs to completion without awaiting,
 // so insert-if-absent, compare-and-set and delete-if-version are atomic on
-// JavaScript's single thread. `scan` sorts the due records on each call (fine for
+// JavaScript's single thread; it answers synchronously (no promise), so the
+// engine takes no await hop on it. `scan` sorts the due records on each call (fine for
 // the record counts a process keeps in memory). `updateWith` runs the caller's
 // synchronous `local()` in the same step, only when the compare-and-set holds; the
 // record is written only if `local` returned (a memory store has no transaction
@@ -11,6 +12,7 @@
 
 import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
 import { requireLocal, runLocalSync } from "./local-writes.js";
+import { answeringSynchronously } from "./synchronous.js";
 import { writeWakers } from "./wakers.js";
 
 /**
@@ -32,45 +34,47 @@ export function memoryAdapter() {
   }
   return {
     name: "memoryAdapter",
-    async get(id) {
-      const row = records.get(id);
-      return row === undefined ? null : { record: row.record.slice(), version: row.version };
-    },
-    async insert(id, record, meta) {
-      if (records.has(id)) return null;
-      const version = firstVersion();
-      records.set(id, { record: record.slice(), version, gcDueAt: dueOf(meta) });
-      wakers.wake(id);
-      return { version };
-    },
-    async update(id, record, version, meta) {
-      const written = compareAndSet(id, record, version, meta);
-      return written && { version: written.version };
-    },
-    async updateWith(id, record, version, meta, local) {
-      requireLocal(typeof local === "function", "memoryAdapter", "a synchronous function () => result");
-      return compareAndSet(id, record, version, meta, local);
-    },
-    async delete(id, version) {
-      const row = records.get(id);
-      if (row === undefined || row.version !== version) return false;
-      records.delete(id);
-      wakers.wake(id);
-      return true;
-    },
-    async scan(options) {
-      const { gcDueBefore, limit, after } = scanLimit(options);
-      const due = [];
-      for (const [id, row] of records) {
-        if (row.gcDueAt === null || row.gcDueAt > gcDueBefore) continue;
-        if (after && (row.gcDueAt < after.gcDueAt || (row.gcDueAt === after.gcDueAt && id <= after.id))) continue;
-        due.push({ id, record: row.record.slice(), version: row.version, gcDueAt: row.gcDueAt });
-      }
-      due.sort((a, b) => a.gcDueAt - b.gcDueAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-      const entries = due.slice(0, limit);
-      const last = entries[entries.length - 1];
-      return { entries, next: due.length > limit ? { gcDueAt: last.gcDueAt, id: last.id } : null };
-    },
+    ...answeringSynchronously({
+      get(id) {
+        const row = records.get(id);
+        return row === undefined ? null : { record: row.record.slice(), version: row.version };
+      },
+      insert(id, record, meta) {
+        if (records.has(id)) return null;
+        const version = firstVersion();
+        records.set(id, { record: record.slice(), version, gcDueAt: dueOf(meta) });
+        wakers.wake(id);
+        return { version };
+      },
+      update(id, record, version, meta) {
+        const written = compareAndSet(id, record, version, meta);
+        return written && { version: written.version };
+      },
+      updateWith(id, record, version, meta, local) {
+        requireLocal(typeof local === "function", "memoryAdapter", "a synchronous function () => result");
+        return compareAndSet(id, record, version, meta, local);
+      },
+      delete(id, version) {
+        const row = records.get(id);
+        if (row === undefined || row.version !== version) return false;
+        records.delete(id);
+        wakers.wake(id);
+        return true;
+      },
+      scan(options) {
+        const { gcDueBefore, limit, after } = scanLimit(options);
+        const due = [];
+        for (const [id, row] of records) {
+          if (row.gcDueAt === null || row.gcDueAt > gcDueBefore) continue;
+          if (after && (row.gcDueAt < after.gcDueAt || (row.gcDueAt === after.gcDueAt && id <= after.id))) continue;
+          due.push({ id, record: row.record.slice(), version: row.version, gcDueAt: row.gcDueAt });
+        }
+        due.sort((a, b) => a.gcDueAt - b.gcDueAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+        const entries = due.slice(0, limit);
+        const last = entries[entries.length - 1];
+        return { entries, next: due.length > limit ? { gcDueAt: last.gcDueAt, id: last.id } : null };
+      },
+    }),
     changed: wakers.changed,
     size() {
       return records.size;

@@ -1,5 +1,6 @@
 // SQLite through better-sqlite3 (Node) or bun:sqlite (Bun): both have a synchronous
-// `prepare(sql).run/get` API. Claims are one statement each: INSERT … ON CONFLICT DO
+// `prepare(sql).run/get` API, so the adapter answers synchronously (no promise: the
+// engine takes no await hop on it). Claims are one statement each: INSERT … ON CONFLICT DO
 // NOTHING (insert-if-absent) and UPDATE … WHERE version = ? (compare-and-set), so
 // they stay atomic even when several processes share the database file.
 //
@@ -22,6 +23,7 @@
 
 import { dueOf, firstVersion, pageOf, scanLimit } from "./gc-index.js";
 import { requireLocal, runLocalSync } from "./local-writes.js";
+import { answeringSynchronously } from "./synchronous.js";
 import { IdemkitError } from "../errors.js";
 
 const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -125,29 +127,31 @@ export function sqliteAdapter(db, options = {}) {
   }
   return {
     name: "sqliteAdapter",
-    async get(id) {
-      const row = select.get(id);
-      if (row === undefined || row === null) return null;
-      return { record: new Uint8Array(row.record), version: Number(row.version) };
-    },
-    async insert(id, record, meta) {
-      const version = firstVersion();
-      return insert.run(id, record, version, dueOf(meta)).changes === 1 ? { version } : null;
-    },
-    async update(id, record, version, meta) {
-      return update.run(record, dueOf(meta), id, version).changes === 1 ? { version: version + 1 } : null;
-    },
-    async updateWith(id, record, version, meta, local) {
-      requireLocal(typeof local === "function", "sqliteAdapter", "a synchronous function (db) => result");
-      return localTransaction()(record, dueOf(meta), id, version, local);
-    },
-    async delete(id, version) {
-      return remove.run(id, version).changes === 1;
-    },
-    async scan(options) {
-      const { gcDueBefore, limit, after } = scanLimit(options);
-      const rows = scan.all(gcDueBefore, after?.gcDueAt ?? -1, after?.id ?? "", limit + 1);
-      return pageOf(rows, limit, (bytes) => new Uint8Array(bytes));
-    },
+    ...answeringSynchronously({
+      get(id) {
+        const row = select.get(id);
+        if (row === undefined || row === null) return null;
+        return { record: new Uint8Array(row.record), version: Number(row.version) };
+      },
+      insert(id, record, meta) {
+        const version = firstVersion();
+        return insert.run(id, record, version, dueOf(meta)).changes === 1 ? { version } : null;
+      },
+      update(id, record, version, meta) {
+        return update.run(record, dueOf(meta), id, version).changes === 1 ? { version: version + 1 } : null;
+      },
+      updateWith(id, record, version, meta, local) {
+        requireLocal(typeof local === "function", "sqliteAdapter", "a synchronous function (db) => result");
+        return localTransaction()(record, dueOf(meta), id, version, local);
+      },
+      delete(id, version) {
+        return remove.run(id, version).changes === 1;
+      },
+      scan(options) {
+        const { gcDueBefore, limit, after } = scanLimit(options);
+        const rows = scan.all(gcDueBefore, after?.gcDueAt ?? -1, after?.id ?? "", limit + 1);
+        return pageOf(rows, limit, (bytes) => new Uint8Array(bytes));
+      },
+    }),
   };
 }

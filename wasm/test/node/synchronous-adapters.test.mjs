@@ -1,0 +1,110 @@
+// Adapters that answer synchronously: memoryAdapter and sqliteAdapter return
+// their results themselves (no promise, so the engine takes no await hop on
+// them) and fail with a rejected promise, as an asynchronous adapter does; the
+// engine takes either kind of answer, and either kind of failure, from any adapter.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import Database from "better-sqlite3";
+import * as idemkit from "idemkit";
+
+const adapters = {
+  memory: () => idemkit.memoryAdapter(),
+  "better-sqlite3": () => idemkit.sqliteAdapter(new Database(":memory:")),
+};
+
+const body = new TextEncoder().encode('{"amount":1200}');
+const stored = { status: 201, headers: { "content-type": "application/json" }, body: '{"id":"pay_1"}' };
+
+for (const [name, make] of Object.entries(adapters)) {
+  test(`${name}: every seam method answers with its result, not a promise`, () => {
+    const adapter = make();
+    const inserted = adapter.insert("0a01", new Uint8Array([1]), { gcDueAt: 5 });
+    assert.ok(!(inserted instanceof Promise) && inserted !== null, "insert");
+    const read = adapter.get("0a01");
+    assert.ok(!(read instanceof Promise), "get");
+    assert.deepEqual([...read.record], [1]);
+    const updated = adapter.update("0a01", new Uint8Array([2]), read.version, { gcDueAt: 6 });
+    assert.ok(!(updated instanceof Promise) && updated !== null, "update");
+    assert.equal(adapter.update("0a01", new Uint8Array([3]), read.version, { gcDueAt: 6 }), null, "a stale compare-and-set is refused at once");
+    const page = adapter.scan({ gcDueBefore: 10, limit: 10 });
+    assert.ok(!(page instanceof Promise), "scan");
+    assert.deepEqual(page.entries.map((e) => e.id), ["0a01"]);
+    assert.equal(adapter.delete("0a01", updated.version), true, "delete");
+    assert.equal(adapter.get("0a01"), null);
+  });
+
+  test(`${name}: a failing method rejects instead of throwing`, async () => {
+    const adapter = make();
+    const v = adapter.insert("0a02", new Uint8Array([1]), { gcDueAt: null }).version;
+    // Local writes of the wrong kind are refused before anything is written.
+    const refused = adapter.updateWith("0a02", new Uint8Array([2]), v, { gcDueAt: null }, "not a function");
+    assert.ok(refused instanceof Promise, "a failure is a promise");
+    await assert.rejects(refused, (err) => err.code === "invalid-argument");
+    assert.deepEqual([...adapter.get("0a02").record], [1], "nothing was written");
+  });
+
+  test(`${name}: claim, complete and replay resolve as promises`, async () => {
+    const idem = idemkit.createIdempotency({ adapter: make(), operation: "payments.capture", effect: "external", tenant: () => "acme" });
+    const claimed = idem.claim({ tenant: "acme", key: "k-1", body });
+    assert.ok(claimed instanceof Promise, "the API stays asynchronous over a synchronous adapter");
+    const held = await claimed;
+    assert.equal(held.outcome, "execute");
+    const done = await idem.complete(held, stored);
+    assert.equal(done.state, "completed");
+    const again = await idem.claim({ tenant: "acme", key: "k-1", body });
+    assert.equal(again.outcome, "replay");
+    assert.equal(new TextDecoder().decode(again.response.body), '{"id":"pay_1"}');
+  });
+}
+
+/** An adapter over a Map whose methods answer synchronously, or with promises (`async`), and can be made to fail. */
+function mapAdapter({ async, failWith }) {
+  const rows = new Map();
+  const answer = (fn) => (...args) => {
+    if (failWith === "throw") throw new Error("disk on fire");
+    if (failWith === "reject") return Promise.reject(new Error("disk on fire"));
+    return async ? Promise.resolve().then(() => fn(...args)) : fn(...args);
+  };
+  return {
+    name: "mapAdapter",
+    get: answer((id) => rows.get(id) ?? null),
+    insert: answer((id, record) => {
+      if (rows.has(id)) return null;
+      rows.set(id, { record: record.slice(), version: 1 });
+      return { version: 1 };
+    }),
+    update: answer((id, record, version) => {
+      if (rows.get(id)?.version !== version) return null;
+      rows.set(id, { record: record.slice(), version: version + 1 });
+      return { version: version + 1 };
+    }),
+  };
+}
+
+for (const async of [false, true]) {
+  test(`a user's ${async ? "asynchronous" : "synchronous"} adapter: claim, complete and replay`, async () => {
+    const idem = idemkit.createIdempotency({ adapter: mapAdapter({ async }), operation: "op", effect: "external", tenant: () => "acme" });
+    const held = await idem.claim({ tenant: "acme", key: "k-1", body });
+    assert.equal(held.outcome, "execute");
+    await idem.complete(held, stored);
+    assert.equal((await idem.claim({ tenant: "acme", key: "k-1", body })).outcome, "replay");
+    assert.equal((await idem.claim({ tenant: "acme", key: "k-1", body: new TextEncoder().encode("{}") })).outcome, "mismatch");
+  });
+}
+
+for (const failWith of ["throw", "reject"]) {
+  test(`an adapter that fails by ${failWith === "throw" ? "throwing" : "rejecting"}: the claim rejects with store-unavailable, and handle answers 503`, async () => {
+    const idem = idemkit.createIdempotency({ adapter: mapAdapter({ async: false, failWith }), operation: "op", effect: "external", tenant: () => "acme" });
+    const claimed = idem.claim({ tenant: "acme", key: "k-1", body });
+    assert.ok(claimed instanceof Promise, "a synchronous throw becomes a rejection");
+    await assert.rejects(claimed, (err) => err.code === "store-unavailable" && err.cause?.message === "disk on fire");
+    const request = new Request("https://api.example/payments", { method: "POST", headers: { "idempotency-key": "k-2", "content-type": "application/json" }, body });
+    let ran = false;
+    const response = await idem.handle(request, () => {
+      ran = true;
+      return new Response("charged");
+    });
+    assert.equal(response.status, 503);
+    assert.equal(ran, false, "nothing runs when the store cannot be reached");
+  });
+}
