@@ -194,10 +194,18 @@ export function logRef(tenant, operation, key) {
  */
 export function decodeRecord(bytes) {
   if (!(bytes instanceof Uint8Array)) throw new IdemkitError("invalid-argument", "decodeRecord expects a Uint8Array");
+  return recordView(wasmCall(() => wasm.decodeRecord(bytes)));
+}
+
+/**
+ * The view of a record from core's `[json, data]` (`decodeRecord`, or the view a
+ * completion returns of the record it wrote).
+ * @param {[string, Uint8Array]} parts
+ */
+export function recordView([json, data]) {
   // Core writes the view as one JSON array (one crossing instead of a property
   // set per field, and no field names to parse): its 64-bit token is decimal
   // text and its byte fields are ranges into `data`. The order is view.rs's.
-  const [json, data] = wasmCall(() => wasm.decodeRecord(bytes));
   const [fingerprint, fingerprintScheme, effect, state, attempt, lastToken, steps, createdAt, updatedAt, replayUntil, keepUntil, a, b] =
     JSON.parse(json);
   const view = {

@@ -15,7 +15,7 @@
 // of a running key may wait for its answer (`Prefer: wait`, ./waiting.js).
 import * as wasm from "./idemkit_wasm.js";
 import { adapterCall, isPromise, readDecideWrite } from "./adapters/loop.js";
-import { bodyOptions, decodeRecord, parseKey, requestLineOf, toBytes } from "./api.js";
+import { bodyOptions, decodeRecord, parseKey, recordView, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { holdWhileRunning, waitOf, waitOption, waiterSlots } from "./waiting.js";
 
@@ -370,8 +370,11 @@ export function createIdempotency(options) {
     return { answer, current, local: applied };
   }
 
-  /** The JS view of the record a transition wrote. */
-  const viewOf = ({ current }) => decodeRecord(current.record);
+  /**
+   * The JS view of the record a transition wrote: the one its decision came with
+   * (a completion asked for it), else decoded from the bytes.
+   */
+  const viewOf = ({ answer, current }) => (answer.view === undefined ? decodeRecord(current.record) : recordView(answer.view));
 
   /**
    * A body over `maxStoredResponseBytes`, or one that would make the record larger
@@ -379,7 +382,7 @@ export function createIdempotency(options) {
    * without it (status, headers and resource reference stay), so a retry gets 410
    * response-expired with the reference, never a second execution.
    */
-  function completeHeld(held, response, local) {
+  function completeHeld(held, response, local, withView = false) {
     const { status, headers, body, resourceRef } = toStored(response, replayed);
     if (!Number.isInteger(status) || status < 100 || status > 999) {
       throw new IdemkitError("invalid-argument", "response.status must be an integer from 100 to 999");
@@ -392,7 +395,7 @@ export function createIdempotency(options) {
     const values = concat(headers.map(([, value]) => value), headers.reduce((total, [, value]) => total + value.length, 0));
     const lengths = Uint32Array.from(headers, ([, value]) => value.length);
     const completeWith = (row, token, kept) =>
-      decided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock())));
+      decided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock(), withView)));
     const kept = body !== null && body.length > maxStoredResponseBytes ? null : body;
     return transition(
       held,
@@ -403,7 +406,8 @@ export function createIdempotency(options) {
       local,
     );
   }
-  const complete = async (held, response) => viewOf(await completeHeld(held, response));
+  // The view comes with the decision: the written bytes are not decoded again.
+  const complete = async (held, response) => viewOf(await completeHeld(held, response, undefined, true));
 
   /**
    * `complete`, with the caller's local writes committed in the same transaction
@@ -415,7 +419,7 @@ export function createIdempotency(options) {
     if (local === undefined || local === null) {
       throw new IdemkitError("invalid-argument", "completeWith needs the local writes (without any, use complete)");
     }
-    const done = await completeHeld(held, response, local);
+    const done = await completeHeld(held, response, local, true);
     return { record: viewOf(done), result: done.local.result };
   }
   // handle's own transitions (the *Held forms) discard the record: no view is built.

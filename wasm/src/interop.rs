@@ -690,6 +690,13 @@ extern "C" {
     fn set_property(target: &Object, key: &JsValue, value: &JsValue) -> bool;
 }
 
+/// Sets `field` of `target` (an object made here, such as a [`decision`]) to `value`.
+pub fn set_field(target: &JsValue, field: &'static str, value: &JsValue) {
+    if let Some(object) = target.dyn_ref::<Object>() {
+        with_key(field, |key| set_property(object, key, value));
+    }
+}
+
 struct ObjectBuilder(Object);
 
 impl ObjectBuilder {

@@ -247,10 +247,35 @@ fn decide(
     policy: &machine::Policy,
     now: f64,
 ) -> JsResult<JsValue> {
+    decide_viewed(existing, op, policy, now, false)
+}
+
+/// [`decide`], and with `with_view` the view of the record it writes
+/// (`view`, as [`decode_record`] gives it; absent when nothing is written).
+fn decide_viewed(
+    existing: Option<&[u8]>,
+    op: &machine::Op,
+    policy: &machine::Policy,
+    now: f64,
+    with_view: bool,
+) -> JsResult<JsValue> {
     let existing = existing.map(decode).transpose()?;
     let decision = machine::apply(existing.as_ref(), op, policy, interop::now(now)?)
         .map_err(interop::error)?;
-    interop::decision(&decision, existing.as_ref())
+    let decided = interop::decision(&decision, existing.as_ref())?;
+    if let (true, machine::Write::Put(next)) = (with_view, &decision.write) {
+        interop::set_field(&decided, "view", &view_parts(next).into());
+    }
+    Ok(decided)
+}
+
+/// `[json, bytes]`: the view of `record` (see [`view`]).
+fn view_parts(record: &Record) -> js_sys::Array {
+    let (text, bytes) = view::record_view(record);
+    js_sys::Array::of2(
+        &JsValue::from_str(&text),
+        &js_sys::Uint8Array::from(bytes.as_slice()),
+    )
 }
 
 /// How a finished attempt with `status` is recorded under `policy`:
@@ -307,11 +332,7 @@ fn classify_under(
 #[wasm_bindgen(js_name = decodeRecord)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn decode_record(record: &[u8]) -> JsResult<js_sys::Array> {
-    let (text, bytes) = view::record_view(&decode(record)?);
-    Ok(js_sys::Array::of2(
-        &JsValue::from_str(&text),
-        &js_sys::Uint8Array::from(bytes.as_slice()),
-    ))
+    Ok(view_parts(&decode(record)?))
 }
 
 /// When GC next has something to do with the record `record` (its encoded

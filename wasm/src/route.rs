@@ -201,7 +201,9 @@ impl Route {
     /// the headers as `headerNames` (joined by `\n`) with their values back to
     /// back in `headerValues` (`headerLengths` long each), `body` (none when
     /// `undefined`) and `resourceRef`. Returns what [`apply`](crate::apply)
-    /// returns for `{ op: "complete" }`.
+    /// returns for `{ op: "complete" }`; with `withView`, also `view`: the
+    /// written record's view as [`decodeRecord`](crate::decode_record) gives it
+    /// (the caller that returns one then decodes nothing).
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
     pub fn complete(
         &self,
@@ -214,6 +216,7 @@ impl Route {
         body: Option<Vec<u8>>,
         resource_ref: Option<String>,
         now: f64,
+        with_view: Option<bool>,
     ) -> JsResult<JsValue> {
         let op = Op::Complete {
             token: interop::token(token)?,
@@ -226,7 +229,13 @@ impl Route {
                 resource_ref,
             },
         };
-        self.decide(Some(&existing), &op, now)
+        crate::decide_viewed(
+            Some(&existing),
+            &op,
+            &self.policy,
+            now,
+            with_view.unwrap_or(false),
+        )
     }
 
     /// [`classify`](crate::classify) under this route's policy: how a finished

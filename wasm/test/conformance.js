@@ -803,6 +803,18 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.throws(() => createIdempotency({ ...base, replayedHeaders: "content-type" }), "invalid-argument");
     }],
 
+    ["complete answers the view of the record it wrote, field for field as decodeRecord reads it back", async () => {
+      const { idem, adapter } = await setup();
+      const plain = (view) => JSON.stringify(view, (_, v) => (typeof v === "bigint" ? `${v}n` : v instanceof Uint8Array ? [...v] : v));
+      const held = await idem.claim(claimInput("k-view"));
+      const done = await idem.complete(held, { status: 201, headers: { "content-type": "application/json", location: "/payments/p1" }, body: '{"id":"p1"}', resourceRef: "/payments/p1" });
+      const stored = await adapter.get(idemkit.recordId("acme", "payments.capture", "k-view"));
+      assert.equal(plain(done), plain(idemkit.decodeRecord(stored.record)));
+      assert.equal(done.state, "completed");
+      assert.equal(done.response.resourceRef, "/payments/p1");
+      assert.equal(new TextDecoder().decode(done.response.body), '{"id":"p1"}');
+    }],
+
     ["complete and resolve store only the allowed headers: set-cookie never", async () => {
       const { idem } = await setup();
       const secrets = { "content-type": "text/plain", "set-cookie": "session=s3cret", "x-session-token": "tok-s3cret" };
