@@ -86,6 +86,41 @@ fn encode_as<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
     }
 }
 
+/// Whether postcard writes `value` as exactly `expected`: the re-encoding is
+/// compared as it is made, never allocated (every read of a record checks it).
+fn encodes_to<T: Serialize>(value: &T, expected: &[u8]) -> bool {
+    postcard::serialize_with_flavor(value, SameAs { expected, at: 0 }).unwrap_or(false)
+}
+
+/// A postcard output that compares each byte written with `expected` and stops
+/// at the first that differs.
+struct SameAs<'a> {
+    expected: &'a [u8],
+    at: usize,
+}
+
+impl postcard::ser_flavors::Flavor for SameAs<'_> {
+    type Output = bool;
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.try_extend(&[byte])
+    }
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        let end = self.at.saturating_add(data.len());
+        if self.expected.get(self.at..end) != Some(data) {
+            // Not an error of the value: the only way to stop serializing early.
+            return Err(postcard::Error::SerializeBufferFull);
+        }
+        self.at = end;
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<bool> {
+        Ok(self.at == self.expected.len())
+    }
+}
+
 fn take_all<'a, T: Deserialize<'a>>(rest: &'a [u8]) -> Result<T, DecodeError> {
     let (value, trailing) =
         postcard::take_from_bytes::<T>(rest).map_err(|e| corrupt(e.to_string()))?;
@@ -159,24 +194,24 @@ impl Record {
     /// decode to the record that `encode` then writes in the current one.
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
-        let (record, reencoded) = match version {
+        // One record, one encoding per format: refusing non-canonical spellings
+        // (overlong varints and the like) makes "decodes" imply "re-encodes to
+        // these very bytes", so stored bytes compare equal exactly when records do.
+        let (record, canonical) = match version {
             1 => {
                 let record = Record::from(take_all::<RecordV1>(rest)?);
-                let again = encode_as(1, &RecordV1::from(&record));
-                (record, again)
+                let canonical = encodes_to(&RecordV1::from(&record), rest);
+                (record, canonical)
             }
             FORMAT_VERSION => {
                 let record = take_all::<Record>(rest)?;
-                let again = record.encode();
-                (record, again)
+                let canonical = encodes_to(&record, rest);
+                (record, canonical)
             }
             _ => return Err(DecodeError::UnknownVersion { version }),
         };
         record.check_invariants()?;
-        // One record, one encoding per format: refusing non-canonical spellings
-        // (overlong varints and the like) makes "decodes" imply "re-encodes to
-        // these very bytes", so stored bytes compare equal exactly when records do.
-        if reencoded != bytes {
+        if !canonical {
             return Err(corrupt("non-canonical encoding"));
         }
         Ok(record)
@@ -483,6 +518,27 @@ mod tests {
                 detail: "non-canonical encoding".into()
             })
         );
+    }
+
+    #[test]
+    fn the_canonical_check_compares_every_byte_and_the_length() {
+        for record in samples() {
+            let bytes = record.encode();
+            let body = &bytes[1..];
+            assert!(encodes_to(&record, body));
+            let mut longer = body.to_vec();
+            longer.push(0);
+            assert!(!encodes_to(&record, &longer), "a trailing byte");
+            assert!(
+                !encodes_to(&record, &body[..body.len() - 1]),
+                "one byte short"
+            );
+            for at in [0, body.len() / 2, body.len() - 1] {
+                let mut changed = body.to_vec();
+                changed[at] ^= 1;
+                assert!(!encodes_to(&record, &changed), "byte {at} changed");
+            }
+        }
     }
 
     fn corrupt_detail(record: &Record) -> String {
