@@ -295,12 +295,23 @@ export function createIdempotency(options) {
     return { ref: located.slice(0, 16), id: located.slice(16) };
   }
 
-  /** Claims: read, let core decide, insert-if-absent / CAS; loops on a lost race. */
-  async function claimPrepared(tenantId, key, fp, owner) {
+  /**
+   * Claims: read, let core decide, insert-if-absent / CAS; loops on a lost race.
+   * For `handle` (`forHttp`), an outcome other than execute comes with `reply`:
+   * core's HTTP answer to it, made in the same call.
+   */
+  async function claimPrepared(tenantId, key, fp, owner, forHttp = false) {
     const { id, ref } = locate(tenantId, key);
     const claimOwner = owner ?? crypto.randomUUID();
     if (typeof claimOwner !== "string") throw new IdemkitError("invalid-argument", "claim.owner must be a string");
-    const decideClaim = (row, floor) => decided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock())));
+    const decideClaim = (row, floor) =>
+      decided(
+        wasmCall(() =>
+          forHttp
+            ? route.claimForHttp(row?.record, fp, claimOwner, floor, clock(), tenantId, key)
+            : route.claim(row?.record, fp, claimOwner, floor, clock()),
+        ),
+      );
     const { answer, current } = await readDecideWrite({
       adapter,
       id,
@@ -618,7 +629,7 @@ export function createIdempotency(options) {
     }
     let held;
     try {
-      held = await claimPrepared(tenantId, key, fp);
+      held = await claimPrepared(tenantId, key, fp, undefined, true);
     } catch (err) {
       // A tenant or operation name core refuses is the server's bug, not the client's.
       if (!(err instanceof IdemkitError) || err.code.startsWith("scope-")) throw err;
@@ -640,7 +651,7 @@ export function createIdempotency(options) {
             first: held,
             durationMs: wait.durationMs,
             signal: request.signal,
-            reclaim: () => claimPrepared(tenantId, key, fp),
+            reclaim: () => claimPrepared(tenantId, key, fp, undefined, true),
           });
         } catch (err) {
           if (!(err instanceof IdemkitError) || err.code.startsWith("scope-")) throw err;
@@ -656,8 +667,9 @@ export function createIdempotency(options) {
       const response = await execute(held, hasBody ? new Request(request, { body }) : request, handler, tenantId, key);
       return preferenceApplied(response, applied);
     }
-    // A replay, or a refusal quoting the record's log reference where it has one.
-    return preferenceApplied(answer(Object.assign({}, held, { tenant: tenantId, operation, key })), applied);
+    // A replay, or a refusal quoting the record's log reference where it has one:
+    // core's answer came with the claim.
+    return preferenceApplied(fromAnswer(held.reply), applied);
   }
 
   function unavailable() {

@@ -259,12 +259,29 @@ fn decide_viewed(
     now: f64,
     with_view: bool,
 ) -> JsResult<JsValue> {
+    decide_and(existing, op, policy, now, |decision| {
+        Ok(match (with_view, &decision.write) {
+            (true, machine::Write::Put(next)) => Some(("view", view_parts(next).into())),
+            _ => None,
+        })
+    })
+}
+
+/// [`decide`], with one more field of the answer that `extra` makes of the
+/// decision (none when it gives `None`).
+fn decide_and(
+    existing: Option<&[u8]>,
+    op: &machine::Op,
+    policy: &machine::Policy,
+    now: f64,
+    extra: impl FnOnce(&machine::Decision) -> JsResult<Option<(&'static str, JsValue)>>,
+) -> JsResult<JsValue> {
     let existing = existing.map(decode).transpose()?;
     let decision = machine::apply(existing.as_ref(), op, policy, interop::now(now)?)
         .map_err(interop::error)?;
     let decided = interop::decision(&decision, existing.as_ref())?;
-    if let (true, machine::Write::Put(next)) = (with_view, &decision.write) {
-        interop::set_field(&decided, "view", &view_parts(next).into());
+    if let Some((field, value)) = extra(&decision)? {
+        interop::set_field(&decided, field, &value);
     }
     Ok(decided)
 }

@@ -13,8 +13,9 @@ use std::borrow::Cow;
 use idemkit_core::fingerprint::{
     ContentKind, FingerprintSpec, RequestFingerprint, RequestLine, SCHEME_REQUEST_LINE,
 };
+use idemkit_core::http::{self, Outcome};
 use idemkit_core::json::CanonicalizeOptions;
-use idemkit_core::machine::{ClaimRequest, Op, Policy};
+use idemkit_core::machine::{Answer, ClaimOutcome, ClaimRequest, Op, Policy};
 use idemkit_core::record::StoredResponse;
 use idemkit_core::{Fingerprint, IdempotencyKey, Scope};
 use wasm_bindgen::prelude::*;
@@ -172,28 +173,42 @@ impl Route {
         token_floor: u64,
         now: f64,
     ) -> JsResult<JsValue> {
-        let part = |range: core::ops::Range<usize>| {
-            fingerprint
-                .get(range)
-                .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
-                .map(Fingerprint::from_bytes)
-        };
-        let fingerprint = match (fingerprint.len(), part(0..32), part(32..64)) {
-            (32, Some(value), _) => RequestFingerprint::body_only(value),
-            (64, Some(value), Some(body_only)) => {
-                RequestFingerprint::with_request_line(value, body_only)
-            }
-            (len, ..) => {
-                return Err(interop::error(interop::ArgumentError(format!(
-                    "a claim's fingerprint is 32 or 64 bytes (Route.fingerprint), not {len}"
-                ))));
-            }
-        };
-        let op = Op::Claim {
-            request: ClaimRequest { fingerprint, owner },
-            token_floor,
-        };
+        let op = claim_op(fingerprint, owner, token_floor)?;
         self.decide(existing.as_deref(), &op, now)
+    }
+
+    /// [`claim`](Route::claim) for the HTTP handler: an outcome other than
+    /// `execute` comes with `reply`, core's HTTP answer to it (`{ status,
+    /// headers, body }`, as `httpAnswer` gives it), so the handler answers a
+    /// replay or a refusal without handing the outcome back across the
+    /// boundary. `tenant` and `key` name the record for the answer's log
+    /// reference.
+    #[wasm_bindgen(js_name = claimForHttp)]
+    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+    pub fn claim_for_http(
+        &self,
+        existing: Option<Vec<u8>>,
+        fingerprint: &[u8],
+        owner: String,
+        token_floor: u64,
+        now: f64,
+        tenant: &str,
+        key: &str,
+    ) -> JsResult<JsValue> {
+        let op = claim_op(fingerprint, owner, token_floor)?;
+        crate::decide_and(existing.as_deref(), &op, &self.policy, now, |decision| {
+            let Answer::Claim(outcome) = &decision.answer else {
+                return Ok(None);
+            };
+            if matches!(outcome, ClaimOutcome::Execute { .. }) {
+                return Ok(None);
+            }
+            let scope = Scope::new(tenant, &self.operation).map_err(interop::error)?;
+            let key = IdempotencyKey::new(key).map_err(interop::error)?;
+            let log_ref = scope.record_id(&key).log_ref();
+            let reply = http::reply(Outcome::Claim(outcome.clone(), log_ref));
+            Ok(Some(("reply", interop::reply(reply))))
+        })
     }
 
     /// Decides the completion of the lease `token` on `existing` (the bytes it
@@ -262,6 +277,33 @@ impl Route {
     pub fn apply(&self, existing: Option<Vec<u8>>, op: &JsValue, now: f64) -> JsResult<JsValue> {
         self.decide(existing.as_deref(), &interop::op(op)?, now)
     }
+}
+
+/// The claim of `owner` with `fingerprint` (32 or 64 bytes, as
+/// [`Route::fingerprint`] gives them); a new record's tokens start above
+/// `token_floor`.
+fn claim_op(fingerprint: &[u8], owner: String, token_floor: u64) -> JsResult<Op> {
+    let part = |range: core::ops::Range<usize>| {
+        fingerprint
+            .get(range)
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+            .map(Fingerprint::from_bytes)
+    };
+    let fingerprint = match (fingerprint.len(), part(0..32), part(32..64)) {
+        (32, Some(value), _) => RequestFingerprint::body_only(value),
+        (64, Some(value), Some(body_only)) => {
+            RequestFingerprint::with_request_line(value, body_only)
+        }
+        (len, ..) => {
+            return Err(interop::error(interop::ArgumentError(format!(
+                "a claim's fingerprint is 32 or 64 bytes (Route.fingerprint), not {len}"
+            ))));
+        }
+    };
+    Ok(Op::Claim {
+        request: ClaimRequest { fingerprint, owner },
+        token_floor,
+    })
 }
 
 /// The `(name, value)` pairs of [`Route::complete`]'s flat header arguments,
