@@ -789,6 +789,16 @@ fn steps(record_steps: &[idemkit_core::record::Step]) -> Array {
 /// | `gc` | `action` (`"keep"`, `"pruneBody"`, `"delete"`), `gcDueAt` of the record that stays, `lastToken` of the record read |
 /// | the others | nothing more |
 pub fn decision(decision: &Decision, existing: Option<&Record>) -> JsResult<JsValue> {
+    decision_with(decision, existing, true)
+}
+
+/// [`decision`]; a replay's `response` is left out unless `with_response` (a
+/// caller that answers with core's HTTP reply instead has no use for it).
+pub fn decision_with(
+    decision: &Decision,
+    existing: Option<&Record>,
+    with_response: bool,
+) -> JsResult<JsValue> {
     let out = match &decision.write {
         Write::Keep => ObjectBuilder::new().set("write", JsValue::NULL),
         // With the record's GC due time for the adapter's index (`writeGcDueAt`),
@@ -799,7 +809,7 @@ pub fn decision(decision: &Decision, existing: Option<&Record>) -> JsResult<JsVa
         Write::Delete => ObjectBuilder::new().set("write", "delete"),
     };
     let out = match &decision.answer {
-        Answer::Claim(outcome) => claim_outcome(out, outcome)?,
+        Answer::Claim(outcome) => claim_outcome(out, outcome, with_response)?,
         Answer::Step(StepStart::Dispatch { provider_key }) => out
             .set("start", "dispatch")
             .set("providerKey", provider_key.as_str()),
@@ -833,7 +843,11 @@ pub fn decision(decision: &Decision, existing: Option<&Record>) -> JsResult<JsVa
     Ok(out.build())
 }
 
-fn claim_outcome(out: ObjectBuilder, outcome: &ClaimOutcome) -> JsResult<ObjectBuilder> {
+fn claim_outcome(
+    out: ObjectBuilder,
+    outcome: &ClaimOutcome,
+    with_response: bool,
+) -> JsResult<ObjectBuilder> {
     Ok(match outcome {
         ClaimOutcome::Execute {
             token,
@@ -846,9 +860,10 @@ fn claim_outcome(out: ObjectBuilder, outcome: &ClaimOutcome) -> JsResult<ObjectB
             .set("attempt", *attempt)
             .set("leaseExpiresAt", millis(*lease_expires_at))
             .set("steps", steps(record_steps)),
-        ClaimOutcome::Replay { response: r } => {
+        ClaimOutcome::Replay { response: r } if with_response => {
             out.set("outcome", "replay").set("response", response(r))
         }
+        ClaimOutcome::Replay { .. } => out.set("outcome", "replay"),
         ClaimOutcome::ResponseExpired {
             status,
             resource_ref,

@@ -276,10 +276,22 @@ fn decide_and(
     now: f64,
     extra: impl FnOnce(&machine::Decision) -> JsResult<Option<(&'static str, JsValue)>>,
 ) -> JsResult<JsValue> {
+    decide_answering(existing, op, policy, now, true, extra)
+}
+
+/// [`decide_and`]; a replay's `response` is left out unless `with_response`.
+fn decide_answering(
+    existing: Option<&[u8]>,
+    op: &machine::Op,
+    policy: &machine::Policy,
+    now: f64,
+    with_response: bool,
+    extra: impl FnOnce(&machine::Decision) -> JsResult<Option<(&'static str, JsValue)>>,
+) -> JsResult<JsValue> {
     let existing = existing.map(decode).transpose()?;
     let decision = machine::apply(existing.as_ref(), op, policy, interop::now(now)?)
         .map_err(interop::error)?;
-    let decided = interop::decision(&decision, existing.as_ref())?;
+    let decided = interop::decision_with(&decision, existing.as_ref(), with_response)?;
     if let Some((field, value)) = extra(&decision)? {
         interop::set_field(&decided, field, &value);
     }

@@ -181,8 +181,8 @@ impl Route {
     /// `execute` comes with `reply`, core's HTTP answer to it (`{ status,
     /// headers, body }`, as `httpAnswer` gives it), so the handler answers a
     /// replay or a refusal without handing the outcome back across the
-    /// boundary. `tenant` and `key` name the record for the answer's log
-    /// reference.
+    /// boundary (a replay's `response` is then left out: the reply holds it).
+    /// `tenant` and `key` name the record for the answer's log reference.
     #[wasm_bindgen(js_name = claimForHttp)]
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
     pub fn claim_for_http(
@@ -196,19 +196,26 @@ impl Route {
         key: &str,
     ) -> JsResult<JsValue> {
         let op = claim_op(fingerprint, owner, token_floor)?;
-        crate::decide_and(existing.as_deref(), &op, &self.policy, now, |decision| {
-            let Answer::Claim(outcome) = &decision.answer else {
-                return Ok(None);
-            };
-            if matches!(outcome, ClaimOutcome::Execute { .. }) {
-                return Ok(None);
-            }
-            let scope = Scope::new(tenant, &self.operation).map_err(interop::error)?;
-            let key = IdempotencyKey::new(key).map_err(interop::error)?;
-            let log_ref = scope.record_id(&key).log_ref();
-            let reply = http::reply(Outcome::Claim(outcome.clone(), log_ref));
-            Ok(Some(("reply", interop::reply(reply))))
-        })
+        crate::decide_answering(
+            existing.as_deref(),
+            &op,
+            &self.policy,
+            now,
+            false,
+            |decision| {
+                let Answer::Claim(outcome) = &decision.answer else {
+                    return Ok(None);
+                };
+                if matches!(outcome, ClaimOutcome::Execute { .. }) {
+                    return Ok(None);
+                }
+                let scope = Scope::new(tenant, &self.operation).map_err(interop::error)?;
+                let key = IdempotencyKey::new(key).map_err(interop::error)?;
+                let log_ref = scope.record_id(&key).log_ref();
+                let reply = http::reply(Outcome::Claim(outcome.clone(), log_ref));
+                Ok(Some(("reply", interop::reply(reply))))
+            },
+        )
     }
 
     /// Decides the completion of the lease `token` on `existing` (the bytes it
