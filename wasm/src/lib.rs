@@ -247,46 +247,22 @@ fn decide(
     policy: &machine::Policy,
     now: f64,
 ) -> JsResult<JsValue> {
-    decide_viewed(existing, op, policy, now, false)
+    decide_adding(existing, op, policy, now, true, |_| Ok(None))
 }
 
-/// [`decide`], and with `with_view` the view of the record it writes
-/// (`view`, as [`decode_record`] gives it; absent when nothing is written).
-fn decide_viewed(
-    existing: Option<&[u8]>,
-    op: &machine::Op,
-    policy: &machine::Policy,
-    now: f64,
-    with_view: bool,
-) -> JsResult<JsValue> {
-    decide_and(existing, op, policy, now, |decision| {
-        Ok(match (with_view, &decision.write) {
-            (true, machine::Write::Put(next)) => Some(("view", view_parts(next).into())),
-            _ => None,
-        })
-    })
-}
+/// One more field of a decision's answer, made of the decision (see [`decide_adding`]).
+type Extra = Option<(&'static str, JsValue)>;
 
-/// [`decide`], with one more field of the answer that `extra` makes of the
-/// decision (none when it gives `None`).
-fn decide_and(
-    existing: Option<&[u8]>,
-    op: &machine::Op,
-    policy: &machine::Policy,
-    now: f64,
-    extra: impl FnOnce(&machine::Decision) -> JsResult<Option<(&'static str, JsValue)>>,
-) -> JsResult<JsValue> {
-    decide_answering(existing, op, policy, now, true, extra)
-}
-
-/// [`decide_and`]; a replay's `response` is left out unless `with_response`.
-fn decide_answering(
+/// [`decide`], with a replay's `response` left out unless `with_response`, and
+/// the field `extra` makes of the decision added to the answer (none when it
+/// gives `None`): a completion's `view`, a claim's HTTP `reply`.
+fn decide_adding(
     existing: Option<&[u8]>,
     op: &machine::Op,
     policy: &machine::Policy,
     now: f64,
     with_response: bool,
-    extra: impl FnOnce(&machine::Decision) -> JsResult<Option<(&'static str, JsValue)>>,
+    extra: impl FnOnce(&machine::Decision) -> JsResult<Extra>,
 ) -> JsResult<JsValue> {
     let existing = existing.map(decode).transpose()?;
     let decision = machine::apply(existing.as_ref(), op, policy, interop::now(now)?)
@@ -296,6 +272,15 @@ fn decide_answering(
         interop::set_field(&decided, field, &value);
     }
     Ok(decided)
+}
+
+/// `view`: the view of the record `decision` writes (as [`decode_record`]
+/// gives it), when it writes one.
+fn written_view(decision: &machine::Decision) -> JsResult<Extra> {
+    Ok(match &decision.write {
+        machine::Write::Put(next) => Some(("view", view_parts(next).into())),
+        _ => None,
+    })
 }
 
 /// `[json, bytes]`: the view of `record` (see [`view`]).

@@ -15,7 +15,7 @@ use idemkit_core::fingerprint::{
 };
 use idemkit_core::http::{self, Outcome};
 use idemkit_core::json::CanonicalizeOptions;
-use idemkit_core::machine::{Answer, ClaimOutcome, ClaimRequest, Op, Policy};
+use idemkit_core::machine::{Answer, ClaimOutcome, ClaimRequest, Decision, Op, Policy};
 use idemkit_core::record::StoredResponse;
 use idemkit_core::{Fingerprint, IdempotencyKey, Scope};
 use wasm_bindgen::prelude::*;
@@ -164,6 +164,13 @@ impl Route {
     /// `undefined`), for `owner` at `now`; a new record's tokens start above
     /// `tokenFloor`. Returns what [`apply`](crate::apply) returns for
     /// `{ op: "claim" }`.
+    ///
+    /// For the HTTP handler, with the request's `tenant` and `key` (they name
+    /// the record for the log reference): an outcome other than `execute`
+    /// comes with `reply`, core's HTTP answer to it (`{ status, headers, body
+    /// }`, as `httpAnswer` gives it), so a replay or a refusal is answered
+    /// without handing the outcome back across the boundary; a replay's
+    /// `response` is then left out (the reply holds it).
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
     pub fn claim(
         &self,
@@ -172,50 +179,27 @@ impl Route {
         owner: String,
         token_floor: u64,
         now: f64,
+        tenant: Option<String>,
+        key: Option<String>,
     ) -> JsResult<JsValue> {
         let op = claim_op(fingerprint, owner, token_floor)?;
-        self.decide(existing.as_deref(), &op, now)
-    }
-
-    /// [`claim`](Route::claim) for the HTTP handler: an outcome other than
-    /// `execute` comes with `reply`, core's HTTP answer to it (`{ status,
-    /// headers, body }`, as `httpAnswer` gives it), so the handler answers a
-    /// replay or a refusal without handing the outcome back across the
-    /// boundary (a replay's `response` is then left out: the reply holds it).
-    /// `tenant` and `key` name the record for the answer's log reference.
-    #[wasm_bindgen(js_name = claimForHttp)]
-    #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-    pub fn claim_for_http(
-        &self,
-        existing: Option<Vec<u8>>,
-        fingerprint: &[u8],
-        owner: String,
-        token_floor: u64,
-        now: f64,
-        tenant: &str,
-        key: &str,
-    ) -> JsResult<JsValue> {
-        let op = claim_op(fingerprint, owner, token_floor)?;
-        crate::decide_answering(
-            existing.as_deref(),
-            &op,
-            &self.policy,
-            now,
-            false,
-            |decision| {
-                let Answer::Claim(outcome) = &decision.answer else {
-                    return Ok(None);
-                };
-                if matches!(outcome, ClaimOutcome::Execute { .. }) {
-                    return Ok(None);
-                }
-                let scope = Scope::new(tenant, &self.operation).map_err(interop::error)?;
-                let key = IdempotencyKey::new(key).map_err(interop::error)?;
-                let log_ref = scope.record_id(&key).log_ref();
-                let reply = http::reply(Outcome::Claim(outcome.clone(), log_ref));
-                Ok(Some(("reply", interop::reply(reply))))
-            },
-        )
+        let (Some(tenant), Some(key)) = (tenant, key) else {
+            return self.decide(existing.as_deref(), &op, now);
+        };
+        let reply = |decision: &Decision| {
+            let Answer::Claim(outcome) = &decision.answer else {
+                return Ok(None);
+            };
+            if matches!(outcome, ClaimOutcome::Execute { .. }) {
+                return Ok(None);
+            }
+            let scope = Scope::new(&tenant, &self.operation).map_err(interop::error)?;
+            let key = IdempotencyKey::new(&key).map_err(interop::error)?;
+            let log_ref = scope.record_id(&key).log_ref();
+            let reply = http::reply(Outcome::Claim(outcome.clone(), log_ref));
+            Ok(Some(("reply", interop::reply(reply))))
+        };
+        crate::decide_adding(existing.as_deref(), &op, &self.policy, now, false, reply)
     }
 
     /// Decides the completion of the lease `token` on `existing` (the bytes it
@@ -251,13 +235,18 @@ impl Route {
                 resource_ref,
             },
         };
-        crate::decide_viewed(
-            Some(&existing),
-            &op,
-            &self.policy,
-            now,
-            with_view.unwrap_or(false),
-        )
+        if with_view == Some(true) {
+            crate::decide_adding(
+                Some(&existing),
+                &op,
+                &self.policy,
+                now,
+                true,
+                crate::written_view,
+            )
+        } else {
+            self.decide(Some(&existing), &op, now)
+        }
     }
 
     /// [`classify`](crate::classify) under this route's policy: how a finished
