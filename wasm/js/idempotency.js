@@ -507,8 +507,10 @@ export function createIdempotency(options) {
     return BigInt(text);
   }
 
-  /** The store's token floor: the highest token of any record GC deleted. */
-  /** The token floor (a promise of it when the adapter answers with one). */
+  /**
+   * The store's token floor: the highest token of any record GC deleted (a
+   * promise of it when the adapter answers with one).
+   */
   function readTokenFloor() {
     const read = storeCall(() => adapter.get(TOKEN_FLOOR_ID));
     return isPromise(read) ? read.then(floorOf) : floorOf(read);

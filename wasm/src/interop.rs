@@ -690,11 +690,14 @@ extern "C" {
     fn set_property(target: &Object, key: &JsValue, value: &JsValue) -> bool;
 }
 
-/// Sets `field` of `target` (an object made here, such as a [`decision`]) to `value`.
+/// Sets `field` of `target` to `value`. `target` must be a plain object made
+/// here (a [`decision`]): setting a data property on one cannot throw, which the
+/// non-catching `Reflect.set` import relies on, and checking that it is an object
+/// would be a crossing of its own.
 pub fn set_field(target: &JsValue, field: &'static str, value: &JsValue) {
-    if let Some(object) = target.dyn_ref::<Object>() {
-        with_key(field, |key| set_property(object, key, value));
-    }
+    with_key(field, |key| {
+        set_property(target.unchecked_ref(), key, value)
+    });
 }
 
 struct ObjectBuilder(Object);
