@@ -42,7 +42,7 @@ import { IdemkitError } from "../errors.js";
  * After `maxRaces()` lost races in a row it throws `store-contention` naming `what`.
  *
  * @template A
- * @param {{ adapter: any, id: string, decide: (current: Row | null) => Decided | Promise<Decided>, held?: Row, call: <T>(fn: () => T | Promise<T>) => Promise<T>, what: string, local?: unknown }} args
+ * @param {{ adapter: any, id: string, decide: (current: Row | null) => Decided | Promise<Decided>, held?: Row, call: <T>(fn: () => T | Promise<T>) => T | Promise<T>, what: string, local?: unknown }} args
  * @returns {Promise<{ answer: A, current: Row | null, local: { result: unknown } | null }>}
  */
 export async function readDecideWrite({ adapter, id, decide, held, call, what, local }) {
