@@ -61,6 +61,26 @@ pub fn decode(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The `N` bytes of exactly `2 * N` lowercase hex digits, as [`lower`] writes
+/// them. `Err` holds the byte offset of the first character that is not a
+/// lowercase hex digit, or the text's length (at most `2 * N`) when it is not
+/// `2 * N` characters long.
+pub fn decode_lower<const N: usize>(text: &str) -> Result<[u8; N], usize> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 2 * N {
+        return Err(bytes.len().min(2 * N));
+    }
+    let lower_value = |at: usize| match bytes.get(at) {
+        Some(&d @ (b'0'..=b'9' | b'a'..=b'f')) => value(d).ok_or(at),
+        _ => Err(at),
+    };
+    let mut out = [0u8; N];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = (lower_value(2 * i)? << 4) | lower_value(2 * i + 1)?;
+    }
+    Ok(out)
+}
+
 /// The value of one hex digit of either case.
 const fn value(digit: u8) -> Option<u8> {
     match digit {

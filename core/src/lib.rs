@@ -89,5 +89,5 @@ pub use fingerprint::{
 };
 pub use json::{JsonError, JsonErrorKind, Profile, canonicalize};
 pub use key::{IdempotencyKey, KeyError};
-pub use scope::{LogRef, RecordId, RecordIdError, Scope, ScopeError, ScopePart};
+pub use scope::{LogRef, ParseLogRefError, RecordId, RecordIdError, Scope, ScopeError, ScopePart};
 pub use time::UnixMillis;

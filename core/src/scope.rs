@@ -300,6 +300,38 @@ impl fmt::Debug for LogRef {
     }
 }
 
+/// A log reference read back from its text (16 lowercase hex characters, as it
+/// is displayed): for a caller that has one at hand and would otherwise hash the
+/// scope and key again to get it.
+impl core::str::FromStr for LogRef {
+    type Err = ParseLogRefError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        crate::hex::decode_lower::<8>(s)
+            .map(LogRef)
+            .map_err(|offset| ParseLogRefError { offset })
+    }
+}
+
+/// The text was not 16 lowercase hex characters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseLogRefError {
+    /// Byte offset of the first offending character, or the length when it was wrong.
+    pub offset: usize,
+}
+
+impl fmt::Display for ParseLogRefError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid log reference at byte {}: expected 16 lowercase hex characters",
+            self.offset
+        )
+    }
+}
+
+impl core::error::Error for ParseLogRefError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +341,34 @@ mod tests {
         Scope::new(tenant, operation)
             .unwrap()
             .record_id(&IdempotencyKey::new(key).unwrap())
+    }
+
+    #[test]
+    fn a_log_ref_reads_back_from_its_text_and_nothing_else() {
+        let log_ref = id("acme", "payments.capture", "k-1").log_ref();
+        assert_eq!(log_ref.to_string().parse::<LogRef>(), Ok(log_ref));
+        let text = log_ref.to_string();
+        assert_eq!("".parse::<LogRef>(), Err(ParseLogRefError { offset: 0 }));
+        assert_eq!(
+            text[..15].parse::<LogRef>(),
+            Err(ParseLogRefError { offset: 15 })
+        );
+        assert_eq!(
+            format!("{text}0").parse::<LogRef>(),
+            Err(ParseLogRefError { offset: 16 })
+        );
+        let upper = text.to_uppercase();
+        let first_letter = upper.find(|c: char| c.is_ascii_alphabetic());
+        if let Some(at) = first_letter {
+            assert_eq!(
+                upper.parse::<LogRef>(),
+                Err(ParseLogRefError { offset: at })
+            );
+        }
+        assert_eq!(
+            format!("{}g", &text[..15]).parse::<LogRef>(),
+            Err(ParseLogRefError { offset: 15 })
+        );
     }
 
     #[test]

@@ -304,11 +304,9 @@ export function createIdempotency(options) {
     const { id, ref } = locate(tenantId, key);
     const claimOwner = owner ?? crypto.randomUUID();
     if (typeof claimOwner !== "string") throw new IdemkitError("invalid-argument", "claim.owner must be a string");
-    // With the tenant and key, core makes the HTTP reply in the same call.
-    const replyTenant = forHttp ? tenantId : undefined;
-    const replyKey = forHttp ? key : undefined;
-    const decideClaim = (row, floor) =>
-      decided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock(), replyTenant, replyKey)));
+    // With the log reference, core makes the HTTP reply in the same call.
+    const replyRef = forHttp ? ref : undefined;
+    const decideClaim = (row, floor) => decided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock(), replyRef)));
     const { answer, current } = await readDecideWrite({
       adapter,
       id,

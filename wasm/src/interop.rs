@@ -791,13 +791,10 @@ fn steps(record_steps: &[idemkit_core::record::Step]) -> Array {
 /// | `recover` | `token` (bigint), `steps` |
 /// | `gc` | `action` (`"keep"`, `"pruneBody"`, `"delete"`), `gcDueAt` of the record that stays, `lastToken` of the record read |
 /// | the others | nothing more |
-pub fn decision(decision: &Decision, existing: Option<&Record>) -> JsResult<JsValue> {
-    decision_with(decision, existing, true)
-}
-
-/// [`decision`]; a replay's `response` is left out unless `with_response` (a
-/// caller that answers with core's HTTP reply instead has no use for it).
-pub fn decision_with(
+///
+/// A replay's `response` is left out unless `with_response` (a caller that
+/// answers with core's HTTP reply instead has no use for it).
+pub fn decision(
     decision: &Decision,
     existing: Option<&Record>,
     with_response: bool,

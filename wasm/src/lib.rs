@@ -267,7 +267,7 @@ fn decide_adding(
     let existing = existing.map(decode).transpose()?;
     let decision = machine::apply(existing.as_ref(), op, policy, interop::now(now)?)
         .map_err(interop::error)?;
-    let decided = interop::decision_with(&decision, existing.as_ref(), with_response)?;
+    let decided = interop::decision(&decision, existing.as_ref(), with_response)?;
     if let Some((field, value)) = extra(&decision)? {
         interop::set_field(&decided, field, &value);
     }

@@ -17,7 +17,7 @@ use idemkit_core::http::{self, Outcome};
 use idemkit_core::json::CanonicalizeOptions;
 use idemkit_core::machine::{Answer, ClaimOutcome, ClaimRequest, Decision, Op, Policy};
 use idemkit_core::record::StoredResponse;
-use idemkit_core::{Fingerprint, IdempotencyKey, Scope};
+use idemkit_core::{Fingerprint, IdempotencyKey, LogRef, Scope};
 use wasm_bindgen::prelude::*;
 
 use crate::interop::{self, JsResult};
@@ -165,8 +165,8 @@ impl Route {
     /// `tokenFloor`. Returns what [`apply`](crate::apply) returns for
     /// `{ op: "claim" }`.
     ///
-    /// For the HTTP handler, with the request's `tenant` and `key` (they name
-    /// the record for the log reference): an outcome other than `execute`
+    /// For the HTTP handler, with the record's `logRef` (as
+    /// [`locate`](Route::locate) gave it): an outcome other than `execute`
     /// comes with `reply`, core's HTTP answer to it (`{ status, headers, body
     /// }`, as `httpAnswer` gives it), so a replay or a refusal is answered
     /// without handing the outcome back across the boundary; a replay's
@@ -179,13 +179,15 @@ impl Route {
         owner: String,
         token_floor: u64,
         now: f64,
-        tenant: Option<String>,
-        key: Option<String>,
+        log_ref: Option<String>,
     ) -> JsResult<JsValue> {
         let op = claim_op(fingerprint, owner, token_floor)?;
-        let (Some(tenant), Some(key)) = (tenant, key) else {
+        let Some(log_ref) = log_ref else {
             return self.decide(existing.as_deref(), &op, now);
         };
+        let log_ref: LogRef = log_ref
+            .parse()
+            .map_err(|e| interop::error(interop::ArgumentError(format!("claim's logRef: {e}"))))?;
         let reply = |decision: &Decision| {
             let Answer::Claim(outcome) = &decision.answer else {
                 return Ok(None);
@@ -193,9 +195,6 @@ impl Route {
             if matches!(outcome, ClaimOutcome::Execute { .. }) {
                 return Ok(None);
             }
-            let scope = Scope::new(&tenant, &self.operation).map_err(interop::error)?;
-            let key = IdempotencyKey::new(&key).map_err(interop::error)?;
-            let log_ref = scope.record_id(&key).log_ref();
             let reply = http::reply(Outcome::Claim(outcome.clone(), log_ref));
             Ok(Some(("reply", interop::reply(reply))))
         };

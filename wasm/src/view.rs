@@ -13,7 +13,7 @@
 //! The fields are positional (see [`record_view`]), in the order of the
 //! `RecordView` type in `index.d.ts`.
 
-use core::fmt::Write as _;
+use std::io::Write as _;
 
 use idemkit_core::UnixMillis;
 use idemkit_core::record::{EffectKind, Record, RecordState, StepState, StoredResponse};
@@ -31,11 +31,13 @@ use idemkit_core::record::{EffectKind, Record, RecordState, StepState, StoredRes
 #[must_use]
 pub fn record_view(record: &Record) -> (String, Vec<u8>) {
     let mut out = Json {
-        text: String::with_capacity(256),
+        text: Vec::with_capacity(256),
         bytes: Vec::new(),
     };
     out.raw("[\"");
-    idemkit_core::hex::push_lower(&mut out.text, record.fingerprint.as_bytes());
+    for &byte in record.fingerprint.as_bytes() {
+        out.text.extend_from_slice(&idemkit_core::hex::digits(byte));
+    }
     out.raw("\",");
     out.number(u64::from(record.fingerprint_scheme));
     out.raw(",");
@@ -99,17 +101,22 @@ pub fn record_view(record: &Record) -> (String, Vec<u8>) {
         RecordState::Released { at } => out.millis(*at),
     }
     out.raw("]");
-    (out.text, out.bytes)
+    // Every piece written was UTF-8 (`str`s and ASCII), so this cannot fail.
+    let text = String::from_utf8(out.text)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    (text, out.bytes)
 }
 
 struct Json {
-    text: String,
+    /// The JSON text as UTF-8 bytes: core's string writer appends to bytes, so
+    /// a string goes in without a buffer of its own.
+    text: Vec<u8>,
     bytes: Vec<u8>,
 }
 
 impl Json {
     fn raw(&mut self, text: &str) {
-        self.text.push_str(text);
+        self.text.extend_from_slice(text.as_bytes());
     }
 
     fn number(&mut self, n: u64) {
@@ -132,10 +139,7 @@ impl Json {
 
     /// A JSON string literal, escaped as core writes canonical JSON.
     fn string(&mut self, s: &str) {
-        let mut literal = Vec::with_capacity(s.len() + 2);
-        idemkit_core::json::write_string(s, &mut literal);
-        // Core's escaping writes UTF-8 (the input was a `str`).
-        self.text.push_str(&String::from_utf8_lossy(&literal));
+        idemkit_core::json::write_string(s, &mut self.text);
     }
 
     fn optional_string(&mut self, s: Option<&str>) {

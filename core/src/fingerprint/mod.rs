@@ -84,29 +84,9 @@ impl FromStr for Fingerprint {
     type Err = ParseFingerprintError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bytes = s.as_bytes();
-        if bytes.len() != 64 {
-            return Err(ParseFingerprintError {
-                offset: bytes.len().min(64),
-            });
-        }
-        let mut out = [0u8; 32];
-        for (i, (pair, slot)) in bytes.chunks_exact(2).zip(out.iter_mut()).enumerate() {
-            let hi =
-                hex_value(pair.first().copied()).ok_or(ParseFingerprintError { offset: 2 * i })?;
-            let lo = hex_value(pair.get(1).copied())
-                .ok_or(ParseFingerprintError { offset: 2 * i + 1 })?;
-            *slot = (hi << 4) | lo;
-        }
-        Ok(Fingerprint(out))
-    }
-}
-
-fn hex_value(byte: Option<u8>) -> Option<u8> {
-    match byte? {
-        b @ b'0'..=b'9' => Some(b - b'0'),
-        b @ b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
+        crate::hex::decode_lower::<32>(s)
+            .map(Fingerprint)
+            .map_err(|offset| ParseFingerprintError { offset })
     }
 }
 
