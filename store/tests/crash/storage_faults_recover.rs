@@ -9,6 +9,12 @@
 //! reason; once the limit is restored, the store reopens its database on the
 //! next request or health check, and new keys are 201 again within seconds.
 //! Nothing acknowledged before the fault is lost, and nothing runs twice.
+//!
+//! The processes run with the store's write-ahead log off (`IDEMKIT_WAL=off`):
+//! the log writes into space its file already has, so a file-size limit does
+//! not stop it, and the first write to fail would be whichever next needs the
+//! redb file to grow. With the log off that is the very next one. The log's own
+//! failures are tested beside it (`adapters::redb::wal`).
 #![cfg(all(unix, feature = "axum"))]
 
 use crate::support;
@@ -19,6 +25,9 @@ use std::time::{Duration, Instant};
 use proxy_support::{ProxyProcess, Upstream, config};
 use rustix::process::{Pid, Resource, Rlimit, prlimit};
 use support::{Reply, Service, request};
+
+/// Every write a durable redb commit, so the first one after the limit fails.
+const WITHOUT_LOG: &[(&str, &str)] = &[("IDEMKIT_WAL", "off")];
 
 /// Sets the file-size limit of the process `pid` (its soft limit; `None`:
 /// unlimited, as it was).
@@ -73,7 +82,7 @@ fn book(service: &Service, key: &str, slot: &str) -> Reply {
 #[test]
 fn appointments_serve_again_after_a_failed_write_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let service = Service::start(dir.path(), &[]);
+    let service = Service::start_with_env(dir.path(), &[], WITHOUT_LOG);
     let before = book(&service, "before-fault", "s-1");
     assert_eq!(before.status, 201, "{before:?}");
 
@@ -122,7 +131,7 @@ fn appointments_serve_again_after_a_failed_write_without_a_restart() {
 
     // And after a restart, the file holds all of it.
     drop(service);
-    let restarted = Service::start(dir.path(), &[]);
+    let restarted = Service::start_with_env(dir.path(), &[], WITHOUT_LOG);
     assert_eq!(restarted.bookings("clinic-a").len(), 3);
     assert_eq!(
         book(&restarted, "after-fault", "s-4").header("idempotent-replayed"),
@@ -140,7 +149,7 @@ fn the_proxy_serves_again_after_a_failed_write_without_a_restart() {
     let upstream = Upstream::start(Duration::ZERO);
     let store = format!("path = {:?}", dir.path().join("proxy.redb"));
     let config = config(dir.path(), upstream.addr, &store, "");
-    let proxy = ProxyProcess::start(&config);
+    let proxy = ProxyProcess::start_with_env(&config, WITHOUT_LOG);
     assert_eq!(withdraw(&proxy, "before-fault").status, 201);
     assert_eq!(proxy.admin("GET", "/healthz", b"").status, 200);
 
@@ -179,7 +188,7 @@ fn the_mcp_gateway_health_tells_the_truth_and_comes_back() {
         "http://127.0.0.1:9/mcp",
         "[[tools]]\nname = \"book\"\neffect = \"external\"\n",
     );
-    let gateway = support::mcp::Gateway::start(&config);
+    let gateway = support::mcp::Gateway::start_with_env(&config, WITHOUT_LOG);
     assert_eq!(gateway.admin_get("/healthz").status, 200);
 
     limit_file_size(gateway.pid(), Some(1));

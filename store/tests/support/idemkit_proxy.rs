@@ -382,10 +382,16 @@ impl ProxyProcess {
     }
 
     pub(crate) fn start(config: &Path) -> ProxyProcess {
+        ProxyProcess::start_with_env(config, &[])
+    }
+
+    /// Like [`ProxyProcess::start`], with these environment variables set.
+    pub(crate) fn start_with_env(config: &Path, env: &[(&str, &str)]) -> ProxyProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_idemkit"))
             .arg("proxy")
             .arg("--config")
             .arg(config)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

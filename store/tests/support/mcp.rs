@@ -203,10 +203,16 @@ pub(crate) struct Gateway {
 
 impl Gateway {
     pub(crate) fn start(config: &Path) -> Gateway {
+        Gateway::start_with_env(config, &[])
+    }
+
+    /// Like [`Gateway::start`], with these environment variables set.
+    pub(crate) fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_idemkit"))
             .arg("mcp")
             .arg("--config")
             .arg(config)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -136,14 +136,20 @@ impl Service {
     /// until it prints its address (it listens only once start-up
     /// reconciliation is done).
     pub(crate) fn start(dir: &Path, extra: &[&str]) -> Service {
-        let mut args: Vec<std::ffi::OsString> = vec![
-            "--db".into(),
-            dir.join("appointments.redb").into(),
-            "--provider-db".into(),
-            dir.join("provider.redb").into(),
-        ];
-        args.extend(extra.iter().map(Into::into));
-        Service::spawn(example_binary(), &args)
+        Service::start_with_env(dir, extra, &[])
+    }
+
+    /// Like [`Service::start`], with these environment variables set.
+    pub(crate) fn start_with_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Service {
+        let mut command = Command::new(example_binary());
+        command
+            .arg("--db")
+            .arg(dir.join("appointments.redb"))
+            .arg("--provider-db")
+            .arg(dir.join("provider.redb"))
+            .args(extra)
+            .envs(env.iter().copied());
+        Service::spawn_command(command)
     }
 
     /// Starts `binary` with `args` (plus `--listen 127.0.0.1:0`) and waits until

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, StorageBackend};
 
+use super::FileOptions;
 use super::error::{OpenError, RedbError};
 use super::group_commit::CommitStats;
 use super::open::{Integrity, LockRetry, open_backend, open_file_once, open_file_with_retry};
@@ -42,9 +43,13 @@ impl Handle {
     }
 
     /// The store file at `path`, created if absent, kept open.
-    pub(crate) fn open_file(path: &Path) -> Result<Handle, OpenError> {
+    pub(crate) fn open_file(path: &Path, options: FileOptions) -> Result<Handle, OpenError> {
         let db = open_file_once(path, Integrity::Check)?;
-        Ok(Handle::owned(db, Source::File(path.to_owned())))
+        let source = Source::File {
+            path: path.to_owned(),
+            write_ahead_log: options.write_ahead_log,
+        };
+        Ok(Handle::owned(db, source))
     }
 
     /// A store on `backend`, kept open; a reopen opens the same backend again.
@@ -347,7 +352,7 @@ mod tests {
     fn a_failing_or_panicking_write_loses_nothing_of_its_group() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("group.redb");
-        let handle = Arc::new(Handle::open_file(&path).unwrap());
+        let handle = Arc::new(Handle::open_file(&path, FileOptions::default()).unwrap());
         let (go, leader) = held_leader(&handle, None);
         let a = follower(&handle, |txn| Ok((put(txn, "a")?, true)));
         let b = follower(&handle, |txn| {
@@ -381,7 +386,7 @@ mod tests {
 
         // Durable: the file reopened holds a and d, and nothing of b or c.
         drop(handle);
-        let reopened = Handle::open_file(&path).unwrap();
+        let reopened = Handle::open_file(&path, FileOptions::default()).unwrap();
         assert_eq!(get(&reopened, "a"), Some(1));
         assert_eq!(get(&reopened, "d"), Some(2));
         assert_eq!(get(&reopened, "b"), None);

@@ -40,6 +40,15 @@ pub enum OpenError {
     Io(std::io::Error),
     /// Any other redb failure while opening.
     Redb(redb::Error),
+    /// The store's write-ahead log (`<file>.wal`) holds frames that could not
+    /// be applied: some are missing, or one does not describe valid records.
+    /// The log is left in place.
+    WriteAheadLog {
+        /// The log's file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
 }
 
 impl fmt::Display for OpenError {
@@ -60,6 +69,11 @@ impl fmt::Display for OpenError {
             ),
             OpenError::Io(e) => write!(f, "cannot open database file: {e}"),
             OpenError::Redb(e) => write!(f, "cannot open database: {e}"),
+            OpenError::WriteAheadLog { path, detail } => write!(
+                f,
+                "cannot apply the write-ahead log {}: {detail}",
+                path.display()
+            ),
         }
     }
 }
@@ -115,6 +129,16 @@ pub enum RedbError {
         /// Since when writes are refused.
         since: SystemTime,
     },
+    /// Writing or syncing the store's write-ahead log (`<file>.wal`) failed:
+    /// the transaction was not committed, nothing was acknowledged, and the
+    /// database is reopened (which applies what the log holds) before it
+    /// writes again.
+    WriteAheadLog {
+        /// The log's file.
+        path: std::path::PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
 }
 
 impl fmt::Display for RedbError {
@@ -138,6 +162,11 @@ impl fmt::Display for RedbError {
                     "the database is unavailable until it is reopened after an I/O error: {detail}"
                 )
             }
+            RedbError::WriteAheadLog { path, source } => write!(
+                f,
+                "writing the write-ahead log {} failed, nothing was acknowledged: {source}",
+                path.display()
+            ),
         }
     }
 }
@@ -149,6 +178,7 @@ impl std::error::Error for RedbError {
             RedbError::Redb(e) => Some(e),
             RedbError::CorruptRecord(e) => Some(e),
             RedbError::GroupCommit { cause, .. } => Some(&**cause),
+            RedbError::WriteAheadLog { source, .. } => Some(source),
             RedbError::Corrupt { .. } | RedbError::LocalWrites | RedbError::Unwritable { .. } => {
                 None
             }
@@ -183,6 +213,7 @@ impl RedbError {
                     | redb::Error::DatabaseClosed
             ),
             RedbError::GroupCommit { cause, .. } => cause.needs_reopen(),
+            RedbError::WriteAheadLog { .. } => true,
             _ => false,
         }
     }

@@ -85,6 +85,7 @@ use redb::{Database, Durability, WriteTransaction};
 
 use super::error::RedbError;
 use super::records::InTxn;
+use super::wal::{self, Effects, Wal};
 
 /// The most operations one group transaction decides.
 pub(crate) const MAX_BATCH: usize = 256;
@@ -93,14 +94,24 @@ pub(crate) const MAX_BATCH: usize = 256;
 /// of how the group's transaction ended (`recover.rs`: an I/O error makes the
 /// database be reopened).
 pub(crate) trait WriteTarget: Sync {
-    /// The database to begin this group's transaction in, and its generation;
-    /// an error fails the whole group (nothing written).
-    fn for_write(&self) -> Result<(Arc<Database>, u64), RedbError>;
+    /// The database to begin this group's transaction in, its generation and
+    /// its write-ahead log; an error fails the whole group (nothing written).
+    fn for_write(&self) -> Result<ForWrite, RedbError>;
     /// Beginning, closing or committing the transaction on the database of
     /// `generation` failed with `error`.
     fn failed(&self, generation: u64, error: &RedbError);
     /// A transaction committed durably.
     fn committed(&self);
+}
+
+/// Where a group writes: what [`WriteTarget::for_write`] gives.
+pub(crate) struct ForWrite {
+    pub(crate) db: Arc<Database>,
+    /// Counts the databases opened: a failure is reported with it.
+    pub(crate) generation: u64,
+    /// The database's write-ahead log (a file's: see `wal.rs`); without
+    /// one, every group commits durably in redb.
+    pub(crate) wal: Option<Arc<Mutex<Wal>>>,
 }
 
 /// How a store's durable writes were grouped into transactions
@@ -122,6 +133,9 @@ pub struct CommitStats {
     /// Transactions committed durably (one fsync each). Fewer than the
     /// operations that wrote when concurrent writes were grouped.
     pub commits: u64,
+    /// Of those, the ones made durable by a frame of the store's write-ahead
+    /// log (an fsync of the log) rather than by redb's own sync.
+    pub logged: u64,
     /// Operation runs repeated because another operation in their group failed
     /// and the group's transaction was aborted.
     pub reruns: u64,
@@ -134,6 +148,7 @@ struct Counters {
     operations: AtomicU64,
     transactions: AtomicU64,
     commits: AtomicU64,
+    logged: AtomicU64,
     reruns: AtomicU64,
     largest_group: AtomicU64,
 }
@@ -221,6 +236,7 @@ impl GroupCommit {
             operations: c.operations.load(Ordering::Relaxed),
             transactions: c.transactions.load(Ordering::Relaxed),
             commits: c.commits.load(Ordering::Relaxed),
+            logged: c.logged.load(Ordering::Relaxed),
             reruns: c.reruns.load(Ordering::Relaxed),
             largest_group: c.largest_group.load(Ordering::Relaxed),
         }
@@ -255,7 +271,11 @@ impl GroupCommit {
     /// caller; a failed job is answered alone and the rest run again.
     fn run_group(&self, target: &dyn WriteTarget, jobs: &mut Vec<Box<dyn Job>>) {
         while !jobs.is_empty() {
-            let (db, generation) = match target.for_write() {
+            let ForWrite {
+                db,
+                generation,
+                wal,
+            } = match target.for_write() {
                 Ok(found) => found,
                 Err(e) => return fail_all(jobs, e),
             };
@@ -274,7 +294,10 @@ impl GroupCommit {
             let mut wrote = false;
             let mut failed = None;
             // idemkit's tables are opened once for the whole group (see `InTxn`).
-            let mut in_txn = InTxn::new(&txn);
+            let mut in_txn = match wal {
+                Some(_) => InTxn::logged(&txn),
+                None => InTxn::new(&txn),
+            };
             for (i, job) in jobs.iter_mut().enumerate() {
                 match job.run(&mut in_txn) {
                     Ran::Decided { wrote: w } => wrote |= w,
@@ -294,16 +317,29 @@ impl GroupCommit {
                 count(&self.counters.reruns, i);
                 continue;
             }
-            if let Err(e) = guarded(|| in_txn.close()) {
-                abort_quietly(txn);
-                target.failed(generation, &e);
-                return fail_all(jobs, e);
-            }
-            let ended = if wrote { commit(txn) } else { abort(txn) };
+            let effects = match guarded(|| in_txn.close()) {
+                Ok(effects) => effects,
+                Err(e) => {
+                    abort_quietly(txn);
+                    target.failed(generation, &e);
+                    return fail_all(jobs, e);
+                }
+            };
+            let ended = if wrote {
+                match &wal {
+                    Some(wal) => commit_with_log(txn, &mut lock(wal), effects.as_ref()),
+                    None => commit(txn).map(|()| Committed::Durably),
+                }
+            } else {
+                abort(txn).map(|()| Committed::Durably)
+            };
             match ended {
-                Ok(()) => {
+                Ok(how) => {
                     if wrote {
                         count(&self.counters.commits, 1);
+                        if how == Committed::ThroughTheLog {
+                            count(&self.counters.logged, 1);
+                        }
                         target.committed();
                     }
                     for mut job in jobs.drain(..) {
@@ -370,6 +406,57 @@ fn begin(db: &Database) -> Result<WriteTransaction, RedbError> {
 
 fn commit(txn: WriteTransaction) -> Result<(), RedbError> {
     guarded(|| Ok(txn.commit()?))
+}
+
+/// How a group's transaction was made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Committed {
+    /// By redb's own sync (a checkpoint, when the database has a log).
+    Durably,
+    /// By a frame of the write-ahead log, synced before redb committed
+    /// without a sync.
+    ThroughTheLog,
+}
+
+/// Commits a group that wrote, on a database with a write-ahead log: through
+/// the log when it can describe the group and has room (`effects`), else
+/// durably in redb, which is a checkpoint: the log starts again.
+fn commit_with_log(
+    mut txn: WriteTransaction,
+    wal: &mut Wal,
+    effects: Option<&Effects>,
+) -> Result<Committed, RedbError> {
+    let logged = effects.filter(|effects| wal.takes(effects.len()));
+    let Some(effects) = logged else {
+        // A retired log (its database is being reopened) takes no frame and
+        // no checkpoint: the reopen applies what it holds.
+        if !wal.is_retired() {
+            guarded(|| wal::record_applied(&txn, wal.applied()))?;
+        }
+        commit(txn)?;
+        if !wal.is_retired() {
+            wal.checkpointed();
+        }
+        return Ok(Committed::Durably);
+    };
+    guarded(|| {
+        wal::record_applied(&txn, wal.next())?;
+        txn.set_durability(Durability::None)?;
+        Ok(())
+    })?;
+    // The frame is durable before the transaction is visible to anyone.
+    if let Err(source) = wal.append(effects) {
+        abort_quietly(txn);
+        return Err(RedbError::WriteAheadLog {
+            path: wal.path().to_owned(),
+            source,
+        });
+    }
+    if let Err(e) = commit(txn) {
+        wal.retract();
+        return Err(e);
+    }
+    Ok(Committed::ThroughTheLog)
 }
 
 fn abort(txn: WriteTransaction) -> Result<(), RedbError> {

@@ -8,8 +8,15 @@
 //!   holds. Concurrent writes share one transaction and one fsync (group
 //!   commit, `group_commit.rs`); a refused condition writes nothing and answers
 //!   `None` without failing anything else of its group.
-//! - **Durability**: a write is answered only after its transaction committed
-//!   with `Durability::Immediate`.
+//! - **Durability**: a write is answered only after it is durable. On a file
+//!   this process keeps open, a group's writes go first to the store's
+//!   write-ahead log, `<file>.wal` (one frame, one `fdatasync` of bytes the
+//!   log has already allocated), and redb then commits them without a sync;
+//!   every so often, and at close, a durable redb commit takes them all and
+//!   the log starts again (`wal.rs`). Every open of the file applies what the
+//!   log holds first. Elsewhere (a file shared between processes, memory, a
+//!   custom backend, or with the log turned off: [`FileOptions`]) every
+//!   transaction commits with `Durability::Immediate`.
 //! - **Recovery**: redb refuses every later operation of a database after an
 //!   I/O error (a full disk, a file-size limit); the adapter then closes and
 //!   reopens it on the next operation or health check, and proves it writable
@@ -26,6 +33,7 @@
 //! | `open.rs` | opening a file or backend: the format check and upgrade, lock retries, panics turned into errors |
 //! | `db.rs` | a database for the store's life or per transaction (shared files) |
 //! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
+//! | `wal.rs` | the write-ahead log of a file kept open: frames, checkpoints, replay at open |
 //! | `recover.rs` | a database kept open, and its reopening after an I/O error |
 //! | `users.rs` | the shared-use lock beside a file opened per transaction |
 //! | `records.rs` | reading and writing records with their index entries |
@@ -51,6 +59,7 @@ mod records;
 mod recover;
 mod tables;
 mod users;
+mod wal;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -94,10 +103,36 @@ impl RedbAdapter {
     /// is damaged gives an [`OpenError`], never a panic: the open runs redb's
     /// integrity check (every page's checksum), which reads the whole file once.
     /// A format-1 file is upgraded to format 2 (see [`FORMAT_VERSION`]).
+    ///
+    /// Writes are made durable through the store's write-ahead log,
+    /// `<file>.wal`, unless the environment variable `IDEMKIT_WAL` is `off`
+    /// (see [`FileOptions`]). While the process runs, and after a crash until
+    /// the next open, the store is the file *and* its log: copy both, or stop
+    /// the process first (a clean close leaves no log).
     pub fn open(path: impl AsRef<Path>) -> Result<RedbAdapter, OpenError> {
+        RedbAdapter::open_with(path, FileOptions::from_env())
+    }
+
+    /// [`RedbAdapter::open`] with explicit [`FileOptions`] (the environment is
+    /// not read).
+    ///
+    /// ```
+    /// use idemkit::adapters::redb::{FileOptions, RedbAdapter};
+    /// # let dir = tempfile::tempdir()?;
+    /// // Every write committed durably in the redb file itself, no `.wal` beside it.
+    /// let adapter = RedbAdapter::open_with(
+    ///     dir.path().join("orders.redb"),
+    ///     FileOptions::default().write_ahead_log(false),
+    /// )?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: FileOptions,
+    ) -> Result<RedbAdapter, OpenError> {
         let path = path.as_ref();
         Ok(RedbAdapter::from_handle(
-            Handle::open_file(path)?,
+            Handle::open_file(path, options)?,
             Some(path.to_owned()),
         ))
     }
@@ -374,6 +409,45 @@ impl RedbAdapter {
     }
 }
 
+/// How [`RedbAdapter::open_with`] keeps a store file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileOptions {
+    /// Make writes durable through the write-ahead log `<file>.wal` (the
+    /// default): each group of writes is one small synced write to the log,
+    /// and redb's own durable commit (its header and the changed pages, at
+    /// scattered offsets) happens only every few MiB of log and at close.
+    /// `false`: every group of writes is a durable redb commit, and no file
+    /// but the store's own is written (besides the `.lock` of shared use).
+    pub write_ahead_log: bool,
+}
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        FileOptions {
+            write_ahead_log: true,
+        }
+    }
+}
+
+impl FileOptions {
+    /// With the write-ahead log on or off.
+    #[must_use]
+    pub fn write_ahead_log(mut self, on: bool) -> Self {
+        self.write_ahead_log = on;
+        self
+    }
+
+    /// The defaults, with the write-ahead log off when the environment
+    /// variable `IDEMKIT_WAL` is `off` (what [`RedbAdapter::open`], and so
+    /// [`crate::open`] and every `idemkit` command, use): an operator's
+    /// switch that needs no change to the program.
+    pub fn from_env() -> Self {
+        let off = std::env::var_os("IDEMKIT_WAL").is_some_and(|value| value == "off");
+        FileOptions::default().write_ahead_log(!off)
+    }
+}
+
 /// The caller's writes to its own tables of a redb store's database, run inside
 /// one of the store's write transactions ([`RedbAdapter::update_with`],
 /// [`RedbAdapter::write_local`]). `Err(RedbError::LocalWrites)` (or any error)
@@ -474,11 +548,12 @@ impl Adapter for RedbAdapter {
     }
 
     /// The file's size (`None` in memory or when the file cannot be read).
+    /// The file's size, plus its write-ahead log's while there is one.
     fn bytes_on_disk(&self) -> Result<Option<u64>, AdapterError> {
+        let size = |p: &Path| std::fs::metadata(p).ok().map(|m| m.len());
         Ok(self
             .path()
-            .and_then(|p| std::fs::metadata(p).ok())
-            .map(|m| m.len()))
+            .and_then(|p| Some(size(p)? + size(&wal::path_of(p)).unwrap_or(0))))
     }
 
     /// This database with `wait` as its lock retry budget (see

@@ -1,7 +1,7 @@
 //! Opening a redb database as an idemkit store: the format check (and the
-//! upgrade from format 1), the first tables of a new file, lock retries for a
-//! file shared between processes, and a panic inside redb turned into
-//! [`OpenError::Corrupt`].
+//! upgrade from format 1), the first tables of a new file, the frames of its
+//! write-ahead log applied (`wal.rs`), lock retries for a file shared between
+//! processes, and a panic inside redb turned into [`OpenError::Corrupt`].
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
@@ -117,6 +117,7 @@ pub(crate) fn open_file_once(path: &Path, check: Integrity) -> Result<Database, 
                 other => other,
             })?;
         ensure_format(&db)?;
+        super::wal::replay(&path, &db)?;
         Ok(db)
     })
 }
@@ -131,6 +132,7 @@ pub(crate) fn open_existing_file(path: &Path) -> Result<Database, OpenError> {
             .open(&path)
             .map_err(open_error_from_database)?;
         ensure_format(&db)?;
+        super::wal::replay(&path, &db)?;
         Ok(db)
     })
 }

@@ -1,5 +1,7 @@
 //! Reading and writing records with their indexes, inside one transaction.
 
+use std::cell::Cell;
+
 use idemkit_core::record::{Record, RecordState};
 use redb::{ReadableTable, Table, WriteTransaction};
 
@@ -8,6 +10,7 @@ use super::tables::{
     GC_DUE, LEASE_EXPIRY, META, META_TOKEN_FLOOR, META_VERSION_FLOOR, RECORDS, UNKNOWN,
     split_value, stored_value,
 };
+use super::wal::Effects;
 use crate::adapters::{CorruptRecord, Stored, Version, decode_record};
 
 /// The four data tables of one write transaction.
@@ -16,6 +19,9 @@ pub(crate) struct Tables<'txn> {
     pub(crate) gc_due: Table<'txn, (u64, &'static [u8]), ()>,
     pub(crate) lease_expiry: Table<'txn, (u64, &'static [u8]), ()>,
     pub(crate) unknown: Table<'txn, &'static [u8], u64>,
+    /// What was written, for the write-ahead log (`wal.rs`), when the
+    /// transaction goes through it.
+    effects: Option<Effects>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -25,6 +31,7 @@ impl<'txn> Tables<'txn> {
             gc_due: txn.open_table(GC_DUE)?,
             lease_expiry: txn.open_table(LEASE_EXPIRY)?,
             unknown: txn.open_table(UNKNOWN)?,
+            effects: None,
         })
     }
 
@@ -43,6 +50,9 @@ impl<'txn> Tables<'txn> {
         }
         let value = stored_value(version, &new.encode());
         self.records.insert(id, value.as_slice())?;
+        if let Some(effects) = &mut self.effects {
+            effects.put(id, &value);
+        }
         self.index(id, new)
     }
 
@@ -50,6 +60,33 @@ impl<'txn> Tables<'txn> {
     pub(crate) fn remove(&mut self, id: &[u8], old: &Record) -> Result<(), RedbError> {
         self.unindex(id, old)?;
         self.records.remove(id)?;
+        if let Some(effects) = &mut self.effects {
+            effects.remove(id);
+        }
+        Ok(())
+    }
+
+    /// Stores `value` (version + record, as [`put`](Tables::put) stores it)
+    /// under `id` in place of whatever is there, keeping the indexes in step:
+    /// a write-ahead log frame's put, replayed.
+    pub(crate) fn put_value(&mut self, id: &[u8], value: &[u8]) -> Result<(), RedbError> {
+        let new = decode(id, value)?;
+        self.remove_id(id)?;
+        self.records.insert(id, value)?;
+        self.index(id, &new.record)
+    }
+
+    /// Removes whatever record is stored under `id`, with its index entries:
+    /// a write-ahead log frame's remove, replayed.
+    pub(crate) fn remove_id(&mut self, id: &[u8]) -> Result<(), RedbError> {
+        let old = self
+            .records
+            .remove(id)?
+            .map(|old| decode(id, old.value()))
+            .transpose()?;
+        if let Some(old) = old {
+            self.unindex(id, &old.record)?;
+        }
         Ok(())
     }
 
@@ -104,6 +141,13 @@ impl<'txn> Tables<'txn> {
 pub(crate) struct InTxn<'txn> {
     txn: &'txn WriteTransaction,
     opened: Option<Opened<'txn>>,
+    /// Whether the writes to idemkit's tables are collected for the
+    /// write-ahead log.
+    logged: bool,
+    /// Whether the transaction was handed out for other tables' writes (a
+    /// Local completion's): the log cannot describe those, so it must be
+    /// committed durably in redb.
+    handed_out: Cell<bool>,
 }
 
 struct Opened<'txn> {
@@ -114,12 +158,27 @@ struct Opened<'txn> {
 
 impl<'txn> InTxn<'txn> {
     pub(crate) fn new(txn: &'txn WriteTransaction) -> Self {
-        InTxn { txn, opened: None }
+        InTxn {
+            txn,
+            opened: None,
+            logged: false,
+            handed_out: Cell::new(false),
+        }
+    }
+
+    /// Like [`new`](InTxn::new), collecting what is written to idemkit's
+    /// tables for the write-ahead log ([`close`](InTxn::close) returns it).
+    pub(crate) fn logged(txn: &'txn WriteTransaction) -> Self {
+        InTxn {
+            logged: true,
+            ..InTxn::new(txn)
+        }
     }
 
     /// The transaction itself (for the caller's own tables: local writes).
     /// idemkit's tables may be open in it, so a closure must not open them.
     pub(crate) fn txn(&self) -> &'txn WriteTransaction {
+        self.handed_out.set(true);
         self.txn
     }
 
@@ -129,8 +188,12 @@ impl<'txn> InTxn<'txn> {
             Some(opened) => opened,
             None => {
                 let read = Floors::read(self.txn)?;
+                let mut tables = Tables::open(self.txn)?;
+                if self.logged {
+                    tables.effects = Some(Effects::default());
+                }
                 Opened {
-                    tables: Tables::open(self.txn)?,
+                    tables,
                     floors: read,
                     read,
                 }
@@ -141,20 +204,28 @@ impl<'txn> InTxn<'txn> {
     }
 
     /// Closes the tables and writes the floors if a delete raised them: before
-    /// the transaction commits.
-    pub(crate) fn close(self) -> Result<(), RedbError> {
-        if let Some(Opened {
-            tables,
+    /// the transaction commits. For a logged transaction, what it wrote to
+    /// idemkit's tables; `None` when the log cannot describe the transaction
+    /// (other tables were written) or it is not logged.
+    pub(crate) fn close(self) -> Result<Option<Effects>, RedbError> {
+        let loggable = self.logged && !self.handed_out.get();
+        let Some(Opened {
+            mut tables,
             floors,
             read,
         }) = self.opened
-        {
-            drop(tables);
-            if floors != read {
-                floors.write(self.txn)?;
+        else {
+            return Ok(loggable.then(Effects::default));
+        };
+        let mut effects = tables.effects.take();
+        drop(tables);
+        if floors != read {
+            floors.write(self.txn)?;
+            if let Some(effects) = &mut effects {
+                effects.floors(floors.token, floors.version);
             }
         }
-        Ok(())
+        Ok(effects.filter(|_| loggable))
     }
 }
 

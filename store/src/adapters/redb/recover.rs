@@ -39,8 +39,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redb::{Database, Durability, StorageBackend};
 
 use super::error::RedbError;
-use super::group_commit::{GroupCommit, WriteTarget};
+use super::group_commit::{ForWrite, GroupCommit, WriteTarget};
 use super::tables::{META, META_LAST_RECOVERY};
+use super::wal::{self, Wal};
 use crate::adapters::Health;
 
 /// The longest pause between two reopen attempts (unless an attempt itself
@@ -58,8 +59,12 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// How to open the database again.
 #[derive(Debug)]
 pub(crate) enum Source {
-    /// The file at this path (it must exist).
-    File(PathBuf),
+    /// The file at this path (it must exist), with or without its
+    /// write-ahead log.
+    File {
+        path: PathBuf,
+        write_ahead_log: bool,
+    },
     /// The same storage backend (memory, or a caller's backend), shared by
     /// every database opened on it.
     Backend(Arc<dyn StorageBackend>),
@@ -85,6 +90,8 @@ struct Slot {
     generation: u64,
     /// Why writes are refused, while they are.
     broken: Option<Broken>,
+    /// The write-ahead log of `db` (a file's; see `wal.rs`).
+    wal: Option<Arc<Mutex<Wal>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -117,11 +124,13 @@ fn unix_millis(at: SystemTime) -> u64 {
 impl Owned {
     /// `db`, which was opened from `source`.
     pub(crate) fn new(db: Database, source: Source) -> Owned {
+        let wal = new_wal(&db, &source);
         Owned {
             slot: Mutex::new(Slot {
                 db: Some(Arc::new(db)),
                 generation: 0,
                 broken: None,
+                wal,
             }),
             recovery: Mutex::new(Recovery {
                 next_attempt: Instant::now(),
@@ -133,10 +142,17 @@ impl Owned {
         }
     }
 
+    /// The write-ahead log of the database now open (for tests that arm a
+    /// failure in it).
+    #[cfg(test)]
+    pub(crate) fn wal(&self) -> Option<Arc<Mutex<Wal>>> {
+        lock(&self.slot).wal.clone()
+    }
+
     /// The file it was opened from, if any.
     pub(crate) fn file(&self) -> Option<&std::path::Path> {
         match &self.source {
-            Source::File(path) => Some(path),
+            Source::File { path, .. } => Some(path),
             Source::Backend(_) => None,
         }
     }
@@ -245,8 +261,15 @@ impl Owned {
         }
     }
 
-    /// One attempt: close the database, open it again, probe a durable write.
+    /// One attempt: close the database, open it again (applying what its
+    /// write-ahead log holds), probe a durable write.
     fn reopen(&self) -> Result<(), RedbError> {
+        // No group may log against the old database any more: one that
+        // already holds the log finishes first. Its frames stay in the file
+        // for the reopen to apply.
+        if let Some(old) = lock(&self.slot).wal.take() {
+            lock(&old).retire();
+        }
         let old = lock(&self.slot).db.take();
         if let Some(old) = old
             && let Err(still_used) = close(old)
@@ -261,11 +284,13 @@ impl Owned {
             });
         }
         let db = match &self.source {
-            Source::File(path) => super::open::open_existing_file(path)?,
+            Source::File { path, .. } => super::open::open_existing_file(path)?,
             Source::Backend(backend) => super::open::open_backend(Reused(Arc::clone(backend)))?,
         };
         let probed = probe(&db);
+        let wal = new_wal(&db, &self.source);
         let mut slot = lock(&self.slot);
+        slot.wal = wal;
         slot.db = Some(Arc::new(db));
         slot.generation += 1;
         probed?;
@@ -288,13 +313,17 @@ impl Owned {
 }
 
 impl WriteTarget for Owned {
-    fn for_write(&self) -> Result<(Arc<Database>, u64), RedbError> {
+    fn for_write(&self) -> Result<ForWrite, RedbError> {
         if lock(&self.slot).broken.is_some() {
             self.try_recover();
         }
         let slot = lock(&self.slot);
         match (&slot.db, &slot.broken) {
-            (Some(db), None) => Ok((Arc::clone(db), slot.generation)),
+            (Some(db), None) => Ok(ForWrite {
+                db: Arc::clone(db),
+                generation: slot.generation,
+                wal: slot.wal.clone(),
+            }),
             (_, broken) => Err(unwritable(broken.as_ref())),
         }
     }
@@ -306,6 +335,65 @@ impl WriteTarget for Owned {
     fn committed(&self) {
         self.last_commit
             .store(unix_millis(SystemTime::now()), Ordering::Relaxed);
+    }
+}
+
+/// A store closed while writable leaves no log: its last frames are made
+/// durable in redb (a checkpoint) and the file is removed. If that fails, or
+/// the store is unwritable, the log stays for the next open to apply.
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let slot = self.slot.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let (Some(db), Some(wal), None) = (&slot.db, &slot.wal, &slot.broken) else {
+            return;
+        };
+        let mut wal = lock(wal);
+        if wal.is_retired() {
+            return;
+        }
+        if wal.has_undurable_frames() && checkpoint(db, wal.applied()).is_err() {
+            return;
+        }
+        if let Err(error) = wal.remove() {
+            tracing::warn!(%error, "removing the store's write-ahead log at close failed");
+        }
+    }
+}
+
+/// A durable commit that records `applied` as the last log frame the
+/// database holds (every earlier non-durable commit becomes durable with it).
+fn checkpoint(db: &Database, applied: u64) -> Result<(), RedbError> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    wal::record_applied(&txn, applied)?;
+    txn.commit()?;
+    Ok(())
+}
+
+/// The write-ahead log for `db` opened from `source`: a file's only (a
+/// backend's store commits durably in redb). A log that cannot be created
+/// leaves the store committing durably in redb, which is slower, not less safe.
+fn new_wal(db: &Database, source: &Source) -> Option<Arc<Mutex<Wal>>> {
+    let Source::File {
+        path,
+        write_ahead_log: true,
+    } = source
+    else {
+        return None;
+    };
+    let made = wal::applied_in(db)
+        .map_err(|e| e.to_string())
+        .and_then(|applied| Wal::create(path, applied).map_err(|e| e.to_string()));
+    match made {
+        Ok(wal) => Some(Arc::new(Mutex::new(wal))),
+        Err(error) => {
+            tracing::warn!(
+                %error,
+                path = %path.display(),
+                "no write-ahead log for the store: every write commits durably in redb"
+            );
+            None
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `idemkit.meta` | `&str` | bytes | `magic` = [`MAGIC`], `format` = [`FORMAT_VERSION`] (u32 LE), `token_floor` and `version_floor` (u64 LE, absent = 0) |
+//! | `idemkit.meta` | `&str` | bytes | `magic` = [`MAGIC`], `format` = [`FORMAT_VERSION`] (u32 LE), `token_floor`, `version_floor` and `wal_applied` (u64 LE, absent = 0) |
 //! | `idemkit.records` | record id bytes | version (u64 LE) + `Record::encode()` | every record |
 //! | `idemkit.gc_due` | `(due_at ms, id)` | `()` | Completed/Released records by next GC step |
 //! | `idemkit.lease_expiry` | `(expires_at ms, id)` | `()` | Running records by lease expiry |
@@ -74,3 +74,8 @@ pub(crate) const META_VERSION_FLOOR: &str = "version_floor";
 /// (`recover.rs`). Absent until then; nothing reads it back, so the file
 /// format did not change.
 pub(crate) const META_LAST_RECOVERY: &str = "last_recovery";
+/// Meta key of the sequence number (u64 LE) of the last write-ahead log frame
+/// the database holds (`wal.rs`): a replay applies only the later ones.
+/// Absent (0) in a store never written through its log; older builds ignore
+/// it, so the file format did not change.
+pub(crate) const META_WAL_APPLIED: &str = "wal_applied";
