@@ -628,6 +628,42 @@ mod tests {
     }
 
     #[test]
+    fn a_full_log_starts_again_after_a_durable_commit_and_a_crash_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let (adapter, store) = open(&path);
+        // Responses of a third of the largest frame: a few fill the log.
+        let body = vec![b'x'; MAX_FRAME / 3];
+        let frames_per_log = CAPACITY as usize / body.len();
+        let keys: Vec<String> = (0..frames_per_log + 4).map(|i| format!("k{i}")).collect();
+        for key in &keys {
+            match claim(&store, key).unwrap() {
+                Claim::Execute(guard) => guard
+                    .complete(StoredResponse::new(201, body.clone()))
+                    .unwrap(),
+                other => panic!("expected Execute, got {other:?}"),
+            }
+        }
+        let stats = adapter.commit_stats();
+        assert!(
+            stats.logged < stats.commits && stats.logged > 0,
+            "some commits went through the log and at least one was a checkpoint: {stats:?}"
+        );
+
+        let image = dir.path().join("image.redb");
+        crash_image(&path, &image, true);
+        let (_, reopened) = open(&image);
+        for key in &keys {
+            assert_eq!(
+                state_of(&reopened, key),
+                Some(StateName::Completed),
+                "{key}"
+            );
+        }
+        assert!(reopened.verify().unwrap().problems.is_empty());
+    }
+
+    #[test]
     fn a_clean_close_leaves_no_log_and_the_file_holds_everything() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.redb");
