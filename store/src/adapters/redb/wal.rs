@@ -229,8 +229,22 @@ impl Wal {
             self.file.write_all_at(&zeros, self.written)?;
             self.written += CHUNK;
         }
-        self.file.write_all_at(&frame, self.end)?;
-        self.file.sync_data()?;
+        let synced = self
+            .file
+            .write_all_at(&frame, self.end)
+            .and_then(|()| self.file.sync_data());
+        if let Err(error) = synced {
+            // The frame may have reached the disk whole although the sync
+            // failed. Its transaction is not committed, so it is wiped if the
+            // disk still lets us; if not, the reopen's replay may apply it:
+            // writes its callers were told had failed, never ones they were
+            // told had succeeded.
+            let _ = self
+                .file
+                .write_all_at(&[0; HEADER], self.end)
+                .and_then(|()| self.file.sync_data());
+            return Err(error);
+        }
         self.last = Some(self.end);
         self.end = frame_end;
         self.next += 1;
