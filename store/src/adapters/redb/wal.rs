@@ -545,11 +545,17 @@ mod tests {
         (adapter, store)
     }
 
-    #[test]
-    fn an_acknowledged_write_is_in_the_log_before_redb_holds_it_durably() {
+    /// A new store file `s.redb` in a directory of its own, kept open.
+    fn fresh() -> (tempfile::TempDir, PathBuf, Arc<RedbAdapter>, Store) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.redb");
         let (adapter, store) = open(&path);
+        (dir, path, adapter, store)
+    }
+
+    #[test]
+    fn an_acknowledged_write_is_in_the_log_before_redb_holds_it_durably() {
+        let (dir, path, adapter, store) = fresh();
         complete(&store, "a");
         let stats = adapter.commit_stats();
         assert_eq!(
@@ -569,14 +575,17 @@ mod tests {
         let (_, reopened) = open(&whole);
         assert_eq!(state_of(&reopened, "a"), Some(StateName::Completed));
         assert!(reopened.verify().unwrap().problems.is_empty());
+        assert_eq!(
+            reopened.adapter().bytes_on_disk().unwrap(),
+            std::fs::metadata(&whole).ok().map(|m| m.len()),
+            "the applied log was removed and a new one is empty"
+        );
         drop(store);
     }
 
     #[test]
     fn a_failed_log_write_acknowledges_nothing_and_the_reopen_applies_the_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let (adapter, store) = open(&path);
+        let (dir, path, adapter, store) = fresh();
         complete(&store, "before");
         let first_log = wal_of(&adapter);
         first_log.lock().unwrap().fail_next_append = true;
@@ -607,9 +616,7 @@ mod tests {
 
     #[test]
     fn a_local_write_commits_durably_in_redb_and_the_log_starts_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let (adapter, store) = open(&path);
+        let (dir, path, adapter, store) = fresh();
         complete(&store, "a");
         const MINE: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("mine");
         let local: crate::adapters::redb::LocalWrites = Arc::new(Mutex::new(
@@ -643,9 +650,7 @@ mod tests {
 
     #[test]
     fn a_full_log_starts_again_after_a_durable_commit_and_a_crash_loses_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let (adapter, store) = open(&path);
+        let (dir, path, adapter, store) = fresh();
         // Responses of a third of the largest frame: a few fill the log.
         let body = vec![b'x'; MAX_FRAME / 3];
         let frames_per_log = CAPACITY as usize / body.len();
@@ -679,9 +684,7 @@ mod tests {
 
     #[test]
     fn a_clean_close_leaves_no_log_and_the_file_holds_everything() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let (adapter, store) = open(&path);
+        let (_dir, path, adapter, store) = fresh();
         complete(&store, "a");
         assert!(path_of(&path).exists());
         drop(store);
