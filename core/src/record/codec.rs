@@ -80,9 +80,101 @@ impl From<&Record> for RecordV1 {
 /// `value` after a format byte; a format byte alone (which decodes to an error)
 /// when serde cannot express it, which no record type ever triggers.
 fn encode_as<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
-    match postcard::to_extend(value, vec![version]) {
-        Ok(bytes) => bytes,
-        Err(_) => vec![version],
+    let mut out = Vec::with_capacity(1 + postcard_len(value));
+    append_as(version, value, &mut out);
+    out
+}
+
+/// Appends `version`, then `value` in postcard, to `out`.
+fn append_as<T: Serialize>(version: u8, value: &T, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.push(version);
+    if postcard::serialize_with_flavor(value, Append(out)).is_err() {
+        // Writing to a `Vec` cannot fail; a failing `Serialize` leaves the
+        // format byte alone, as `decode` then refuses it.
+        out.truncate(start + 1);
+    }
+}
+
+/// How many bytes postcard writes for `value`.
+fn postcard_len<T: Serialize>(value: &T) -> usize {
+    postcard::serialize_with_flavor(value, Counted(0)).unwrap_or(0)
+}
+
+/// A postcard output that appends to a `Vec` the caller already sized.
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
+
+/// A postcard output that only counts the bytes written.
+struct Counted(usize);
+
+impl postcard::ser_flavors::Flavor for Counted {
+    type Output = usize;
+
+    fn try_push(&mut self, _: u8) -> postcard::Result<()> {
+        self.0 = self.0.saturating_add(1);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0 = self.0.saturating_add(data.len());
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<usize> {
+        Ok(self.0)
+    }
+}
+
+/// A body written as one run of bytes. postcard writes a byte string exactly
+/// as the sequence of `u8` serde derives for a `Vec<u8>` (a varint length,
+/// then the bytes) and other formats alike (serde_json: an array of numbers),
+/// so the encoding is unchanged; only the per-byte calls go.
+pub(super) fn body_as_bytes<S: serde::Serializer>(
+    body: &Option<Vec<u8>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match body {
+        Some(bytes) => serializer.serialize_some(&Bytes(bytes)),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// The headers, each value written as [`body_as_bytes`] writes a body.
+pub(super) fn headers_as_bytes<S: serde::Serializer>(
+    headers: &[(String, Vec<u8>)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq as _;
+    let mut seq = serializer.serialize_seq(Some(headers.len()))?;
+    for (name, value) in headers {
+        seq.serialize_element(&(name, Bytes(value)))?;
+    }
+    seq.end()
+}
+
+struct Bytes<'a>(&'a [u8]);
+
+impl Serialize for Bytes<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
     }
 }
 
@@ -183,6 +275,38 @@ impl Record {
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         encode_as(FORMAT_VERSION, self)
+    }
+
+    /// How many bytes [`encode`](Record::encode) writes, counted without
+    /// writing them (to size a buffer that holds more than the record).
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        1 + postcard_len(self)
+    }
+
+    /// Appends the bytes [`encode`](Record::encode) returns to `out`: a store
+    /// that keeps a header before the record writes both into one buffer.
+    ///
+    /// ```
+    /// use idemkit_core::machine::{claim, ClaimRequest, Policy};
+    /// use idemkit_core::{Fingerprint, UnixMillis};
+    ///
+    /// let request = ClaimRequest {
+    ///     fingerprint: Fingerprint::from_bytes([7; 32]).into(),
+    ///     owner: "worker-1".into(),
+    /// };
+    /// let now = UnixMillis::from_millis(1_700_000_000_000);
+    /// let decision = claim(None, &request, &Policy::default(), now);
+    /// let record = decision.write.expect("a new key's claim writes a record");
+    ///
+    /// // A version number, then the record, in one buffer of the right size.
+    /// let mut stored = Vec::with_capacity(8 + record.encoded_len());
+    /// stored.extend_from_slice(&42u64.to_le_bytes());
+    /// record.encode_into(&mut stored);
+    /// assert_eq!(&stored[8..], record.encode().as_slice());
+    /// ```
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        append_as(FORMAT_VERSION, self, out);
     }
 
     /// A record from stored bytes; never panics.
@@ -613,7 +737,7 @@ mod tests {
                 (".{0,8}", proptest::collection::vec(any::<u8>(), 0..8)),
                 0..3,
             ),
-            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64)),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
             proptest::option::of(".{0,12}"),
         )
             .prop_map(|(status, headers, body, resource_ref)| StoredResponse {
@@ -752,6 +876,47 @@ mod tests {
             for len in 0..bytes.len() {
                 prop_assert!(Record::decode(&bytes[..len]).is_err());
             }
+        }
+
+        #[test]
+        fn encoded_len_and_encode_into_agree_with_encode(
+            record in arb_record(),
+            prefix in proptest::collection::vec(any::<u8>(), 0..9),
+        ) {
+            let bytes = record.encode();
+            prop_assert_eq!(record.encoded_len(), bytes.len());
+            let mut out = prefix.clone();
+            record.encode_into(&mut out);
+            prop_assert_eq!(out.get(..prefix.len()), Some(prefix.as_slice()));
+            prop_assert_eq!(out.get(prefix.len()..), Some(bytes.as_slice()));
+        }
+
+        /// Bodies and header values are written as byte strings; the bytes
+        /// must be those serde's derive writes for a `Vec<u8>` (a sequence of
+        /// `u8`), in postcard and in JSON, or stored records would change.
+        #[test]
+        fn responses_encode_as_the_derived_sequence_of_bytes(response in arb_response()) {
+            #[derive(serde::Serialize)]
+            struct Derived<'a> {
+                status: u16,
+                headers: &'a Vec<(String, Vec<u8>)>,
+                body: &'a Option<Vec<u8>>,
+                resource_ref: &'a Option<String>,
+            }
+            let derived = Derived {
+                status: response.status,
+                headers: &response.headers,
+                body: &response.body,
+                resource_ref: &response.resource_ref,
+            };
+            prop_assert_eq!(
+                postcard::to_allocvec(&response).unwrap(),
+                postcard::to_allocvec(&derived).unwrap()
+            );
+            prop_assert_eq!(
+                serde_json::to_string(&response).unwrap(),
+                serde_json::to_string(&derived).unwrap()
+            );
         }
 
         #[test]

@@ -137,8 +137,10 @@ pub struct StoredResponse {
     /// The HTTP status code.
     pub status: u16,
     /// The headers worth replaying, in order (name, raw value).
+    #[serde(serialize_with = "codec::headers_as_bytes")]
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body; `None` once GC pruned it at the end of the replay window.
+    #[serde(serialize_with = "codec::body_as_bytes")]
     pub body: Option<Vec<u8>>,
     /// The created resource or provider reference (kept after pruning, so a late
     /// retry still learns *what* was done).

@@ -81,7 +81,7 @@ use super::{
     Write, first_version, next_version,
 };
 use db::Handle;
-use records::{Floors, Tables, decode, load_from, token_floor_in};
+use records::{Encoded, Floors, IndexEntries, Tables, decode, load_from, token_floor_in};
 use tables::{GC_DUE, LEASE_EXPIRY, META, RECORDS, UNKNOWN};
 
 /// Records in a redb database; see the module documentation.
@@ -333,14 +333,14 @@ impl RedbAdapter {
     /// the transaction.
     fn write_in_one_transaction(
         &self,
-        writes: Vec<Write>,
+        mut writes: Vec<Prepared>,
         local: Option<LocalWrites>,
     ) -> Result<Vec<Option<Version>>, RedbError> {
         self.injected_failure()?;
         self.handle.write_if_changed(move |in_txn| {
             let (tables, floors) = in_txn.tables()?;
             let mut answers = Vec::with_capacity(writes.len());
-            for write in &writes {
+            for write in &mut writes {
                 answers.push(apply(tables, floors, write)?);
             }
             let all_applied = answers.iter().all(Option::is_some);
@@ -367,10 +367,8 @@ impl RedbAdapter {
         next: &Record,
         local: Option<LocalWrites>,
     ) -> Result<Option<Version>, RedbError> {
-        let answers = self.write_in_one_transaction(
-            vec![Write::Update(id.clone(), read.clone(), next.clone())],
-            local,
-        )?;
+        let answers =
+            self.write_in_one_transaction(vec![Prepared::update(id, read, next)], local)?;
         Ok(answers.into_iter().next().flatten())
     }
 
@@ -456,42 +454,112 @@ impl FileOptions {
 pub type LocalWrites =
     Arc<Mutex<dyn FnMut(&redb::WriteTransaction) -> Result<(), RedbError> + Send>>;
 
+/// A [`Write`] made ready before it joins a group: its record encoded and
+/// the index entries of the records it replaces and writes derived, by the
+/// caller (see [`Encoded`]). The condition is checked, and the version of a
+/// new record chosen, in the transaction ([`apply`]).
+enum Prepared {
+    Insert {
+        id: RecordId,
+        new: Encoded,
+        last_token: u64,
+    },
+    Update {
+        id: RecordId,
+        read: Version,
+        old: IndexEntries,
+        new: Encoded,
+    },
+    Delete {
+        id: RecordId,
+        read: Version,
+        old: IndexEntries,
+        last_token: u64,
+    },
+}
+
+impl Prepared {
+    fn insert(id: &RecordId, record: &Record) -> Self {
+        Prepared::Insert {
+            id: id.clone(),
+            // The version is set in the transaction, above the version floor.
+            new: Encoded::new(0, record),
+            last_token: record.last_token.get(),
+        }
+    }
+
+    /// The version is the one read, so the stored record is `read`'s: its
+    /// index entries are derived from it without decoding it again.
+    fn update(id: &RecordId, read: &Stored, next: &Record) -> Self {
+        Prepared::Update {
+            id: id.clone(),
+            read: read.version,
+            old: IndexEntries::of(&read.record),
+            new: Encoded::new(next_version(read.version).0, next),
+        }
+    }
+
+    fn delete(id: &RecordId, read: &Stored) -> Self {
+        Prepared::Delete {
+            id: id.clone(),
+            read: read.version,
+            old: IndexEntries::of(&read.record),
+            last_token: read.record.last_token.get(),
+        }
+    }
+
+    fn of(write: &Write) -> Self {
+        match write {
+            Write::Insert(id, record) => Prepared::insert(id, record),
+            Write::Update(id, read, next) => Prepared::update(id, read, next),
+            Write::Delete(id, read) => Prepared::delete(id, read),
+        }
+    }
+}
+
 /// One conditional write in `tables`; `floors` are raised by a delete (the
 /// caller stores them once for the transaction).
 fn apply(
     tables: &mut Tables<'_>,
     floors: &mut Floors,
-    write: &Write,
+    write: &mut Prepared,
 ) -> Result<Option<Version>, RedbError> {
     match write {
-        Write::Insert(id, record) => {
+        Prepared::Insert {
+            id,
+            new,
+            last_token,
+        } => {
             let id = id.as_bytes();
-            if tables.version_of(id)?.is_some() || floors.token >= record.last_token.get() {
+            if tables.version_of(id)?.is_some() || floors.token >= *last_token {
                 return Ok(None);
             }
             let version = first_version(floors.version);
-            tables.put(id, None, record, version.0)?;
+            new.set_version(version.0);
+            tables.put(id, None, new)?;
             Ok(Some(version))
         }
-        Write::Update(id, read, next) => {
+        Prepared::Update { id, read, old, new } => {
             let id = id.as_bytes();
-            if tables.version_of(id)? != Some(read.version.0) {
+            if tables.version_of(id)? != Some(read.0) {
                 return Ok(None);
             }
-            // The version is the one read, so the stored record is `read`'s:
-            // its index entries are derived from it without decoding it again.
-            let version = next_version(read.version);
-            tables.put(id, Some(&read.record), next, version.0)?;
-            Ok(Some(version))
+            tables.put(id, Some(old), new)?;
+            Ok(Some(next_version(*read)))
         }
-        Write::Delete(id, read) => {
+        Prepared::Delete {
+            id,
+            read,
+            old,
+            last_token,
+        } => {
             let id = id.as_bytes();
-            if tables.version_of(id)? != Some(read.version.0) {
+            if tables.version_of(id)? != Some(read.0) {
                 return Ok(None);
             }
-            tables.remove(id, &read.record)?;
-            floors.token = floors.token.max(read.record.last_token.get());
-            floors.version = floors.version.max(read.version.0);
+            tables.remove(id, old)?;
+            floors.token = floors.token.max(*last_token);
+            floors.version = floors.version.max(read.0);
             Ok(Some(Version(0)))
         }
     }
@@ -510,8 +578,7 @@ impl Adapter for RedbAdapter {
     }
 
     fn insert(&self, id: &RecordId, record: &Record) -> Result<Option<Version>, AdapterError> {
-        let answers =
-            self.write_in_one_transaction(vec![Write::Insert(id.clone(), record.clone())], None)?;
+        let answers = self.write_in_one_transaction(vec![Prepared::insert(id, record)], None)?;
         Ok(answers.into_iter().next().flatten())
     }
 
@@ -525,8 +592,7 @@ impl Adapter for RedbAdapter {
     }
 
     fn delete(&self, id: &RecordId, read: &Stored) -> Result<bool, AdapterError> {
-        let answers =
-            self.write_in_one_transaction(vec![Write::Delete(id.clone(), read.clone())], None)?;
+        let answers = self.write_in_one_transaction(vec![Prepared::delete(id, read)], None)?;
         Ok(answers.into_iter().next().flatten().is_some())
     }
 
@@ -571,7 +637,8 @@ impl Adapter for RedbAdapter {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.write_in_one_transaction(writes.to_vec(), None)?)
+        let prepared = writes.iter().map(Prepared::of).collect();
+        Ok(self.write_in_one_transaction(prepared, None)?)
     }
 }
 

@@ -7,8 +7,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::error::RedbError;
 use super::tables::{
-    GC_DUE, LEASE_EXPIRY, META, META_TOKEN_FLOOR, META_VERSION_FLOOR, RECORDS, UNKNOWN,
-    split_value, stored_value,
+    GC_DUE, LEASE_EXPIRY, META, META_TOKEN_FLOOR, META_VERSION_FLOOR, RECORDS, UNKNOWN, split_value,
 };
 use super::wal::Effects;
 use crate::adapters::{CorruptRecord, Stored, Version, decode_record};
@@ -35,29 +34,28 @@ impl<'txn> Tables<'txn> {
         })
     }
 
-    /// Writes `new` under `id` at `version`, in place of `old` (the record
-    /// stored there now, as the caller read it; `None` when there is none),
-    /// keeping the three indexes in step.
+    /// Writes `new` under `id`, in place of the record whose index entries
+    /// are `old` (the record stored there now, as the caller read it; `None`
+    /// when there is none), keeping the three indexes in step.
     pub(crate) fn put(
         &mut self,
         id: &[u8],
-        old: Option<&Record>,
-        new: &Record,
-        version: u64,
+        old: Option<&IndexEntries>,
+        new: &Encoded,
     ) -> Result<(), RedbError> {
         if let Some(old) = old {
             self.unindex(id, old)?;
         }
-        let value = stored_value(version, &new.encode());
-        self.records.insert(id, value.as_slice())?;
+        self.records.insert(id, new.value.as_slice())?;
         if let Some(effects) = &mut self.effects {
-            effects.put(id, &value);
+            effects.put(id, &new.value);
         }
-        self.index(id, new)
+        self.index(id, &new.entries)
     }
 
-    /// Removes the record `old` stored under `id`, with its index entries.
-    pub(crate) fn remove(&mut self, id: &[u8], old: &Record) -> Result<(), RedbError> {
+    /// Removes the record stored under `id`, whose index entries are `old`,
+    /// with them.
+    pub(crate) fn remove(&mut self, id: &[u8], old: &IndexEntries) -> Result<(), RedbError> {
         self.unindex(id, old)?;
         self.records.remove(id)?;
         if let Some(effects) = &mut self.effects {
@@ -73,7 +71,7 @@ impl<'txn> Tables<'txn> {
         let new = decode(id, value)?;
         self.remove_id(id)?;
         self.records.insert(id, value)?;
-        self.index(id, &new.record)
+        self.index(id, &IndexEntries::of(&new.record))
     }
 
     /// Removes whatever record is stored under `id`, with its index entries:
@@ -85,7 +83,7 @@ impl<'txn> Tables<'txn> {
             .map(|old| decode(id, old.value()))
             .transpose()?;
         if let Some(old) = old {
-            self.unindex(id, &old.record)?;
+            self.unindex(id, &IndexEntries::of(&old.record))?;
         }
         Ok(())
     }
@@ -100,30 +98,84 @@ impl<'txn> Tables<'txn> {
         }
     }
 
-    fn unindex(&mut self, id: &[u8], record: &Record) -> Result<(), RedbError> {
-        if let Some(due) = record.gc_due_at() {
-            self.gc_due.remove((due.as_millis(), id))?;
+    fn unindex(&mut self, id: &[u8], entries: &IndexEntries) -> Result<(), RedbError> {
+        if let Some(due) = entries.gc_due {
+            self.gc_due.remove((due, id))?;
         }
-        if let Some(expires) = record.lease_expires_at() {
-            self.lease_expiry.remove((expires.as_millis(), id))?;
+        if let Some(expires) = entries.lease_expires {
+            self.lease_expiry.remove((expires, id))?;
         }
-        if matches!(record.state, RecordState::Unknown { .. }) {
+        if entries.unknown_since.is_some() {
             self.unknown.remove(id)?;
         }
         Ok(())
     }
 
-    fn index(&mut self, id: &[u8], record: &Record) -> Result<(), RedbError> {
-        if let Some(due) = record.gc_due_at() {
-            self.gc_due.insert((due.as_millis(), id), ())?;
+    fn index(&mut self, id: &[u8], entries: &IndexEntries) -> Result<(), RedbError> {
+        if let Some(due) = entries.gc_due {
+            self.gc_due.insert((due, id), ())?;
         }
-        if let Some(expires) = record.lease_expires_at() {
-            self.lease_expiry.insert((expires.as_millis(), id), ())?;
+        if let Some(expires) = entries.lease_expires {
+            self.lease_expiry.insert((expires, id), ())?;
         }
-        if let RecordState::Unknown { since, .. } = &record.state {
-            self.unknown.insert(id, since.as_millis())?;
+        if let Some(since) = entries.unknown_since {
+            self.unknown.insert(id, since)?;
         }
         Ok(())
+    }
+}
+
+/// A record's entries in the three indexes (Unix ms), derived from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct IndexEntries {
+    gc_due: Option<u64>,
+    lease_expires: Option<u64>,
+    unknown_since: Option<u64>,
+}
+
+impl IndexEntries {
+    pub(crate) fn of(record: &Record) -> Self {
+        IndexEntries {
+            gc_due: record.gc_due_at().map(|at| at.as_millis()),
+            lease_expires: record.lease_expires_at().map(|at| at.as_millis()),
+            unknown_since: match &record.state {
+                RecordState::Unknown { since, .. } => Some(since.as_millis()),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// A record as [`Tables::put`] stores it: its value (the version, then the
+/// encoded record) and its index entries.
+///
+/// Made by the caller before its write joins a group: the group's leader runs
+/// every write of the group one after another, so what it does not have to do
+/// (encoding, deriving the entries) the callers do at the same time, each on
+/// its own thread.
+#[derive(Clone, Debug)]
+pub(crate) struct Encoded {
+    value: Vec<u8>,
+    entries: IndexEntries,
+}
+
+impl Encoded {
+    pub(crate) fn new(version: u64, record: &Record) -> Self {
+        let mut value = Vec::with_capacity(8 + record.encoded_len());
+        value.extend_from_slice(&version.to_le_bytes());
+        record.encode_into(&mut value);
+        Encoded {
+            value,
+            entries: IndexEntries::of(record),
+        }
+    }
+
+    /// Stores it at `version` instead (a new record's first version is known
+    /// only in the transaction).
+    pub(crate) fn set_version(&mut self, version: u64) {
+        if let Some((stored, _)) = self.value.split_first_chunk_mut::<8>() {
+            *stored = version.to_le_bytes();
+        }
     }
 }
 

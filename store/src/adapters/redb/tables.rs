@@ -42,7 +42,8 @@ pub const FORMAT_VERSION: u32 = 2;
 /// The version every record of an upgraded format-1 file gets.
 pub(crate) const FIRST_MIGRATED_VERSION: u64 = 1;
 
-/// A record value: `version` then the encoded record.
+/// A record value: `version` then the encoded record (`records::Encoded`
+/// writes the same from a record).
 pub(crate) fn stored_value(version: u64, record: &[u8]) -> Vec<u8> {
     let mut value = Vec::with_capacity(8 + record.len());
     value.extend_from_slice(&version.to_le_bytes());
