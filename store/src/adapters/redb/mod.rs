@@ -530,22 +530,17 @@ fn apply(
             new,
             last_token,
         } => {
-            let id = id.as_bytes();
-            if tables.version_of(id)?.is_some() || floors.token >= *last_token {
+            if floors.token >= *last_token {
                 return Ok(None);
             }
             let version = first_version(floors.version);
             new.set_version(version.0);
-            tables.put(id, None, new)?;
-            Ok(Some(version))
+            let written = tables.put_if(id.as_bytes(), None, None, new)?;
+            Ok(written.then_some(version))
         }
         Prepared::Update { id, read, old, new } => {
-            let id = id.as_bytes();
-            if tables.version_of(id)? != Some(read.0) {
-                return Ok(None);
-            }
-            tables.put(id, Some(old), new)?;
-            Ok(Some(next_version(*read)))
+            let written = tables.put_if(id.as_bytes(), Some(read.0), Some(old), new)?;
+            Ok(written.then(|| next_version(*read)))
         }
         Prepared::Delete {
             id,

@@ -34,23 +34,54 @@ impl<'txn> Tables<'txn> {
         })
     }
 
-    /// Writes `new` under `id`, in place of the record whose index entries
-    /// are `old` (the record stored there now, as the caller read it; `None`
-    /// when there is none), keeping the three indexes in step.
-    pub(crate) fn put(
+    /// Writes `new` under `id` if the record stored there now is at version
+    /// `read` (`None`: if there is none), in place of that record, whose index
+    /// entries are `old`, keeping the three indexes in step. `false`, with
+    /// nothing written, when the stored version is another.
+    ///
+    /// The record is written first and the version it displaced compared
+    /// after (put back when it differs): one descent of the records tree
+    /// instead of a lookup and then the insert, on the path every write of a
+    /// group takes one after another.
+    pub(crate) fn put_if(
         &mut self,
         id: &[u8],
+        read: Option<u64>,
         old: Option<&IndexEntries>,
         new: &Encoded,
-    ) -> Result<(), RedbError> {
+    ) -> Result<bool, RedbError> {
+        let displaced = {
+            let previous = self.records.insert(id, new.value.as_slice())?;
+            let found = previous
+                .as_ref()
+                .map(|value| split_value(value.value()).map(|(version, _)| version));
+            match (found, read) {
+                (None, None) => None,
+                (Some(Some(found)), Some(read)) if found == read => None,
+                (found, _) => Some((
+                    previous.map(|value| value.value().to_vec()),
+                    found == Some(None),
+                )),
+            }
+        };
+        if let Some((previous, too_short_value)) = displaced {
+            match previous {
+                Some(value) => drop(self.records.insert(id, value.as_slice())?),
+                None => drop(self.records.remove(id)?),
+            }
+            return match too_short_value {
+                true => Err(too_short(id).into()),
+                false => Ok(false),
+            };
+        }
         if let Some(old) = old {
             self.unindex(id, old)?;
         }
-        self.records.insert(id, new.value.as_slice())?;
         if let Some(effects) = &mut self.effects {
             effects.put(id, &new.value);
         }
-        self.index(id, &new.entries)
+        self.index(id, &new.entries)?;
+        Ok(true)
     }
 
     /// Removes the record stored under `id`, whose index entries are `old`,

@@ -826,4 +826,66 @@ mod tests {
         assert_eq!(read, [1, 2]);
         assert_eq!(frames(&log)[1].payload, &effects(3).0[..]);
     }
+
+    /// A write refused because the record is there, or moved on, or absent
+    /// puts the record tree back as it was (the record is written before its
+    /// version is compared) and logs nothing, though the transaction commits
+    /// another write: the store, its indexes and a crash image with the log
+    /// hold only the writes that were made.
+    #[test]
+    fn refused_writes_leave_the_store_and_its_log_as_they_were() {
+        use crate::adapters::{Adapter as _, Stored, Version, Write};
+        use idemkit_core::machine::{ClaimRequest, claim as decide};
+
+        let (dir, path, adapter, _store) = fresh();
+        let at = |ms: u64| idemkit_core::UnixMillis::from_millis(1_700_000_000_000 + ms);
+        let request = ClaimRequest {
+            fingerprint: Fingerprint::from_bytes([5; 32]).into(),
+            owner: "w".into(),
+        };
+        let record = |ms| {
+            decide(None, &request, &Policy::default(), at(ms))
+                .write
+                .unwrap()
+        };
+        let id = |key: &str| scope().record_id(&IdempotencyKey::new(key).unwrap());
+
+        let first = record(0);
+        let version = adapter.insert(&id("k"), &first).unwrap().unwrap();
+        let read = Stored {
+            record: first.clone(),
+            version,
+        };
+        let moved = adapter
+            .update(&id("k"), &read, &record(7))
+            .unwrap()
+            .unwrap();
+        let ghost = Stored {
+            record: first,
+            version: Version(1),
+        };
+        // One transaction: three refused writes, then one that is made.
+        let answers = adapter
+            .write_all(&[
+                Write::Insert(id("k"), record(5)),
+                Write::Update(id("k"), read, record(9)),
+                Write::Update(id("absent"), ghost, record(9)),
+                Write::Insert(id("other"), record(11)),
+            ])
+            .unwrap();
+        assert_eq!(answers[..3], [None, None, None]);
+        assert!(answers[3].is_some());
+
+        let check = |adapter: &RedbAdapter| {
+            let k = adapter.get(&id("k")).unwrap().stored.unwrap();
+            assert_eq!((k.record, k.version), (record(7), moved));
+            assert_eq!(adapter.get(&id("absent")).unwrap().stored, None);
+            assert!(adapter.get(&id("other")).unwrap().stored.is_some());
+            assert_eq!(adapter.verify().unwrap(), (2, Vec::<String>::new()));
+        };
+        check(&adapter);
+        let image = dir.path().join("image.redb");
+        crash_image(&path, &image, true);
+        check(&open(&image).0);
+    }
 }
