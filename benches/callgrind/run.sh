@@ -15,8 +15,8 @@
 #
 # The 1-client run is also profiled inside its counted window
 # (`--toggle-collect=*measured_window*`): the shares of redb's commit, its
-# B-tree inserts, opening tables, the snapshot read, the record codec and
-# malloc go in the JSON, so BENCHMARKS.md can say what bounds the figure.
+# B-tree inserts, opening tables, the snapshot read and malloc go in the
+# JSON, so BENCHMARKS.md can say what bounds the figure.
 #
 # Installs valgrind with apt-get when it is missing (as root).
 set -euo pipefail
@@ -89,10 +89,9 @@ window_total = total(f"{tmp}/window.out")
 row = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*)$")
 parts = {
     "redb commit (WriteTransaction::commit)": r"redb::transactions::WriteTransaction::commit( \[|$)",
-    "B-tree inserts and removes (idemkit's Tables::put)": r"redb::records::Tables::put( \[|$)",
+    "B-tree inserts and removes (idemkit's Tables::put_if)": r"redb::records::Tables::put_if( \[|$)",
     "opening tables (WriteTransaction::open_table)": r"redb::transactions::WriteTransaction::open_table( \[|$)",
     "the claim's snapshot read (Adapter::get)": r"RedbAdapter as idemkit::adapters::Adapter>::get( \[|$)",
-    "record encode": r"idemkit_core::record::codec::<impl idemkit_core::record::Record>::encode( \[|$)",
     "the pure state machine (machine::apply)": r"idemkit_core::machine::apply( \[|$)",
 }
 def listing(lines):
