@@ -34,8 +34,8 @@
 //! guard, so even a leader that panicked passes leadership on. It comes after
 //! the group's answers are handed out, not before: the next group then gathers
 //! the callers just answered, and fewer, larger groups cost less per operation
-//! (handing off first made the groups at 64 clients so small that throughput
-//! fell by a fifth).
+//! (handing off first, the next leader finds only the few callers that queued
+//! meanwhile: at 64 clients the groups shrink and throughput falls by a fifth).
 //!
 //! ## Failure isolation
 //!
