@@ -98,7 +98,7 @@ fn append_as<T: Serialize>(version: u8, value: &T, out: &mut Vec<u8>) {
 
 /// How many bytes postcard writes for `value`.
 fn postcard_len<T: Serialize>(value: &T) -> usize {
-    postcard::serialize_with_flavor(value, Counted(0)).unwrap_or(0)
+    postcard::serialize_with_flavor(value, postcard::ser_flavors::Size::default()).unwrap_or(0)
 }
 
 /// A postcard output that appends to a `Vec` the caller already sized.
@@ -119,27 +119,6 @@ impl postcard::ser_flavors::Flavor for Append<'_> {
 
     fn finalize(self) -> postcard::Result<()> {
         Ok(())
-    }
-}
-
-/// A postcard output that only counts the bytes written.
-struct Counted(usize);
-
-impl postcard::ser_flavors::Flavor for Counted {
-    type Output = usize;
-
-    fn try_push(&mut self, _: u8) -> postcard::Result<()> {
-        self.0 = self.0.saturating_add(1);
-        Ok(())
-    }
-
-    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        self.0 = self.0.saturating_add(data.len());
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<usize> {
-        Ok(self.0)
     }
 }
 

@@ -439,10 +439,26 @@ impl FileOptions {
     /// The defaults, with the write-ahead log off when the environment
     /// variable `IDEMKIT_WAL` is `off` (what [`RedbAdapter::open`], and so
     /// [`crate::open`] and every `idemkit` command, use): an operator's
-    /// switch that needs no change to the program.
+    /// switch that needs no change to the program. Any value but `on` or
+    /// `off` leaves the log on, with a warning naming the value.
     pub fn from_env() -> Self {
-        let off = std::env::var_os("IDEMKIT_WAL").is_some_and(|value| value == "off");
-        FileOptions::default().write_ahead_log(!off)
+        let on = log_wanted(std::env::var_os("IDEMKIT_WAL").as_deref());
+        FileOptions::default().write_ahead_log(on)
+    }
+}
+
+/// Whether the value of `IDEMKIT_WAL` (`None`: unset) asks for the log.
+fn log_wanted(value: Option<&std::ffi::OsStr>) -> bool {
+    match value.map(|value| value.to_str()) {
+        None | Some(Some("on")) => true,
+        Some(Some("off")) => false,
+        Some(other) => {
+            tracing::warn!(
+                value = ?other.unwrap_or("(not UTF-8)"),
+                "IDEMKIT_WAL is neither `on` nor `off`: the write-ahead log stays on"
+            );
+            true
+        }
     }
 }
 
@@ -608,8 +624,8 @@ impl Adapter for RedbAdapter {
         self.handle.health()
     }
 
-    /// The file's size (`None` in memory or when the file cannot be read).
-    /// The file's size, plus its write-ahead log's while there is one.
+    /// The file's size, plus its write-ahead log's while there is one
+    /// (`None` in memory or when the file cannot be read).
     fn bytes_on_disk(&self) -> Result<Option<u64>, AdapterError> {
         let size = |p: &Path| std::fs::metadata(p).ok().map(|m| m.len());
         Ok(self
@@ -756,4 +772,21 @@ fn display_log_ref(id: &[u8]) -> String {
         |_| "(undecodable id)".to_owned(),
         |(scope, key)| scope.record_id(&key).log_ref().to_string(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::log_wanted;
+
+    #[test]
+    fn only_off_turns_the_write_ahead_log_off() {
+        assert!(log_wanted(None));
+        assert!(log_wanted(Some(OsStr::new("on"))));
+        assert!(!log_wanted(Some(OsStr::new("off"))));
+        // A misspelling keeps the default (and is warned about).
+        assert!(log_wanted(Some(OsStr::new("Off"))));
+        assert!(log_wanted(Some(OsStr::new("0"))));
+    }
 }

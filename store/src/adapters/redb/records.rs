@@ -346,7 +346,7 @@ pub(crate) fn token_floor_in(
 }
 
 /// A u64 (LE) meta value; absent reads as 0.
-fn u64_in(
+pub(crate) fn u64_in(
     meta: &impl ReadableTable<&'static str, &'static [u8]>,
     key: &str,
 ) -> Result<u64, RedbError> {

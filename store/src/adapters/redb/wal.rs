@@ -59,7 +59,7 @@ use std::path::{Path, PathBuf};
 use redb::{Database, Durability, ReadableDatabase, WriteTransaction};
 
 use super::error::{OpenError, RedbError};
-use super::records::Tables;
+use super::records::{Tables, u64_in};
 use super::tables::{META, META_WAL_APPLIED};
 
 /// The log restarts at its first byte (after a durable commit) before it
@@ -308,11 +308,7 @@ pub(crate) fn record_applied(txn: &WriteTransaction, applied: u64) -> Result<(),
 /// The last frame the database's durable state holds (0: none).
 pub(crate) fn applied_in(db: &Database) -> Result<u64, RedbError> {
     let read = db.begin_read()?;
-    let meta = read.open_table(META)?;
-    let value = meta.get(META_WAL_APPLIED)?;
-    Ok(value
-        .and_then(|bytes| <[u8; 8]>::try_from(bytes.value()).ok())
-        .map_or(0, u64::from_le_bytes))
+    u64_in(&read.open_table(META)?, META_WAL_APPLIED)
 }
 
 /// One frame read back.
@@ -328,29 +324,16 @@ fn frames(log: &[u8]) -> Vec<Frame<'_>> {
     let mut rest = log;
     while let Some((head, after)) = rest.split_first_chunk::<HEADER>() {
         let (summed, sum) = head.split_at(16);
-        let [
-            m0,
-            m1,
-            m2,
-            m3,
-            l0,
-            l1,
-            l2,
-            l3,
-            s0,
-            s1,
-            s2,
-            s3,
-            s4,
-            s5,
-            s6,
-            s7,
-        ] = <[u8; 16]>::try_from(summed).unwrap_or([0; 16]);
-        if [m0, m1, m2, m3] != *MAGIC {
+        let Some((magic, mut fields)) = summed.split_first_chunk::<4>() else {
+            break;
+        };
+        let (Some(len), Some(seq)) = (take_u32(&mut fields), take_u64(&mut fields)) else {
+            break;
+        };
+        if magic != MAGIC {
             break;
         }
-        let len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
-        let seq = u64::from_le_bytes([s0, s1, s2, s3, s4, s5, s6, s7]);
+        let len = len as usize;
         let Some((payload, after)) = after.split_at_checked(len) else {
             break;
         };
@@ -472,9 +455,15 @@ fn take_u64(rest: &mut &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(*value))
 }
 
+fn take_u32(rest: &mut &[u8]) -> Option<u32> {
+    let (value, after) = rest.split_first_chunk::<4>()?;
+    *rest = after;
+    Some(u32::from_le_bytes(*value))
+}
+
 fn take_bytes<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let (len, after) = rest.split_first_chunk::<4>()?;
-    let (bytes, after) = after.split_at_checked(u32::from_le_bytes(*len) as usize)?;
+    let len = take_u32(rest)? as usize;
+    let (bytes, after) = rest.split_at_checked(len)?;
     *rest = after;
     Some(bytes)
 }
