@@ -58,7 +58,32 @@ fn decision(c: &mut Criterion) {
     g.bench_function("encode_completed", |b| {
         b.iter(|| black_box(&completed).encode())
     });
+    // The npm and HTTP benches' body size: a replay decodes a record this large.
+    let api_body = completed_with_body(&running, token, &policy, now, 750);
+    let encoded = api_body.encode();
+    g.bench_function("decode_completed_750_byte_body", |b| {
+        b.iter(|| idemkit_core::record::Record::decode(black_box(&encoded)).unwrap())
+    });
     g.finish();
+}
+
+/// `running` completed with a JSON body of `len` bytes and two headers.
+fn completed_with_body(
+    running: &idemkit_core::record::Record,
+    token: idemkit_core::record::FencingToken,
+    policy: &Policy,
+    now: UnixMillis,
+    len: usize,
+) -> idemkit_core::record::Record {
+    let mut body = b"{\"note\":\"".to_vec();
+    body.resize(len - 2, b'x');
+    body.extend_from_slice(b"\"}");
+    let mut response = StoredResponse::new(201, body);
+    response.headers = vec![
+        ("content-type".into(), b"application/json".to_vec()),
+        ("location".into(), b"/appointments/appt_000001".to_vec()),
+    ];
+    complete(running, token, response, policy, now).expect("completes")
 }
 
 criterion_group!(benches, decision);

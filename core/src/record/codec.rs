@@ -157,6 +157,90 @@ impl Serialize for Bytes<'_> {
     }
 }
 
+/// Reads what [`body_as_bytes`] writes: a byte string where the format has one
+/// (postcard: one copy instead of a call per byte), a sequence of numbers where
+/// it has not (serde_json), so either encoding of a body reads back.
+pub(super) fn body_from_bytes<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<u8>>, D::Error> {
+    struct MaybeBody;
+
+    impl<'de> serde::de::Visitor<'de> for MaybeBody {
+        type Value = Option<Vec<u8>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an optional body of bytes")
+        }
+
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(
+            self,
+            deserializer: D,
+        ) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_byte_buf(ByteBuf).map(Some)
+        }
+    }
+
+    deserializer.deserialize_option(MaybeBody)
+}
+
+/// Reads what [`headers_as_bytes`] writes, each value as [`body_from_bytes`]
+/// reads a body.
+pub(super) fn headers_from_bytes<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
+    let headers: Vec<(String, OwnedBytes)> = Deserialize::deserialize(deserializer)?;
+    Ok(headers
+        .into_iter()
+        .map(|(name, value)| (name, value.0))
+        .collect())
+}
+
+/// A byte string read by [`ByteBuf`].
+struct OwnedBytes(Vec<u8>);
+
+impl<'de> Deserialize<'de> for OwnedBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_byte_buf(ByteBuf).map(OwnedBytes)
+    }
+}
+
+/// Accepts bytes however the format hands them over.
+struct ByteBuf;
+
+impl<'de> serde::de::Visitor<'de> for ByteBuf {
+    type Value = Vec<u8>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a byte string or a sequence of bytes")
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<Self::Value, E> {
+        Ok(bytes.to_vec())
+    }
+
+    fn visit_byte_buf<E: serde::de::Error>(self, bytes: Vec<u8>) -> Result<Self::Value, E> {
+        Ok(bytes)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // At most what the format says it holds, and never more than a
+        // hostile length could make us reserve before a byte is read.
+        let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64 * 1024));
+        while let Some(byte) = seq.next_element::<u8>()? {
+            bytes.push(byte);
+        }
+        Ok(bytes)
+    }
+}
+
 /// Whether postcard writes `value` as exactly `expected`: the re-encoding is
 /// compared as it is made, never allocated (every read of a record checks it).
 fn encodes_to<T: Serialize>(value: &T, expected: &[u8]) -> bool {
@@ -896,6 +980,31 @@ mod tests {
                 serde_json::to_string(&response).unwrap(),
                 serde_json::to_string(&derived).unwrap()
             );
+        }
+
+        #[test]
+        fn responses_decode_as_the_derived_sequence_of_bytes(response in arb_response()) {
+            #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+            struct Derived {
+                status: u16,
+                headers: Vec<(String, Vec<u8>)>,
+                body: Option<Vec<u8>>,
+                resource_ref: Option<String>,
+            }
+            let derived = Derived {
+                status: response.status,
+                headers: response.headers.clone(),
+                body: response.body.clone(),
+                resource_ref: response.resource_ref.clone(),
+            };
+            let bytes = postcard::to_allocvec(&derived).unwrap();
+            prop_assert_eq!(&postcard::from_bytes::<StoredResponse>(&bytes).unwrap(), &response);
+            // A truncated encoding is an error, never a shorter body.
+            if let Some(shorter) = bytes.len().checked_sub(1) {
+                prop_assert!(postcard::from_bytes::<StoredResponse>(&bytes[..shorter]).is_err());
+            }
+            let json = serde_json::to_string(&derived).unwrap();
+            prop_assert_eq!(&serde_json::from_str::<StoredResponse>(&json).unwrap(), &response);
         }
 
         #[test]

@@ -137,10 +137,17 @@ pub struct StoredResponse {
     /// The HTTP status code.
     pub status: u16,
     /// The headers worth replaying, in order (name, raw value).
-    #[serde(serialize_with = "codec::headers_as_bytes")]
+    #[serde(
+        serialize_with = "codec::headers_as_bytes",
+        deserialize_with = "codec::headers_from_bytes"
+    )]
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body; `None` once GC pruned it at the end of the replay window.
-    #[serde(serialize_with = "codec::body_as_bytes")]
+    #[serde(
+        default,
+        serialize_with = "codec::body_as_bytes",
+        deserialize_with = "codec::body_from_bytes"
+    )]
     pub body: Option<Vec<u8>>,
     /// The created resource or provider reference (kept after pruning, so a late
     /// retry still learns *what* was done).
