@@ -570,6 +570,73 @@ fn a_request_head_never_finished_is_cut_off_and_frees_its_slot() {
     );
 }
 
+/// A client that keeps its connection alive after an answer and then sends
+/// nothing holds a slot just as a stalled head does. The same deadline covers
+/// the wait for the next request's head: the idle connection is closed and the
+/// slot serves the next client.
+#[test]
+fn an_idle_keep_alive_connection_is_closed_and_frees_its_slot() {
+    let (_dir, _upstream, proxy) = in_front(
+        Duration::ZERO,
+        "max_connections = 1\nheader_read_timeout_ms = 300",
+        "",
+    );
+    let mut kept = TcpStream::connect(proxy.addr).unwrap();
+    kept.write_all(b"GET /accounts/A HTTP/1.1\r\nHost: example\r\n\r\n")
+        .unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut reader = BufReader::new(kept);
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = Some(value.trim().parse::<usize>().unwrap());
+        }
+        assert!(
+            !(line.to_ascii_lowercase().starts_with("connection:") && line.contains("close")),
+            "the proxy closed the connection itself: {line}"
+        );
+    }
+    let mut body = vec![0; length.expect("the answer has a Content-Length")];
+    reader.read_exact(&mut body).unwrap();
+
+    // The connection stays open for another request; none comes.
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let read = reader.read_to_end(&mut rest);
+    assert!(
+        read.is_ok(),
+        "the idle connection was left open ({:?} after {:?})",
+        read,
+        started.elapsed()
+    );
+    assert!(
+        rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
+    eprintln!(
+        "an idle keep-alive connection was closed {:?} after its answer",
+        started.elapsed()
+    );
+    let get = || request(proxy.addr, "GET", "/accounts/A", &[], b"").unwrap();
+    wait_until(
+        "the slot serves the next client",
+        Duration::from_secs(5),
+        || get().status == 200,
+    );
+}
+
 /// With `admin` set and no token, the admin listener served every tenant's
 /// raw keys and accepted a forged resolve from anyone who could reach it.
 /// Now the proxy refuses to start with an admin listener and no token of at

@@ -24,7 +24,8 @@ use tower::{Service, ServiceExt as _};
 
 /// How long a client may take to send a request's head (its request line and
 /// headers) unless the configuration says otherwise: the first from the
-/// connection's start, each later one from its first byte.
+/// connection's start, each later one from the end of the exchange before it
+/// (hyper's timer, so an idle keep-alive connection is closed as well).
 pub(crate) const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves `listener` until `stop` turns true, then lets the open connections
