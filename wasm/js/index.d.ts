@@ -856,6 +856,10 @@ export interface McpToolSettings {
   maxStoredResultBytes?: number;
   /** What the model is told to check when the call's outcome is unknown. */
   check?: string;
+  /** This tool's `waitMs` (default: the one of {@link McpIdempotencyOptions}). */
+  waitMs?: number;
+  /** This tool's `maxWaitMs` (default: the one of {@link McpIdempotencyOptions}). */
+  maxWaitMs?: number;
 }
 
 /** What a `tenant` function is given for each protected call. */
@@ -878,16 +882,16 @@ export interface McpIdempotencyOptions {
   /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */
   clock?: () => number;
   /**
-   * How long a retry of a running key is held for its answer when it does not ask
-   * (`Prefer: wait=N` asks for N seconds): default 0, answered 409
-   * request-in-progress at once. See {@link Idempotency.handle}.
+   * How long a retry of a running call is held for its result when it does not ask
+   * (`_meta["io.idemkit/wait"]: N` asks for N seconds): default 0, answered -31002
+   * `idempotency_key_in_progress` at once.
    */
   waitMs?: number;
-  /** The longest any request is held, whatever it asks (default 10 000 ms, core's `DEFAULT_MAX_WAIT`). */
+  /** The longest any retry is held, whatever it asks (default 10 000 ms, core's `DEFAULT_MAX_WAIT`); then -31002. */
   maxWaitMs?: number;
-  /** How many requests may wait on one key at once (default 1024, core's `DEFAULT_MAX_WAITERS_PER_KEY`); past it: 503 too-many-waiters with Retry-After. */
+  /** How many retries may wait on one key at once (default 1024, core's `DEFAULT_MAX_WAITERS_PER_KEY`); past it: -31010 `idempotency_too_many_waiters` with `retryAfter`. */
   maxWaitersPerKey?: number;
-  /** How many requests may wait on this handler at once, all keys together (default 10 000, core's `DEFAULT_MAX_WAITERS`); past it: 503 too-many-waiters. */
+  /** How many retries may wait at once, all tools and keys together (default 10 000, core's `DEFAULT_MAX_WAITERS`); past it: -31010. */
   maxWaiters?: number;
 }
 
@@ -905,6 +909,8 @@ export interface McpIdempotency {
   protect<S extends McpServerLike>(server: S): S;
   /** Whether calls of `tool` are claimed. */
   protects(tool: string): boolean;
+  /** How many retries are held now, waiting for a running call's result. */
+  waiting(): number;
   /** The decoded record of a call, or null. */
   inspect(target: { tenant: string; tool: string; key: string }): Promise<RecordView | null>;
   /** Operator: settle an unknown call with the result every retry then gets, or null when it did not take effect (a retry runs it). */

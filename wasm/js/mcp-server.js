@@ -15,6 +15,10 @@
 // (through createIdempotency); the names, codes and wording are the gateway's
 // (store/src/bin/idemkit/mcp/jsonrpc.rs).
 //
+// A retry of a running call that asks to wait (`_meta["io.idemkit/wait"]`, seconds;
+// or a tool's `waitMs`) is held until the first call's result is recorded, as at the
+// gateway, within the same caps (`maxWaitMs`, `maxWaiters`, `maxWaitersPerKey`).
+//
 // One difference from the gateway: an `input_required` answer (2026-07-28)
 // releases the claim instead of holding it in memory. It is interim and never
 // stored, and the continuation (the same call with `inputResponses`) claims the
@@ -23,7 +27,8 @@
 import * as wasm from "./idemkit_wasm.js";
 import { createIdempotency, defaults, renewWhileRunning, withRetries } from "./idempotency.js";
 import { IdemkitError, wasmCall } from "./errors.js";
-import { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META } from "./mcp-names.js";
+import { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META, MCP_WAIT_META } from "./mcp-names.js";
+import { holdWhileRunning, waitOption, waiterSlots } from "./waiting.js";
 
 /** The per-request protocol version of 2026-07-28 and later. */
 const PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion";
@@ -51,6 +56,9 @@ const MESSAGES = {
     `The idempotency key is not valid (${why}): 1 to 255 visible ASCII characters, as a string. Nothing was executed.`,
   idempotency_key_in_progress: ({ retryAfter }) =>
     `A call with this idempotency key is in progress. Retry with the same key after ${retryAfter} seconds.`,
+  idempotency_too_many_waiters: ({ retryAfter }) =>
+    "A call with this idempotency key is in progress, and too many calls already wait for its result. Nothing was " +
+    `executed. Retry with the same key after ${retryAfter} seconds.`,
   idempotency_key_conflict: () =>
     "This idempotency key was already used with different arguments. Nothing was executed. Use a new key for a new action.",
   idempotency_store_unavailable: ({ retryAfter }) =>
@@ -138,6 +146,15 @@ function storedResult(result) {
     task = typeof kept.task?.taskId === "string";
   }
   return JSON.stringify(task ? { result: kept, task: true } : { result: kept });
+}
+
+/**
+ * The wait a `tools/call` asks for, in seconds: `_meta["io.idemkit/wait"]` when it
+ * is a non-negative integer (anything else asks nothing, as at the gateway).
+ */
+function waitAsked(message) {
+  const asked = message.params?._meta?.[MCP_WAIT_META];
+  return Number.isSafeInteger(asked) && asked >= 0 ? asked : undefined;
 }
 
 /** Whether a `tools/call` asks for a task: `params.task` (2025-11-25), or a 2026-07-28 client that declares the tasks extension. */
@@ -228,6 +245,13 @@ function toolOf(name, given, shared) {
   if (!Number.isSafeInteger(maxExecutionMs) || maxExecutionMs < 0) throw argument(`tools.${name}.maxExecutionMs must be a non-negative integer`);
   const check = settings.check ?? DEFAULT_CHECK;
   if (typeof check !== "string") throw argument(`tools.${name}.check must be a string`);
+  // How long a retry of a running call is held for its result: the tool's own
+  // rule, else the one given for every tool (as the gateway's `wait_ms` and
+  // `max_wait_ms` per tool).
+  const wait = {
+    waitMs: waitOption(settings.waitMs ?? shared.wait.waitMs, `tools.${name}.waitMs`),
+    maxWaitMs: waitOption(settings.maxWaitMs ?? shared.wait.maxWaitMs, `tools.${name}.maxWaitMs`),
+  };
   const idempotency = createIdempotency({
     adapter: shared.adapter,
     operation: name,
@@ -242,7 +266,7 @@ function toolOf(name, given, shared) {
     maxStoredResponseBytes: settings.maxStoredResultBytes ?? defaults().maxStoredResponseBytes,
     autoRenew: false,
   });
-  return { name, effect, maxExecutionMs, check, idempotency, policy: idempotency.policy };
+  return { name, effect, maxExecutionMs, check, wait, idempotency, policy: idempotency.policy };
 }
 
 
@@ -260,13 +284,23 @@ export function createMcpIdempotency(options) {
   }
   const clock = options.clock ?? Date.now;
   if (typeof clock !== "function") throw argument("clock must be a function returning milliseconds");
+  const wait = {
+    waitMs: waitOption(options.waitMs ?? 0, "waitMs"),
+    maxWaitMs: waitOption(options.maxWaitMs ?? defaults().maxWaitMs, "maxWaitMs"),
+  };
+  // The places for held retries, all tools together (the gateway's `max_waiters`
+  // and `max_waiters_per_key`).
+  const slots = waiterSlots({
+    perKey: waitOption(options.maxWaitersPerKey ?? defaults().maxWaitersPerKey, "maxWaitersPerKey", true),
+    total: waitOption(options.maxWaiters ?? defaults().maxWaiters, "maxWaiters", true),
+  });
   const given = options.tools;
   const entries = Array.isArray(given) ? given.map((name) => [name, true]) : Object.entries(given ?? {});
   if (entries.length === 0) throw argument("tools must name at least one tool to protect (an array of names or an object of settings)");
   const tools = new Map();
   for (const [name, settings] of entries) {
     if (typeof name !== "string" || name === "") throw argument("tool names must be non-empty strings");
-    tools.set(name, toolOf(name, settings, { adapter, clock }));
+    tools.set(name, toolOf(name, settings, { adapter, clock, wait }));
   }
   const hooked = new WeakSet();
 
@@ -285,8 +319,10 @@ export function createMcpIdempotency(options) {
   /**
    * What to do with a `tools/call`: `{ pass: true }` (not protected), `{ answer }`
    * (nothing is forwarded), or `{ running }` (forward it; its response is recorded).
+   * `gone` aborts when the call's answer can no longer be delivered (cancelled, or
+   * the transport closed): a retry held for a running call stops waiting.
    */
-  async function decide(message, extra) {
+  async function decide(message, extra, gone) {
     const tool = tools.get(message.params?.name);
     if (tool === undefined) return { pass: true };
     const id = message.id;
@@ -307,16 +343,36 @@ export function createMcpIdempotency(options) {
     // The arguments alone say what the call means: never the id, `_meta`,
     // `inputResponses` or `requestState`.
     const body = JSON.stringify(params.arguments === undefined ? { params: {} } : { params: { arguments: params.arguments } });
+    const claimOnce = () => tool.idempotency.claim({ tenant: tenantId, key: field, body });
+    const storeUnavailable = () => ({ answer: problem(id, "idempotency_store_unavailable", { retryAfter: defaults().storeRetryAfterSeconds }) });
     let claim;
     try {
-      claim = await tool.idempotency.claim({ tenant: tenantId, key: field, body });
+      claim = await claimOnce();
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
       if (err.code.startsWith("scope-")) return { answer: problem(id, "idempotency_tenant_missing") };
       if (err.code.startsWith("json-") || err.code === "lone-surrogate-in-string") {
         return { answer: problem(id, "idempotency_arguments_invalid", { why: `${err.message} [${err.code}]` }) };
       }
-      return { answer: problem(id, "idempotency_store_unavailable", { retryAfter: defaults().storeRetryAfterSeconds }) };
+      return storeUnavailable();
+    }
+    // A retry of a running call may wait for its result instead of getting "in
+    // progress": held until the first call records (then what a retry gets at that
+    // moment), releases (then it executes), or the wait ends (then -31002).
+    if (claim.outcome === "inFlight") {
+      const { durationMs } = wasmCall(() => wasm.waitFor(waitAsked(message), tool.wait.waitMs, tool.wait.maxWaitMs));
+      if (durationMs > 0) {
+        const give = slots.take(claim.id);
+        if (give === null) return { answer: problem(id, "idempotency_too_many_waiters", { retryAfter: seconds(claim.retryAfterSeconds) }) };
+        try {
+          claim = await holdWhileRunning({ adapter, first: claim, durationMs, signal: gone, reclaim: claimOnce });
+        } catch (err) {
+          if (!(err instanceof IdemkitError)) throw err;
+          return storeUnavailable();
+        } finally {
+          give();
+        }
+      }
     }
     switch (claim.outcome) {
       case "execute":
@@ -398,6 +454,8 @@ export function createMcpIdempotency(options) {
     const onclose = transport.onclose;
     /** Requests whose responses this hook changes or records, by id: "initialize", "server/discover", "tools/list", or a running call. */
     const awaiting = new Map();
+    /** Protected calls not decided yet, by id: what aborts a held retry. */
+    const deciding = new Map();
     let closed = false;
 
     const fail = (id, err) => {
@@ -407,11 +465,16 @@ export function createMcpIdempotency(options) {
 
     transport.onmessage = (message, extra) => {
       if (isRequest(message) && message.method === "tools/call" && tools.has(message.params?.name)) {
-        decide(message, extra).then(
+        // Aborted by a cancellation of this call or the transport's close, while it
+        // is decided (a retry may be held for a running call's result).
+        const gone = new AbortController();
+        deciding.set(idKey(message.id), gone);
+        decide(message, extra, gone.signal).then(
           async (decision) => {
+            if (deciding.get(idKey(message.id)) === gone) deciding.delete(idKey(message.id));
             if (decision.answer !== undefined) return send(decision.answer);
             if (decision.running !== undefined) {
-              if (closed) {
+              if (closed || gone.signal.aborted) {
                 // Nobody is left to answer: nothing ran, so the key is free again.
                 await decision.running.stopLease();
                 await decision.running.tool.idempotency.release(decision.running.claim).catch(() => {});
@@ -421,7 +484,10 @@ export function createMcpIdempotency(options) {
             }
             deliver(message, extra);
           },
-          (err) => fail(message.id, err),
+          (err) => {
+            if (deciding.get(idKey(message.id)) === gone) deciding.delete(idKey(message.id));
+            return fail(message.id, err);
+          },
         ).catch((err) => transport.onerror?.(err));
         return;
       }
@@ -429,6 +495,7 @@ export function createMcpIdempotency(options) {
         awaiting.set(idKey(message.id), message.method);
       } else if (message?.method === "notifications/cancelled") {
         const requestId = message.params?.requestId;
+        if (requestId !== undefined) deciding.get(idKey(requestId))?.abort();
         const running = requestId === undefined ? undefined : awaiting.get(idKey(requestId));
         if (running !== undefined && typeof running === "object") {
           awaiting.delete(idKey(requestId));
@@ -457,6 +524,8 @@ export function createMcpIdempotency(options) {
 
     transport.onclose = () => {
       closed = true;
+      for (const gone of deciding.values()) gone.abort();
+      deciding.clear();
       for (const [id, entry] of awaiting) {
         if (typeof entry === "object") drop(entry, "the connection closed before the tool answered");
         awaiting.delete(id);
@@ -491,6 +560,8 @@ export function createMcpIdempotency(options) {
   return Object.freeze({
     protect,
     protects: (name) => tools.has(name),
+    /** How many retries are held now, waiting for a running call's result. */
+    waiting: slots.count,
     inspect: ({ tenant: tenantId, tool, key }) => engineOf(tool).inspect({ tenant: tenantId, key }),
     /**
      * Operator: settle an unknown call. `applied`: the CallToolResult every retry

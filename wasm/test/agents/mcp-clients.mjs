@@ -35,7 +35,7 @@ export async function outcome(promise) {
 /**
  * Connects an SDK client (`sdk`: "v1" or "v2") to `url`; `fetch` carries its HTTP,
  * and a call that gets no answer fails after `timeoutMs`.
- * Resolves to `{ call(name, args, key?), listTools(), elicitations(), version, capabilities, close() }`.
+ * Resolves to `{ call(name, args, key?, meta?), listTools(), elicitations(), version, capabilities, close() }`.
  */
 export async function connect(sdk, url, { fetch: fetchFn = fetch, timeoutMs = 10_000 } = {}) {
   let elicitations = 0;
@@ -62,8 +62,9 @@ export async function connect(sdk, url, { fetch: fetchFn = fetch, timeoutMs = 10
   }
   return {
     client,
-    call: (name, args, key) => {
-      const params = { name, arguments: args, ...(key === undefined ? {} : { _meta: { [MCP_KEY_META]: key } }) };
+    call: (name, args, key, meta = {}) => {
+      const _meta = { ...(key === undefined ? {} : { [MCP_KEY_META]: key }), ...meta };
+      const params = { name, arguments: args, ...(Object.keys(_meta).length === 0 ? {} : { _meta }) };
       const options = { timeout: timeoutMs };
       // v1: callTool(params, resultSchema?, options); v2: callTool(params, options).
       return outcome(sdk === "v2" ? client.callTool(params, options) : client.callTool(params, undefined, options));

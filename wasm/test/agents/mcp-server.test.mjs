@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { MCP_CAPABILITY, MCP_REPLAYED_META, createMcpIdempotency, memoryAdapter, recordId } from "idemkit";
+import { MCP_CAPABILITY, MCP_REPLAYED_META, MCP_WAIT_META, createMcpIdempotency, memoryAdapter, recordId } from "idemkit";
 import { serve } from "./book-server.mjs";
 import { connect, droppingFetch } from "./mcp-clients.mjs";
 
@@ -19,7 +19,8 @@ const ERAS = { v2: "2026-07-28", v1: "2025-11-25" };
 for (const sdk of ["v2", "v1"]) {
   describe(`SDK ${sdk} server (${ERAS[sdk]})`, () => {
     const adapter = memoryAdapter();
-    const protection = createMcpIdempotency({ adapter, tenant: "clinic-a", tools: ["book", "confirm_book"] });
+    // One waiter per key: a second retry that asks to wait for the same running call is refused.
+    const protection = createMcpIdempotency({ adapter, tenant: "clinic-a", tools: ["book", "confirm_book"], maxWaitersPerKey: 1 });
     const executions = new Map();
     const count = async (tool, args) => {
       const name = `${tool} ${args.customer ?? "-"}`;
@@ -66,6 +67,52 @@ for (const sdk of ["v2", "v1"]) {
         assert.equal(o.error.code, -31002);
         assert.ok(o.error.data.retryAfter >= 1);
       }
+      await c.close();
+    });
+
+    test("a retry that asks to wait is held until the first call's result and replays it; one waiter too many is refused", async () => {
+      const c = await client();
+      const args = { customer: "waits", slot: "s-1", delay_ms: 600 };
+      const first = c.call("book", args, "waits-1");
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      const asked = { [MCP_WAIT_META]: 5 };
+      const started = Date.now();
+      const [held, refused] = await Promise.all([
+        c.call("book", args, "waits-1", asked),
+        // The second asks a moment later: the key's one place is taken by then.
+        new Promise((resolve) => setTimeout(resolve, 50)).then(() => c.call("book", args, "waits-1", asked)),
+      ]);
+      const waited = Date.now() - started;
+      assert.equal((await first).result.structuredContent.booking, "bk_1");
+      assert.equal(held.result.structuredContent.booking, "bk_1", JSON.stringify(held));
+      assert.equal(held.result._meta[MCP_REPLAYED_META], true);
+      assert.ok(waited >= 300, `held until the first call answered (${waited} ms)`);
+      assert.equal(refused.error.code, -31010, JSON.stringify(refused));
+      assert.equal(refused.error.data.type, "idempotency_too_many_waiters");
+      assert.ok(refused.error.data.retryAfter >= 1);
+      assert.match(refused.error.message, /Nothing was executed/);
+      assert.equal(executions.get("book waits"), 1);
+      assert.equal(protection.waiting(), 0, "every place is given back");
+      await c.close();
+    });
+
+    test("a retry whose wait runs out gets in progress, and one that does not ask is answered at once", async () => {
+      const c = await client();
+      const args = { customer: "outwaits", slot: "s-1", delay_ms: 2500 };
+      const first = c.call("book", args, "outwaits-1");
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      let started = Date.now();
+      const now = await c.call("book", args, "outwaits-1");
+      assert.equal(now.error.code, -31002, JSON.stringify(now));
+      assert.ok(Date.now() - started < 1000, "not held");
+      started = Date.now();
+      const late = await c.call("book", args, "outwaits-1", { [MCP_WAIT_META]: 1 });
+      const waited = Date.now() - started;
+      assert.equal(late.error.code, -31002, JSON.stringify(late));
+      assert.equal(late.error.data.type, "idempotency_key_in_progress");
+      assert.ok(waited >= 900 && waited < 2300, `held for the second it asked (${waited} ms)`);
+      assert.equal((await first).result.structuredContent.booking, "bk_1");
+      assert.equal(executions.get("book outwaits"), 1);
       await c.close();
     });
 

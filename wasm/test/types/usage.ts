@@ -255,6 +255,17 @@ async function mcpAndAgents(server: { connect(transport: unknown): Promise<void>
   const same = mcp.protect(server);
   same.registerTool("list");
   createMcpIdempotency({ adapter: memoryAdapter(), tenant: "clinic-a", tools: ["book"] });
+  // Retries of a running call may wait: for every tool, and per tool.
+  const waits = createMcpIdempotency({
+    adapter: memoryAdapter(),
+    tenant: "clinic-a",
+    tools: { book: { waitMs: 500, maxWaitMs: 30_000 } },
+    maxWaitMs: 5_000,
+    maxWaiters: 100,
+    maxWaitersPerKey: 4,
+  });
+  const waitingNow: number = waits.waiting();
+  void waitingNow;
   // @ts-expect-error a tenant is a string or a function of the call, never absent
   createMcpIdempotency({ adapter: memoryAdapter(), tools: ["book"] });
   // @ts-expect-error the effects are "external" and "local"
