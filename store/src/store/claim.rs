@@ -12,18 +12,44 @@ use super::guard::ExecutionGuard;
 use super::{Applied, Now, Store};
 use crate::adapters::{FailureKind, Stored};
 
-/// The time the last claim's read carried, and when it arrived by this
-/// node's monotonic clock.
+/// What the last claim's read carried: the database's time, when it arrived
+/// by this node's monotonic clock, and the token floor.
+///
+/// The floor matters once GC deleted a record: it is then above the first
+/// token, and a claim that wrote first as if it were 0 would be refused every
+/// time (then read, and insert again). The floor only rises, so one that GC
+/// raised since it was read makes the adapter refuse the insert, and the read
+/// that follows brings the new one.
 #[derive(Debug, Default)]
-pub(crate) struct ObservedTime(Mutex<Option<(UnixMillis, Instant)>>);
+pub(crate) struct ObservedTime(Mutex<Option<Observed>>);
+
+#[derive(Clone, Copy, Debug)]
+struct Observed {
+    at: UnixMillis,
+    arrived: Instant,
+    token_floor: u64,
+}
 
 impl ObservedTime {
-    fn set(&self, at: UnixMillis) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, Instant::now()));
+    fn set(&self, at: UnixMillis, token_floor: Option<u64>) {
+        let mut observed = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // An insert that was not refused read no floor: the one known still holds.
+        let token_floor = token_floor
+            .or_else(|| observed.map(|o| o.token_floor))
+            .unwrap_or(0);
+        *observed = Some(Observed {
+            at,
+            arrived: Instant::now(),
+            token_floor,
+        });
     }
 
-    fn get(&self) -> Option<(UnixMillis, Instant)> {
+    fn get(&self) -> Option<Observed> {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn token_floor(&self) -> u64 {
+        self.get().map_or(0, |o| o.token_floor)
     }
 }
 
@@ -101,14 +127,16 @@ impl Store {
                 fingerprint: fingerprint.into(),
                 owner: owner.to_owned(),
             },
-            // Set from each read (see `run_on`).
-            token_floor: 0,
+            // The floor the last read carried, for a claim that writes first
+            // (`insert_first`); each read sets it again (see `run_on`).
+            token_floor: self.observed.token_floor(),
         };
         let written_first = self.insert_first(&id, &op, policy)?;
         let Applied {
             answer,
             stored,
             now,
+            ..
         } = match written_first {
             Some(applied) => applied,
             None => {
@@ -126,7 +154,7 @@ impl Store {
                             }),
                         })?;
                 if self.estimates_time() {
-                    self.observed.set(applied.now);
+                    self.observed.set(applied.now, applied.token_floor);
                 }
                 applied
             }
@@ -177,9 +205,9 @@ impl Store {
     /// A fresh key's claim in one write, where the store's clock can tell the
     /// time without a round trip (a database's clock, shortly after a read
     /// carried its time: [`Clock::estimate_after`](crate::clock::Clock::estimate_after)):
-    /// the core decides as for a key with no record and no token floor, and
-    /// the adapter inserts that record only if the key is free and the floor
-    /// is below its token. `None`: the claim reads and decides as usual (the
+    /// the core decides as for a key with no record, above the token floor
+    /// the last read carried, and the adapter inserts that record only if the
+    /// key is free and the floor is still below its token. `None`: the claim reads and decides as usual (the
     /// key is taken, GC raised the floor, no estimate, or the insert could
     /// not reach the store, which the read then finds out again). On
     /// PostgreSQL this makes a new key's claim one statement instead of two.
@@ -192,10 +220,10 @@ impl Store {
         if !self.estimates_time() {
             return Ok(None);
         }
-        let Some((seen, arrived)) = self.observed.get() else {
+        let Some(Observed { at, arrived, .. }) = self.observed.get() else {
             return Ok(None);
         };
-        let Some(now) = self.estimate_after(seen, arrived.elapsed()) else {
+        let Some(now) = self.estimate_after(at, arrived.elapsed()) else {
             return Ok(None);
         };
         let Ok(decision) = machine::apply(None, op, policy, now) else {
@@ -209,6 +237,7 @@ impl Store {
                 answer: decision.answer,
                 stored: Some(Stored { record, version }),
                 now,
+                token_floor: None,
             })),
             Ok(None) => Ok(None),
             // A pooled connection a restart broke: the read retries on another.

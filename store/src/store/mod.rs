@@ -124,6 +124,8 @@ pub(crate) struct Applied {
     pub(crate) stored: Option<Stored>,
     /// The instant the decision was taken at.
     pub(crate) now: UnixMillis,
+    /// The token floor the last read carried (`None`: nothing was read).
+    pub(crate) token_floor: Option<u64>,
 }
 
 impl Store {
@@ -346,12 +348,14 @@ pub(crate) fn run_on<'a>(
 ) -> Result<Applied, WorkerError> {
     let at = now.into();
     let log_ref = id.log_ref();
+    let mut token_floor = None;
     for _ in 0..MAX_ATTEMPTS {
         let from_held = held.is_some();
         let (existing, now) = match held.take() {
             Some(stored) => (Some(stored), at.read()),
             None => {
                 let read = seam.get(id).map_err(StorageError::from)?;
+                token_floor = Some(read.token_floor);
                 if let Op::Claim { token_floor, .. } = &mut op {
                     *token_floor = read.token_floor;
                 }
@@ -412,6 +416,7 @@ pub(crate) fn run_on<'a>(
                 answer: decision.answer,
                 stored,
                 now,
+                token_floor,
             });
         }
         // Lost the race: read the newer record and decide again.

@@ -114,6 +114,36 @@ fn after_a_delete_raised_the_token_floor_a_new_key_gets_a_token_above_it() {
         .unwrap();
 }
 
+/// GC's first delete raises the floor above every first token. The engine
+/// then writes first above the floor its last read carried; had it kept
+/// writing first as if the floor were 0, every new key's insert would be
+/// refused and read again: four statements instead of two.
+#[test]
+fn after_a_delete_raised_the_token_floor_new_keys_still_write_first() {
+    let (store, adapter) = warmed("first_floor_kept");
+    executes(&store, "old")
+        .complete(StoredResponse::new(200, Vec::new()))
+        .unwrap();
+    let id = scope().record_id(&key("old"));
+    let read = adapter.get(&id).unwrap().stored.unwrap();
+    assert!(adapter.delete(&id, &read).unwrap());
+    // The first claim after the delete learns the floor: its insert is refused.
+    executes(&store, "learns")
+        .complete(StoredResponse::new(201, b"{}".to_vec()))
+        .unwrap();
+
+    let mut costs = Vec::new();
+    for n in 0..10 {
+        let before = adapter.statements_sent();
+        executes(&store, &format!("after-{n}"))
+            .complete(StoredResponse::new(201, b"{}".to_vec()))
+            .unwrap();
+        costs.push(adapter.statements_sent() - before);
+    }
+    let two = costs.iter().filter(|c| **c == 2).count();
+    assert!(two >= 8, "most claims wrote first: {costs:?}");
+}
+
 #[test]
 fn sixteen_claims_of_one_new_key_racing_on_the_insert_execute_once() {
     let (store, _adapter) = warmed("first_race");
