@@ -432,22 +432,22 @@ fn commit_with_log(
 ) -> Result<Committed, RedbError> {
     let logged = effects.filter(|effects| wal.takes(effects.len()));
     let Some(effects) = logged else {
-        // A retired log (its database is being reopened) takes no frame and
-        // no checkpoint: the reopen applies what it holds.
-        if !wal.is_retired() {
-            guarded(|| wal::record_applied(&txn, wal.applied()))?;
-        }
+        // Every durable commit says which frames it holds: the logged commits
+        // before it record nothing (below), so without this a reopen would
+        // apply their frames again over this group's writes. A retired log
+        // (its database is being reopened) takes no frame and no checkpoint;
+        // its last frame, if its wipe failed, was never committed, and this
+        // says it need not be applied.
+        guarded(|| wal::record_applied(&txn, wal.applied()))?;
         commit(txn)?;
         if !wal.is_retired() {
             wal.checkpointed();
         }
         return Ok(Committed::Durably);
     };
-    guarded(|| {
-        wal::record_applied(&txn, wal.next())?;
-        txn.set_durability(Durability::None)?;
-        Ok(())
-    })?;
+    // No `wal_applied` here: this commit becomes durable only with a later
+    // durable one, and every durable commit records the last frame it holds.
+    guarded(|| Ok(txn.set_durability(Durability::None)?))?;
     // The frame is durable before the transaction is visible to anyone.
     if let Err(source) = wal.append(effects) {
         abort_quietly(txn);

@@ -19,9 +19,12 @@
 //! [`CAPACITY`], when a group is too large to log ([`MAX_FRAME`], an import),
 //! when a group runs the caller's own writes (Local completions write tables
 //! this log does not describe), and when the store is closed (then the file
-//! is removed). Each logged transaction also stores its frame's sequence
-//! number in the metadata table (`wal_applied`), so the durable state says
-//! which frames it already holds.
+//! is removed). Each of these durable commits stores the sequence number of
+//! the last frame written in the metadata table (`wal_applied`), so the
+//! durable state says which frames it already holds. A logged transaction
+//! does not: it becomes durable only with a later durable commit, which
+//! records a number at least as high, and until then the durable state holds
+//! none of it (one table fewer written per group).
 //!
 //! ## Replay
 //!
@@ -196,11 +199,6 @@ impl Wal {
     /// Whether this log may be written.
     pub(crate) fn is_retired(&self) -> bool {
         self.retired
-    }
-
-    /// The sequence number the next frame gets.
-    pub(crate) fn next(&self) -> u64 {
-        self.next
     }
 
     /// Writes one frame of `effects` and syncs it. On an error nothing
@@ -638,6 +636,35 @@ mod tests {
     }
 
     #[test]
+    fn a_durable_commit_says_which_frames_it_holds_so_a_reopen_never_applies_them_again() {
+        let (dir, path, adapter, store) = fresh();
+        // The claim goes through the log as frame 1.
+        let Claim::Execute(guard) = claim(&store, "a").unwrap() else {
+            panic!("a new key executes")
+        };
+        // A completion too large for a frame commits durably in redb and the
+        // log starts again, but the claim's frame still sits at its first byte.
+        guard
+            .complete(StoredResponse::new(201, vec![b'x'; MAX_FRAME + 1]))
+            .unwrap();
+        let stats = adapter.commit_stats();
+        assert_eq!((stats.commits, stats.logged), (2, 1), "{stats:?}");
+        let log = std::fs::read(path_of(&path)).unwrap();
+        assert_eq!(frames(&log).len(), 1, "the claim's frame is still there");
+
+        let image = dir.path().join("image.redb");
+        crash_image(&path, &image, true);
+        let (_, reopened) = open(&image);
+        assert_eq!(
+            state_of(&reopened, "a"),
+            Some(StateName::Completed),
+            "the claim's frame was applied again over the completion"
+        );
+        assert!(reopened.verify().unwrap().problems.is_empty());
+        drop(store);
+    }
+
+    #[test]
     fn a_full_log_starts_again_after_a_durable_commit_and_a_crash_loses_nothing() {
         let (dir, path, adapter, store) = fresh();
         // Responses of a third of the largest frame: a few fill the log.
@@ -806,7 +833,11 @@ mod tests {
         assert_eq!(std::fs::metadata(path_of(&db)).unwrap().len(), CHUNK);
         wal.append(&effects(2)).unwrap();
         wal.retract();
-        assert_eq!(wal.next(), 2);
+        assert_eq!(
+            wal.applied(),
+            1,
+            "the retracted frame's number is given again"
+        );
         let log = std::fs::read(path_of(&db)).unwrap();
         assert_eq!(frames(&log).len(), 1, "the retracted frame is wiped");
         wal.append(&effects(3)).unwrap();
