@@ -17,7 +17,7 @@ import * as wasm from "./idemkit_wasm.js";
 import { adapterCall, isPromise, readDecideWrite } from "./adapters/loop.js";
 import { bodyOptions, decodeRecord, parseKey, recordView, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
-import { holdWhileRunning, waitOf, waitOption, waiterSlots } from "./waiting.js";
+import { holdWhileRunning, waitOf, waitingOptions } from "./waiting.js";
 
 
 let sharedDefaults = null;
@@ -253,16 +253,7 @@ export function createIdempotency(options) {
   // Holding retries of a running key (`Prefer: wait=N`): the route's default wait
   // (0: none unless asked), the cap on any wait (core's default 10 s), and how many
   // requests may wait on one key and on this handler in all (past them: 503).
-  const waitRule = {
-    waitMs: waitOption(options.waitMs ?? 0, "waitMs"),
-    maxWaitMs: waitOption(options.maxWaitMs ?? defaults().maxWaitMs, "maxWaitMs"),
-  };
-  const slots = waiterSlots({
-    // Core's defaults, as every binding's; each waiter holds an open request and
-    // a timer, nothing more.
-    perKey: waitOption(options.maxWaitersPerKey ?? defaults().maxWaitersPerKey, "maxWaitersPerKey", true),
-    total: waitOption(options.maxWaiters ?? defaults().maxWaiters, "maxWaiters", true),
-  });
+  const { rule: waitRule, slots } = waitingOptions(options, defaults());
 
   /**
    * The request's fingerprint as the route's raw bytes: with a request line

@@ -28,7 +28,7 @@ import * as wasm from "./idemkit_wasm.js";
 import { createIdempotency, defaults, renewWhileRunning, withRetries } from "./idempotency.js";
 import { IdemkitError, wasmCall } from "./errors.js";
 import { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META, MCP_WAIT_META } from "./mcp-names.js";
-import { holdWhileRunning, waitOption, waiterSlots } from "./waiting.js";
+import { holdWhileRunning, waitOption, waitingOptions } from "./waiting.js";
 
 /** The per-request protocol version of 2026-07-28 and later. */
 const PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion";
@@ -284,16 +284,9 @@ export function createMcpIdempotency(options) {
   }
   const clock = options.clock ?? Date.now;
   if (typeof clock !== "function") throw argument("clock must be a function returning milliseconds");
-  const wait = {
-    waitMs: waitOption(options.waitMs ?? 0, "waitMs"),
-    maxWaitMs: waitOption(options.maxWaitMs ?? defaults().maxWaitMs, "maxWaitMs"),
-  };
-  // The places for held retries, all tools together (the gateway's `max_waiters`
-  // and `max_waiters_per_key`).
-  const slots = waiterSlots({
-    perKey: waitOption(options.maxWaitersPerKey ?? defaults().maxWaitersPerKey, "maxWaitersPerKey", true),
-    total: waitOption(options.maxWaiters ?? defaults().maxWaiters, "maxWaiters", true),
-  });
+  // The wait for every tool unless its own says otherwise, and the places for held
+  // retries, all tools together (the gateway's `max_waiters` and `max_waiters_per_key`).
+  const { rule: wait, slots } = waitingOptions(options, defaults());
   const given = options.tools;
   const entries = Array.isArray(given) ? given.map((name) => [name, true]) : Object.entries(given ?? {});
   if (entries.length === 0) throw argument("tools must name at least one tool to protect (an array of names or an object of settings)");

@@ -55,6 +55,26 @@ export function waiterSlots({ perKey, total }) {
   };
 }
 
+/**
+ * The checked waiting options of a handler or an MCP protection: `rule` (`waitMs`:
+ * how long a retry that asks nothing is held, 0 by default; `maxWaitMs`: the cap on
+ * any wait) and `slots` (`maxWaitersPerKey` and `maxWaiters`), defaulting to core's
+ * (`defaults`: `{ maxWaitMs, maxWaitersPerKey, maxWaiters }`). Each waiter holds an
+ * open request and a timer, nothing more.
+ */
+export function waitingOptions(options, defaults) {
+  return {
+    rule: {
+      waitMs: waitOption(options.waitMs ?? 0, "waitMs"),
+      maxWaitMs: waitOption(options.maxWaitMs ?? defaults.maxWaitMs, "maxWaitMs"),
+    },
+    slots: waiterSlots({
+      perKey: waitOption(options.maxWaitersPerKey ?? defaults.maxWaitersPerKey, "maxWaitersPerKey", true),
+      total: waitOption(options.maxWaiters ?? defaults.maxWaiters, "maxWaiters", true),
+    }),
+  };
+}
+
 /** Validates a waiting option: a non-negative (`positive`: at least 1) safe integer. */
 export function waitOption(value, name, positive = false) {
   if (!Number.isSafeInteger(value) || value < (positive ? 1 : 0)) {

@@ -54,17 +54,35 @@ fn warmed(tag: &str) -> (Store, PostgresAdapter) {
     (store, adapter)
 }
 
+/// The statements each of ten new keys' claim + complete sent.
+fn costs_of_new_keys(store: &Store, adapter: &PostgresAdapter, prefix: &str) -> Vec<u64> {
+    (0..10)
+        .map(|n| {
+            let before = adapter.statements_sent();
+            executes(store, &format!("{prefix}-{n}"))
+                .complete(StoredResponse::new(201, b"{}".to_vec()))
+                .unwrap();
+            adapter.statements_sent() - before
+        })
+        .collect()
+}
+
+/// Completes and deletes a record, as GC does past its window: the delete
+/// raises the token floor, which is returned.
+fn delete_one(store: &Store, adapter: &PostgresAdapter) -> u64 {
+    executes(store, "old")
+        .complete(StoredResponse::new(200, Vec::new()))
+        .unwrap();
+    let id = scope().record_id(&key("old"));
+    let read = adapter.get(&id).unwrap().stored.unwrap();
+    assert!(adapter.delete(&id, &read).unwrap());
+    adapter.get(&id).unwrap().token_floor
+}
+
 #[test]
 fn a_new_keys_claim_and_completion_are_two_statements() {
     let (store, adapter) = warmed("first_cost");
-    let mut costs = Vec::new();
-    for n in 0..10 {
-        let before = adapter.statements_sent();
-        executes(&store, &format!("k-{n}"))
-            .complete(StoredResponse::new(201, b"{}".to_vec()))
-            .unwrap();
-        costs.push(adapter.statements_sent() - before);
-    }
+    let costs = costs_of_new_keys(&store, &adapter, "k");
     // Two is the insert and the update. A claim more than the estimate
     // window (1 s) after the last read reads again: three, on a machine
     // slow enough to take that long.
@@ -93,14 +111,7 @@ fn a_taken_key_is_read_after_its_refused_insert_and_answered_in_flight() {
 #[test]
 fn after_a_delete_raised_the_token_floor_a_new_key_gets_a_token_above_it() {
     let (store, adapter) = warmed("first_floor");
-    executes(&store, "old")
-        .complete(StoredResponse::new(200, Vec::new()))
-        .unwrap();
-    // What GC does to a record past its window: deleting it raises the floor.
-    let id = scope().record_id(&key("old"));
-    let read = adapter.get(&id).unwrap().stored.unwrap();
-    assert!(adapter.delete(&id, &read).unwrap());
-    let floor = adapter.get(&id).unwrap().token_floor;
+    let floor = delete_one(&store, &adapter);
     assert!(floor >= 1, "{floor}");
 
     let guard = executes(&store, "new");
@@ -121,25 +132,13 @@ fn after_a_delete_raised_the_token_floor_a_new_key_gets_a_token_above_it() {
 #[test]
 fn after_a_delete_raised_the_token_floor_new_keys_still_write_first() {
     let (store, adapter) = warmed("first_floor_kept");
-    executes(&store, "old")
-        .complete(StoredResponse::new(200, Vec::new()))
-        .unwrap();
-    let id = scope().record_id(&key("old"));
-    let read = adapter.get(&id).unwrap().stored.unwrap();
-    assert!(adapter.delete(&id, &read).unwrap());
+    delete_one(&store, &adapter);
     // The first claim after the delete learns the floor: its insert is refused.
     executes(&store, "learns")
         .complete(StoredResponse::new(201, b"{}".to_vec()))
         .unwrap();
 
-    let mut costs = Vec::new();
-    for n in 0..10 {
-        let before = adapter.statements_sent();
-        executes(&store, &format!("after-{n}"))
-            .complete(StoredResponse::new(201, b"{}".to_vec()))
-            .unwrap();
-        costs.push(adapter.statements_sent() - before);
-    }
+    let costs = costs_of_new_keys(&store, &adapter, "after");
     let two = costs.iter().filter(|c| **c == 2).count();
     assert!(two >= 8, "most claims wrote first: {costs:?}");
 }

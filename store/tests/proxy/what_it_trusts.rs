@@ -522,6 +522,26 @@ fn connections_past_the_cap_get_503_until_one_closes() {
     );
 }
 
+/// Reads `connection` (whose read timeout is well past the proxy's deadline:
+/// without one, the read waits it out) to its end: the proxy closed it,
+/// silently or after a 408, and forwarded nothing.
+fn closed_by_the_proxy(mut connection: impl Read, what: &str) {
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let read = connection.read_to_end(&mut rest);
+    assert!(
+        read.is_ok(),
+        "{what}: the connection was left open ({read:?} after {:?})",
+        started.elapsed()
+    );
+    assert!(
+        rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
+        "{what}: {}",
+        String::from_utf8_lossy(&rest)
+    );
+    eprintln!("{what} was cut off {:?} after it began", started.elapsed());
+}
+
 /// A slow-loris client opens a connection and never finishes its request head.
 /// It held its connection, and with `max_connections` a slot, for as long as
 /// it liked. Now a head not complete within `header_read_timeout_ms` closes the
@@ -544,25 +564,7 @@ fn a_request_head_never_finished_is_cut_off_and_frees_its_slot() {
     stalled
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    let started = Instant::now();
-    let mut answer = Vec::new();
-    let read = stalled.read_to_end(&mut answer);
-    assert!(
-        read.is_ok(),
-        "the connection was left open ({:?} after {:?})",
-        read,
-        started.elapsed()
-    );
-    // Either closed silently or told 408 first, never forwarded.
-    assert!(
-        answer.is_empty() || answer.starts_with(b"HTTP/1.1 408"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-    eprintln!(
-        "a stalled head was cut off {:?} after it began",
-        started.elapsed()
-    );
+    closed_by_the_proxy(stalled, "a stalled head");
     wait_until(
         "the slot serves the next client",
         Duration::from_secs(5),
@@ -611,24 +613,7 @@ fn an_idle_keep_alive_connection_is_closed_and_frees_its_slot() {
     reader.read_exact(&mut body).unwrap();
 
     // The connection stays open for another request; none comes.
-    let started = Instant::now();
-    let mut rest = Vec::new();
-    let read = reader.read_to_end(&mut rest);
-    assert!(
-        read.is_ok(),
-        "the idle connection was left open ({:?} after {:?})",
-        read,
-        started.elapsed()
-    );
-    assert!(
-        rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
-        "{}",
-        String::from_utf8_lossy(&rest)
-    );
-    eprintln!(
-        "an idle keep-alive connection was closed {:?} after its answer",
-        started.elapsed()
-    );
+    closed_by_the_proxy(reader, "an idle keep-alive connection");
     let get = || request(proxy.addr, "GET", "/accounts/A", &[], b"").unwrap();
     wait_until(
         "the slot serves the next client",
