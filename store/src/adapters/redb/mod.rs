@@ -564,11 +564,9 @@ fn apply(
             old,
             last_token,
         } => {
-            let id = id.as_bytes();
-            if tables.version_of(id)? != Some(read.0) {
+            if !tables.remove_if(id.as_bytes(), read.0, old)? {
                 return Ok(None);
             }
-            tables.remove(id, old)?;
             floors.token = floors.token.max(*last_token);
             floors.version = floors.version.max(read.0);
             Ok(Some(Version(0)))

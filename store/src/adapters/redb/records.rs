@@ -75,27 +75,14 @@ impl<'txn> Tables<'txn> {
     ) -> Result<bool, RedbError> {
         let displaced = {
             let previous = self.records.insert(id, new.value.as_slice())?;
-            let found = previous
-                .as_ref()
-                .map(|value| split_value(value.value()).map(|(version, _)| version));
-            match (found, read) {
-                (None, None) => None,
-                (Some(Some(found)), Some(read)) if found == read => None,
-                (found, _) => Some((
-                    previous.map(|value| value.value().to_vec()),
-                    found == Some(None),
-                )),
-            }
+            unexpected(previous.as_ref().map(|value| value.value()), read)
         };
-        if let Some((previous, too_short_value)) = displaced {
-            match previous {
+        if let Some(unexpected) = displaced {
+            match &unexpected.previous {
                 Some(value) => drop(self.records.insert(id, value.as_slice())?),
                 None => drop(self.records.remove(id)?),
             }
-            return match too_short_value {
-                true => Err(too_short(id).into()),
-                false => Ok(false),
-            };
+            return unexpected.refusal(id);
         }
         if let Some(old) = old {
             self.unindex(id, old)?;
@@ -107,18 +94,36 @@ impl<'txn> Tables<'txn> {
         Ok(true)
     }
 
-    /// Removes the record stored under `id`, whose index entries are `old`,
-    /// with them.
-    pub(crate) fn remove(&mut self, id: &[u8], old: &IndexEntries) -> Result<(), RedbError> {
+    /// Removes the record stored under `id` if it is at version `read`, with
+    /// its index entries `old`. `false`, with nothing removed, when the stored
+    /// version is another or there is none.
+    ///
+    /// Removed first and compared after (put back when it differs), as
+    /// [`put_if`](Tables::put_if) writes: one descent of the records tree.
+    pub(crate) fn remove_if(
+        &mut self,
+        id: &[u8],
+        read: u64,
+        old: &IndexEntries,
+    ) -> Result<bool, RedbError> {
+        let displaced = {
+            let previous = self.records.remove(id)?;
+            unexpected(previous.as_ref().map(|value| value.value()), Some(read))
+        };
+        if let Some(unexpected) = displaced {
+            if let Some(value) = &unexpected.previous {
+                self.records.insert(id, value.as_slice())?;
+            }
+            return unexpected.refusal(id);
+        }
         self.unindex(id, old)?;
-        self.records.remove(id)?;
         if let Some(effects) = &mut self.effects {
             effects.remove(id);
         }
-        Ok(())
+        Ok(true)
     }
 
-    /// Stores `value` (version + record, as [`put`](Tables::put) stores it)
+    /// Stores `value` (version + record, as [`put_if`](Tables::put_if) stores it)
     /// under `id` in place of whatever is there, keeping the indexes in step:
     /// a write-ahead log frame's put, replayed.
     pub(crate) fn put_value(&mut self, id: &[u8], value: &[u8]) -> Result<(), RedbError> {
@@ -140,16 +145,6 @@ impl<'txn> Tables<'txn> {
             self.unindex(id, &IndexEntries::of(&old.record))?;
         }
         Ok(())
-    }
-
-    /// The version of the record stored under `id`, if any.
-    pub(crate) fn version_of(&self, id: &[u8]) -> Result<Option<u64>, RedbError> {
-        match self.records.get(id)? {
-            None => Ok(None),
-            Some(value) => Ok(Some(
-                split_value(value.value()).ok_or_else(|| too_short(id))?.0,
-            )),
-        }
     }
 
     fn unindex(&mut self, id: &[u8], entries: &IndexEntries) -> Result<(), RedbError> {
@@ -179,6 +174,39 @@ impl<'txn> Tables<'txn> {
     }
 }
 
+/// The record a conditional write displaced when it was not the one expected:
+/// the value to put back (`None`: there was none), and whether that value was
+/// too short to hold a version.
+struct Unexpected {
+    previous: Option<Vec<u8>>,
+    unreadable: bool,
+}
+
+impl Unexpected {
+    /// The write's answer once the value is back: refused, or an error for a
+    /// value that holds no version.
+    fn refusal(&self, id: &[u8]) -> Result<bool, RedbError> {
+        match self.unreadable {
+            true => Err(too_short(id).into()),
+            false => Ok(false),
+        }
+    }
+}
+
+/// `None` when `previous` (the value a write displaced) is at version `read`
+/// (`None`: when there was no value), else what to put back.
+fn unexpected(previous: Option<&[u8]>, read: Option<u64>) -> Option<Unexpected> {
+    let found = previous.map(|value| split_value(value).map(|(version, _)| version));
+    match (found, read) {
+        (None, None) => None,
+        (Some(Some(found)), Some(read)) if found == read => None,
+        (found, _) => Some(Unexpected {
+            previous: previous.map(<[u8]>::to_vec),
+            unreadable: found == Some(None),
+        }),
+    }
+}
+
 /// A record's entries in the three indexes (Unix ms), derived from it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct IndexEntries {
@@ -200,7 +228,7 @@ impl IndexEntries {
     }
 }
 
-/// A record as [`Tables::put`] stores it: its value (the version, then the
+/// A record as [`Tables::put_if`] stores it: its value (the version, then the
 /// encoded record) and its index entries.
 ///
 /// Made by the caller before its write joins a group: the group's leader runs

@@ -847,11 +847,11 @@ mod tests {
         assert_eq!(frames(&log)[1].payload, &effects(3).0[..]);
     }
 
-    /// A write refused because the record is there, or moved on, or absent
-    /// puts the record tree back as it was (the record is written before its
-    /// version is compared) and logs nothing, though the transaction commits
-    /// another write: the store, its indexes and a crash image with the log
-    /// hold only the writes that were made.
+    /// A write or delete refused because the record is there, or moved on, or
+    /// absent puts the record tree back as it was (the record is written or
+    /// removed before its version is compared) and logs nothing, though the
+    /// transaction commits another write: the store, its indexes, the floors
+    /// and a crash image with the log hold only the writes that were made.
     #[test]
     fn refused_writes_leave_the_store_and_its_log_as_they_were() {
         use crate::adapters::{Adapter as _, Stored, Version, Write};
@@ -884,17 +884,21 @@ mod tests {
             record: first,
             version: Version(1),
         };
-        // One transaction: three refused writes, then one that is made.
+        // One transaction: three refused writes, then one that is made, then
+        // two refused deletes.
         let answers = adapter
             .write_all(&[
                 Write::Insert(id("k"), record(5)),
-                Write::Update(id("k"), read, record(9)),
-                Write::Update(id("absent"), ghost, record(9)),
+                Write::Update(id("k"), read.clone(), record(9)),
+                Write::Update(id("absent"), ghost.clone(), record(9)),
                 Write::Insert(id("other"), record(11)),
+                Write::Delete(id("k"), read),
+                Write::Delete(id("absent"), ghost),
             ])
             .unwrap();
         assert_eq!(answers[..3], [None, None, None]);
         assert!(answers[3].is_some());
+        assert_eq!(answers[4..], [None, None], "the deletes were refused");
 
         let check = |adapter: &RedbAdapter| {
             let k = adapter.get(&id("k")).unwrap().stored.unwrap();
@@ -902,6 +906,11 @@ mod tests {
             assert_eq!(adapter.get(&id("absent")).unwrap().stored, None);
             assert!(adapter.get(&id("other")).unwrap().stored.is_some());
             assert_eq!(adapter.verify().unwrap(), (2, Vec::<String>::new()));
+            assert_eq!(
+                adapter.get(&id("k")).unwrap().token_floor,
+                0,
+                "a refused delete raises no floor"
+            );
         };
         check(&adapter);
         let image = dir.path().join("image.redb");
