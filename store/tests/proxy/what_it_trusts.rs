@@ -542,6 +542,21 @@ fn closed_by_the_proxy(mut connection: impl Read, what: &str) {
     eprintln!("{what} was cut off {:?} after it began", started.elapsed());
 }
 
+/// Once a connection was closed, the only slot of `max_connections = 1`
+/// serves a new client again.
+fn the_slot_serves_the_next_client(proxy: SocketAddr) {
+    wait_until(
+        "the slot serves the next client",
+        Duration::from_secs(5),
+        || {
+            request(proxy, "GET", "/accounts/A", &[], b"")
+                .unwrap()
+                .status
+                == 200
+        },
+    );
+}
+
 /// A slow-loris client opens a connection and never finishes its request head.
 /// It held its connection, and with `max_connections` a slot, for as long as
 /// it liked. Now a head not complete within `header_read_timeout_ms` closes the
@@ -565,11 +580,7 @@ fn a_request_head_never_finished_is_cut_off_and_frees_its_slot() {
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     closed_by_the_proxy(stalled, "a stalled head");
-    wait_until(
-        "the slot serves the next client",
-        Duration::from_secs(5),
-        || get().status == 200,
-    );
+    the_slot_serves_the_next_client(proxy.addr);
 }
 
 /// A client that keeps its connection alive after an answer and then sends
@@ -614,12 +625,7 @@ fn an_idle_keep_alive_connection_is_closed_and_frees_its_slot() {
 
     // The connection stays open for another request; none comes.
     closed_by_the_proxy(reader, "an idle keep-alive connection");
-    let get = || request(proxy.addr, "GET", "/accounts/A", &[], b"").unwrap();
-    wait_until(
-        "the slot serves the next client",
-        Duration::from_secs(5),
-        || get().status == 200,
-    );
+    the_slot_serves_the_next_client(proxy.addr);
 }
 
 /// With `admin` set and no token, the admin listener served every tenant's

@@ -15,6 +15,24 @@ import { connect, droppingFetch } from "./mcp-clients.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const ERAS = { v2: "2026-07-28", v1: "2025-11-25" };
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Calls `book` with `args` under `key` on client `c` and resolves once that call
+ * runs, to `{ first }`, the promise of its outcome.
+ */
+async function bookRunning(c, args, key) {
+  const first = c.call("book", args, key);
+  await sleep(150);
+  return { first };
+}
+
+/** `outcome` is the gateway's refusal `type` with `code`, saying when to retry. */
+function refusedToRetry(outcome, code, type) {
+  assert.equal(outcome.error?.code, code, JSON.stringify(outcome));
+  assert.equal(outcome.error.data.type, type);
+  assert.ok(outcome.error.data.retryAfter >= 1);
+}
 
 for (const sdk of ["v2", "v1"]) {
   describe(`SDK ${sdk} server (${ERAS[sdk]})`, () => {
@@ -63,33 +81,27 @@ for (const sdk of ["v2", "v1"]) {
       assert.equal(executions.get("book race"), 1);
       assert.equal(executed.length, 1);
       assert.equal(executed.length + replayed.length + inProgress.length, 50);
-      for (const o of inProgress) {
-        assert.equal(o.error.code, -31002);
-        assert.ok(o.error.data.retryAfter >= 1);
-      }
+      for (const o of inProgress) refusedToRetry(o, -31002, "idempotency_key_in_progress");
       await c.close();
     });
 
     test("a retry that asks to wait is held until the first call's result and replays it; one waiter too many is refused", async () => {
       const c = await client();
       const args = { customer: "waits", slot: "s-1", delay_ms: 600 };
-      const first = c.call("book", args, "waits-1");
-      await new Promise((resolve) => setTimeout(resolve, 150));
+      const { first } = await bookRunning(c, args, "waits-1");
       const asked = { [MCP_WAIT_META]: 5 };
       const started = Date.now();
       const [held, refused] = await Promise.all([
         c.call("book", args, "waits-1", asked),
         // The second asks a moment later: the key's one place is taken by then.
-        new Promise((resolve) => setTimeout(resolve, 50)).then(() => c.call("book", args, "waits-1", asked)),
+        sleep(50).then(() => c.call("book", args, "waits-1", asked)),
       ]);
       const waited = Date.now() - started;
       assert.equal((await first).result.structuredContent.booking, "bk_1");
       assert.equal(held.result.structuredContent.booking, "bk_1", JSON.stringify(held));
       assert.equal(held.result._meta[MCP_REPLAYED_META], true);
       assert.ok(waited >= 300, `held until the first call answered (${waited} ms)`);
-      assert.equal(refused.error.code, -31010, JSON.stringify(refused));
-      assert.equal(refused.error.data.type, "idempotency_too_many_waiters");
-      assert.ok(refused.error.data.retryAfter >= 1);
+      refusedToRetry(refused, -31010, "idempotency_too_many_waiters");
       assert.match(refused.error.message, /Nothing was executed/);
       assert.equal(executions.get("book waits"), 1);
       assert.equal(protection.waiting(), 0, "every place is given back");
@@ -99,17 +111,15 @@ for (const sdk of ["v2", "v1"]) {
     test("a retry whose wait runs out gets in progress, and one that does not ask is answered at once", async () => {
       const c = await client();
       const args = { customer: "outwaits", slot: "s-1", delay_ms: 2500 };
-      const first = c.call("book", args, "outwaits-1");
-      await new Promise((resolve) => setTimeout(resolve, 150));
+      const { first } = await bookRunning(c, args, "outwaits-1");
       let started = Date.now();
       const now = await c.call("book", args, "outwaits-1");
-      assert.equal(now.error.code, -31002, JSON.stringify(now));
+      refusedToRetry(now, -31002, "idempotency_key_in_progress");
       assert.ok(Date.now() - started < 1000, "not held");
       started = Date.now();
       const late = await c.call("book", args, "outwaits-1", { [MCP_WAIT_META]: 1 });
       const waited = Date.now() - started;
-      assert.equal(late.error.code, -31002, JSON.stringify(late));
-      assert.equal(late.error.data.type, "idempotency_key_in_progress");
+      refusedToRetry(late, -31002, "idempotency_key_in_progress");
       assert.ok(waited >= 900 && waited < 2300, `held for the second it asked (${waited} ms)`);
       assert.equal((await first).result.structuredContent.booking, "bk_1");
       assert.equal(executions.get("book outwaits"), 1);
@@ -245,7 +255,7 @@ for (const sdk of ["v2", "v1"]) {
       const second = await serverProcess(sdk, db, countFile, leaseMs);
       try {
         // Past the dead server's lease: the machine decides (External: unknown).
-        await new Promise((resolve) => setTimeout(resolve, leaseMs + 200));
+        await sleep(leaseMs + 200);
         const c2 = await connect(sdk, second.url);
         for (let i = 0; i < 2; i++) {
           const retry = await c2.call("book", { customer: "crash", slot: "s-1", crash: true }, "crash-1");
