@@ -461,27 +461,30 @@ export function createMcpIdempotency(options) {
         // Aborted by a cancellation of this call or the transport's close, while it
         // is decided (a retry may be held for a running call's result).
         const gone = new AbortController();
-        deciding.set(idKey(message.id), gone);
-        decide(message, extra, gone.signal).then(
-          async (decision) => {
-            if (deciding.get(idKey(message.id)) === gone) deciding.delete(idKey(message.id));
-            if (decision.answer !== undefined) return send(decision.answer);
-            if (decision.running !== undefined) {
-              if (closed || gone.signal.aborted) {
-                // Nobody is left to answer: nothing ran, so the key is free again.
-                await decision.running.stopLease();
-                await decision.running.tool.idempotency.release(decision.running.claim).catch(() => {});
-                return;
+        const id = idKey(message.id);
+        deciding.set(id, gone);
+        decide(message, extra, gone.signal)
+          .finally(() => {
+            // A client may reuse an id once answered: only this call's entry goes.
+            if (deciding.get(id) === gone) deciding.delete(id);
+          })
+          .then(
+            async (decision) => {
+              if (decision.answer !== undefined) return send(decision.answer);
+              if (decision.running !== undefined) {
+                if (closed || gone.signal.aborted) {
+                  // Nobody is left to answer: nothing ran, so the key is free again.
+                  await decision.running.stopLease();
+                  await decision.running.tool.idempotency.release(decision.running.claim).catch(() => {});
+                  return;
+                }
+                awaiting.set(id, decision.running);
               }
-              awaiting.set(idKey(message.id), decision.running);
-            }
-            deliver(message, extra);
-          },
-          (err) => {
-            if (deciding.get(idKey(message.id)) === gone) deciding.delete(idKey(message.id));
-            return fail(message.id, err);
-          },
-        ).catch((err) => transport.onerror?.(err));
+              deliver(message, extra);
+            },
+            (err) => fail(message.id, err),
+          )
+          .catch((err) => transport.onerror?.(err));
         return;
       }
       if (isRequest(message) && (message.method === "initialize" || message.method === "server/discover" || message.method === "tools/list")) {
