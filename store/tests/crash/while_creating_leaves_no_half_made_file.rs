@@ -135,36 +135,45 @@ fn kill_while_creating(what: What) {
         rng
     };
     let dir = tempfile::tempdir().unwrap();
-    // The window to spread the kills over: a few children's start-up plus creation.
-    let calibration: Vec<Duration> = (0..3)
+    // Where to aim the kills: around the moment a child becomes ready, when the
+    // file is being made. Start from the median of a few children, then follow
+    // the machine's load as it changes (other tests run beside this one): a kill
+    // that came after `READY` moves the aim earlier, one that came before moves
+    // it later, so the kills keep straddling creation.
+    let mut calibration: Vec<Duration> = (0..5)
         .map(|i| time_to_ready(&dir.path().join(format!("calibrate-{i}.redb")), what))
         .collect();
-    let window = calibration.iter().max().copied().unwrap();
-    let window_micros = u64::try_from(window.as_micros()).unwrap().max(1);
+    calibration.sort();
+    let mut aim_micros = u64::try_from(calibration[2].as_micros()).unwrap().max(1);
+    let (mut earliest, mut latest) = (Duration::MAX, Duration::ZERO);
     let mut killed_before_ready = 0;
     for round in 0..60 {
         let path = dir.path().join(format!("round-{round}.redb"));
         let mut child = spawn_child(&path, what);
-        // Most kills land in the last two thirds of the window, where the file is
-        // being made; start-up comes first.
-        let after = Duration::from_micros(window_micros / 3 + next() % window_micros);
+        let after = Duration::from_micros(aim_micros / 2 + next() % aim_micros);
+        (earliest, latest) = (earliest.min(after), latest.max(after));
         std::thread::sleep(after);
         child.kill().unwrap();
         let ready = BufReader::new(child.stdout.take().unwrap())
             .lines()
             .any(|line| line.is_ok_and(|l| l.trim_end() == "READY"));
         child.wait().unwrap();
-        if !ready {
+        if ready {
+            aim_micros = (aim_micros * 7 / 8).max(1);
+        } else {
             killed_before_ready += 1;
+            aim_micros = aim_micros * 9 / 8 + 1;
         }
         open_after_kill(&path, what, round, after);
     }
     eprintln!(
-        "{what:?}: 60 kills over a {window:?} window ({killed_before_ready} before the child was ready)"
+        "{what:?}: 60 kills from {earliest:?} to {latest:?} after spawn, \
+         {killed_before_ready} before the child was ready (median time to ready {:?})",
+        calibration[2]
     );
     // The kills must have spread over creation, not all landed after it.
     assert!(
         killed_before_ready > 0,
-        "every child was ready before its kill: the window missed creation"
+        "every child was ready before its kill: the kills missed creation"
     );
 }
