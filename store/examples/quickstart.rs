@@ -32,5 +32,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
-    Ok(axum::serve(listener, app).await?)
+    // Like axum::serve, plus a deadline for each request head: a slow client is cut off.
+    let timeout = idemkit::http::DEFAULT_HEADER_READ_TIMEOUT;
+    idemkit::http::serve_router(listener, timeout, app, std::future::pending()).await;
+    Ok(())
 }

@@ -15,5 +15,6 @@ mod appointments {
     mod readme_quick_starts;
     mod refusals;
     mod reschedule;
+    mod slow_clients;
     mod two_tenants;
 }

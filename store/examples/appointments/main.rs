@@ -7,7 +7,7 @@
 //! cargo run --release -p idemkit --example appointments -- \
 //!     [--db appointments.redb] [--provider-db provider.redb] [--listen 127.0.0.1:8080] \
 //!     [--provider-latency-ms N] [--provider-timeout-ms N] [--crash-after-provider] [--fail-notify N]
-//!     [--crash-after-note-write] [--note-write-delay-ms N] [--max-wait-s N]
+//!     [--crash-after-note-write] [--note-write-delay-ms N] [--max-wait-s N] [--header-read-timeout-ms N]
 //! ```
 //!
 //! A retry of a booking or reschedule that is still running may ask to wait for
@@ -115,6 +115,10 @@ struct Args {
     /// its answer when it asks to (`Prefer: wait=N`), in seconds; 0: never.
     #[arg(long, default_value_t = 10)]
     max_wait_s: u64,
+    /// How long a client may take to send a request's head, in milliseconds:
+    /// a head not complete by then (or an idle keep-alive connection) is closed.
+    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    header_read_timeout_ms: u64,
 }
 
 struct App {
@@ -905,10 +909,17 @@ async fn serve(app: Arc<App>, args: Args) -> Result<(), String> {
         .map_err(|e| format!("listen {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!("appointments: listening on http://{addr}");
+    let header_read_timeout = Duration::from_millis(args.header_read_timeout_ms);
     if let Some(mcp) = args.mcp_listen {
-        mcp::spawn(mcp, router.clone()).await?;
+        mcp::spawn(mcp, header_read_timeout, router.clone()).await?;
     }
-    axum::serve(listener, router)
-        .await
-        .map_err(|e| e.to_string())
+    // Serves until the process ends.
+    idemkit::http::serve_router(
+        listener,
+        header_read_timeout,
+        router,
+        std::future::pending(),
+    )
+    .await;
+    Ok(())
 }

@@ -16,6 +16,7 @@
 //! once, with MCP answers for replays, calls in progress and unknown outcomes.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -29,8 +30,13 @@ const SERVER_INFO: (&str, &str) = ("idemkit-appointments", "0.1.0");
 const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";
 
-/// Serves the tools on `addr`, calling `rest` (the service's router).
-pub(crate) async fn spawn(addr: SocketAddr, rest: Router) -> Result<(), String> {
+/// Serves the tools on `addr`, calling `rest` (the service's router), with
+/// `header_read_timeout` for each request head.
+pub(crate) async fn spawn(
+    addr: SocketAddr,
+    header_read_timeout: Duration,
+    rest: Router,
+) -> Result<(), String> {
     let app = Router::new().route(
         "/mcp",
         post(move |headers: HeaderMap, body: axum::body::Bytes| {
@@ -45,7 +51,8 @@ pub(crate) async fn spawn(addr: SocketAddr, rest: Router) -> Result<(), String> 
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     println!("appointments: MCP tools on http://{bound}/mcp");
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        idemkit::http::serve_router(listener, header_read_timeout, app, std::future::pending())
+            .await;
     });
     Ok(())
 }

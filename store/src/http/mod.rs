@@ -56,6 +56,7 @@ mod recording;
 mod renewal;
 mod response;
 mod response_body;
+mod serve;
 mod service;
 mod store_calls;
 mod wait;
@@ -67,6 +68,7 @@ pub use health::health_response;
 pub use idemkit_core::http::defaults::RECORD_ATTEMPTS;
 pub use metrics::{ClaimOutcomeLabel, Metrics, WaitEnded};
 pub use response::refusal_response;
+pub use serve::{DEFAULT_HEADER_READ_TIMEOUT, serve, serve_router};
 pub use service::{Idempotency, IdempotencyLayer};
 pub use wait::{ClaimAnswer, WaitRefused, Waited, claim_waiting};
 

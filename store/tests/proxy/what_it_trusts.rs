@@ -15,6 +15,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use proxy_support::{ADMIN_TOKEN, ProxyProcess, Upstream, config, config_with, post_json};
+use support::slow_clients::{closed_by_the_server, connect, read_one_answer};
 use support::{Reply, request};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
@@ -522,26 +523,6 @@ fn connections_past_the_cap_get_503_until_one_closes() {
     );
 }
 
-/// Reads `connection` (whose read timeout is well past the proxy's deadline:
-/// without one, the read waits it out) to its end: the proxy closed it,
-/// silently or after a 408, and forwarded nothing.
-fn closed_by_the_proxy(mut connection: impl Read, what: &str) {
-    let started = Instant::now();
-    let mut rest = Vec::new();
-    let read = connection.read_to_end(&mut rest);
-    assert!(
-        read.is_ok(),
-        "{what}: the connection was left open ({read:?} after {:?})",
-        started.elapsed()
-    );
-    assert!(
-        rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
-        "{what}: {}",
-        String::from_utf8_lossy(&rest)
-    );
-    eprintln!("{what} was cut off {:?} after it began", started.elapsed());
-}
-
 /// Once a connection was closed, the only slot of `max_connections = 1`
 /// serves a new client again.
 fn the_slot_serves_the_next_client(proxy: SocketAddr) {
@@ -571,15 +552,11 @@ fn a_request_head_never_finished_is_cut_off_and_frees_its_slot() {
     let get = || request(proxy.addr, "GET", "/accounts/A", &[], b"").unwrap();
     assert_eq!(get().status, 200);
 
-    let mut stalled = TcpStream::connect(proxy.addr).unwrap();
+    let mut stalled = connect(proxy.addr);
     stalled
         .write_all(b"GET /accounts/A HTTP/1.1\r\nHost: example\r\nX-Slow: ")
         .unwrap();
-    // Well past the deadline: without one, this read would wait it out.
-    stalled
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    closed_by_the_proxy(stalled, "a stalled head");
+    closed_by_the_server(stalled, "a stalled head");
     the_slot_serves_the_next_client(proxy.addr);
 }
 
@@ -594,37 +571,15 @@ fn an_idle_keep_alive_connection_is_closed_and_frees_its_slot() {
         "max_connections = 1\nheader_read_timeout_ms = 300",
         "",
     );
-    let mut kept = TcpStream::connect(proxy.addr).unwrap();
+    let mut kept = connect(proxy.addr);
     kept.write_all(b"GET /accounts/A HTTP/1.1\r\nHost: example\r\n\r\n")
         .unwrap();
-    kept.set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
     let mut reader = BufReader::new(kept);
-    let mut status = String::new();
-    reader.read_line(&mut status).unwrap();
+    let status = read_one_answer(&mut reader);
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
-    let mut length = None;
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        if line == "\r\n" {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = Some(value.trim().parse::<usize>().unwrap());
-        }
-        assert!(
-            !(line.to_ascii_lowercase().starts_with("connection:") && line.contains("close")),
-            "the proxy closed the connection itself: {line}"
-        );
-    }
-    let mut body = vec![0; length.expect("the answer has a Content-Length")];
-    reader.read_exact(&mut body).unwrap();
 
     // The connection stays open for another request; none comes.
-    closed_by_the_proxy(reader, "an idle keep-alive connection");
+    closed_by_the_server(reader, "an idle keep-alive connection");
     the_slot_serves_the_next_client(proxy.addr);
 }
 

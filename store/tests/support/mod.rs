@@ -25,6 +25,7 @@ pub(crate) mod operators;
 pub(crate) mod pg;
 pub(crate) mod proxy;
 pub(crate) mod readme;
+pub(crate) mod slow_clients;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

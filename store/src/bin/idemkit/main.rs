@@ -33,7 +33,6 @@ mod probe;
 #[cfg(feature = "axum")]
 mod proxy;
 mod records_cmd;
-mod serve;
 mod store_args;
 mod store_choice;
 
@@ -153,4 +152,10 @@ fn main() -> ExitCode {
         #[cfg(unix)]
         Command::ExecReaper(args) => exec_process::run_reaper(&args),
     }
+}
+
+/// Completes when `stop` turns true (or its sender is gone): the stop of a
+/// listener's accept loop ([`idemkit::http::serve`]).
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
 }

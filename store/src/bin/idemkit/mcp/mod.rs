@@ -182,7 +182,7 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
         async move { Ok::<_, std::convert::Infallible>(front.handle(request).await) }
     });
     let app = axum::Router::new().fallback_service(service);
-    crate::serve::serve_router(listener, header_read_timeout, app, stop_rx).await;
+    idemkit::http::serve_router(listener, header_read_timeout, app, crate::stopped(stop_rx)).await;
     eprintln!("idemkit mcp: stopped; running calls finished and were recorded");
     Ok(())
 }

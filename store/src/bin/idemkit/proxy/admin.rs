@@ -93,11 +93,11 @@ pub(crate) async fn serve(
         );
     }
     // The admin API logs who resolved what: it needs the caller's address.
-    tokio::spawn(crate::serve::serve_router(
+    tokio::spawn(idemkit::http::serve_router(
         listener,
-        crate::serve::DEFAULT_HEADER_READ_TIMEOUT,
+        idemkit::http::DEFAULT_HEADER_READ_TIMEOUT,
         router(admin),
-        stop,
+        crate::stopped(stop),
     ));
     Ok(bound)
 }

@@ -553,7 +553,7 @@ pub(crate) fn wait_limits(
 }
 
 /// `header_read_timeout_ms` of the proxy's or the MCP gateway's file: at
-/// least 1 ms, [`crate::serve::DEFAULT_HEADER_READ_TIMEOUT`] when absent.
+/// least 1 ms, [`idemkit::http::DEFAULT_HEADER_READ_TIMEOUT`] when absent.
 pub(crate) fn header_read_timeout(
     src: &Source<'_>,
     ms: Option<&Spanned<u64>>,
@@ -564,7 +564,7 @@ pub(crate) fn header_read_timeout(
             "header_read_timeout_ms: expected at least 1",
         )),
         Some(ms) => Ok(Duration::from_millis(*ms.get_ref())),
-        None => Ok(crate::serve::DEFAULT_HEADER_READ_TIMEOUT),
+        None => Ok(idemkit::http::DEFAULT_HEADER_READ_TIMEOUT),
     }
 }
 

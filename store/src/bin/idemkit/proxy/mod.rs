@@ -570,7 +570,7 @@ async fn worker(
         request_body_idle: shared.config.request_body_idle,
     };
     let connections = Arc::clone(&shared.connections);
-    crate::serve::serve(
+    idemkit::http::serve(
         listener,
         shared.config.header_read_timeout,
         move |peer| Connection {
@@ -578,7 +578,7 @@ async fn worker(
             peer,
             slot: Arc::new(connections.open()),
         },
-        shared.stop.clone(),
+        crate::stopped(shared.stop.clone()),
     )
     .await;
     // The connections are closed; executions whose client left run on.

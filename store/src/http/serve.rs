@@ -1,12 +1,31 @@
-//! The accept loop every listener of the binary runs (`idemkit proxy`, `idemkit
-//! mcp` and their admin listeners): HTTP/1 connections with a deadline for each
-//! request head, and a graceful stop.
+//! An HTTP/1 server for a tower service or an axum router, with a deadline for
+//! every request head and a graceful stop: what `idemkit proxy`, `idemkit mcp`
+//! and the appointments reference service listen with.
 //!
 //! `axum::serve` installs no timer in hyper, which leaves hyper's header-read
 //! timeout inert: a client that opens a connection and sends its head a byte at
-//! a time, or never, would hold a connection (and a slot of `max_connections`)
-//! for as long as it likes. Here each connection gets a timer, so a head not
-//! complete within the deadline closes the connection.
+//! a time, or never, or keeps an idle connection alive, holds that connection
+//! (a task and a file descriptor) for as long as it likes. Here each connection
+//! gets a timer, so a head not complete within the deadline closes the
+//! connection.
+//!
+//! ```no_run
+//! use axum::{Router, routing::get};
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let app: Router = Router::new().route("/health", get(|| async { "ok" }));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! // `stop.send(())` (or dropping `stop`) ends the accept loop; the open
+//! // connections then finish their answers.
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! # drop(stop);
+//! let timeout = idemkit::http::DEFAULT_HEADER_READ_TIMEOUT;
+//! idemkit::http::serve_router(listener, timeout, app, async {
+//!     let _ = stopped.await;
+//! })
+//! .await;
+//! # Ok(()) }
+//! ```
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,24 +38,25 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tower::{Service, ServiceExt as _};
 
 /// How long a client may take to send a request's head (its request line and
 /// headers) unless the configuration says otherwise: the first from the
 /// connection's start, each later one from the end of the exchange before it
 /// (hyper's timer, so an idle keep-alive connection is closed as well).
-pub(crate) const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `listener` until `stop` turns true, then lets the open connections
+/// Serves `listener` until `stop` completes, then lets the open connections
 /// finish what they are answering and returns. `service` makes one connection's
 /// service from the client's address; small answers go out at once (no Nagle
-/// delay behind the client's ACK).
-pub(crate) async fn serve<S>(
+/// delay behind the client's ACK). A client gets `header_read_timeout` for each
+/// request head: the first from the connection's start, each later one from the
+/// end of the exchange before it.
+pub async fn serve<S>(
     listener: TcpListener,
     header_read_timeout: Duration,
     mut service: impl FnMut(SocketAddr) -> S + Send,
-    mut stop: watch::Receiver<bool>,
+    stop: impl Future<Output = ()> + Send,
 ) where
     S: Service<http::Request<Body>, Response = axum::response::Response, Error = Infallible>
         + Clone
@@ -44,6 +64,7 @@ pub(crate) async fn serve<S>(
         + 'static,
     S::Future: Send + 'static,
 {
+    let mut stop = std::pin::pin!(stop);
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
@@ -52,7 +73,7 @@ pub(crate) async fn serve<S>(
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => Some(accepted),
-            _ = stop.wait_for(|s| *s) => None,
+            () = &mut stop => None,
         };
         let Some(accepted) = accepted else {
             break;
@@ -93,13 +114,13 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
-/// [`serve`] for a router whose handlers ask for the client's address
+/// [`serve`] for an axum router. Its handlers may ask for the client's address
 /// (`ConnectInfo<SocketAddr>`, as with `into_make_service_with_connect_info`).
-pub(crate) async fn serve_router(
+pub async fn serve_router(
     listener: TcpListener,
     header_read_timeout: Duration,
     router: axum::Router,
-    stop: watch::Receiver<bool>,
+    stop: impl Future<Output = ()> + Send,
 ) {
     let service = move |peer: SocketAddr| {
         router

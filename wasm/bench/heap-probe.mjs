@@ -1,0 +1,21 @@
+import { Session } from "node:inspector/promises";
+const which = process.argv[2];
+process.argv[2] = "none";
+const s = new Session(); s.connect();
+await s.post("HeapProfiler.enable");
+const mod = await import("./alloc-fns.mjs");
+for (let i = 0; i < 2000; i++) await mod.fns[which]();
+await s.post("HeapProfiler.startSampling", { samplingInterval: 256, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+const N = 20000;
+for (let i = 0; i < N; i++) await mod.fns[which]();
+const { profile } = await s.post("HeapProfiler.stopSampling");
+const by = new Map(); let total = 0;
+const walk = (node, stack) => {
+  const name = `${node.callFrame.functionName || "(anon)"} ${node.callFrame.url.split("/").pop()}:${node.callFrame.lineNumber}`;
+  const self = node.selfSize; total += self;
+  by.set(name, (by.get(name) ?? 0) + self);
+  for (const c of node.children) walk(c, stack);
+};
+walk(profile.head, []);
+console.log(which, "bytes per call ≈", Math.round(total / N));
+for (const [k, v] of [...by].sort((a, b) => b[1] - a[1]).slice(0, Number(process.env.TOP ?? 12))) console.log(String(Math.round(v / N)).padStart(7), k);
