@@ -46,6 +46,15 @@ def key_header_value(key: str) -> str:
 def derive_key(namespace: str, run_id: str, step_id: str) -> str:
     """The deterministic key of ``(namespace, run_id, step_id)``: ``ik1-`` + 32 hex."""
 
+DEFAULT_MAX_WAITERS_PER_KEY: int
+"""Core's default cap on retries held at once on one key."""
+DEFAULT_MAX_WAITERS: int
+"""Core's default cap on retries held at once on every key together."""
+
+def fallback_poll(polls: int) -> float:
+    """Seconds a held retry sleeps before claiming again after ``polls`` earlier polls
+    (50 ms, doubling, at most 1 s)."""
+
 def encode_request(method: str, url: str, headers: Sequence[Tuple[str, str]], body: bytes) -> bytes:
     """A request as ``idemkit call`` journals it."""
 
@@ -247,6 +256,8 @@ class Route:
         owner: Optional[str] = None,
         store_retry_after: float = 1.0,
         dispatches_only_through_steps: bool = False,
+        wait: float = 0.0,
+        max_wait: float = 10.0,
     ) -> None: ...
     @property
     def operation(self) -> str: ...
@@ -260,6 +271,11 @@ class Route:
         """413 ``body-too-large``."""
     def unavailable(self) -> Answer:
         """503 ``store-unavailable``."""
+    def wait_for(self, prefer_headers: Sequence[bytes]) -> Tuple[float, Optional[str]]:
+        """How long to hold a retry of a running key, given its ``Prefer`` field lines,
+        and the ``Preference-Applied`` value to send when it asked to wait."""
+    def too_many_waiters(self, in_progress: Answer) -> Answer:
+        """503 ``too-many-waiters``, with the ``Retry-After`` of ``in_progress``."""
     def claim(
         self,
         store: Store,

@@ -10,7 +10,13 @@ limit (over: 413) and fingerprinted with the method, the concrete path and the q
 nothing executed). Then a completed key is replayed byte for byte with
 ``Idempotent-Replayed: true`` (the status, the body and the headers the route's
 allow list names); a running one gets 409 ``request-in-progress`` with
-``Retry-After``; the key with another body, path or query gets 422; an unknown
+``Retry-After``, unless the retry asked to wait (``Prefer: wait=N``, capped by the
+route's ``max_wait``) or its route waits by default (``wait``): then it is held
+until the first attempt's answer exists (and gets it), its claim is released (and
+the retry executes) or the wait ends (the 409), with ``Preference-Applied: wait=N``
+when it asked. A held retry claims again on core's fallback poll (50 ms doubling to
+1 s), at most ``max_waiters_per_key`` on one key and ``max_waiters`` in all (past
+them: 503 ``too-many-waiters``), and a client that leaves stops its wait; the key with another body, path or query gets 422; an unknown
 outcome gets 409 ``outcome-uncertain``; a response past its replay window gets 410.
 Every refusal is ``application/problem+json`` built by idemkit's core, the same bytes
 the Rust layer and the npm handler send.
@@ -43,7 +49,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, MutableMapping, Optional, Set, Tuple, Union
 
-from ._native import Answer, Execution, Route, Store
+from ._native import DEFAULT_MAX_WAITERS, DEFAULT_MAX_WAITERS_PER_KEY, Answer, Execution, Route, Store, fallback_poll
 
 __all__ = ["IdempotencyMiddleware", "bearer_tenant"]
 
@@ -92,7 +98,9 @@ class IdempotencyMiddleware:
     (401). It never comes from the body or the key.
 
     ``threads`` bounds the worker threads that run store calls; ``max_execution``
-    (seconds) bounds how long a lease is renewed while the app runs.
+    (seconds) bounds how long a lease is renewed while the app runs;
+    ``max_waiters_per_key`` and ``max_waiters`` bound the retries held waiting for a
+    running key's answer (``Prefer: wait``), on one key and in all.
     """
 
     def __init__(
@@ -104,6 +112,8 @@ class IdempotencyMiddleware:
         principal: Principal,
         threads: int = 32,
         max_execution: float = 900.0,
+        max_waiters_per_key: int = DEFAULT_MAX_WAITERS_PER_KEY,
+        max_waiters: int = DEFAULT_MAX_WAITERS,
     ) -> None:
         self.app = app
         self.store = store
@@ -116,6 +126,16 @@ class IdempotencyMiddleware:
         # Executions outlive their requests (a client that left); kept here so the
         # event loop does not drop them.
         self._running: Set["asyncio.Task[Any]"] = set()
+        self.max_waiters_per_key = max_waiters_per_key
+        self.max_waiters = max_waiters
+        # Retries held now, per (operation, tenant, key) and in all.
+        self._waiters: Dict[Tuple[str, str, str], int] = {}
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """How many requests are held now, waiting for a running key's answer."""
+        return self._waiting
 
     def _route(self, method: str, path: str) -> Optional[Route]:
         for wanted, pattern, route in self._routes:
@@ -158,16 +178,31 @@ class IdempotencyMiddleware:
         raw_path = scope.get("raw_path")
         path = raw_path.decode("latin-1") if raw_path else scope["path"]
         query = scope.get("query_string", b"").decode("latin-1") or None
-        try:
-            claimed = await self._blocking(
-                route.claim, self.store, tenant, admitted, scope["method"], path, query, body
-            )
-        except Exception:
-            # Fail closed: nothing executes without a claim.
-            await _send_answer(send, *_parts(route.unavailable()))
-            return
+
+        async def claim() -> Union[Execution, Answer]:
+            try:
+                return await self._blocking(
+                    route.claim, self.store, tenant, admitted, scope["method"], path, query, body
+                )
+            except Exception:
+                # Fail closed: nothing executes without a claim.
+                return route.unavailable()
+
+        claimed = await claim()
+        applied: Optional[str] = None
+        if isinstance(claimed, Answer) and claimed.outcome == "request-in-progress":
+            seconds, asked = route.wait_for(_header_values(scope, b"prefer"))
+            if seconds > 0:
+                held_on = (route.operation, tenant, admitted)
+                if self._waiting >= self.max_waiters or self._waiters.get(held_on, 0) >= self.max_waiters_per_key:
+                    await _send_answer(send, *_parts(route.too_many_waiters(claimed)))
+                    return
+                waited = await self._hold(held_on, seconds, claim, claimed, receive)
+                if waited is None:
+                    return  # the client left while it waited
+                claimed, applied = waited, asked
         if isinstance(claimed, Answer):
-            await _send_answer(send, *_parts(claimed))
+            await _send_answer(send, *_parts(claimed), applied)
             return
         # The execution runs on its own task: a client that goes away (or a server
         # that cancels its request) does not stop it, and it is recorded either way.
@@ -175,7 +210,46 @@ class IdempotencyMiddleware:
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         status, headers, reply = await asyncio.shield(task)
-        await _send_answer(send, status, headers, reply)
+        await _send_answer(send, status, headers, reply, applied)
+
+    async def _hold(
+        self,
+        key: Tuple[str, str, str],
+        seconds: float,
+        claim: Callable[[], Awaitable[Union[Execution, Answer]]],
+        first: Answer,
+        receive: Receive,
+    ) -> Union[Execution, Answer, None]:
+        """Holds a retry of a running key: claims again on core's fallback poll until
+        the claim is no longer in progress (the first attempt's answer, or an
+        `Execution` when its claim was released) or `seconds` pass (the last 409).
+        `None` when the client left meanwhile."""
+        self._waiting += 1
+        self._waiters[key] = self._waiters.get(key, 0) + 1
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + seconds
+            claimed: Union[Execution, Answer] = first
+            polls = 0
+            while isinstance(claimed, Answer) and claimed.outcome == "request-in-progress":
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                done, _ = await asyncio.wait({gone}, timeout=min(fallback_poll(polls), left))
+                if done:
+                    return None
+                polls += 1
+                claimed = await claim()
+            return claimed
+        finally:
+            gone.cancel()
+            self._waiting -= 1
+            left_on_key = self._waiters[key] - 1
+            if left_on_key:
+                self._waiters[key] = left_on_key
+            else:
+                del self._waiters[key]
 
     async def _execute(
         self, execution: Execution, route: Route, scope: Scope, body: bytes
@@ -254,6 +328,17 @@ def _parts(answer: Answer) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
     return answer.status, answer.headers, answer.body
 
 
+def _header_values(scope: Scope, name: bytes) -> List[bytes]:
+    """The values of every field line named `name` (lowercase), in order."""
+    return [value for field, value in scope.get("headers", []) if field.lower() == name]
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns once the client disconnected (the request body was read before)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class _ClientGone(Exception):
     """The client disconnected before its request body was whole."""
 
@@ -284,8 +369,14 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> Optional[byt
     return b"".join(chunks)
 
 
-async def _send_answer(send: Send, status: int, headers: List[Tuple[bytes, bytes]], body: bytes) -> None:
-    headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
+async def _send_answer(
+    send: Send, status: int, headers: List[Tuple[bytes, bytes]], body: bytes, applied: Optional[str] = None
+) -> None:
+    """Sends a whole response; `applied` is the `Preference-Applied` value of a
+    retry whose wait was honoured."""
+    headers = [(n, v) for n, v in headers if n.lower() not in (b"content-length", b"preference-applied")]
     headers.append((b"content-length", str(len(body)).encode()))
+    if applied is not None:
+        headers.append((b"preference-applied", applied.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

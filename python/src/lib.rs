@@ -78,6 +78,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<journal::AttemptStart>()?;
     m.add_class::<journal::AttemptRecord>()?;
     m.add_class::<store::Store>()?;
+    m.add_function(wrap_pyfunction!(route::fallback_poll, m)?)?;
+    // Core's caps on held retries, the middleware's defaults.
+    m.add(
+        "DEFAULT_MAX_WAITERS_PER_KEY",
+        idemkit_core::http::prefer::DEFAULT_MAX_WAITERS_PER_KEY,
+    )?;
+    m.add(
+        "DEFAULT_MAX_WAITERS",
+        idemkit_core::http::prefer::DEFAULT_MAX_WAITERS,
+    )?;
     m.add_class::<route::Route>()?;
     m.add_class::<route::Execution>()?;
     m.add_class::<route::Answer>()?;

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use idemkit::store::{Claim, ExecutionGuard, WorkerError};
+use idemkit_core::http::prefer::{WaitRule, prefer_wait_in};
 use idemkit_core::http::{IDEMPOTENT_REPLAYED, Refusal, ReplayedHeaders};
 use idemkit_core::machine::{
     Dispatch, Disposition, MismatchStatus, Policy, StepStart, StorePolicy, classify_attempt,
@@ -54,6 +55,8 @@ pub struct Answer {
     /// for a replay.
     #[pyo3(get)]
     outcome: &'static str,
+    /// The `Retry-After` of a refusal that carries one (409 in progress, 503).
+    retry_after: Option<Duration>,
 }
 
 #[pymethods]
@@ -90,6 +93,12 @@ impl Answer {
                 .collect(),
             body: answer.body,
             outcome: refusal.problem_name(),
+            retry_after: match refusal {
+                Refusal::InProgress { retry_after }
+                | Refusal::StoreUnavailable { retry_after }
+                | Refusal::TooManyWaiters { retry_after } => Some(*retry_after),
+                _ => None,
+            },
         }
     }
 
@@ -100,6 +109,7 @@ impl Answer {
             headers: stored.headers,
             body: stored.body.unwrap_or_default(),
             outcome,
+            retry_after: None,
         }
     }
 
@@ -133,6 +143,7 @@ struct Config {
     owner: String,
     store_retry_after: Duration,
     dispatches_only_through_steps: bool,
+    wait: WaitRule,
 }
 
 /// What `Route.admit` lets through: the request's key, or nothing to claim.
@@ -250,7 +261,10 @@ impl Route {
     /// by its content type, less `exclude` or only `include` (JSON Pointers).
     /// `replayed_headers` is the allow list of response headers stored and replayed
     /// (default: core's `DEFAULT_REPLAYED_HEADERS`; a cookie or credential header
-    /// is refused).
+    /// is refused). A retry of a running key is held until the first attempt's
+    /// answer exists when it asks (`Prefer: wait=N`, at most `max_wait` seconds;
+    /// 0: never) or, asking nothing, for the route's `wait` seconds (default 0:
+    /// answered 409 at once).
     #[new]
     #[pyo3(signature = (
         operation, *, effect = "external", content_type = "application/json",
@@ -259,7 +273,7 @@ impl Route {
         replay_window = 86_400.0, record_window = 604_800.0, mismatch_status = 422,
         store_everything = false, body_limit = 1 << 20, max_stored_response_bytes = 1 << 20,
         replayed_headers = None, owner = None, store_retry_after = 1.0,
-        dispatches_only_through_steps = false
+        dispatches_only_through_steps = false, wait = 0.0, max_wait = 10.0
     ))]
     #[allow(
         clippy::too_many_arguments,
@@ -287,6 +301,8 @@ impl Route {
         owner: Option<String>,
         store_retry_after: f64,
         dispatches_only_through_steps: bool,
+        wait: f64,
+        max_wait: f64,
     ) -> PyResult<Self> {
         let spec = spec(
             py,
@@ -338,6 +354,10 @@ impl Route {
                 owner: owner.unwrap_or_else(|| format!("asgi:{}", std::process::id())),
                 store_retry_after: seconds(store_retry_after, "store_retry_after")?,
                 dispatches_only_through_steps,
+                wait: WaitRule {
+                    default_wait: seconds(wait, "wait")?,
+                    max_wait: seconds(max_wait, "max_wait")?,
+                },
             }),
         })
     }
@@ -389,6 +409,31 @@ impl Route {
         self.config.unavailable()
     }
 
+    /// How long to hold a retry whose key is running (the 409 `in_progress`
+    /// answer of `Route.claim`), given the request's `Prefer` field lines: the
+    /// `wait=N` it asked for, else the route's `wait`, at most `max_wait`.
+    /// Returns `(seconds, preference_applied)`: zero seconds means answer at
+    /// once; `preference_applied` is the `Preference-Applied` value to send
+    /// (`wait=N`) when the request asked to wait, else `None`.
+    fn wait_for(&self, prefer_headers: Vec<Vec<u8>>) -> (f64, Option<String>) {
+        let wait = self
+            .config
+            .wait
+            .wait_for(prefer_wait_in(prefer_headers.iter().map(Vec::as_slice)));
+        (wait.duration.as_secs_f64(), wait.preference_applied())
+    }
+
+    /// 503 `too-many-waiters` for a retry that asked to wait when as many
+    /// requests as allowed already wait; its `Retry-After` is the one of the
+    /// 409 `in_progress` answer it would have had. Nothing is executed.
+    fn too_many_waiters(&self, in_progress: &Answer) -> Answer {
+        Answer::refusal(&Refusal::TooManyWaiters {
+            retry_after: in_progress
+                .retry_after
+                .unwrap_or(self.config.store_retry_after),
+        })
+    }
+
     /// Step 3 (blocking; the GIL is released): fingerprint the request and claim
     /// `(tenant, operation, key)` in `store`. Returns an [`Execution`] to run the
     /// handler under, or the final [`Answer`].
@@ -424,6 +469,14 @@ impl Route {
             Err(answer) => Ok(Py::new(py, answer)?.into_any()),
         }
     }
+}
+
+/// How long a held retry sleeps before claiming again after `polls` earlier
+/// polls: core's fallback poll (50 ms, doubling, at most 1 s), for a waiter
+/// nothing wakes.
+#[pyfunction]
+pub fn fallback_poll(polls: u32) -> f64 {
+    idemkit_core::http::prefer::fallback_poll(polls).as_secs_f64()
 }
 
 /// The execution a request runs under: the handler finds it as

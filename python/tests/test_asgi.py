@@ -108,6 +108,26 @@ def test_a_retry_while_the_first_runs_gets_409_with_retry_after_then_the_replay(
     assert app.executions("withdraw") == 1
 
 
+def test_a_retry_that_asks_to_wait_is_held_until_the_first_answer(app):
+    """A retry with `Prefer: wait=10` while the first request runs (1.5 s) is held
+    and gets the first attempt's answer, replayed, with `Preference-Applied`."""
+    key = new_key()
+    body = {"amount": 7, "delay": 1.5}
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(app.post, "/accounts/A/withdraw", body, key)
+        deadline = time.monotonic() + 20
+        while app.executions("withdraw") == 0:
+            assert time.monotonic() < deadline, "the first request never started"
+            time.sleep(0.02)
+        held = app.post("/accounts/A/withdraw", body, key, headers={"Prefer": "wait=10"})
+        original = first.result()
+    assert original.status_code == 201
+    assert held.status_code == 201 and held.content == original.content
+    assert held.headers["idempotent-replayed"] == "true"
+    assert held.headers["preference-applied"] == "wait=10"
+    assert app.executions("withdraw") == 1
+
+
 def test_a_client_that_times_out_does_not_stop_the_execution(app):
     """The client gives up after 0.3 s on a 1.5 s withdrawal and disconnects; the
     execution runs to its end and is recorded: the retry gets 409 in progress, then
