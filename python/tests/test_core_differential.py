@@ -465,6 +465,8 @@ def test_the_type_stubs_and_docstrings_cover_every_public_name():
 
     stub = ast.parse((Path(native.__file__).parent / "_native.pyi").read_text())
     declared = {node.name for node in stub.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    # Constants, declared with their type (`NAME: int`).
+    declared |= {node.target.id for node in stub.body if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
     exported = {name for name in dir(native) if not name.startswith("_")}
     assert declared == exported
     for module in (idemkit_rs, client, tools, asgi):
