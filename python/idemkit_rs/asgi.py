@@ -10,15 +10,17 @@ limit (over: 413) and fingerprinted with the method, the concrete path and the q
 nothing executed). Then a completed key is replayed byte for byte with
 ``Idempotent-Replayed: true`` (the status, the body and the headers the route's
 allow list names); a running one gets 409 ``request-in-progress`` with
-``Retry-After``, unless the retry asked to wait (``Prefer: wait=N``, capped by the
-route's ``max_wait``) or its route waits by default (``wait``): then it is held
-until the first attempt's answer exists (and gets it), its claim is released (and
-the retry executes) or the wait ends (the 409), with ``Preference-Applied: wait=N``
-when it asked. A held retry claims again on core's fallback poll (50 ms doubling to
-1 s), at most ``max_waiters_per_key`` on one key and ``max_waiters`` in all (past
-them: 503 ``too-many-waiters``), and a client that leaves stops its wait; the key with another body, path or query gets 422; an unknown
+``Retry-After``; the key with another body, path or query gets 422; an unknown
 outcome gets 409 ``outcome-uncertain``; a response past its replay window gets 410.
-Every refusal is ``application/problem+json`` built by idemkit's core, the same bytes
+
+A retry of a running key that asked to wait (``Prefer: wait=N``, capped by the
+route's ``max_wait``), or whose route waits by default (``wait``), is held instead of
+answered 409: until the first attempt's answer exists (it gets that answer), the
+first attempt's claim is released (it executes) or the wait ends (the 409), with
+``Preference-Applied: wait=N`` when it asked. It claims again on core's fallback
+poll (50 ms doubling to 1 s); at most ``max_waiters_per_key`` retries are held on
+one key and ``max_waiters`` in all (past them: 503 ``too-many-waiters``); a client
+that leaves stops its wait. Every refusal is ``application/problem+json`` built by idemkit's core, the same bytes
 the Rust layer and the npm handler send.
 
 Otherwise the app runs, with the :class:`~idemkit_rs.Execution` at
