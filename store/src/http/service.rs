@@ -112,8 +112,11 @@ where
                 };
                 // Dropping a JoinHandle detaches its task: the claim and the
                 // execution outlive the request, so a claim is never left
-                // unexecuted (which would read as an unknown outcome).
-                let task = tokio::spawn(handle(inner, store, config, request));
+                // unexecuted (which would read as an unknown outcome). Boxed
+                // first: the request's future (its whole pipeline) is large,
+                // and spawning copies an unboxed future at each move into the
+                // task (callgrind: 5 % of a request's instructions).
+                let task = tokio::spawn(Box::pin(handle(inner, store, config, request)));
                 Box::pin(async move {
                     let _here = here;
                     match task.await {
