@@ -3,13 +3,13 @@
 //! closes it after `--header-read-timeout-ms`, and serves the next client.
 #![cfg(feature = "axum")]
 
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use crate::support;
 
 use support::Service;
-use support::slow_clients::{closed_by_the_server, connect, read_one_answer};
+use support::slow_clients::{closed_by_the_server, connect, kept_alive_after};
 
 #[test]
 fn a_stalled_head_and_an_idle_connection_are_closed() {
@@ -23,12 +23,7 @@ fn a_stalled_head_and_an_idle_connection_are_closed() {
     let took = closed_by_the_server(stalled, "a stalled head");
     assert!(took < Duration::from_secs(10), "a stalled head: {took:?}");
 
-    let mut kept = connect(service.addr);
-    kept.write_all(b"GET /health HTTP/1.1\r\nHost: example\r\n\r\n")
-        .unwrap();
-    let mut reader = BufReader::new(kept);
-    let status = read_one_answer(&mut reader);
-    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let reader = kept_alive_after(service.addr, "/health");
     // The connection stays open for another request; none comes.
     let took = closed_by_the_server(reader, "an idle keep-alive connection");
     assert!(

@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use proxy_support::{ADMIN_TOKEN, ProxyProcess, Upstream, config, config_with, post_json};
-use support::slow_clients::{closed_by_the_server, connect, read_one_answer};
+use support::slow_clients::{closed_by_the_server, connect, kept_alive_after};
 use support::{Reply, request};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
@@ -571,13 +571,7 @@ fn an_idle_keep_alive_connection_is_closed_and_frees_its_slot() {
         "max_connections = 1\nheader_read_timeout_ms = 300",
         "",
     );
-    let mut kept = connect(proxy.addr);
-    kept.write_all(b"GET /accounts/A HTTP/1.1\r\nHost: example\r\n\r\n")
-        .unwrap();
-    let mut reader = BufReader::new(kept);
-    let status = read_one_answer(&mut reader);
-    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
-
+    let reader = kept_alive_after(proxy.addr, "/accounts/A");
     // The connection stays open for another request; none comes.
     closed_by_the_server(reader, "an idle keep-alive connection");
     the_slot_serves_the_next_client(proxy.addr);

@@ -1,7 +1,7 @@
 //! Clients that hold a connection without finishing a request: what the tests
 //! of every listener's header-read deadline share.
 
-use std::io::{BufRead, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -61,4 +61,15 @@ pub(crate) fn read_one_answer(reader: &mut impl BufRead) -> String {
     let mut body = vec![0; length.expect("the answer has a Content-Length")];
     reader.read_exact(&mut body).unwrap();
     status
+}
+
+/// A connection to `addr` that sent `GET path`, got its 200 answer, and is kept
+/// open by the server for a next request.
+pub(crate) fn kept_alive_after(addr: SocketAddr, path: &str) -> BufReader<TcpStream> {
+    let mut kept = connect(addr);
+    write!(kept, "GET {path} HTTP/1.1\r\nHost: example\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(kept);
+    let status = read_one_answer(&mut reader);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    reader
 }
