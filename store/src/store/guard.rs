@@ -8,7 +8,7 @@ use idemkit_core::{LogRef, RecordId, UnixMillis};
 use std::time::Instant;
 
 use super::error::{StorageError, WorkerError};
-use super::{Applied, Seam, Store};
+use super::{Seam, Store};
 use crate::adapters::Stored;
 
 /// The right to execute one claimed operation, fenced by its token.
@@ -79,7 +79,9 @@ impl ExecutionGuard {
     /// the core accepts a completion by its token whatever the time, so the
     /// instant only dates the outcome, and a database clock is spared a round
     /// trip. Every other transition reads the clock (leases are decided by it).
-    fn transition(&mut self, op: Op) -> Result<Applied, WorkerError> {
+    /// The record written (or read) is kept as the next transition's `held`
+    /// (moved, not copied); the caller gets the core's answer.
+    fn transition(&mut self, op: Op) -> Result<Answer, WorkerError> {
         let estimate = match op {
             Op::Complete { .. } => self
                 .store
@@ -92,9 +94,9 @@ impl ExecutionGuard {
         };
         let held = self.held.take().map(|b| *b);
         let applied = self.store.run(&self.id, op, &self.policy, now, held)?;
-        self.held = applied.stored.clone().map(Box::new);
+        self.held = applied.stored.map(Box::new);
         self.decided = (applied.now, Instant::now());
-        Ok(applied)
+        Ok(applied.answer)
     }
 
     /// The fencing token of this lease.
@@ -300,8 +302,9 @@ impl ExecutionGuard {
 
     /// Extends the lease by the policy's lease duration from now.
     pub fn renew(&mut self) -> Result<UnixMillis, WorkerError> {
-        let applied = self.transition(Op::Renew { token: self.token })?;
-        let expires = lease_expiry(&applied);
+        // A refusal is an error; the renewed record says the new expiry.
+        let _renewed = self.transition(Op::Renew { token: self.token })?;
+        let expires = lease_expiry(self.held.as_deref(), self.decided.0);
         self.lease_expires_at = expires;
         Ok(expires)
     }
@@ -327,12 +330,12 @@ impl ExecutionGuard {
         name: &str,
         proposed_provider_key: &str,
     ) -> Result<StepStart, WorkerError> {
-        let applied = self.transition(Op::BeginStep {
+        let answer = self.transition(Op::BeginStep {
             token: self.token,
             name: name.to_owned(),
             proposed_provider_key: proposed_provider_key.to_owned(),
         })?;
-        match applied.answer {
+        match answer {
             Answer::Step(start) => Ok(start),
             other => Err(unexpected("begin_step", &other).into()),
         }
@@ -344,7 +347,8 @@ impl ExecutionGuard {
         name: &str,
         provider_ref: Option<String>,
     ) -> Result<(), WorkerError> {
-        self.transition(Op::CompleteStep {
+        // A refusal is an error; there is nothing more to answer.
+        let _completed = self.transition(Op::CompleteStep {
             token: self.token,
             name: name.to_owned(),
             provider_ref,
@@ -411,16 +415,15 @@ fn renew_by(
 ) -> Result<UnixMillis, WorkerError> {
     let now = store.try_now()?;
     let applied = store.run(id, Op::Renew { token }, policy, now, None)?;
-    Ok(lease_expiry(&applied))
+    Ok(lease_expiry(applied.stored.as_ref(), applied.now))
 }
 
-/// The lease expiry a renewal wrote.
-fn lease_expiry(applied: &Applied) -> UnixMillis {
-    applied
-        .stored
-        .as_ref()
+/// The lease expiry a renewal wrote into `stored`, decided at `now` (`now`
+/// when it kept no record).
+fn lease_expiry(stored: Option<&Stored>, now: UnixMillis) -> UnixMillis {
+    stored
         .and_then(|s| s.record.lease_expires_at())
-        .unwrap_or(applied.now)
+        .unwrap_or(now)
 }
 
 /// An answer of another operation than the one asked: a bug, reported.
