@@ -257,7 +257,7 @@ class Route:
         store_retry_after: float = 1.0,
         dispatches_only_through_steps: bool = False,
         wait: float = 0.0,
-        max_wait: float = 10.0,
+        max_wait: Optional[float] = None,
     ) -> None: ...
     @property
     def operation(self) -> str: ...

@@ -12,6 +12,8 @@ nothing executed). Then a completed key is replayed byte for byte with
 allow list names); a running one gets 409 ``request-in-progress`` with
 ``Retry-After``; the key with another body, path or query gets 422; an unknown
 outcome gets 409 ``outcome-uncertain``; a response past its replay window gets 410.
+Every refusal is ``application/problem+json`` built by idemkit's core, the same bytes
+the Rust layer and the npm handler send.
 
 A retry of a running key that asked to wait (``Prefer: wait=N``, capped by the
 route's ``max_wait``), or whose route waits by default (``wait``), is held instead of
@@ -20,8 +22,7 @@ first attempt's claim is released (it executes) or the wait ends (the 409), with
 ``Preference-Applied: wait=N`` when it asked. It claims again on core's fallback
 poll (50 ms doubling to 1 s); at most ``max_waiters_per_key`` retries are held on
 one key and ``max_waiters`` in all (past them: 503 ``too-many-waiters``); a client
-that leaves stops its wait. Every refusal is ``application/problem+json`` built by idemkit's core, the same bytes
-the Rust layer and the npm handler send.
+that leaves stops its wait.
 
 Otherwise the app runs, with the :class:`~idemkit_rs.Execution` at
 ``scope["state"]["idemkit"]`` (``request.state.idemkit`` in Starlette) for steps,
@@ -161,7 +162,7 @@ class IdempotencyMiddleware:
         tenant = self.principal(scope)
         if inspect.isawaitable(tenant):
             tenant = await tenant
-        key_headers = [value for name, value in scope.get("headers", []) if name.lower() == b"idempotency-key"]
+        key_headers = _header_values(scope, b"idempotency-key")
         admitted = route.admit(tenant, key_headers)
         if admitted is None:
             await self.app(scope, receive, send)
@@ -196,7 +197,7 @@ class IdempotencyMiddleware:
             seconds, asked = route.wait_for(_header_values(scope, b"prefer"))
             if seconds > 0:
                 held_on = (route.operation, tenant, admitted)
-                if self._waiting >= self.max_waiters or self._waiters.get(held_on, 0) >= self.max_waiters_per_key:
+                if not self._has_place(held_on):
                     await _send_answer(send, *_parts(route.too_many_waiters(claimed)))
                     return
                 waited = await self._hold(held_on, seconds, claim, claimed, receive)
@@ -213,6 +214,10 @@ class IdempotencyMiddleware:
         task.add_done_callback(self._running.discard)
         status, headers, reply = await asyncio.shield(task)
         await _send_answer(send, status, headers, reply, applied)
+
+    def _has_place(self, key: Tuple[str, str, str]) -> bool:
+        """Whether one more retry may be held on `key` (`_hold` takes the place)."""
+        return self._waiting < self.max_waiters and self._waiters.get(key, 0) < self.max_waiters_per_key
 
     async def _hold(
         self,

@@ -262,8 +262,8 @@ impl Route {
     /// `replayed_headers` is the allow list of response headers stored and replayed
     /// (default: core's `DEFAULT_REPLAYED_HEADERS`; a cookie or credential header
     /// is refused). A retry of a running key is held until the first attempt's
-    /// answer exists when it asks (`Prefer: wait=N`, at most `max_wait` seconds;
-    /// 0: never) or, asking nothing, for the route's `wait` seconds (default 0:
+    /// answer exists when it asks (`Prefer: wait=N`, at most `max_wait` seconds,
+    /// default core's 10; 0: never) or, asking nothing, for the route's `wait` seconds (default 0:
     /// answered 409 at once).
     #[new]
     #[pyo3(signature = (
@@ -273,7 +273,7 @@ impl Route {
         replay_window = 86_400.0, record_window = 604_800.0, mismatch_status = 422,
         store_everything = false, body_limit = 1 << 20, max_stored_response_bytes = 1 << 20,
         replayed_headers = None, owner = None, store_retry_after = 1.0,
-        dispatches_only_through_steps = false, wait = 0.0, max_wait = 10.0
+        dispatches_only_through_steps = false, wait = 0.0, max_wait = None
     ))]
     #[allow(
         clippy::too_many_arguments,
@@ -302,7 +302,7 @@ impl Route {
         store_retry_after: f64,
         dispatches_only_through_steps: bool,
         wait: f64,
-        max_wait: f64,
+        max_wait: Option<f64>,
     ) -> PyResult<Self> {
         let spec = spec(
             py,
@@ -356,7 +356,11 @@ impl Route {
                 dispatches_only_through_steps,
                 wait: WaitRule {
                     default_wait: seconds(wait, "wait")?,
-                    max_wait: seconds(max_wait, "max_wait")?,
+                    // Core's default cap when none is given.
+                    max_wait: match max_wait {
+                        Some(max_wait) => seconds(max_wait, "max_wait")?,
+                        None => WaitRule::default().max_wait,
+                    },
                 },
             }),
         })
