@@ -226,6 +226,11 @@ export function createIdempotency(options) {
     throw new IdemkitError("invalid-argument", "maxExecutionMs must be a non-negative integer");
   }
   const dispatchesOnlyThroughSteps = options.dispatchesOnlyThroughSteps ?? false;
+  // Whether the handler's request follows the client's abort signal (see `forHandler`).
+  const onDisconnect = options.onDisconnect ?? "finish";
+  if (onDisconnect !== "finish" && onDisconnect !== "cancel") {
+    throw new IdemkitError("invalid-argument", 'onDisconnect must be "finish" or "cancel"');
+  }
   // The body is read whole to fingerprint it, so its size is bounded (core's
   // canonicalizer also refuses JSON above 8 MiB). It is read through a counting
   // reader that stops at the limit: nothing past it is buffered.
@@ -650,14 +655,25 @@ export function createIdempotency(options) {
       }
     }
     if (held.outcome === "execute") {
-      // The body was read once, above; the handler gets a request carrying those
-      // bytes (made only when it runs: a Request copy is not cheap).
-      const response = await execute(held, hasBody ? new Request(request, { body }) : request, handler, tenantId, key);
+      const response = await execute(held, forHandler(request, hasBody ? body : null), handler, tenantId, key);
       return preferenceApplied(response, applied);
     }
     // A replay, or a refusal quoting the record's log reference where it has one:
     // core's answer came with the claim.
     return preferenceApplied(fromAnswer(held.reply), applied);
+  }
+
+  /**
+   * The request the handler runs with, made only when it runs (a Request copy is
+   * not cheap). Its body is `body`, the bytes read above (the client's stream is
+   * spent). With `onDisconnect: "finish"` its signal is its own: a client that
+   * hangs up does not abort it, so a handler that passes `request.signal` on to
+   * its provider call still finishes, and its outcome is recorded instead of
+   * becoming unknown. `"cancel"` hands the handler the client's signal.
+   */
+  function forHandler(request, body) {
+    if (onDisconnect === "cancel") return body === null ? request : new Request(request, { body });
+    return body === null ? new Request(request, { signal: null }) : new Request(request, { body, signal: null });
   }
 
   function unavailable() {

@@ -397,6 +397,16 @@ export interface IdempotencyOptions<L = never> {
    * external route releases it (default false: an empty step list proves nothing).
    */
   dispatchesOnlyThroughSteps?: boolean;
+  /**
+   * What the handler's request does when the client hangs up. `"finish"` (the
+   * default): its `signal` is its own and is never aborted by the client, so a
+   * handler that passes `request.signal` to its provider call still finishes and
+   * its outcome is recorded; a retry gets 409 request-in-progress meanwhile, then
+   * the replay. `"cancel"`: the handler's request carries the client's signal, for
+   * handlers that must stop when nobody waits; an external attempt that then
+   * throws becomes unknown (409 outcome-uncertain), a local one is released.
+   */
+  onDisconnect?: "finish" | "cancel";
   /** Milliseconds since the epoch (default `Date.now`); tests pass a virtual clock. */
   clock?: () => number;
   /**

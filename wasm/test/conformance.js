@@ -27,6 +27,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       maxStoredResponseBytes: options.maxStoredResponseBytes,
       replayedHeaders: options.replayedHeaders,
       dispatchesOnlyThroughSteps: options.dispatchesOnlyThroughSteps,
+      onDisconnect: options.onDisconnect,
       clock: () => clock.now,
     });
     const counter = { runs: 0 };
@@ -51,6 +52,44 @@ export function conformanceCases(idemkit, makeAdapter) {
       headers,
       body: typeof body === "string" ? body : JSON.stringify(body),
     });
+  }
+
+  /**
+   * A handler whose provider call follows the request's signal, as `fetch(url, {
+   * signal: request.signal })` does: `called` resolves to that signal once the
+   * call is made (again after each `answer`), `answer()` lets the provider reply.
+   */
+  function providerCall() {
+    let runs = 0;
+    let arrived;
+    let answer;
+    const next = () => {
+      provider.called = new Promise((resolve) => (arrived = resolve));
+      provider.replied = new Promise((resolve) => (answer = resolve));
+    };
+    const provider = {
+      runs: () => runs,
+      answer: () => {
+        const reply = answer;
+        next();
+        reply();
+      },
+      handler: async (req) => {
+        runs++;
+        const text = await req.text();
+        const replied = provider.replied;
+        const signal = req.signal;
+        arrived(signal);
+        await new Promise((resolve, reject) => {
+          if (signal.aborted) return reject(signal.reason);
+          signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+          replied.then(resolve);
+        });
+        return Response.json({ id: `pay_${runs}`, bytes: text.length }, { status: 201 });
+      },
+    };
+    next();
+    return provider;
   }
 
   async function problemOf(response, status, name) {
@@ -888,6 +927,43 @@ export function conformanceCases(idemkit, makeAdapter) {
       await assert.rejects(idem.handle(request("k-ctx-2"), handler, {}), "invalid-argument");
     }],
 
+    ["a client that hangs up does not abort the handler's request: the outcome is recorded and replayed", async () => {
+      const { idem } = await setup();
+      const provider = providerCall();
+      const client = new AbortController();
+      const first = idem.handle(new Request(request("k-gone"), { signal: client.signal }), provider.handler);
+      const signal = await provider.called;
+      client.abort();
+      assert.equal(signal.aborted, false, "the handler's request signal is its own");
+      provider.answer();
+      assert.equal((await first).status, 201, "the first attempt's answer");
+      const retry = await idem.handle(request("k-gone"), provider.handler);
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.equal(provider.runs(), 1);
+      // A request without a body keeps its own signal too.
+      const bare = new AbortController();
+      const headers = { "idempotency-key": "k-gone-bare", "x-tenant": "acme" };
+      const second = idem.handle(new Request("https://api.test/payments", { method: "POST", headers, signal: bare.signal }), provider.handler);
+      const bareSignal = await provider.called;
+      bare.abort();
+      assert.equal(bareSignal.aborted, false, "a bodiless request's signal is its own");
+      provider.answer();
+      assert.equal((await second).status, 201);
+    }],
+
+    ['onDisconnect "cancel": the handler sees the client hang up, and an external attempt it abandons is unknown', async () => {
+      const { idem } = await setup({ onDisconnect: "cancel" });
+      const provider = providerCall();
+      const client = new AbortController();
+      const first = idem.handle(new Request(request("k-cancel"), { signal: client.signal }), provider.handler);
+      const signal = await provider.called;
+      client.abort();
+      assert.equal(signal.aborted, true, "the handler's request carries the client's signal");
+      await assert.rejects(first, undefined, "the abandoned attempt's error propagates");
+      await problemOf(await idem.handle(request("k-cancel"), provider.handler), 409, "outcome-uncertain");
+      assert.equal(provider.runs(), 1);
+    }],
+
     // ---- The adapter seam itself: every adapter refuses what a stale caller asks.
 
     ["adapter seam: a second insert of one id is refused and changes nothing", async () => {
@@ -1123,6 +1199,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.throws(() => createIdempotency({ ...base, policy: { leaseMs: -1 } }), "invalid-argument");
       assert.throws(() => createIdempotency({ ...base, adapter: {} }), "invalid-argument");
       assert.throws(() => createIdempotency({ ...base, maxStoredResponseBytes: -1 }), "invalid-argument");
+      assert.throws(() => createIdempotency({ ...base, onDisconnect: "abort" }), "invalid-argument");
       assert.ok(new IdemkitError("c", "m") instanceof Error);
     }],
   ];

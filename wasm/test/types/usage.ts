@@ -64,6 +64,7 @@ const idem = createIdempotency({
   fingerprint: { exclude: ["/request_id"], ignoreQueryParams: ["utm_source"] },
   maxExecutionMs: 60_000,
   dispatchesOnlyThroughSteps: true,
+  onDisconnect: "finish",
   replayedHeaders: ["content-type", "location", "x-request-cost"],
   waitMs: 0,
   maxWaitMs: 10_000,
@@ -74,6 +75,8 @@ const held: number = idem.waiting();
 void held;
 // @ts-expect-error waitMs is milliseconds, a number
 createIdempotency({ adapter: memoryAdapter(), operation: "x", effect: "local", tenant: () => null, waitMs: "1s" });
+// @ts-expect-error onDisconnect is "finish" or "cancel"
+createIdempotency({ adapter: memoryAdapter(), operation: "o", effect: "local", tenant: () => "t", onDisconnect: "abort" });
 // @ts-expect-error effect is "local" or "external"
 createIdempotency({ adapter: custom, operation: "x", effect: "maybe", tenant: () => null });
 
