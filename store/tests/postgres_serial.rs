@@ -1,5 +1,6 @@
 //! The PostgreSQL tests that need the server to themselves: two stop and restart
-//! it, one times it, one terminates its listening connections. Each holds
+//! it, one times it, one terminates its listening connections, one turns its TLS
+//! on and off. Each holds
 //! `support::pg::SERVER` for its whole run, so they never overlap, and this
 //! binary runs apart from `postgres` (cargo runs test binaries one after
 //! another). One binary: each file under tests/postgres_serial is a module.
@@ -11,4 +12,5 @@ mod postgres_serial {
     mod latency;
     mod listener;
     mod restart;
+    mod tls;
 }

@@ -155,7 +155,7 @@ pub(crate) fn classify(e: &postgres::Error) -> Failure {
     // No SQLSTATE: the driver itself failed. Conversions are our bug or damaged
     // data; everything else (a closed socket, an I/O error, a connect failure, a
     // timeout) means the server's answer was lost.
-    let detail = e.to_string();
+    let detail = with_causes(e);
     let conversion = [
         "error deserializing",
         "error serializing",
@@ -168,6 +168,23 @@ pub(crate) fn classify(e: &postgres::Error) -> Failure {
         return Failure::Fail(PgError::Database { code: None, detail });
     }
     Failure::Fail(PgError::Unavailable { detail })
+}
+
+/// `e`'s message followed by its causes': the driver's message alone says
+/// "error connecting to server", not that the connection was refused.
+pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        // Some causes repeat their own cause's text; say each once.
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// The error for a driver failure outside a retry loop.

@@ -23,8 +23,8 @@
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use postgres::NoTls;
 use postgres::fallible_iterator::FallibleIterator;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::adapters::ChangeSink;
 
@@ -49,6 +49,8 @@ pub(crate) const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) config: postgres::Config,
+    /// The pool's TLS (the URL's `sslmode`).
+    pub(crate) tls: MakeRustlsConnect,
     pub(crate) channel: String,
     /// How long the quiet-time check may take.
     pub(crate) check_within: Duration,
@@ -59,12 +61,14 @@ impl Target {
     /// [`APPLICATION_NAME`].
     pub(crate) fn new(
         mut config: postgres::Config,
+        tls: MakeRustlsConnect,
         channel: String,
         check_within: Duration,
     ) -> Target {
         config.application_name(APPLICATION_NAME);
         Target {
             config,
+            tls,
             channel,
             check_within,
         }
@@ -113,7 +117,8 @@ fn run(target: &Target, sink: &Weak<dyn ChangeSink>) {
                 }
             }
             Err(e) => {
-                tracing::debug!(channel = %target.channel, error = %e, "cannot listen yet");
+                let error = super::error::with_causes(&e);
+                tracing::debug!(channel = %target.channel, %error, "cannot listen yet");
             }
         }
         if !pause_while_needed(sink, pause) {
@@ -125,7 +130,7 @@ fn run(target: &Target, sink: &Weak<dyn ChangeSink>) {
 
 /// A connection that listens to the target's channel.
 fn listen(target: &Target) -> Result<postgres::Client, postgres::Error> {
-    let mut client = target.config.connect(NoTls)?;
+    let mut client = target.config.connect(target.tls.clone())?;
     // The channel is made of a-z, 0-9 and _ (schema.rs), quoted all the same.
     client.batch_execute(&format!("LISTEN \"{}\"", target.channel))?;
     Ok(client)
@@ -159,12 +164,12 @@ fn serve(target: &Target, client: &mut postgres::Client, sink: &Weak<dyn ChangeS
                 }
                 if heard.elapsed() >= CHECK_AFTER {
                     if let Err(e) = client.is_valid(target.check_within) {
-                        return Ended::Dropped(e.to_string());
+                        return Ended::Dropped(super::error::with_causes(&e));
                     }
                     heard = Instant::now();
                 }
             }
-            Err(e) => return Ended::Dropped(e.to_string()),
+            Err(e) => return Ended::Dropped(super::error::with_causes(&e)),
         }
     }
 }

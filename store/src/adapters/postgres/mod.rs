@@ -68,6 +68,15 @@
 //!   caller's transaction ([`crate::local`]) they are sent typed (`query_typed`:
 //!   parse, bind and execute of the unnamed statement in one message batch).
 //!
+//! - **TLS** (`tls.rs`) as libpq's URL parameters ask: `sslmode=prefer` (the
+//!   default: TLS when the server offers it), `require` (TLS or no connection;
+//!   as in libpq, the certificate is not checked), `verify-ca` (the certificate
+//!   chains to a trusted root), `verify-full` (and names the host: the mode that
+//!   keeps a man in the middle out), `disable`. `sslrootcert=/path/ca.pem` names
+//!   the roots to trust (a managed database's CA bundle); without it, or with
+//!   `system`, Mozilla's roots are trusted. The pool's connections and the
+//!   listener's are made alike. Client certificates are not supported.
+//!
 //! The pool is `r2d2` over the synchronous `postgres` driver, because the
 //! adapter seam is synchronous; async services call the store from
 //! `spawn_blocking`, as they do over redb. It checks a connection before
@@ -79,6 +88,7 @@ mod error;
 mod listen;
 mod pool;
 mod schema;
+mod tls;
 
 use std::fmt;
 use std::str::FromStr;
@@ -188,6 +198,11 @@ impl fmt::Debug for PostgresAdapter {
 impl PostgresAdapter {
     /// Connects to `url` (`postgres://user@host:port/db` or key=value form) with the
     /// default [`PgOptions`], running migrations.
+    ///
+    /// TLS follows the URL's `sslmode` and `sslrootcert`, as in libpq (see the
+    /// module docs): `postgres://app@db.example/app?sslmode=verify-full` checks the
+    /// server's certificate against Mozilla's roots and its name;
+    /// `…&sslrootcert=/etc/idemkit/db-ca.pem` trusts that CA bundle instead.
     pub fn connect(url: &str) -> Result<PostgresAdapter, PgError> {
         PostgresAdapter::connect_with(url, PgOptions::default())
     }
@@ -196,14 +211,21 @@ impl PostgresAdapter {
     /// the server cannot be reached within `options.connect_timeout`.
     pub fn connect_with(url: &str, options: PgOptions) -> Result<PostgresAdapter, PgError> {
         let sql = Sql::new(options.schema.as_deref())?;
-        let mut config = postgres::Config::from_str(url).map_err(|e| PgError::Config {
+        // TLS as the URL's `sslmode` and `sslrootcert` ask (see `tls`).
+        let (driver_url, tls) = tls::split(url)?;
+        let mut config = postgres::Config::from_str(&driver_url).map_err(|e| PgError::Config {
             detail: format!("bad PostgreSQL URL: {e}"),
         })?;
+        let tls = tls::connector(&tls)?;
         config.connect_timeout(options.connect_timeout);
         config.application_name("idemkit");
-        let listen =
-            listen::Target::new(config.clone(), sql.channel.clone(), options.connect_timeout);
-        let manager = pool::Manager::new(config, options.validate_after_idle);
+        let listen = listen::Target::new(
+            config.clone(),
+            tls.clone(),
+            sql.channel.clone(),
+            options.connect_timeout,
+        );
+        let manager = pool::Manager::new(config, tls, options.validate_after_idle);
         let pool = r2d2::Pool::builder()
             .max_size(options.pool_size.max(1))
             .min_idle(Some(0))

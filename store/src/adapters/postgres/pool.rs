@@ -21,9 +21,9 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use postgres::NoTls;
 use r2d2::ManageConnection;
 use r2d2_postgres::PostgresConnectionManager;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The pool of a [`super::PostgresAdapter`].
 pub(crate) type Pool = r2d2::Pool<Manager>;
@@ -103,19 +103,32 @@ impl Prepared {
 }
 
 /// Makes, checks and retires the pool's connections.
-#[derive(Debug)]
 pub(crate) struct Manager {
-    inner: PostgresConnectionManager<NoTls>,
+    inner: PostgresConnectionManager<MakeRustlsConnect>,
     /// Connections idle for less than this, returned since the last break, are
     /// handed out unchecked.
     check_after_idle: Duration,
     breaks: Breaks,
 }
 
+// r2d2 wants a Debug manager; the TLS connector has none to give.
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("check_after_idle", &self.check_after_idle)
+            .field("breaks", &self.breaks)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Manager {
-    pub(crate) fn new(config: postgres::Config, check_after_idle: Duration) -> Manager {
+    pub(crate) fn new(
+        config: postgres::Config,
+        tls: MakeRustlsConnect,
+        check_after_idle: Duration,
+    ) -> Manager {
         Manager {
-            inner: PostgresConnectionManager::new(config, NoTls),
+            inner: PostgresConnectionManager::new(config, tls),
             check_after_idle,
             breaks: Breaks::default(),
         }
@@ -131,20 +144,20 @@ impl Manager {
 
 impl ManageConnection for Manager {
     type Connection = Pooled;
-    type Error = postgres::Error;
+    type Error = ConnectError;
 
-    fn connect(&self) -> Result<Pooled, postgres::Error> {
+    fn connect(&self) -> Result<Pooled, ConnectError> {
         Ok(Pooled {
-            client: self.inner.connect()?,
+            client: self.inner.connect().map_err(ConnectError)?,
             returned_at: Instant::now(),
             prepared: Prepared::default(),
         })
     }
 
     /// Called at checkout (when the store validates connections).
-    fn is_valid(&self, conn: &mut Pooled) -> Result<(), postgres::Error> {
+    fn is_valid(&self, conn: &mut Pooled) -> Result<(), ConnectError> {
         if self.needs_check(conn) {
-            self.inner.is_valid(&mut conn.client)
+            self.inner.is_valid(&mut conn.client).map_err(ConnectError)
         } else {
             Ok(())
         }
@@ -158,6 +171,25 @@ impl ManageConnection for Manager {
             self.breaks.record();
         }
         broken
+    }
+}
+
+/// A connection that could not be made or checked, shown with its causes: the
+/// pool reports only what an error displays, and the driver's own message
+/// leaves out why (the refused connection, the certificate a TLS handshake
+/// rejected).
+#[derive(Debug)]
+pub(crate) struct ConnectError(postgres::Error);
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&super::error::with_causes(&self.0))
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
     }
 }
 
