@@ -117,9 +117,13 @@ struct Args {
     max_wait_s: u64,
     /// How long a client may take to send a request's head, in milliseconds:
     /// a head not complete by then (or an idle keep-alive connection) is closed.
-    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_HEADER_READ_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     header_read_timeout_ms: u64,
 }
+
+/// The library's request-head deadline (whole seconds), as the flag's default.
+const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 =
+    idemkit::http::DEFAULT_HEADER_READ_TIMEOUT.as_secs() * 1000;
 
 struct App {
     store: Store,
