@@ -101,8 +101,10 @@ pub(crate) fn emit<F: FnMut(&mut Vec<u8>)>(
     let bytes = plan.text.as_bytes();
     let mut numbers = NumberScratch::default();
     let mut number_text = String::new();
-    let mut kinds: Vec<u8> = Vec::new();
-    let mut sorted: Vec<SortedFrame> = Vec::new();
+    // As in the plan: room for a request body's few levels at once.
+    let room = |per: usize| if bytes.len() < 64 { 0 } else { per };
+    let mut kinds: Vec<u8> = Vec::with_capacity(room(8));
+    let mut sorted: Vec<SortedFrame> = Vec::with_capacity(room(4));
     let mut plan_cursor = 0;
     let mut pos = at;
     let mut step = Step::Value;

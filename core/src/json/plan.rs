@@ -33,11 +33,11 @@ pub(crate) enum Offsets {
 }
 
 impl Offsets {
-    fn for_input(len: usize) -> Self {
+    fn for_input(len: usize, capacity: usize) -> Self {
         if u32::try_from(len).is_ok() {
-            Offsets::Narrow(Vec::new())
+            Offsets::Narrow(Vec::with_capacity(capacity))
         } else {
-            Offsets::Wide(Vec::new())
+            Offsets::Wide(Vec::with_capacity(capacity))
         }
     }
 
@@ -123,11 +123,11 @@ enum Triples {
 }
 
 impl Triples {
-    fn for_input(len: usize) -> Self {
+    fn for_input(len: usize, capacity: usize) -> Self {
         if u32::try_from(len).is_ok() {
-            Triples::Narrow(Vec::new())
+            Triples::Narrow(Vec::with_capacity(capacity))
         } else {
-            Triples::Wide(Vec::new())
+            Triples::Wide(Vec::with_capacity(capacity))
         }
     }
 
@@ -309,6 +309,11 @@ pub(crate) fn plan<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<P
     if text.starts_with('\u{feff}') {
         return Err(JsonError::new(JsonErrorKind::LeadingBom, 0, String::new()));
     }
+    // A document of a few hundred bytes (a typical request body) fills these
+    // with a handful of entries each: reserving that much at once spares the
+    // growth from 0 to 4 to 8 to 16, which cost a fingerprint of 750 bytes
+    // about a tenth of its time. Wide objects still grow as needed.
+    let room = |per: usize| if input.len() < 64 { 0 } else { per };
     let mut p = Parser {
         bytes: text.as_bytes(),
         text,
@@ -316,16 +321,16 @@ pub(crate) fn plan<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<P
         opts,
         strict: opts.profile == Profile::Strict,
         pos: 0,
-        kinds: Vec::new(),
-        frames: Offsets::for_input(input.len()),
-        names: Offsets::for_input(input.len()),
-        objects: Triples::for_input(input.len()),
-        members: Offsets::for_input(input.len()),
-        near: Vec::new(),
+        kinds: Vec::with_capacity(room(8)),
+        frames: Offsets::for_input(input.len(), room(8)),
+        names: Offsets::for_input(input.len(), room(16)),
+        objects: Triples::for_input(input.len(), room(8)),
+        members: Offsets::for_input(input.len(), 0),
+        near: Vec::with_capacity(room(32)),
         number_text: String::new(),
         numbers: NumberScratch::default(),
-        last_names: Vec::new(),
-        last_order: Vec::new(),
+        last_names: Vec::with_capacity(room(16)),
+        last_order: Vec::with_capacity(room(16)),
     };
     let root = p.run()?;
     // Recorded as they closed (inner first); pass 2 looks them up by offset.
