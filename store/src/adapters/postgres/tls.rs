@@ -428,6 +428,36 @@ mod tests {
         assert!(e.to_string().contains("sslrootcert"), "{e}");
     }
 
+    proptest::proptest! {
+        /// What the key=value form is written back as parses to the same values,
+        /// whatever quotes, backslashes and spaces they hold.
+        #[test]
+        fn key_values_written_back_keep_every_value(
+            user in "[a-z][a-z0-9_]{0,8}",
+            password in "[ -~]{0,24}",
+            dbname in "[ -~]{1,16}",
+            mode in proptest::sample::select(vec!["disable", "prefer", "require", "verify-ca", "verify-full"]),
+        ) {
+            let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+            let url = format!(
+                "user={user} password={} dbname={} sslmode={mode} sslrootcert={}",
+                quote(&password), quote(&dbname), quote("/etc/ca dir/ca.pem"),
+            );
+            let (rest, tls) = split(&url).unwrap();
+            let config: postgres::Config = rest.parse().unwrap();
+            proptest::prop_assert_eq!(config.get_user(), Some(user.as_str()));
+            proptest::prop_assert_eq!(config.get_password(), Some(password.as_bytes()));
+            proptest::prop_assert_eq!(config.get_dbname(), Some(dbname.as_str()));
+            proptest::prop_assert_eq!(tls.roots.as_deref(), Some(Path::new("/etc/ca dir/ca.pem")));
+            let verify = match mode {
+                "verify-ca" => Verify::Chain,
+                "verify-full" => Verify::ChainAndName,
+                _ => Verify::Nothing,
+            };
+            proptest::prop_assert_eq!(tls.verify, verify);
+        }
+    }
+
     #[test]
     fn a_roots_file_without_certificates_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
