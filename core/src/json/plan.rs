@@ -123,11 +123,11 @@ enum Triples {
 }
 
 impl Triples {
-    fn for_input(len: usize, capacity: usize) -> Self {
+    fn for_input(len: usize) -> Self {
         if u32::try_from(len).is_ok() {
-            Triples::Narrow(Vec::with_capacity(capacity))
+            Triples::Narrow(Vec::new())
         } else {
-            Triples::Wide(Vec::with_capacity(capacity))
+            Triples::Wide(Vec::new())
         }
     }
 
@@ -135,6 +135,20 @@ impl Triples {
         match self {
             Triples::Narrow(x) => x.push(t.map(|v| u32::try_from(v).unwrap_or(u32::MAX))),
             Triples::Wide(x) => x.push(t),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Triples::Narrow(x) => x.is_empty(),
+            Triples::Wide(x) => x.is_empty(),
+        }
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        match self {
+            Triples::Narrow(x) => x.reserve(additional),
+            Triples::Wide(x) => x.reserve(additional),
         }
     }
 
@@ -276,6 +290,10 @@ struct Parser<'a, 'o> {
     last_order: Vec<u32>,
 }
 
+/// How many reordered objects (and, times two, remembered names) room is made
+/// for when the first one is met.
+const FIRST_RESERVE: usize = 8;
+
 /// Objects with more members than this are sorted each time: the records an
 /// order is reused for are small, and a large one is unlikely to repeat.
 const REUSED_ORDER_MAX_MEMBERS: usize = 64;
@@ -311,8 +329,8 @@ pub(crate) fn plan<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<P
     }
     // A document of a few hundred bytes (a typical request body) fills these
     // with a handful of entries each: reserving that much at once spares the
-    // growth from 0 to 4 to 8 to 16, which cost a fingerprint of 750 bytes
-    // about a tenth of its time. Wide objects still grow as needed.
+    // growth from 0 to 4 to 8 to 16. The orders of reordered objects get their
+    // room when the first is met (`record_order`). Wide objects still grow.
     let room = |per: usize| if input.len() < 64 { 0 } else { per };
     let mut p = Parser {
         bytes: text.as_bytes(),
@@ -324,13 +342,13 @@ pub(crate) fn plan<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<P
         kinds: Vec::with_capacity(room(8)),
         frames: Offsets::for_input(input.len(), room(8)),
         names: Offsets::for_input(input.len(), room(16)),
-        objects: Triples::for_input(input.len(), room(8)),
+        objects: Triples::for_input(input.len()),
         members: Offsets::for_input(input.len(), 0),
-        near: Vec::with_capacity(room(32)),
+        near: Vec::new(),
         number_text: String::new(),
         numbers: NumberScratch::default(),
-        last_names: Vec::with_capacity(room(16)),
-        last_order: Vec::with_capacity(room(16)),
+        last_names: Vec::new(),
+        last_order: Vec::new(),
     };
     let root = p.run()?;
     // Recorded as they closed (inner first); pass 2 looks them up by offset.
@@ -650,6 +668,10 @@ impl Parser<'_, '_> {
             return Ok(());
         }
         let remember = len <= REUSED_ORDER_MAX_MEMBERS;
+        if remember && self.last_names.capacity() == 0 {
+            self.last_names.reserve(FIRST_RESERVE * 2);
+            self.last_order.reserve(FIRST_RESERVE * 2);
+        }
         if remember {
             self.last_names.clear();
             self.last_names
@@ -716,6 +738,12 @@ impl Parser<'_, '_> {
         } else {
             self.members.len()
         };
+        if self.objects.is_empty() {
+            // The first reordered object: a request body usually has a few more
+            // (the records of an array), so room for them is reserved at once.
+            self.objects.reserve(FIRST_RESERVE);
+            self.near.reserve(FIRST_RESERVE * 4);
+        }
         self.objects
             .push([key, (start << 1) | usize::from(near), len]);
         if near {
