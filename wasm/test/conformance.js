@@ -92,6 +92,19 @@ export function conformanceCases(idemkit, makeAdapter) {
     return provider;
   }
 
+  /**
+   * Sends `req` with a signal of the client's, waits for the handler's provider
+   * call, then hangs up. The handler's request signal at that moment, and the
+   * answer still to come.
+   */
+  async function hangUpDuring(idem, provider, req) {
+    const client = new AbortController();
+    const answer = idem.handle(new Request(req, { signal: client.signal }), provider.handler);
+    const signal = await provider.called;
+    client.abort();
+    return { answer, signal };
+  }
+
   async function problemOf(response, status, name) {
     assert.equal(response.status, status, `status of ${name}`);
     assert.equal(response.headers.get("content-type"), "application/problem+json");
@@ -930,36 +943,27 @@ export function conformanceCases(idemkit, makeAdapter) {
     ["a client that hangs up does not abort the handler's request: the outcome is recorded and replayed", async () => {
       const { idem } = await setup();
       const provider = providerCall();
-      const client = new AbortController();
-      const first = idem.handle(new Request(request("k-gone"), { signal: client.signal }), provider.handler);
-      const signal = await provider.called;
-      client.abort();
-      assert.equal(signal.aborted, false, "the handler's request signal is its own");
+      const first = await hangUpDuring(idem, provider, request("k-gone"));
+      assert.equal(first.signal.aborted, false, "the handler's request signal is its own");
       provider.answer();
-      assert.equal((await first).status, 201, "the first attempt's answer");
+      assert.equal((await first.answer).status, 201, "the first attempt's answer");
       const retry = await idem.handle(request("k-gone"), provider.handler);
       assert.equal(retry.headers.get("idempotent-replayed"), "true");
       assert.equal(provider.runs(), 1);
       // A request without a body keeps its own signal too.
-      const bare = new AbortController();
       const headers = { "idempotency-key": "k-gone-bare", "x-tenant": "acme" };
-      const second = idem.handle(new Request("https://api.test/payments", { method: "POST", headers, signal: bare.signal }), provider.handler);
-      const bareSignal = await provider.called;
-      bare.abort();
-      assert.equal(bareSignal.aborted, false, "a bodiless request's signal is its own");
+      const bare = await hangUpDuring(idem, provider, new Request("https://api.test/payments", { method: "POST", headers }));
+      assert.equal(bare.signal.aborted, false, "a bodiless request's signal is its own");
       provider.answer();
-      assert.equal((await second).status, 201);
+      assert.equal((await bare.answer).status, 201);
     }],
 
     ['onDisconnect "cancel": the handler sees the client hang up, and an external attempt it abandons is unknown', async () => {
       const { idem } = await setup({ onDisconnect: "cancel" });
       const provider = providerCall();
-      const client = new AbortController();
-      const first = idem.handle(new Request(request("k-cancel"), { signal: client.signal }), provider.handler);
-      const signal = await provider.called;
-      client.abort();
-      assert.equal(signal.aborted, true, "the handler's request carries the client's signal");
-      await assert.rejects(first, undefined, "the abandoned attempt's error propagates");
+      const first = await hangUpDuring(idem, provider, request("k-cancel"));
+      assert.equal(first.signal.aborted, true, "the handler's request carries the client's signal");
+      await assert.rejects(first.answer, undefined, "the abandoned attempt's error propagates");
       await problemOf(await idem.handle(request("k-cancel"), provider.handler), 409, "outcome-uncertain");
       assert.equal(provider.runs(), 1);
     }],

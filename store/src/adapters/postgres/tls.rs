@@ -208,32 +208,42 @@ pub(crate) fn connector(tls: &Tls) -> Result<MakeRustlsConnect, PgError> {
             detail: format!("TLS: {e}"),
         })?;
     let config = match tls.verify {
+        // The name is checked by rustls's own verifier, as a browser checks it.
+        Verify::ChainAndName => builder
+            .with_webpki_verifier(webpki(tls.roots.as_deref(), provider)?)
+            .with_no_client_auth(),
+        Verify::Chain => {
+            let chain = Some(webpki(tls.roots.as_deref(), Arc::clone(&provider))?);
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Checked { provider, chain }))
+                .with_no_client_auth()
+        }
         Verify::Nothing => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider)))
+            .with_custom_certificate_verifier(Arc::new(Checked {
+                provider,
+                chain: None,
+            }))
             .with_no_client_auth(),
-        Verify::Chain | Verify::ChainAndName => {
-            let roots = roots(tls.roots.as_deref())?;
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| PgError::Config {
-                    detail: format!("TLS: the roots to verify the server with: {e}"),
-                })?;
-            if tls.verify == Verify::ChainAndName {
-                builder.with_webpki_verifier(webpki).with_no_client_auth()
-            } else {
-                builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
-                    .with_no_client_auth()
-            }
-        }
     };
     Ok(MakeRustlsConnect::new(config))
 }
 
+/// rustls's verifier of the chain and the name, trusting `roots`.
+fn webpki(
+    roots: Option<&Path>,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<WebPkiServerVerifier>, PgError> {
+    WebPkiServerVerifier::builder_with_provider(Arc::new(root_store(roots)?), provider)
+        .build()
+        .map_err(|e| PgError::Config {
+            detail: format!("TLS: the roots to verify the server with: {e}"),
+        })
+}
+
 /// The roots in `file` (PEM), or Mozilla's.
-fn roots(file: Option<&Path>) -> Result<RootCertStore, PgError> {
+fn root_store(file: Option<&Path>) -> Result<RootCertStore, PgError> {
     let mut store = RootCertStore::empty();
     let Some(file) = file else {
         store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -257,61 +267,18 @@ fn roots(file: Option<&Path>) -> Result<RootCertStore, PgError> {
     Ok(store)
 }
 
-/// `prefer` and `require`: any certificate, but the handshake's signatures are
-/// still checked with it (the keys exchanged are the server's).
+/// Checks the server's certificate as [`Verify`] says: `chain` is `None` for
+/// `prefer` and `require` (any certificate), else the WebPKI verifier, whose
+/// "not valid for name" is forgiven under `verify-ca`. The handshake's
+/// signatures are checked with the certificate presented in every mode (the
+/// keys exchanged are the server's).
 #[derive(Debug)]
-struct EncryptOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Checked {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-/// `verify-ca`: the chain is verified, a name that differs is not an error.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Checked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -320,10 +287,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -337,7 +304,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -346,11 +314,14 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
