@@ -329,30 +329,29 @@ impl ServerCertVerifier for Checked {
 mod tests {
     use super::*;
 
-    fn split_ok(url: &str) -> (String, Tls) {
-        split(url).unwrap_or_else(|e| panic!("{url}: {e}"))
+    /// `url` splits into `rest` for the driver and the TLS settings given.
+    fn assert_split(url: &str, rest: &str, verify: Verify, roots: Option<&str>) {
+        let split = split(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let tls = Tls {
+            verify,
+            roots: roots.map(PathBuf::from),
+        };
+        assert_eq!(split, (rest.to_owned(), tls), "{url}");
     }
 
     #[test]
     fn verify_modes_become_require_for_the_driver_and_the_roots_file_is_taken_out() {
-        let (rest, tls) = split_ok(
+        assert_split(
             "postgres://u:p@db.example:5432/app?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&application_name=x",
+            "postgres://u:p@db.example:5432/app?sslmode=require&application_name=x",
+            Verify::ChainAndName,
+            Some("/etc/ca.pem"),
         );
-        assert_eq!(
-            rest,
-            "postgres://u:p@db.example:5432/app?sslmode=require&application_name=x"
-        );
-        assert_eq!(tls.verify, Verify::ChainAndName);
-        assert_eq!(tls.roots.as_deref(), Some(Path::new("/etc/ca.pem")));
-
-        let (rest, tls) = split_ok("postgresql://db/app?sslrootcert=system&sslmode=verify-ca");
-        assert_eq!(rest, "postgresql://db/app?sslmode=require");
-        assert_eq!(
-            tls,
-            Tls {
-                verify: Verify::Chain,
-                roots: None
-            }
+        assert_split(
+            "postgresql://db/app?sslrootcert=system&sslmode=verify-ca",
+            "postgresql://db/app?sslmode=require",
+            Verify::Chain,
+            None,
         );
     }
 
@@ -360,28 +359,21 @@ mod tests {
     fn the_driver_s_own_modes_pass_through_unchecked_certificates() {
         for mode in ["disable", "prefer", "require"] {
             let url = format!("postgres://db/app?sslmode={mode}");
-            let (rest, tls) = split_ok(&url);
-            assert_eq!(rest, url);
-            assert_eq!(tls.verify, Verify::Nothing);
+            assert_split(&url, &url, Verify::Nothing, None);
         }
-        let (rest, tls) = split_ok("postgres://db/app");
-        assert_eq!(
-            (rest.as_str(), tls.verify),
-            ("postgres://db/app", Verify::Nothing)
+        assert_split(
+            "postgres://db/app",
+            "postgres://db/app",
+            Verify::Nothing,
+            None,
         );
     }
 
     #[test]
     fn the_key_value_form_is_split_and_written_back_quoted() {
-        let (rest, tls) = split_ok(
-            "host=db.example  port = 5432 password='it\\'s secret' sslmode=verify-full sslrootcert='/etc/my ca.pem'",
-        );
-        assert_eq!(
-            rest,
-            "host='db.example' port='5432' password='it\\'s secret' sslmode='require'"
-        );
-        assert_eq!(tls.verify, Verify::ChainAndName);
-        assert_eq!(tls.roots.as_deref(), Some(Path::new("/etc/my ca.pem")));
+        let url = "host=db.example  port = 5432 password='it\\'s secret' sslmode=verify-full sslrootcert='/etc/my ca.pem'";
+        let rest = "host='db.example' port='5432' password='it\\'s secret' sslmode='require'";
+        assert_split(url, rest, Verify::ChainAndName, Some("/etc/my ca.pem"));
         // What is written back parses as the same settings.
         let config: postgres::Config = rest.parse().unwrap();
         assert_eq!(config.get_password(), Some(&b"it's secret"[..]));
