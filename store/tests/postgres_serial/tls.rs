@@ -8,6 +8,8 @@
 //! that names the certificate. Both the pool's connections and the listener's
 //! are checked for encryption on the server's side (`pg_stat_ssl`).
 
+#![cfg(feature = "postgres")]
+
 use crate::support::pg as pg_support;
 
 use std::path::{Path, PathBuf};
