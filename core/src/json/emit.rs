@@ -102,7 +102,12 @@ pub(crate) fn emit<F: FnMut(&mut Vec<u8>)>(
     let mut numbers = NumberScratch::default();
     let mut number_text = String::new();
     // As in the plan: room for a request body's few levels at once.
-    let mut kinds: Vec<u8> = Vec::with_capacity(if bytes.len() < 64 { 0 } else { 8 });
+    let room = if bytes.len() < super::plan::RESERVE_FROM_BYTES {
+        0
+    } else {
+        8
+    };
+    let mut kinds: Vec<u8> = Vec::with_capacity(room);
     let mut sorted: Vec<SortedFrame> = Vec::new();
     let mut plan_cursor = 0;
     let mut pos = at;

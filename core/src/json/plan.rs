@@ -290,6 +290,10 @@ struct Parser<'a, 'o> {
     last_order: Vec<u32>,
 }
 
+/// Inputs from this size on get their parse stacks' room up front (here and in
+/// [`super::emit`]); smaller ones grow only what they use.
+pub(crate) const RESERVE_FROM_BYTES: usize = 64;
+
 /// How many reordered objects (and, times two, remembered names) room is made
 /// for when the first one is met.
 const FIRST_RESERVE: usize = 8;
@@ -331,7 +335,13 @@ pub(crate) fn plan<'a>(input: &'a [u8], opts: &CanonicalizeOptions) -> PResult<P
     // with a handful of entries each: reserving that much at once spares the
     // growth from 0 to 4 to 8 to 16. The orders of reordered objects get their
     // room when the first is met (`record_order`). Wide objects still grow.
-    let room = |per: usize| if input.len() < 64 { 0 } else { per };
+    let room = |per: usize| {
+        if input.len() < RESERVE_FROM_BYTES {
+            0
+        } else {
+            per
+        }
+    };
     let mut p = Parser {
         bytes: text.as_bytes(),
         text,

@@ -186,9 +186,10 @@ fn percent_decode(s: &str) -> Option<String> {
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {
         if b == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            // Two hex digits exactly (`from_str_radix` alone would take `%+F`).
+            let digit = |k: usize| bytes.get(k).and_then(|&h| char::from(h).to_digit(16));
+            let (hi, lo) = (digit(i + 1)?, digit(i + 2)?);
+            out.push(u8::try_from(hi * 16 + lo).ok()?);
             i += 3;
         } else {
             out.push(b);
@@ -388,6 +389,8 @@ mod tests {
         let e = split("host").unwrap_err();
         assert!(e.to_string().contains("`host` has no `=`"), "{e}");
         let e = split("postgres://db/app?sslrootcert=%ZZ").unwrap_err();
+        assert!(e.to_string().contains("sslrootcert"), "{e}");
+        let e = split("postgres://db/app?sslrootcert=%+F").unwrap_err();
         assert!(e.to_string().contains("sslrootcert"), "{e}");
     }
 
