@@ -7,6 +7,7 @@ mod support;
 
 mod postgres {
     mod a_new_key_is_claimed_with_one_insert;
+    mod a_silent_network_fails_calls_instead_of_holding_them;
     mod announcements;
     mod appointments_notes_sigkill;
     mod cli_operator;

@@ -77,6 +77,15 @@
 //!   `system`, Mozilla's roots are trusted. The pool's connections and the
 //!   listener's are made alike. Client certificates are not supported.
 //!
+//! - **a network gone silent** (`liveness.rs`): a partition or a firewall that
+//!   drops packets without a word fails the calls it holds with
+//!   [`PgError::Unavailable`] after about
+//!   [`PgOptions::dead_connection_timeout`] (10 s by default), where TCP alone
+//!   would hold them for 15 minutes or more: the connections' `TCP_USER_TIMEOUT`
+//!   and keepalives are set from it, unless the URL sets its own
+//!   (`tcp_user_timeout`, `keepalives_idle`, …). A statement that runs long is
+//!   never cut: the server's host acknowledges it and answers the probes.
+//!
 //! The pool is `r2d2` over the synchronous `postgres` driver, because the
 //! adapter seam is synchronous; async services call the store from
 //! `spawn_blocking`, as they do over redb. It checks a connection before
@@ -86,9 +95,11 @@
 mod clock;
 mod error;
 mod listen;
+mod liveness;
 mod pool;
 mod schema;
 mod tls;
+mod url;
 
 use std::fmt;
 use std::str::FromStr;
@@ -157,6 +168,19 @@ pub struct PgOptions {
     /// idle one suspect, and a read whose connection broke is retried once on
     /// another: the restart costs no operation.
     pub validate_after_idle: Duration,
+    /// How long a connection may hear nothing from the server's host (no
+    /// acknowledgement of what it sent, no answer to a keepalive probe) before it
+    /// is given up as dead and its call fails with [`PgError::Unavailable`]
+    /// (default 10 s). Without it, a network that drops packets silently holds a
+    /// store call, and the request waiting on it, until TCP gives up: about 15
+    /// minutes to resend a statement, 2 hours of keepalive idle for one waiting
+    /// on its answer. It sets the connections' `TCP_USER_TIMEOUT` (Linux) and
+    /// their keepalives (probes after half of it, then every quarter), except
+    /// what the URL sets itself: `tcp_user_timeout`, or any of `keepalives`,
+    /// `keepalives_idle`, `keepalives_interval`, `keepalives_retries`. A slow
+    /// statement is not cut short: the server's host acknowledges it and answers
+    /// the probes while it runs. `Duration::ZERO` leaves the system's defaults.
+    pub dead_connection_timeout: Duration,
 }
 
 impl Default for PgOptions {
@@ -168,6 +192,7 @@ impl Default for PgOptions {
             migrations: Migrations::Run,
             validate_connections: true,
             validate_after_idle: Duration::from_secs(1),
+            dead_connection_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -212,12 +237,14 @@ impl PostgresAdapter {
     pub fn connect_with(url: &str, options: PgOptions) -> Result<PostgresAdapter, PgError> {
         let sql = Sql::new(options.schema.as_deref())?;
         // TLS as the URL's `sslmode` and `sslrootcert` ask (see `tls`).
-        let (driver_url, tls) = tls::split(url)?;
-        let mut config = postgres::Config::from_str(&driver_url).map_err(|e| PgError::Config {
-            detail: format!("bad PostgreSQL URL: {e}"),
-        })?;
-        let tls = tls::connector(&tls)?;
+        let url = url::split(url)?;
+        let mut config =
+            postgres::Config::from_str(&url.driver_url).map_err(|e| PgError::Config {
+                detail: format!("bad PostgreSQL URL: {e}"),
+            })?;
+        let tls = tls::connector(&url.tls)?;
         config.connect_timeout(options.connect_timeout);
+        liveness::apply(&mut config, options.dead_connection_timeout, &url);
         config.application_name("idemkit");
         let listen = listen::Target::new(
             config.clone(),
