@@ -9,5 +9,6 @@ mod proxy {
     mod mcp_gateway;
     mod mcp_sdk_end_to_end;
     mod operator_console;
+    mod to_an_https_upstream;
     mod what_it_trusts;
 }

@@ -233,6 +233,18 @@ impl Upstream {
     }
 
     pub(crate) fn start_on(addr: SocketAddr, delay: Duration) -> Upstream {
+        Upstream::serving(addr, delay, |listener, app| async move {
+            axum::serve(listener, app).await.unwrap();
+        })
+    }
+
+    /// The upstream's routes, served by `serve` (a TLS front, say) on a
+    /// listener bound to `addr`.
+    pub(crate) fn serving<F, Serving>(addr: SocketAddr, delay: Duration, serve: F) -> Upstream
+    where
+        F: FnOnce(tokio::net::TcpListener, Router) -> Serving,
+        Serving: std::future::Future<Output = ()> + Send + 'static,
+    {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -261,7 +273,7 @@ impl Upstream {
             .block_on(tokio::net::TcpListener::bind(addr))
             .unwrap();
         let addr = listener.local_addr().unwrap();
-        runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+        runtime.spawn(serve(listener, app));
         Upstream {
             addr,
             seen,

@@ -26,6 +26,7 @@ mod exit;
 mod fingerprint_cmd;
 mod input;
 mod key_cmd;
+mod log;
 #[cfg(feature = "axum")]
 mod mcp;
 mod migrate_cmd;
@@ -128,6 +129,10 @@ fn main() -> ExitCode {
             return ExitCode::from(if probing { probe::USAGE } else { exit::USAGE });
         }
     };
+    if let Err(e) = log::init() {
+        eprintln!("idemkit: {e}");
+        return ExitCode::from(exit::USAGE);
+    }
     match cli.command {
         Command::Call(args) => call_cmd::run(args),
         Command::Key(cmd) => key_cmd::run(cmd),

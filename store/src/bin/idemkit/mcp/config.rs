@@ -19,12 +19,16 @@ use crate::proxy::config::{
     AdminKeys, ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice, StoreSection,
     TenantRule, TenantSection, admin_token, audit_log, check_addr, store_choice, tenant_rule,
 };
+use crate::proxy::upstream_tls::UpstreamTls;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<Spanned<String>>,
     upstream: Option<Spanned<String>>,
+    /// The PEM roots an `https://` upstream's certificate must chain to
+    /// (default: Mozilla's).
+    upstream_ca_file: Option<Spanned<PathBuf>>,
     admin: Option<Spanned<String>>,
     admin_token: Option<Spanned<String>>,
     admin_token_file: Option<Spanned<PathBuf>>,
@@ -109,6 +113,9 @@ pub(crate) struct McpConfig {
     /// The MCP server's Streamable HTTP endpoint; `None` for stdio, where the
     /// server is a child process.
     pub(crate) upstream: Option<http::Uri>,
+    /// For an `https://` upstream: how its connections are encrypted and its
+    /// certificate checked.
+    pub(crate) upstream_tls: Option<UpstreamTls>,
     pub(crate) admin: Option<String>,
     pub(crate) admin_token: Option<String>,
     /// The audit log of operators' resolves (`audit_log`, or beside a redb
@@ -205,6 +212,21 @@ pub(crate) fn parse(
     } else {
         Some(upstream_uri(&src, upstream, raw.upstream.as_ref())?)
     };
+    let ca_file = raw.upstream_ca_file.as_ref();
+    let upstream_tls = match (&upstream, ca_file) {
+        (Some(uri), _) => UpstreamTls::for_upstream(uri, ca_file.map(|f| f.get_ref().as_path()))
+            .map_err(|e| {
+                let span = ca_file.map(Spanned::span);
+                src.at(span.or_else(|| raw.upstream.as_ref().map(Spanned::span)), e)
+            })?,
+        (None, Some(file)) => {
+            return Err(src.at(
+                Some(file.span()),
+                "upstream_ca_file: over stdio the server is a child process, with no TLS to check",
+            ));
+        }
+        (None, None) => None,
+    };
     if let Some(admin) = &raw.admin {
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
@@ -275,6 +297,7 @@ pub(crate) fn parse(
     Ok(McpConfig {
         listen,
         upstream,
+        upstream_tls,
         admin: raw.admin.map(Spanned::into_inner),
         admin_token,
         audit_log: audit_log(raw.audit_log, &store),
@@ -317,12 +340,15 @@ fn upstream_uri(
     let uri: http::Uri = text
         .parse()
         .map_err(|e| src.at(span.clone(), format!("upstream {text:?}: {e}")))?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() || uri.query().is_some() {
+    if !matches!(uri.scheme_str(), Some("http" | "https"))
+        || uri.authority().is_none()
+        || uri.query().is_some()
+    {
         return Err(src.at(
             span,
             format!(
-                "upstream {text:?}: expected http://host:port/path (no query; TLS to the \
-                 upstream is not supported)"
+                "upstream {text:?}: expected http://host:port/path or https://host[:port]/path \
+                 (no query)"
             ),
         ));
     }
@@ -445,6 +471,25 @@ header = "X-Tenant-Id"
             .map(|_| ())
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn an_https_upstream_is_checked_and_a_ca_file_needs_one() {
+        let https = BASE.replace("http://127.0.0.1:3000/mcp", "https://tools.example.com/mcp");
+        let config = parse(Path::new("mcp.toml"), &https, None, None, false, &|_| None).unwrap();
+        let tls = config.upstream_tls.expect("TLS for an https:// upstream");
+        assert_eq!(format!("{:?}", tls.name), "DnsName(\"tools.example.com\")");
+        let e = refusal(&BASE.replace("http://", "ftp://"), false);
+        assert!(
+            e.contains("expected http://host:port/path or https://"),
+            "{e}"
+        );
+        let stdio = format!(
+            "upstream_ca_file = \"/etc/ca.pem\"\n{}",
+            BASE.replace("header = \"X-Tenant-Id\"", "fixed = \"acme\"")
+        );
+        let e = refusal(&stdio, true);
+        assert!(e.starts_with("mcp.toml:1: upstream_ca_file"), "{e}");
     }
 
     #[test]

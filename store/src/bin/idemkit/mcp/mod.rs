@@ -152,8 +152,9 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     let Some(upstream) = config.upstream.clone() else {
         return Err("no upstream to serve".to_owned());
     };
+    let upstream_tls = config.upstream_tls.clone();
     let origin: ::http::Uri = match upstream.authority() {
-        Some(authority) => format!("http://{authority}")
+        Some(authority) => format!("{}://{authority}", upstream.scheme_str().unwrap_or("http"))
             .parse()
             .map_err(|e| format!("upstream {upstream}: {e}"))?,
         None => return Err(format!("upstream {upstream}: no host")),
@@ -171,7 +172,7 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     let gateway = Arc::new(Gateway::new(config, Some(store), metrics));
     let front = Arc::new(http::HttpGateway {
         gateway,
-        upstream: Upstream::new(&origin),
+        upstream: Upstream::new(&origin, upstream_tls),
         endpoint: endpoint.clone(),
         tenant,
         loopback: addr.ip().is_loopback(),

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::upstream_tls::UpstreamTls;
 use idemkit::core::fingerprint::{ContentKind, FingerprintSpec};
 use idemkit::core::http::ReplayedHeaders;
 use idemkit::core::machine::{MismatchStatus, Policy, StorePolicy};
@@ -40,6 +41,9 @@ impl fmt::Display for ConfigError {
 struct FileConfig {
     listen: Option<Spanned<String>>,
     upstream: Option<Spanned<String>>,
+    /// The PEM roots an `https://` upstream's certificate must chain to
+    /// (default: Mozilla's).
+    upstream_ca_file: Option<Spanned<PathBuf>>,
     admin: Option<Spanned<String>>,
     admin_token: Option<Spanned<String>>,
     admin_token_file: Option<Spanned<PathBuf>>,
@@ -213,6 +217,9 @@ pub(crate) struct Route {
 pub(crate) struct ProxyConfig {
     pub(crate) listen: String,
     pub(crate) upstream: http::Uri,
+    /// For an `https://` upstream: how its connections are encrypted and its
+    /// certificate checked.
+    pub(crate) upstream_tls: Option<UpstreamTls>,
     pub(crate) admin: Option<String>,
     /// At least [`MIN_SECRET_BYTES`]; `None` only with `admin_insecure_no_token`
     /// on a loopback address.
@@ -343,12 +350,22 @@ pub(crate) fn parse(
             format!("upstream {upstream_text:?}: {e}"),
         )
     })?;
-    if upstream_uri.scheme_str() != Some("http") || upstream_uri.authority().is_none() {
+    if !matches!(upstream_uri.scheme_str(), Some("http" | "https"))
+        || upstream_uri.authority().is_none()
+    {
         return Err(src.at(
             upstream_span,
-            format!("upstream {upstream_text:?}: expected http://host:port (TLS to the upstream is not supported)"),
+            format!("upstream {upstream_text:?}: expected http://host:port or https://host[:port]"),
         ));
     }
+    let upstream_tls = UpstreamTls::for_upstream(
+        &upstream_uri,
+        raw.upstream_ca_file.as_ref().map(|f| f.get_ref().as_path()),
+    )
+    .map_err(|e| {
+        let span = raw.upstream_ca_file.as_ref().map(Spanned::span);
+        src.at(span.or(upstream_span), e)
+    })?;
     if let Some(admin) = &raw.admin {
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
@@ -411,6 +428,7 @@ pub(crate) fn parse(
     Ok(ProxyConfig {
         listen,
         upstream: upstream_uri,
+        upstream_tls,
         admin: raw.admin.map(Spanned::into_inner),
         admin_token,
         audit_log: audit_log(raw.audit_log, &store),
@@ -1001,6 +1019,15 @@ header = "X-Tenant-Id"
 "#;
 
     #[test]
+    fn an_https_upstream_is_checked_against_mozilla_s_roots_and_its_host_name() {
+        let config =
+            parsed(&BASE.replace("http://127.0.0.1:9000", "https://api.example.com")).unwrap();
+        let tls = config.upstream_tls.expect("TLS for an https:// upstream");
+        assert_eq!(format!("{:?}", tls.name), "DnsName(\"api.example.com\")");
+        assert!(parsed(BASE).unwrap().upstream_tls.is_none());
+    }
+
+    #[test]
     fn the_request_head_deadline_defaults_to_thirty_seconds_and_is_never_zero() {
         assert_eq!(
             parsed(BASE).unwrap().header_read_timeout,
@@ -1282,8 +1309,25 @@ header = "X-Tenant-Id"
             no_upstream,
             "proxy.toml: missing `upstream` (the API behind the proxy, e.g. \"http://127.0.0.1:9000\"), or pass --upstream"
         );
-        let tls = refusal(&BASE.replace("http://127.0.0.1:9000", "https://api.example.com"));
-        assert!(tls.starts_with("proxy.toml:3: upstream"), "{tls}");
+        let scheme = refusal(&BASE.replace("http://127.0.0.1:9000", "ftp://api.example.com"));
+        assert!(scheme.starts_with("proxy.toml:3: upstream"), "{scheme}");
+        let ca_for_plain = refusal(&BASE.replace(
+            "upstream = \"http://127.0.0.1:9000\"\n",
+            "upstream = \"http://127.0.0.1:9000\"\nupstream_ca_file = \"/etc/ca.pem\"\n",
+        ));
+        assert!(
+            ca_for_plain.starts_with("proxy.toml:4: upstream_ca_file /etc/ca.pem: the upstream")
+                && ca_for_plain.contains("is not https://"),
+            "{ca_for_plain}"
+        );
+        let missing_ca = refusal(&BASE.replace(
+            "upstream = \"http://127.0.0.1:9000\"\n",
+            "upstream = \"https://api.example.com\"\nupstream_ca_file = \"/nonexistent/ca.pem\"\n",
+        ));
+        assert!(
+            missing_ca.starts_with("proxy.toml:4: upstream_ca_file /nonexistent/ca.pem"),
+            "{missing_ca}"
+        );
         let two_stores = refusal(&BASE.replace(
             "path = \"proxy.redb\"",
             "path = \"a\"\npostgres = \"postgres://x\"",

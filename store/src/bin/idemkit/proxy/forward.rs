@@ -30,6 +30,7 @@ use idemkit::http::Execution;
 
 use super::config::Timeouts;
 use super::limits::Idle;
+use super::upstream_tls::UpstreamTls;
 
 /// Where the upstream is, and this worker's idle connections to it.
 ///
@@ -50,6 +51,8 @@ pub(crate) struct Upstream {
 struct Pool {
     /// `host:port`, resolved at each connect.
     address: String,
+    /// For an `https://` upstream: the handshake each new connection makes.
+    tls: Option<UpstreamTls>,
     idle: Mutex<Vec<SendRequest<Body>>>,
 }
 
@@ -69,19 +72,23 @@ enum SendFailure {
 }
 
 impl Upstream {
-    pub(crate) fn new(uri: &Uri) -> Upstream {
+    /// The upstream at `uri`, through `tls` when it is `https://` (see
+    /// [`UpstreamTls::for_upstream`]).
+    pub(crate) fn new(uri: &Uri, tls: Option<UpstreamTls>) -> Upstream {
         // config.rs refused an upstream without an authority.
         let authority = uri
             .authority()
             .cloned()
             .unwrap_or_else(|| http::uri::Authority::from_static("127.0.0.1"));
+        let default_port = if tls.is_some() { 443 } else { 80 };
         let address = match authority.port_u16() {
             Some(_) => authority.as_str().to_owned(),
-            None => format!("{}:80", authority.host()),
+            None => format!("{}:{default_port}", authority.host()),
         };
         Upstream {
             pool: Arc::new(Pool {
                 address,
+                tls,
                 idle: Mutex::new(Vec::new()),
             }),
             host: HeaderValue::from_str(authority.as_str())
@@ -110,6 +117,22 @@ impl Pool {
             .await
             .map_err(|e| format!("connect to {}: {e}", self.address))?;
         let _ = stream.set_nodelay(true);
+        let Some(tls) = &self.tls else {
+            return self.http1(stream).await;
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.config));
+        let stream = connector
+            .connect(tls.name.clone(), stream)
+            .await
+            .map_err(|e| format!("TLS handshake with {}: {e}", self.address))?;
+        self.http1(stream).await
+    }
+
+    /// HTTP/1.1 over `stream`, its connection driven by a task of its own.
+    async fn http1<S>(&self, stream: S) -> Result<SendRequest<Body>, String>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
         let (sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                 .await

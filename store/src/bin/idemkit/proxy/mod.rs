@@ -9,6 +9,7 @@ pub(crate) mod forward;
 mod limits;
 mod paths;
 pub(crate) mod tenant;
+pub(crate) mod upstream_tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -557,7 +558,7 @@ async fn worker(
     keep_the_next_timer_close(&shared.config);
     // One pool of upstream connections per worker, for every route.
     let passthrough = Arc::new(Forward {
-        upstream: Upstream::new(&shared.config.upstream),
+        upstream: Upstream::new(&shared.config.upstream, shared.config.upstream_tls.clone()),
         timeouts: shared.config.timeouts,
         forward_key: true,
         answers_as: None,
