@@ -30,6 +30,9 @@
 //! transaction as the record's completion, so it is exactly once; see
 //! `notes.rs`), `GET /appointments/{id}/notes`, `GET /health`. The OpenAPI document is `openapi.json` beside this file.
 
+// The `idemkit` binary's log: one level variable (IDEMKIT_LOG) for both.
+#[path = "../../src/bin/idemkit/log.rs"]
+mod log;
 mod mcp;
 mod notes;
 mod providers;
@@ -792,6 +795,12 @@ fn main() -> std::process::ExitCode {
         Arc::new(std::sync::atomic::AtomicBool::new(false)),
     );
     let args = Args::parse();
+    // The library's warnings, and with IDEMKIT_LOG=info each booking's line
+    // inside its request's span (key, log reference), on stderr.
+    if let Err(e) = log::init() {
+        eprintln!("appointments: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     match run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
