@@ -84,6 +84,11 @@ impl Drop for Appointments {
 /// A gateway in front of `service`'s MCP tools: the tenant is a digest of
 /// `Authorization` (as the service reads it), plus `extra` config.
 fn gateway_in_front(dir: &Path, service: &Appointments, extra: &str) -> Gateway {
+    gateway_to(dir, &service.mcp_url, extra)
+}
+
+/// [`gateway_in_front`] of the MCP server at `upstream`.
+fn gateway_to(dir: &Path, upstream: &str, extra: &str) -> Gateway {
     let config = dir.join("mcp.toml");
     std::fs::write(
         &config,
@@ -99,7 +104,6 @@ path = {store:?}
 from = "Authorization"
 secret = "the test gateway's tenant secret, 32+ bytes"
 "#,
-            upstream = service.mcp_url,
             store = dir.join("mcp.redb"),
         ),
     )
@@ -255,6 +259,53 @@ fn the_reference_service_books_once_for_many_calls_with_one_key() {
     let records = gateway.records(None);
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["operation"], "book_appointment");
+}
+
+/// The MCP server behind TLS (a front with a certificate a private CA issued
+/// for `localhost`): the gateway checks it against `upstream_ca_file` and its
+/// name, and one key still books once and replays.
+#[cfg(feature = "cli")]
+#[test]
+fn an_https_mcp_server_books_once_through_tls_checked_against_the_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Appointments::start(dir.path(), &[]);
+    let certificates = support::tls::localhost_certificates();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &certificates.ca).unwrap();
+    let (origin, path) = service.mcp_url["http://".len()..].split_once('/').unwrap();
+    let front = support::tls::Front::start(&certificates, origin.parse().unwrap());
+    let upstream = format!("https://localhost:{}/{path}", front.addr.port());
+    let gateway = gateway_to(
+        dir.path(),
+        &upstream,
+        &format!("upstream_ca_file = {ca_file:?}"),
+    );
+    let first = call(
+        &gateway,
+        "clinic-a",
+        1,
+        "book_appointment",
+        anna(),
+        Some("book-tls"),
+    );
+    assert_eq!(
+        first["result"]["structuredContent"]["status"], "confirmed",
+        "{first}"
+    );
+    let retry = call(
+        &gateway,
+        "clinic-a",
+        2,
+        "book_appointment",
+        anna(),
+        Some("book-tls"),
+    );
+    assert!(replayed(&retry), "{retry}");
+    assert_eq!(
+        retry["result"]["structuredContent"],
+        first["result"]["structuredContent"]
+    );
+    assert_eq!(service.bookings("clinic-a").len(), 1);
 }
 
 /// One key in two tenants' calls is two actions: each tenant's booking runs

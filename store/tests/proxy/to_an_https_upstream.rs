@@ -7,48 +7,16 @@
 use crate::support::idemkit_proxy as proxy_support;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::tls::{Certificates, acceptor, localhost_certificates};
 use proxy_support::{ProxyProcess, Upstream, config_with, post_withdrawal};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
 
-/// A CA (its PEM) and a certificate for `localhost` it issued (certificate
-/// and key, PEM).
-fn certificates() -> (String, String, String) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "idemkit test CA");
-    let ca = params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    // Named for `localhost` only: a connection to 127.0.0.1 does not match it.
-    let server = CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    (ca.pem(), server.pem(), key.serialize_pem())
-}
-
-/// The test upstream, serving only TLS with `certificate`.
-fn tls_upstream(certificate: &str, key: &str) -> Upstream {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from_pem_slice(certificate.as_bytes()).unwrap()],
-            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+/// The test upstream, serving only TLS with `certificates`.
+fn tls_upstream(certificates: &Certificates) -> Upstream {
+    let acceptor = acceptor(certificates);
     Upstream::serving(
         "127.0.0.1:0".parse().unwrap(),
         Duration::ZERO,
@@ -94,10 +62,10 @@ fn proxy(dir: &Path, upstream: &Upstream, url: &str, ca_file: Option<&Path>) -> 
 #[test]
 fn a_key_executes_once_through_tls_to_an_upstream_whose_certificate_is_checked() {
     let dir = tempfile::tempdir().unwrap();
-    let (ca, certificate, key) = certificates();
+    let certificates = localhost_certificates();
     let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, ca).unwrap();
-    let upstream = tls_upstream(&certificate, &key);
+    std::fs::write(&ca_file, &certificates.ca).unwrap();
+    let upstream = tls_upstream(&certificates);
     let url = format!("https://localhost:{}", upstream.addr.port());
     let proxy = proxy(dir.path(), &upstream, &url, Some(&ca_file));
 
@@ -118,10 +86,10 @@ fn a_key_executes_once_through_tls_to_an_upstream_whose_certificate_is_checked()
 #[test]
 fn a_certificate_the_proxy_cannot_trust_sends_nothing_and_releases_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let (ca, certificate, key) = certificates();
+    let certificates = localhost_certificates();
     let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, ca).unwrap();
-    let upstream = tls_upstream(&certificate, &key);
+    std::fs::write(&ca_file, &certificates.ca).unwrap();
+    let upstream = tls_upstream(&certificates);
     let port = upstream.addr.port();
 
     // Mozilla's roots do not hold the test CA; the CA is right but the host is

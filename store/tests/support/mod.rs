@@ -26,6 +26,8 @@ pub(crate) mod pg;
 pub(crate) mod proxy;
 pub(crate) mod readme;
 pub(crate) mod slow_clients;
+#[cfg(feature = "cli")]
+pub(crate) mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
