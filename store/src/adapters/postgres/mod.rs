@@ -176,7 +176,8 @@ pub struct PgOptions {
     /// minutes to resend a statement, 2 hours of keepalive idle for one waiting
     /// on its answer. It sets the connections' `TCP_USER_TIMEOUT` (Linux) and
     /// their keepalives (probes after half of it, then every quarter), except
-    /// what the URL sets itself: `tcp_user_timeout`, or any of `keepalives`,
+    /// what the URL sets itself: `tcp_user_timeout` (milliseconds, as libpq
+    /// reads it, where the driver alone would read seconds), or any of `keepalives`,
     /// `keepalives_idle`, `keepalives_interval`, `keepalives_retries`. A slow
     /// statement is not cut short: the server's host acknowledges it and answers
     /// the probes while it runs. `Duration::ZERO` leaves the system's defaults.
