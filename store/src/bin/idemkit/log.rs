@@ -24,6 +24,11 @@ pub(crate) fn init() -> Result<(), String> {
             .with_writer(std::io::stderr)
             .with_ansi(false)
             .with_target(false)
+            // A line that cannot be written (stderr a file on a full disk, or
+            // past the process's file-size limit) is lost, never reported
+            // with `eprintln!`, which panics when stderr fails: the request
+            // logging it would die with it.
+            .log_internal_errors(false)
             .init();
     }
     Ok(())
