@@ -429,6 +429,44 @@ pub struct Health {
     /// When a write last succeeded, or the store was last found writable, in
     /// this process, if known.
     pub last_writable: Option<SystemTime>,
+    /// How this process's waits on a running key end, if the store says
+    /// ([`Store::health`](crate::store::Store::health) does).
+    pub wakeups: Option<Wakeups>,
+}
+
+/// How a request waiting on a running key learns that its record left
+/// Running: what `/health` reports as `"wakeups"`. None of them makes a
+/// store unhealthy; a waiter that polls answers later, never wrongly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wakeups {
+    /// `in-process`: the store is this process's alone (a redb file it keeps
+    /// open, memory), so its own completions wake its waiters.
+    InProcess,
+    /// `not-started`: other processes write the store too, and nothing has
+    /// waited yet, so nothing listens for their completions (PostgreSQL's
+    /// listener starts with the first wait).
+    NotStarted,
+    /// `listening`: other processes' completions are announced to this one
+    /// (PostgreSQL `LISTEN`) and wake its waiters.
+    Listening,
+    /// `polling`: the announcements are not heard (PostgreSQL's listening
+    /// connection is down and reconnecting, or the store has none), so waiters
+    /// also poll their record.
+    Polling,
+}
+
+impl Wakeups {
+    /// The name `/health` gives it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wakeups::InProcess => "in-process",
+            Wakeups::NotStarted => "not-started",
+            Wakeups::Listening => "listening",
+            Wakeups::Polling => "polling",
+        }
+    }
 }
 
 impl Health {
@@ -461,6 +499,13 @@ impl Health {
         self
     }
 
+    /// The same, saying how waits end.
+    #[must_use]
+    pub fn wakeups(mut self, wakeups: Option<Wakeups>) -> Self {
+        self.wakeups = wakeups;
+        self
+    }
+
     /// Whether the store can write now.
     #[must_use]
     pub fn is_writable(&self) -> bool {
@@ -468,8 +513,9 @@ impl Health {
     }
 
     /// The health as JSON for a health endpoint: `{"status":"ok"|"unavailable",
-    /// "writable":…, "reason":…, "since_ms":…, "last_writable_ms":…}`, instants
-    /// in Unix milliseconds, absent fields left out.
+    /// "writable":…, "reason":…, "since_ms":…, "last_writable_ms":…,
+    /// "wakeups":…}`, instants in Unix milliseconds, [`Wakeups`] by
+    /// [`Wakeups::as_str`], absent fields left out.
     #[must_use]
     pub fn to_json(&self) -> String {
         let mut out: Vec<u8> = Vec::new();
@@ -489,6 +535,9 @@ impl Health {
                     .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                 out.extend_from_slice(format!(r#","{name}_ms":{ms}"#).as_bytes());
             }
+        }
+        if let Some(wakeups) = self.wakeups {
+            out.extend_from_slice(format!(r#","wakeups":"{}""#, wakeups.as_str()).as_bytes());
         }
         out.push(b'}');
         // Only ASCII and the reason's own UTF-8 were written.

@@ -27,8 +27,9 @@ use crate::store::{Health, Store};
 /// with `{"status":"ok","writable":true,…}`, or `503` with `Retry-After: 1` and
 /// `{"status":"unavailable","writable":false,"reason":…,"since_ms":…,
 /// "last_writable_ms":…}` while the store cannot write (a load balancer then
-/// stops sending it new requests, which would all be answered 503). Sets
-/// `idemkit_store_writable` in `metrics` if given.
+/// stops sending it new requests, which would all be answered 503). Both say
+/// how waits on a running key end (`"wakeups"`, [`crate::store::Wakeups`]).
+/// Sets `idemkit_store_writable` in `metrics` if given.
 pub async fn health_response(store: Store, metrics: Option<Arc<Metrics>>) -> Response<Body> {
     let checked = on_store(&store, {
         let store = store.clone();

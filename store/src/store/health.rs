@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Store;
-use crate::adapters::Health;
+use crate::adapters::{Health, Wakeups};
 
 fn unix_millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
@@ -35,14 +35,36 @@ impl Store {
     /// context (the reference service and `idemkit proxy` serve it as `503`
     /// with the reason while unwritable).
     ///
+    /// It also says how this process's waits on a running key end
+    /// ([`Wakeups`]): PostgreSQL's listener down shows as `polling`.
+    ///
     /// ```
     /// let store = idemkit::in_memory().unwrap();
     /// let health = store.health();
     /// assert!(health.is_writable());
     /// assert!(health.to_json().starts_with(r#"{"status":"ok","writable":true"#));
+    /// assert!(health.to_json().ends_with(r#","wakeups":"in-process"}"#));
     /// ```
     #[must_use]
     pub fn health(&self) -> Health {
+        self.writability().wakeups(Some(self.wakeups()))
+    }
+
+    /// How this process's waits on a running key end now.
+    #[must_use]
+    pub fn wakeups(&self) -> Wakeups {
+        if self.adapter.held_alone() {
+            Wakeups::InProcess
+        } else if !self.waiters.started() {
+            Wakeups::NotStarted
+        } else if self.waits_are_woken() {
+            Wakeups::Listening
+        } else {
+            Wakeups::Polling
+        }
+    }
+
+    fn writability(&self) -> Health {
         let adapter = self.adapter.health();
         let seen: &Arc<Seen> = &self.seen;
         let now_at = SystemTime::now();
@@ -90,5 +112,21 @@ mod tests {
         );
         let parsed: serde_json::Value = serde_json::from_str(&health.to_json()).unwrap();
         assert_eq!(parsed["reason"], "disk \"full\"\n");
+    }
+
+    #[test]
+    fn json_says_how_waits_end() {
+        for (wakeups, name) in [
+            (Wakeups::InProcess, "in-process"),
+            (Wakeups::NotStarted, "not-started"),
+            (Wakeups::Listening, "listening"),
+            (Wakeups::Polling, "polling"),
+        ] {
+            let json = Health::writable().wakeups(Some(wakeups)).to_json();
+            assert_eq!(
+                json,
+                format!(r#"{{"status":"ok","writable":true,"wakeups":"{name}"}}"#)
+            );
+        }
     }
 }

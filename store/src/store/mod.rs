@@ -77,7 +77,7 @@ use std::sync::Arc;
 use idemkit_core::machine::{self, Answer, MAX_ATTEMPTS, Op, Policy, TransitionError, Write};
 use idemkit_core::{RecordId, UnixMillis};
 
-pub use crate::adapters::Health;
+pub use crate::adapters::{Health, Wakeups};
 pub use claim::Claim;
 pub use error::{ClaimError, QueryError, StorageError, WorkerError};
 pub use guard::{ExecutionGuard, Renewer};

@@ -134,6 +134,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Waiters {
+    /// Whether the adapter was asked to announce (on the first watch).
+    pub(crate) fn started(&self) -> bool {
+        self.started.is_completed()
+    }
+
     /// The waiters of every store over `adapter`: two `Store`s built over one
     /// adapter (not only clones of one store) see each other's completions.
     pub(crate) fn of(adapter: &Arc<dyn crate::adapters::Adapter>) -> Arc<Waiters> {

@@ -2,8 +2,9 @@
 //! `pg_stat_activity`) killed and gone:
 //!
 //! - its backend terminated (`pg_terminate_backend`): the store says waits are
-//!   no longer woken (its waiters poll), says so again once the listener
-//!   reconnected, and a completion after that wakes a waiter again;
+//!   no longer woken (its waiters poll, and its health says `polling`), says so
+//!   again once the listener reconnected (`listening`), and a completion after
+//!   that wakes a waiter again;
 //! - its store dropped: the thread ends and its connection closes.
 //!
 //! Each holds `SERVER` (of support::pg): the first terminates every listener
@@ -21,7 +22,7 @@ use crate::support::pg::{
 
 use std::time::{Duration, Instant};
 
-use idemkit::store::Store;
+use idemkit::store::{Store, Wakeups};
 
 /// Listeners of this database: their backends' pids, and the channel each
 /// listens to (its last statement, while it is the `LISTEN`).
@@ -43,7 +44,10 @@ fn listeners(channel: Option<&str>) -> Vec<i32> {
 fn postgres_a_killed_listener_reconnects_and_wakes_again() {
     let _server = alone();
     let (a, _, b, _) = two_instances("listener_killed");
+    assert_eq!(b.health().wakeups, Some(Wakeups::NotStarted));
     listening(&b);
+    let health = b.health().to_json();
+    assert!(health.ends_with(r#","wakeups":"listening"}"#), "{health}");
     let before = listeners(None);
     assert!(!before.is_empty(), "no idemkit-listen backend");
     let mut idle = b.watch(&id_of("idle")).unwrap();
@@ -61,10 +65,14 @@ fn postgres_a_killed_listener_reconnects_and_wakes_again() {
     let killed_at = Instant::now();
 
     // The channel drops (the waiters are told, and poll), then comes back.
-    let down = poll_until(Duration::from_secs(10), || !b.waits_are_woken())
-        .expect("waits_are_woken() stayed true after the listener was killed");
+    // `wakeups()` is what /health reports: polling while waits are not woken.
+    let down = poll_until(Duration::from_secs(10), || {
+        b.wakeups() == Wakeups::Polling && !b.waits_are_woken()
+    })
+    .expect("the store never said its waiters poll after the listener was killed");
     let up = poll_until(Duration::from_secs(10), || b.waits_are_woken())
         .expect("the listener did not reconnect within 10 s");
+    assert_eq!(b.health().wakeups, Some(Wakeups::Listening));
     println!(
         "listener killed: noticed after {down:?}, listening again {up:?} later ({:?} in all)",
         killed_at.elapsed()
