@@ -280,26 +280,22 @@ fn an_https_mcp_server_books_once_through_tls_checked_against_the_ca_file() {
         &upstream,
         &format!("upstream_ca_file = {ca_file:?}"),
     );
-    let first = call(
-        &gateway,
-        "clinic-a",
-        1,
-        "book_appointment",
-        anna(),
-        Some("book-tls"),
-    );
+    let book = |id| {
+        call(
+            &gateway,
+            "clinic-a",
+            id,
+            "book_appointment",
+            anna(),
+            Some("book-tls"),
+        )
+    };
+    let first = book(1);
     assert_eq!(
         first["result"]["structuredContent"]["status"], "confirmed",
         "{first}"
     );
-    let retry = call(
-        &gateway,
-        "clinic-a",
-        2,
-        "book_appointment",
-        anna(),
-        Some("book-tls"),
-    );
+    let retry = book(2);
     assert!(replayed(&retry), "{retry}");
     assert_eq!(
         retry["result"]["structuredContent"],

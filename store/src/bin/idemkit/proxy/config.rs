@@ -1311,19 +1311,20 @@ header = "X-Tenant-Id"
         );
         let scheme = refusal(&BASE.replace("http://127.0.0.1:9000", "ftp://api.example.com"));
         assert!(scheme.starts_with("proxy.toml:3: upstream"), "{scheme}");
-        let ca_for_plain = refusal(&BASE.replace(
-            "upstream = \"http://127.0.0.1:9000\"\n",
+        // BASE with its upstream line replaced by `lines`.
+        let upstream_lines =
+            |lines: &str| refusal(&BASE.replace("upstream = \"http://127.0.0.1:9000\"\n", lines));
+        let ca_for_plain = upstream_lines(
             "upstream = \"http://127.0.0.1:9000\"\nupstream_ca_file = \"/etc/ca.pem\"\n",
-        ));
+        );
         assert!(
             ca_for_plain.starts_with("proxy.toml:4: upstream_ca_file /etc/ca.pem: the upstream")
                 && ca_for_plain.contains("is not https://"),
             "{ca_for_plain}"
         );
-        let missing_ca = refusal(&BASE.replace(
-            "upstream = \"http://127.0.0.1:9000\"\n",
+        let missing_ca = upstream_lines(
             "upstream = \"https://api.example.com\"\nupstream_ca_file = \"/nonexistent/ca.pem\"\n",
-        ));
+        );
         assert!(
             missing_ca.starts_with("proxy.toml:4: upstream_ca_file /nonexistent/ca.pem"),
             "{missing_ca}"
