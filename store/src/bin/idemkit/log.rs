@@ -34,6 +34,20 @@ pub(crate) fn init() -> Result<(), String> {
     Ok(())
 }
 
+/// Writes `line` and a newline to stderr as `eprintln!` does, except that a
+/// stderr that cannot take it (a file on a full disk) loses the line instead
+/// of panicking: an operator's request (a resolve, a login) must not die, or
+/// stop between its write and its audit entry, because its log line could not
+/// be written.
+#[allow(
+    dead_code,
+    reason = "the appointments example shares this module and writes no such lines"
+)]
+pub(crate) fn line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// The level `value` names (`None`: off), in any case.
 fn level(value: &str) -> Option<Option<Level>> {
     Some(Some(match value.trim().to_ascii_lowercase().as_str() {

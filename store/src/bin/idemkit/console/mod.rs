@@ -263,14 +263,18 @@ async fn login(
         None => true,
     };
     if !token_ok {
-        eprintln!("idemkit console: login refused: wrong admin token (from {peer})");
+        crate::log::line(format_args!(
+            "idemkit console: login refused: wrong admin token (from {peer})"
+        ));
         return login_with(StatusCode::UNAUTHORIZED, "That is not the admin token.");
     }
     let (id, _) = match admin.console.sessions.start(name) {
         Ok(started) => started,
         Err(e) => return login_with(StatusCode::INTERNAL_SERVER_ERROR, &e),
     };
-    eprintln!("idemkit console: {name:?} logged in from {peer}");
+    crate::log::line(format_args!(
+        "idemkit console: {name:?} logged in from {peer}"
+    ));
     let mut response = see_other("/console");
     if let Ok(cookie) = HeaderValue::from_str(&session::set_cookie(&id)) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);

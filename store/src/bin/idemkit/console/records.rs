@@ -400,7 +400,9 @@ async fn resolve(
     let caller = match changer(&admin, &headers) {
         Ok(caller) => caller,
         Err((status, why)) => {
-            eprintln!("idemkit console: resolve refused (from {peer}): {why}");
+            crate::log::line(format_args!(
+                "idemkit console: resolve refused (from {peer}): {why}"
+            ));
             return api_error(status, why);
         }
     };
@@ -541,10 +543,10 @@ impl Settle {
         let record = match written {
             Ok(Ok(record)) => record,
             Ok(Err(e)) => {
-                eprintln!(
+                crate::log::line(format_args!(
                     "idemkit console: resolve {log_ref} by {:?} from {}: {what}: refused: {e}",
                     self.operator, self.peer
-                );
+                ));
                 return Err(match e {
                     WorkerError::Changed { .. } => Refused::Changed(format!(
                         "record {log_ref} changed since the page loaded it: reload to see it as it is now"
@@ -577,14 +579,16 @@ impl Settle {
             resource_ref,
             note: self.note,
         };
-        eprintln!(
+        crate::log::line(format_args!(
             "idemkit console: resolve {log_ref} ({}, {}) by {:?} from {}: {what}: {} -> {}",
             entry.operation, entry.tenant, entry.operator, entry.peer, entry.from, entry.to
-        );
+        ));
         if let Some(Err(e)) = audit.map(|log| log.append(&entry)) {
             // Resolved, but without its trace: say so loudly, with the entry.
             let line = serde_json::to_string(&entry).unwrap_or_default();
-            eprintln!("idemkit console: {e}: the entry not written: {line}");
+            crate::log::line(format_args!(
+                "idemkit console: {e}: the entry not written: {line}"
+            ));
             return Err(Refused::Other(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("resolved, but the audit log could not be written: {e}"),

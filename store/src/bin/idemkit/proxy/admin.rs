@@ -335,15 +335,17 @@ async fn resolve(
     body: axum::body::Bytes,
 ) -> Response<Body> {
     if !authorized(&admin, &headers) {
-        eprintln!("idemkit proxy: resolve {log_ref:?} refused: no valid admin token (from {peer})");
+        crate::log::line(format_args!(
+            "idemkit proxy: resolve {log_ref:?} refused: no valid admin token (from {peer})"
+        ));
         return unauthorized();
     }
     let request: ResolveBody = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!(
+            crate::log::line(format_args!(
                 "idemkit proxy: resolve {log_ref:?} refused: malformed request (from {peer})"
-            );
+            ));
             return error(
                 StatusCode::BAD_REQUEST,
                 &format!(
@@ -358,9 +360,9 @@ async fn resolve(
     let found = match found {
         Ok(Ok(Some(found))) => found,
         Ok(Ok(None)) => {
-            eprintln!(
+            crate::log::line(format_args!(
                 "idemkit proxy: resolve {log_ref:?} (from {peer}): no unresolved record with that log reference"
-            );
+            ));
             return error(
                 StatusCode::NOT_FOUND,
                 "no unresolved record with that log reference",

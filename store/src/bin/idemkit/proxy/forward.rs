@@ -518,3 +518,25 @@ impl Forward {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn address_of(url: &str) -> String {
+        let uri: Uri = url.parse().unwrap();
+        let tls = UpstreamTls::for_upstream(&uri, None).unwrap();
+        Upstream::new(&uri, tls).pool.address.clone()
+    }
+
+    #[test]
+    fn the_port_defaults_to_the_scheme_s() {
+        assert_eq!(address_of("http://api.example.com"), "api.example.com:80");
+        assert_eq!(address_of("https://api.example.com"), "api.example.com:443");
+        assert_eq!(
+            address_of("https://tools.example.com/mcp"),
+            "tools.example.com:443"
+        );
+        assert_eq!(address_of("https://127.0.0.1:8443"), "127.0.0.1:8443");
+    }
+}
