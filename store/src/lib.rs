@@ -87,6 +87,8 @@ pub mod local;
 #[cfg(feature = "postgres")]
 mod postgres;
 pub mod store;
+#[cfg(feature = "postgres")]
+mod tls_roots;
 
 #[cfg(feature = "postgres")]
 pub use self::postgres::postgres;

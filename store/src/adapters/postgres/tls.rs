@@ -26,11 +26,8 @@ use std::sync::Arc;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
-};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::PgError;
@@ -91,36 +88,13 @@ fn webpki(
     roots: Option<&Path>,
     provider: Arc<CryptoProvider>,
 ) -> Result<Arc<WebPkiServerVerifier>, PgError> {
-    WebPkiServerVerifier::builder_with_provider(Arc::new(root_store(roots)?), provider)
+    let store = crate::tls_roots::pem_or_mozilla(roots, "sslrootcert")
+        .map_err(|detail| PgError::Config { detail })?;
+    WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider)
         .build()
         .map_err(|e| PgError::Config {
             detail: format!("TLS: the roots to verify the server with: {e}"),
         })
-}
-
-/// The roots in `file` (PEM), or Mozilla's.
-fn root_store(file: Option<&Path>) -> Result<RootCertStore, PgError> {
-    let mut store = RootCertStore::empty();
-    let Some(file) = file else {
-        store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        return Ok(store);
-    };
-    let bad = |what: String| PgError::Config {
-        detail: format!("sslrootcert {}: {what}", file.display()),
-    };
-    let certificates = CertificateDer::pem_file_iter(file)
-        .map_err(|e| bad(e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad(e.to_string()))?;
-    if certificates.is_empty() {
-        return Err(bad("holds no PEM certificate".to_owned()));
-    }
-    for certificate in certificates {
-        store
-            .add(certificate)
-            .map_err(|e| bad(format!("a certificate that is not a usable root: {e}")))?;
-    }
-    Ok(store)
 }
 
 /// Checks the server's certificate as [`Verify`] says: `chain` is `None` for

@@ -27,6 +27,7 @@ mod fingerprint_cmd;
 mod input;
 mod key_cmd;
 mod log;
+// The TLS roots, as the library's PostgreSQL adapter loads them.
 #[cfg(feature = "axum")]
 mod mcp;
 mod migrate_cmd;
@@ -36,6 +37,8 @@ mod proxy;
 mod records_cmd;
 mod store_args;
 mod store_choice;
+#[path = "../../tls_roots.rs"]
+mod tls_roots;
 
 /// Safe retries: canonical JSON, fingerprints, keys and an embedded idempotency store.
 #[derive(Parser)]

@@ -15,9 +15,8 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
 
 /// How to open TLS to one upstream: the client configuration and the name its
 /// certificate must hold. Cheap to clone (each worker's pool holds one).
@@ -56,12 +55,7 @@ impl UpstreamTls {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(bare.to_owned())
             .map_err(|e| format!("upstream {uri}: {host:?} is not a name TLS can check: {e}"))?;
-        let roots = match ca_file {
-            Some(file) => roots_from(file)?,
-            None => RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-            },
-        };
+        let roots = crate::tls_roots::pem_or_mozilla(ca_file, "upstream_ca_file")?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -75,28 +69,6 @@ impl UpstreamTls {
             name,
         }))
     }
-}
-
-/// The certificates of the PEM file `file`, as roots; a file without any is
-/// refused (it would trust nothing, and every handshake would fail).
-fn roots_from(file: &Path) -> Result<RootCertStore, String> {
-    let shown = file.display();
-    let certificates = CertificateDer::pem_file_iter(file)
-        .map_err(|e| format!("upstream_ca_file {shown}: {e}"))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("upstream_ca_file {shown}: {e}"))?;
-    if certificates.is_empty() {
-        return Err(format!(
-            "upstream_ca_file {shown}: no PEM certificate in it (expected -----BEGIN CERTIFICATE-----)"
-        ));
-    }
-    let mut roots = RootCertStore::empty();
-    for certificate in certificates {
-        roots
-            .add(certificate)
-            .map_err(|e| format!("upstream_ca_file {shown}: {e}"))?;
-    }
-    Ok(roots)
 }
 
 #[cfg(test)]
