@@ -6,7 +6,7 @@
 
 use crate::support::idemkit_proxy as proxy_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support::tls::{Certificates, acceptor, localhost_certificates};
@@ -43,6 +43,16 @@ fn tls_upstream(certificates: &Certificates) -> Upstream {
     )
 }
 
+/// A directory for the test, the file of a fresh CA, and an upstream serving
+/// only TLS with the `localhost` certificate that CA issued.
+fn tls_upstream_and_its_ca() -> (tempfile::TempDir, PathBuf, Upstream) {
+    let dir = tempfile::tempdir().unwrap();
+    let certificates = localhost_certificates();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &certificates.ca).unwrap();
+    (dir, ca_file, tls_upstream(&certificates))
+}
+
 /// A proxy in front of `upstream` as `url`, trusting `ca_file` if given.
 fn proxy(dir: &Path, upstream: &Upstream, url: &str, ca_file: Option<&Path>) -> ProxyProcess {
     std::fs::create_dir_all(dir).unwrap();
@@ -61,11 +71,7 @@ fn proxy(dir: &Path, upstream: &Upstream, url: &str, ca_file: Option<&Path>) -> 
 
 #[test]
 fn a_key_executes_once_through_tls_to_an_upstream_whose_certificate_is_checked() {
-    let dir = tempfile::tempdir().unwrap();
-    let certificates = localhost_certificates();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, &certificates.ca).unwrap();
-    let upstream = tls_upstream(&certificates);
+    let (dir, ca_file, upstream) = tls_upstream_and_its_ca();
     let url = format!("https://localhost:{}", upstream.addr.port());
     let proxy = proxy(dir.path(), &upstream, &url, Some(&ca_file));
 
@@ -85,11 +91,7 @@ fn a_key_executes_once_through_tls_to_an_upstream_whose_certificate_is_checked()
 
 #[test]
 fn a_certificate_the_proxy_cannot_trust_sends_nothing_and_releases_the_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let certificates = localhost_certificates();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, &certificates.ca).unwrap();
-    let upstream = tls_upstream(&certificates);
+    let (dir, ca_file, upstream) = tls_upstream_and_its_ca();
     let port = upstream.addr.port();
 
     // Mozilla's roots do not hold the test CA; the CA is right but the host is
