@@ -74,8 +74,10 @@
 //!   chains to a trusted root), `verify-full` (and names the host: the mode that
 //!   keeps a man in the middle out), `disable`. `sslrootcert=/path/ca.pem` names
 //!   the roots to trust (a managed database's CA bundle); without it, or with
-//!   `system`, Mozilla's roots are trusted. The pool's connections and the
-//!   listener's are made alike. Client certificates are not supported.
+//!   `system`, Mozilla's roots are trusted. `sslcert=/path/client.crt&sslkey=/path/client.key`
+//!   present a client certificate when the server asks for one (`cert`
+//!   authentication); the key must be readable by its owner only (0600), as
+//!   libpq requires. The pool's connections and the listener's are made alike.
 //!
 //! - **a network gone silent** (`liveness.rs`): a partition or a firewall that
 //!   drops packets without a word fails the calls it holds with

@@ -15,6 +15,13 @@
 //! (a managed database's CA bundle); `system`, or no `sslrootcert`: Mozilla's
 //! root set, compiled in.
 //!
+//! `sslcert` and `sslkey`: the PEM files of a client certificate (its chain,
+//! leaf first) and its private key, presented when the server asks for one
+//! (`cert` authentication, or `clientcert=verify-ca|verify-full` in
+//! `pg_hba.conf`). As libpq does, a key its owner's group or others can read
+//! is refused (root may let its group read it), and libpq's default files
+//! under `~/.postgresql` are never read: both settings are given or neither.
+//!
 //! The driver knows only `disable`, `prefer` and `require`, and no
 //! `sslrootcert`: `url.rs` takes what is ours out of the URL and hands the rest
 //! on, with `verify-*` turned into `require` (the verification is the
@@ -23,11 +30,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{WantsClientCert, WebPkiServerVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{
+    CertificateError, ClientConfig, ConfigBuilder, DigitallySignedStruct, SignatureScheme,
+};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::PgError;
@@ -49,6 +59,17 @@ pub(crate) struct Tls {
     pub(crate) verify: Verify,
     /// `sslrootcert`'s file; `None`: Mozilla's roots.
     pub(crate) roots: Option<PathBuf>,
+    /// `sslcert` and `sslkey`; `None`: no client certificate.
+    pub(crate) client: Option<ClientCertificate>,
+}
+
+/// The files of the certificate the client presents when the server asks.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ClientCertificate {
+    /// `sslcert`: the chain, PEM, the client's own certificate first.
+    pub(crate) chain: PathBuf,
+    /// `sslkey`: its private key, PEM (PKCS#8, PKCS#1 or SEC1), unencrypted.
+    pub(crate) key: PathBuf,
 }
 
 /// The connector that makes every connection of the adapter (the pool's and
@@ -60,27 +81,103 @@ pub(crate) fn connector(tls: &Tls) -> Result<MakeRustlsConnect, PgError> {
         .map_err(|e| PgError::Config {
             detail: format!("TLS: {e}"),
         })?;
-    let config = match tls.verify {
+    let builder = match tls.verify {
         // The name is checked by rustls's own verifier, as a browser checks it.
-        Verify::ChainAndName => builder
-            .with_webpki_verifier(webpki(tls.roots.as_deref(), provider)?)
-            .with_no_client_auth(),
+        Verify::ChainAndName => {
+            builder.with_webpki_verifier(webpki(tls.roots.as_deref(), provider)?)
+        }
         Verify::Chain => {
             let chain = Some(webpki(tls.roots.as_deref(), Arc::clone(&provider))?);
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(Checked { provider, chain }))
-                .with_no_client_auth()
         }
         Verify::Nothing => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(Checked {
                 provider,
                 chain: None,
-            }))
-            .with_no_client_auth(),
+            })),
+    };
+    let config = match &tls.client {
+        None => builder.with_no_client_auth(),
+        Some(client) => with_client_certificate(builder, client)?,
     };
     Ok(MakeRustlsConnect::new(config))
+}
+
+/// `builder` finished with `client`'s certificate and key, each file checked
+/// now, so a fault is a configuration error at start-up that names the
+/// setting and the file, not a refused login later.
+fn with_client_certificate(
+    builder: ConfigBuilder<ClientConfig, WantsClientCert>,
+    client: &ClientCertificate,
+) -> Result<ClientConfig, PgError> {
+    let bad = |setting: &str, file: &Path, why: String| PgError::Config {
+        detail: format!("{setting} {}: {why}", file.display()),
+    };
+    let chain = CertificateDer::pem_file_iter(&client.chain)
+        .map_err(|e| bad("sslcert", &client.chain, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad("sslcert", &client.chain, e.to_string()))?;
+    if chain.is_empty() {
+        let why = "holds no PEM certificate (expected -----BEGIN CERTIFICATE-----)";
+        return Err(bad("sslcert", &client.chain, why.to_owned()));
+    }
+    key_is_private(&client.key).map_err(|why| bad("sslkey", &client.key, why))?;
+    let pem = std::fs::read(&client.key).map_err(|e| bad("sslkey", &client.key, e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+        let why = if pem.windows(b"ENCRYPTED".len()).any(|w| w == b"ENCRYPTED") {
+            "is encrypted; give the key without a passphrase \
+             (`openssl pkey -in encrypted.key -out client.key`)"
+                .to_owned()
+        } else {
+            format!(
+                "holds no PEM private key (expected -----BEGIN PRIVATE KEY-----, \
+                 RSA PRIVATE KEY or EC PRIVATE KEY): {e}"
+            )
+        };
+        bad("sslkey", &client.key, why)
+    })?;
+    builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| PgError::Config {
+            detail: format!(
+                "sslcert {} with sslkey {}: {e}",
+                client.chain.display(),
+                client.key.display()
+            ),
+        })
+}
+
+/// libpq's rule for a private key file: owned by the user the process runs as,
+/// neither its group nor others may read or write it (0600); owned by root,
+/// its group may read it (0640), so a key can be shared with a service's group.
+#[cfg(unix)]
+fn key_is_private(key: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(key).map_err(|e| e.to_string())?;
+    let mode = meta.mode() & 0o777;
+    let owner = meta.uid();
+    let open = if owner == rustix::process::geteuid().as_raw() {
+        mode & 0o077
+    } else if owner == 0 {
+        mode & 0o037
+    } else {
+        0
+    };
+    if open == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "has permissions {mode:04o}, so others than its owner may read it; \
+         make it 0600 (or 0640 owned by root), as libpq requires"
+    ))
+}
+
+#[cfg(not(unix))]
+fn key_is_private(_key: &Path) -> Result<(), String> {
+    Ok(())
 }
 
 /// rustls's verifier of the chain and the name, trusting `roots`.
@@ -167,6 +264,7 @@ mod tests {
         let tls = Tls {
             verify: Verify::ChainAndName,
             roots: Some(file.clone()),
+            client: None,
         };
         let e = connector(&tls).err().unwrap();
         assert!(
@@ -176,6 +274,7 @@ mod tests {
         let missing = Tls {
             verify: Verify::Chain,
             roots: Some(dir.path().join("missing.pem")),
+            client: None,
         };
         let e = connector(&missing).err().unwrap();
         assert!(e.to_string().contains("missing.pem"), "{e}");
@@ -183,7 +282,93 @@ mod tests {
         connector(&Tls {
             verify: Verify::ChainAndName,
             roots: None,
+            client: None,
         })
         .unwrap();
+    }
+
+    /// A certificate for `name` and its key, written to `dir` (the key 0600).
+    fn client_files(dir: &Path, name: &str) -> ClientCertificate {
+        use std::os::unix::fs::PermissionsExt;
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let files = ClientCertificate {
+            chain: dir.join(format!("{name}.crt")),
+            key: dir.join(format!("{name}.key")),
+        };
+        std::fs::write(&files.chain, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        files
+    }
+
+    fn with_client(client: ClientCertificate) -> Result<MakeRustlsConnect, PgError> {
+        connector(&Tls {
+            verify: Verify::ChainAndName,
+            roots: None,
+            client: Some(client),
+        })
+    }
+
+    #[test]
+    fn a_client_certificate_is_loaded_or_refused_naming_the_setting_and_the_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        with_client(client_files(dir.path(), "idemkit")).unwrap();
+
+        let refused = |client: ClientCertificate, expected: &[&str]| {
+            let e = with_client(client).err().expect("refused").to_string();
+            for part in expected {
+                assert!(e.contains(part), "{part:?} not in {e}");
+            }
+        };
+        let missing = ClientCertificate {
+            chain: dir.path().join("absent.crt"),
+            ..client_files(dir.path(), "a")
+        };
+        refused(missing, &["sslcert", "absent.crt"]);
+        let no_key = ClientCertificate {
+            key: dir.path().join("absent.key"),
+            ..client_files(dir.path(), "b")
+        };
+        refused(no_key, &["sslkey", "absent.key"]);
+
+        // The certificate and key files swapped: neither holds what it should.
+        let c = client_files(dir.path(), "c");
+        let swapped = ClientCertificate {
+            chain: c.key.clone(),
+            key: c.chain.clone(),
+        };
+        std::fs::set_permissions(&swapped.key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        refused(swapped, &["sslcert", "c.key", "no PEM certificate"]);
+        let d = client_files(dir.path(), "d");
+        std::fs::write(&d.key, std::fs::read(&d.chain).unwrap()).unwrap();
+        refused(d, &["sslkey", "d.key", "no PEM private key"]);
+
+        // A key others may read, as libpq refuses it.
+        let e = client_files(dir.path(), "e");
+        std::fs::set_permissions(&e.key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        refused(e, &["sslkey", "e.key", "0644", "0600"]);
+
+        // An encrypted key says so.
+        let f = client_files(dir.path(), "f");
+        std::fs::write(
+            &f.key,
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        refused(f, &["sslkey", "f.key", "encrypted"]);
+
+        // A key that is not the certificate's.
+        let g = client_files(dir.path(), "g");
+        let h = client_files(dir.path(), "h");
+        let mismatched = ClientCertificate {
+            chain: g.chain,
+            key: h.key,
+        };
+        refused(mismatched, &["sslcert", "g.crt", "sslkey", "h.key"]);
     }
 }

@@ -7,8 +7,10 @@
 //! - `tcp_user_timeout`: milliseconds in libpq, seconds in the driver, so a
 //!   URL written for libpq (`tcp_user_timeout=10000`) would wait hours; read
 //!   here in milliseconds (see `liveness.rs`).
-//! - client certificates (`sslcert`, `sslkey`, `sslpassword`, `sslcrl`):
-//!   refused by name.
+//! - `sslcert` and `sslkey` (the client's certificate, see `tls.rs`): the
+//!   driver has no client certificates; both or neither. `sslpassword`
+//!   (encrypted keys) and `sslcrl`/`sslcrldir` (revocation lists): refused by
+//!   name.
 //!
 //! Everything else passes to the driver as written (a value taken out of
 //! the key=value form is written back quoted).
@@ -17,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::PgError;
-use super::tls::{Tls, Verify};
+use super::tls::{ClientCertificate, Tls, Verify};
 
 /// A URL taken apart by [`split`].
 #[derive(Debug, PartialEq, Eq)]
@@ -42,14 +44,25 @@ pub(crate) fn split(url: &str) -> Result<Split, PgError> {
     let mut tls = Tls {
         verify: Verify::Nothing,
         roots: None,
+        client: None,
     };
     let mut tcp_user_timeout = None;
     let mut named = Vec::new();
+    let (mut sslcert, mut sslkey) = (None, None);
     let mut take = |key: &str, value: &str| -> Result<Option<String>, PgError> {
         named.push(key.to_owned());
         match key {
             "sslrootcert" => {
                 tls.roots = (value != "system").then(|| PathBuf::from(value));
+                Ok(None)
+            }
+            // Empty, as in libpq: not given.
+            "sslcert" => {
+                sslcert = (!value.is_empty()).then(|| PathBuf::from(value));
+                Ok(None)
+            }
+            "sslkey" => {
+                sslkey = (!value.is_empty()).then(|| PathBuf::from(value));
                 Ok(None)
             }
             "sslmode" => {
@@ -71,10 +84,15 @@ pub(crate) fn split(url: &str) -> Result<Split, PgError> {
                 tcp_user_timeout = Some(Duration::from_millis(millis));
                 Ok(None)
             }
-            "sslcert" | "sslkey" | "sslpassword" | "sslcrl" => Err(PgError::Config {
+            "sslpassword" => Err(PgError::Config {
+                detail: "bad PostgreSQL URL: `sslpassword` (an encrypted private key) is not supported; \
+                         give `sslkey` the key without a passphrase (`openssl pkey -in encrypted.key -out client.key`), \
+                         readable only by the user idemkit runs as"
+                    .to_owned(),
+            }),
+            "sslcrl" | "sslcrldir" => Err(PgError::Config {
                 detail: format!(
-                    "bad PostgreSQL URL: `{key}` (client certificates, revocation lists) is not supported; \
-                     the server can authenticate the client by password over TLS"
+                    "bad PostgreSQL URL: `{key}` (certificate revocation lists) is not supported"
                 ),
             }),
             _ => Ok(Some(value.to_owned())),
@@ -88,12 +106,30 @@ pub(crate) fn split(url: &str) -> Result<Split, PgError> {
     } else {
         split_key_values(url, &mut take)?
     };
+    tls.client = match (sslcert, sslkey) {
+        (None, None) => None,
+        (Some(chain), Some(key)) => Some(ClientCertificate { chain, key }),
+        // libpq would look for ~/.postgresql/postgresql.{crt,key}; a service
+        // reading files nobody named is a surprise, so both are asked for.
+        (Some(_), None) => return Err(one_of_the_pair("sslcert", "sslkey")),
+        (None, Some(_)) => return Err(one_of_the_pair("sslkey", "sslcert")),
+    };
     Ok(Split {
         driver_url: rest,
         tls,
         tcp_user_timeout,
         named,
     })
+}
+
+/// `given` without its other half, `missing`.
+fn one_of_the_pair(given: &str, missing: &str) -> PgError {
+    PgError::Config {
+        detail: format!(
+            "bad PostgreSQL URL: `{given}` without `{missing}`; a client certificate needs both \
+             `sslcert` (the certificate chain, PEM) and `sslkey` (its private key, PEM)"
+        ),
+    }
 }
 
 type Take<'a> = dyn FnMut(&str, &str) -> Result<Option<String>, PgError> + 'a;
@@ -208,6 +244,7 @@ mod tests {
         let tls = Tls {
             verify,
             roots: roots.map(PathBuf::from),
+            client: None,
         };
         assert_eq!(
             (split.driver_url, split.tls),
@@ -266,9 +303,45 @@ mod tests {
     }
 
     #[test]
-    fn client_certificates_and_malformed_strings_are_refused_with_what_is_wrong() {
+    fn a_client_certificate_is_taken_out_in_either_form() {
+        let client = Some(ClientCertificate {
+            chain: PathBuf::from("/etc/idemkit/client.crt"),
+            key: PathBuf::from("/etc/idemkit/client key.pem"),
+        });
+        let uri = split(
+            "postgres://idemkit@db/app?sslmode=verify-full&sslcert=%2Fetc%2Fidemkit%2Fclient.crt&sslkey=/etc/idemkit/client%20key.pem",
+        )
+        .unwrap();
+        assert_eq!(uri.driver_url, "postgres://idemkit@db/app?sslmode=require");
+        assert_eq!(uri.tls.client, client);
+        let key_values =
+            split("host=db sslkey='/etc/idemkit/client key.pem' sslcert=/etc/idemkit/client.crt")
+                .unwrap();
+        assert_eq!(key_values.driver_url, "host='db'");
+        assert_eq!(key_values.tls.client, client);
+        // Empty, as in libpq, is not given.
+        assert_eq!(
+            split("host=db sslcert='' sslkey=''").unwrap().tls.client,
+            None
+        );
+    }
+
+    #[test]
+    fn client_certificate_settings_that_cannot_work_are_refused_by_name() {
         let e = split("postgres://db/app?sslmode=verify-full&sslcert=/c.pem").unwrap_err();
-        assert!(e.to_string().contains("`sslcert`"), "{e}");
+        assert!(e.to_string().contains("`sslcert` without `sslkey`"), "{e}");
+        let e = split("host=db sslkey=/k.pem").unwrap_err();
+        assert!(e.to_string().contains("`sslkey` without `sslcert`"), "{e}");
+        let e = split("postgres://db/app?sslcert=/c.pem&sslkey=/k.pem&sslpassword=x").unwrap_err();
+        assert!(e.to_string().contains("`sslpassword`"), "{e}");
+        for crl in ["sslcrl", "sslcrldir"] {
+            let e = split(&format!("postgres://db/app?{crl}=/crl")).unwrap_err();
+            assert!(e.to_string().contains(&format!("`{crl}`")), "{e}");
+        }
+    }
+
+    #[test]
+    fn malformed_strings_are_refused_with_what_is_wrong() {
         let e = split("host=db password='open").unwrap_err();
         assert!(e.to_string().contains("no closing quote"), "{e}");
         let e = split("host").unwrap_err();
