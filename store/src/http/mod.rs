@@ -68,7 +68,9 @@ pub use health::health_response;
 pub use idemkit_core::http::defaults::RECORD_ATTEMPTS;
 pub use metrics::{ClaimOutcomeLabel, Metrics, WaitEnded};
 pub use response::refusal_response;
-pub use serve::{DEFAULT_HEADER_READ_TIMEOUT, serve, serve_router};
+pub use serve::{
+    DEFAULT_HEADER_READ_TIMEOUT, serve, serve_router, serve_router_upgraded, serve_upgraded,
+};
 pub use service::{Idempotency, IdempotencyLayer};
 pub use wait::{ClaimAnswer, WaitRefused, Waited, claim_waiting};
 

@@ -37,7 +37,8 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 use tower::{Service, ServiceExt as _};
 
 /// How long a client may take to send a request's head (its request line and
@@ -64,32 +65,9 @@ pub async fn serve<S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let mut stop = std::pin::pin!(stop);
     let graceful = GracefulShutdown::new();
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => Some(accepted),
-            () = &mut stop => None,
-        };
-        let Some(accepted) = accepted else {
-            break;
-        };
-        let (tcp, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors and the like: pause instead of
-                // spinning (what `axum::serve` does too).
-                if !is_connection_error(&e) {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                continue;
-            }
-        };
-        let _ = tcp.set_nodelay(true);
+    let builder = http1_builder(header_read_timeout);
+    accept_until(listener, stop, |tcp, peer| {
         let service =
             service(peer).map_request(|request: http::Request<Incoming>| request.map(Body::new));
         let connection =
@@ -98,9 +76,103 @@ pub async fn serve<S>(
         tokio::spawn(async move {
             let _ = connection.await;
         });
-    }
-    drop(listener);
+    })
+    .await;
     graceful.shutdown().await;
+}
+
+/// [`serve`] over what `upgrade` makes of each accepted connection, such as
+/// a TLS stream after its handshake. `upgrade` runs in the connection's own
+/// task, so a slow client holds up no other; it gets the same
+/// `header_read_timeout` as a request head, and a connection it gives up on
+/// (`None`), or that runs out of time, is closed. A stop waits for upgrades
+/// under way as it waits for open connections.
+pub async fn serve_upgraded<S, U, F, IO>(
+    listener: TcpListener,
+    header_read_timeout: Duration,
+    mut service: impl FnMut(SocketAddr) -> S + Send,
+    upgrade: U,
+    stop: impl Future<Output = ()> + Send,
+) where
+    S: Service<http::Request<Body>, Response = axum::response::Response, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    U: Fn(TcpStream) -> F,
+    F: Future<Output = Option<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let builder = http1_builder(header_read_timeout);
+    // A stop ends the upgrades under way at once, as hyper closes a
+    // connection that is still waiting for its request head.
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    accept_until(listener, stop, |tcp, peer| {
+        let service =
+            service(peer).map_request(|request: http::Request<Incoming>| request.map(Body::new));
+        let upgrading = tokio::time::timeout(header_read_timeout, upgrade(tcp));
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let mut stopped = stopped.clone();
+        tokio::spawn(async move {
+            let io = tokio::select! {
+                upgraded = upgrading => match upgraded {
+                    Ok(Some(io)) => io,
+                    Ok(None) | Err(_) => return,
+                },
+                _ = stopped.wait_for(|stop| *stop) => return,
+            };
+            let connection =
+                builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+            let _ = watcher.watch(connection).await;
+        });
+    })
+    .await;
+    let _ = stopping.send(true);
+    graceful.shutdown().await;
+}
+
+/// hyper's HTTP/1 server settings: a timer, so that `header_read_timeout`
+/// closes a connection whose request head does not arrive in time.
+fn http1_builder(header_read_timeout: Duration) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    builder
+}
+
+/// Accepts connections on `listener` (Nagle off) and hands each to `accepted`
+/// until `stop` completes; then closes the listener.
+async fn accept_until(
+    listener: TcpListener,
+    stop: impl Future<Output = ()> + Send,
+    mut accepted: impl FnMut(TcpStream, SocketAddr),
+) {
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let next = tokio::select! {
+            next = listener.accept() => Some(next),
+            () = &mut stop => None,
+        };
+        let Some(next) = next else {
+            break;
+        };
+        match next {
+            Ok((tcp, peer)) => {
+                let _ = tcp.set_nodelay(true);
+                accepted(tcp, peer);
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: pause instead of
+                // spinning (what `axum::serve` does too).
+                if !is_connection_error(&e) {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
 }
 
 /// Errors of one connection (the client gave up before it was accepted), not
@@ -122,15 +194,50 @@ pub async fn serve_router(
     router: axum::Router,
     stop: impl Future<Output = ()> + Send,
 ) {
-    let service = move |peer: SocketAddr| {
-        router
-            .clone()
-            .map_request(move |mut request: http::Request<Body>| {
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                request
-            })
-    };
+    let service = move |peer| with_connect_info(router.clone(), peer);
     serve(listener, header_read_timeout, service, stop).await;
+}
+
+/// [`serve_upgraded`] for an axum router, which may ask for the client's
+/// address as with [`serve_router`].
+pub async fn serve_router_upgraded<U, F, IO>(
+    listener: TcpListener,
+    header_read_timeout: Duration,
+    router: axum::Router,
+    upgrade: U,
+    stop: impl Future<Output = ()> + Send,
+) where
+    U: Fn(TcpStream) -> F,
+    F: Future<Output = Option<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    serve_upgraded(
+        listener,
+        header_read_timeout,
+        move |peer| with_connect_info(router.clone(), peer),
+        upgrade,
+        stop,
+    )
+    .await;
+}
+
+/// The service of a connection from `peer`: `router`, with the client's
+/// address in each request's extensions (`ConnectInfo<SocketAddr>`).
+fn with_connect_info(
+    router: axum::Router,
+    peer: SocketAddr,
+) -> impl Service<
+    http::Request<Body>,
+    Response = axum::response::Response,
+    Error = Infallible,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ 'static {
+    router.map_request(move |mut request: http::Request<Body>| {
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        request
+    })
 }
