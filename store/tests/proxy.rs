@@ -6,6 +6,7 @@ mod support;
 
 mod proxy {
     mod in_front_of_an_upstream;
+    mod listening_over_tls;
     mod mcp_gateway;
     mod mcp_sdk_end_to_end;
     mod operator_console;

@@ -134,6 +134,21 @@ fn call_with_meta(
     key: Option<&str>,
     extra: &Value,
 ) -> Value {
+    call_over(None, gateway, tenant, id, tool, args, key, extra)
+}
+
+/// [`call_with_meta`], over TLS trusting the CA `tls_ca` (PEM) when given.
+#[allow(clippy::too_many_arguments)]
+fn call_over(
+    tls_ca: Option<&str>,
+    gateway: &Gateway,
+    tenant: &str,
+    id: u64,
+    tool: &str,
+    args: Value,
+    key: Option<&str>,
+    extra: &Value,
+) -> Value {
     let mut meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -148,7 +163,8 @@ fn call_with_meta(
         "jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": { "name": tool, "arguments": args, "_meta": meta },
     });
-    post(
+    post_over(
+        tls_ca,
         gateway,
         tenant,
         &[("Mcp-Method", b"tools/call"), ("Mcp-Name", tool.as_bytes())],
@@ -158,6 +174,17 @@ fn call_with_meta(
 }
 
 fn post(gateway: &Gateway, tenant: &str, extra: &[(&str, &[u8])], body: &Value) -> Reply {
+    post_over(None, gateway, tenant, extra, body)
+}
+
+/// [`post`], over TLS trusting the CA `tls_ca` (PEM) when given.
+fn post_over(
+    tls_ca: Option<&str>,
+    gateway: &Gateway,
+    tenant: &str,
+    extra: &[(&str, &[u8])],
+    body: &Value,
+) -> Reply {
     let auth = format!("Bearer {tenant}");
     let mut headers: Vec<(&str, &[u8])> = vec![
         ("Content-Type", b"application/json"),
@@ -166,14 +193,22 @@ fn post(gateway: &Gateway, tenant: &str, extra: &[(&str, &[u8])], body: &Value) 
         ("Authorization", auth.as_bytes()),
     ];
     headers.extend_from_slice(extra);
-    request(
-        gateway.addr,
-        "POST",
-        "/mcp",
-        &headers,
-        body.to_string().as_bytes(),
-    )
-    .unwrap()
+    let body = body.to_string();
+    let reply = match tls_ca {
+        None => request(gateway.addr, "POST", "/mcp", &headers, body.as_bytes()),
+        #[cfg(feature = "cli")]
+        Some(ca) => support::tls::request_over_tls(
+            gateway.addr,
+            ca,
+            "POST",
+            "/mcp",
+            &headers,
+            body.as_bytes(),
+        ),
+        #[cfg(not(feature = "cli"))]
+        Some(_) => unreachable!("the TLS tests need the cli feature"),
+    };
+    reply.unwrap()
 }
 
 fn replayed(response: &Value) -> bool {
@@ -301,6 +336,48 @@ fn an_https_mcp_server_books_once_through_tls_checked_against_the_ca_file() {
         retry["result"]["structuredContent"],
         first["result"]["structuredContent"]
     );
+    assert_eq!(service.bookings("clinic-a").len(), 1);
+}
+
+/// The gateway serving HTTPS itself (`tls_cert_file`, `tls_key_file`): a
+/// client that trusts the certificate's CA books once and its retry replays.
+#[cfg(feature = "cli")]
+#[test]
+fn the_gateway_serves_https_itself_and_a_key_books_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Appointments::start(dir.path(), &[]);
+    let certificates = support::tls::localhost_certificates();
+    let (cert, key) = (dir.path().join("mcp.crt"), dir.path().join("mcp.key"));
+    std::fs::write(&cert, &certificates.certificate).unwrap();
+    std::fs::write(&key, &certificates.key).unwrap();
+    let gateway = gateway_to(
+        dir.path(),
+        &service.mcp_url,
+        &format!("tls_cert_file = {cert:?}\ntls_key_file = {key:?}"),
+    );
+    assert!(gateway.url.starts_with("https://"), "{}", gateway.url);
+    let book = |id| {
+        let meta = json!({});
+        let args = anna();
+        let key = Some("book-https");
+        call_over(
+            Some(&certificates.ca),
+            &gateway,
+            "clinic-a",
+            id,
+            "book_appointment",
+            args,
+            key,
+            &meta,
+        )
+    };
+    let first = book(1);
+    assert_eq!(
+        first["result"]["structuredContent"]["status"], "confirmed",
+        "{first}"
+    );
+    let retry = book(2);
+    assert!(replayed(&retry), "{retry}");
     assert_eq!(service.bookings("clinic-a").len(), 1);
 }
 

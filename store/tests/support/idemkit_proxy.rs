@@ -425,9 +425,8 @@ impl ProxyProcess {
                 .next()
                 .expect("the proxy printed its address")
                 .unwrap();
-            let at = |l: &str| -> SocketAddr {
-                l.rsplit("http://").next().unwrap().trim().parse().unwrap()
-            };
+            let at =
+                |l: &str| -> SocketAddr { l.rsplit("://").next().unwrap().trim().parse().unwrap() };
             if line.contains("admin on") {
                 admin = Some(at(&line));
             } else if line.contains("listening on") {

@@ -239,6 +239,7 @@ impl Gateway {
         std::thread::spawn(move || for _ in lines {});
         let addr = url
             .trim_start_matches("http://")
+            .trim_start_matches("https://")
             .split('/')
             .next()
             .and_then(|a| a.parse().ok())

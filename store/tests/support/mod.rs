@@ -302,8 +302,21 @@ pub(crate) fn request(
 ) -> std::io::Result<Reply> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    exchange(&mut stream, &addr.to_string(), method, path, headers, body)
+}
+
+/// One request on `stream` (plain TCP, or a TLS stream over it) with
+/// `Connection: close`, and the whole reply read to the end.
+pub(crate) fn exchange(
+    stream: &mut (impl Read + Write),
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+) -> std::io::Result<Reply> {
     let mut out =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n").into_bytes();
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n").into_bytes();
     for (name, value) in headers {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");

@@ -1,6 +1,7 @@
-//! TLS for the tests of the gateways' `https://` upstreams: a private CA with a
-//! certificate it issued for `localhost`, a TLS acceptor with it, and a TLS
-//! front that relays to a plain TCP address.
+//! TLS for the tests of the gateways' `https://` upstreams and their own
+//! HTTPS listeners: a private CA with a certificate it issued for
+//! `localhost`, a TLS acceptor with it, a TLS front that relays to a plain TCP
+//! address, and a client request over TLS.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -96,4 +97,34 @@ impl Front {
             _runtime: runtime,
         }
     }
+}
+
+/// One request over TLS to `addr` as `localhost`, trusting only the CA of
+/// `ca` (PEM): see [`super::exchange`]. A refused certificate is the error.
+pub(crate) fn request_over_tls(
+    addr: SocketAddr,
+    ca: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+) -> std::io::Result<super::Reply> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connection =
+        rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap())
+            .map_err(std::io::Error::other)?;
+    let tcp = std::net::TcpStream::connect(addr)?;
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let mut tls = rustls::StreamOwned::new(connection, tcp);
+    let host = format!("localhost:{}", addr.port());
+    super::exchange(&mut tls, &host, method, path, headers, body)
 }

@@ -26,6 +26,7 @@ mod exit;
 mod fingerprint_cmd;
 mod input;
 mod key_cmd;
+mod listen_tls;
 mod log;
 // The TLS roots, as the library's PostgreSQL adapter loads them.
 #[cfg(feature = "axum")]

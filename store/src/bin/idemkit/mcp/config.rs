@@ -15,6 +15,7 @@ use idemkit::store::WaitLimits;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::listen_tls::ListenTls;
 use crate::proxy::config::{
     AdminKeys, ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice, StoreSection,
     TenantRule, TenantSection, admin_token, audit_log, check_addr, store_choice, tenant_rule,
@@ -25,6 +26,9 @@ use crate::proxy::upstream_tls::UpstreamTls;
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<Spanned<String>>,
+    /// Serve HTTPS with this certificate chain and key (PEM); both or neither.
+    tls_cert_file: Option<Spanned<PathBuf>>,
+    tls_key_file: Option<Spanned<PathBuf>>,
     upstream: Option<Spanned<String>>,
     /// The PEM roots an `https://` upstream's certificate must chain to
     /// (default: Mozilla's).
@@ -110,6 +114,8 @@ pub(crate) struct Tool {
 #[derive(Clone, Debug)]
 pub(crate) struct McpConfig {
     pub(crate) listen: String,
+    /// `tls_cert_file` and `tls_key_file`: the listener serves HTTPS.
+    pub(crate) listen_tls: Option<ListenTls>,
     /// The MCP server's Streamable HTTP endpoint; `None` for stdio, where the
     /// server is a child process.
     pub(crate) upstream: Option<http::Uri>,
@@ -227,6 +233,22 @@ pub(crate) fn parse(
         }
         (None, None) => None,
     };
+    let tls_span = raw
+        .tls_cert_file
+        .as_ref()
+        .or(raw.tls_key_file.as_ref())
+        .map(Spanned::span);
+    if stdio && tls_span.is_some() {
+        return Err(src.at(
+            tls_span,
+            "tls_cert_file, tls_key_file: over stdio the gateway has no listener to serve TLS on",
+        ));
+    }
+    let listen_tls = crate::listen_tls::from_settings(
+        raw.tls_cert_file.as_ref().map(|f| f.get_ref().as_path()),
+        raw.tls_key_file.as_ref().map(|f| f.get_ref().as_path()),
+    )
+    .map_err(|e| src.at(tls_span, e))?;
     if let Some(admin) = &raw.admin {
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
@@ -296,6 +318,7 @@ pub(crate) fn parse(
     )?;
     Ok(McpConfig {
         listen,
+        listen_tls,
         upstream,
         upstream_tls,
         admin: raw.admin.map(Spanned::into_inner),
@@ -490,6 +513,24 @@ header = "X-Tenant-Id"
         );
         let e = refusal(&stdio, true);
         assert!(e.starts_with("mcp.toml:1: upstream_ca_file"), "{e}");
+    }
+
+    #[test]
+    fn tls_on_the_listener_needs_both_files_and_a_listener() {
+        let key_alone = refusal(&format!("tls_key_file = \"/etc/mcp.key\"\n{BASE}"), false);
+        assert!(
+            key_alone.starts_with("mcp.toml:1: tls_key_file without tls_cert_file"),
+            "{key_alone}"
+        );
+        let stdio = format!(
+            "tls_cert_file = \"/etc/mcp.crt\"\ntls_key_file = \"/etc/mcp.key\"\n{}",
+            BASE.replace("header = \"X-Tenant-Id\"", "fixed = \"acme\"")
+        );
+        let e = refusal(&stdio, true);
+        assert!(
+            e.starts_with("mcp.toml:1: tls_cert_file, tls_key_file: over stdio"),
+            "{e}"
+        );
     }
 
     #[test]

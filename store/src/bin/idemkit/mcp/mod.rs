@@ -169,6 +169,7 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     let endpoint = upstream.path().to_owned();
     let tenant = Box::new(crate::proxy::tenant::principal(&config.tenant));
     let header_read_timeout = config.header_read_timeout;
+    let listen_tls = config.listen_tls.clone();
     let gateway = Arc::new(Gateway::new(config, Some(store), metrics));
     let front = Arc::new(http::HttpGateway {
         gateway,
@@ -177,13 +178,38 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
         tenant,
         loopback: addr.ip().is_loopback(),
     });
-    println!("idemkit mcp: in front of {upstream}, listening on http://{addr}{endpoint}");
-    let service = tower::service_fn(move |request: ::http::Request<Body>| {
+    let scheme = if listen_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    println!("idemkit mcp: in front of {upstream}, listening on {scheme}://{addr}{endpoint}");
+    let over_tls = listen_tls.is_some();
+    let service = tower::service_fn(move |mut request: ::http::Request<Body>| {
         let front = Arc::clone(&front);
+        if over_tls {
+            request
+                .extensions_mut()
+                .insert(crate::proxy::forward::OverTls);
+        }
         async move { Ok::<_, std::convert::Infallible>(front.handle(request).await) }
     });
     let app = axum::Router::new().fallback_service(service);
-    idemkit::http::serve_router(listener, header_read_timeout, app, crate::stopped(stop_rx)).await;
+    let stopped = crate::stopped(stop_rx);
+    match &listen_tls {
+        None => idemkit::http::serve_router(listener, header_read_timeout, app, stopped).await,
+        Some(tls) => {
+            let handshake = |tcp| tls.accept(tcp);
+            idemkit::http::serve_router_upgraded(
+                listener,
+                header_read_timeout,
+                app,
+                handshake,
+                stopped,
+            )
+            .await;
+        }
+    }
     eprintln!("idemkit mcp: stopped; running calls finished and were recorded");
     Ok(())
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::upstream_tls::UpstreamTls;
+use crate::listen_tls::ListenTls;
 use idemkit::core::fingerprint::{ContentKind, FingerprintSpec};
 use idemkit::core::http::ReplayedHeaders;
 use idemkit::core::machine::{MismatchStatus, Policy, StorePolicy};
@@ -40,6 +41,9 @@ impl fmt::Display for ConfigError {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<Spanned<String>>,
+    /// Serve HTTPS with this certificate chain and key (PEM); both or neither.
+    tls_cert_file: Option<Spanned<PathBuf>>,
+    tls_key_file: Option<Spanned<PathBuf>>,
     upstream: Option<Spanned<String>>,
     /// The PEM roots an `https://` upstream's certificate must chain to
     /// (default: Mozilla's).
@@ -216,6 +220,8 @@ pub(crate) struct Route {
 #[derive(Clone, Debug)]
 pub(crate) struct ProxyConfig {
     pub(crate) listen: String,
+    /// `tls_cert_file` and `tls_key_file`: the listener serves HTTPS.
+    pub(crate) listen_tls: Option<ListenTls>,
     pub(crate) upstream: http::Uri,
     /// For an `https://` upstream: how its connections are encrypted and its
     /// certificate checked.
@@ -333,6 +339,14 @@ pub(crate) fn parse(
         raw.listen.as_ref().map(Spanned::span),
         "listen",
     )?;
+    let listen_tls = crate::listen_tls::from_settings(
+        raw.tls_cert_file.as_ref().map(|f| f.get_ref().as_path()),
+        raw.tls_key_file.as_ref().map(|f| f.get_ref().as_path()),
+    )
+    .map_err(|e| {
+        let span = raw.tls_cert_file.as_ref().or(raw.tls_key_file.as_ref());
+        src.at(span.map(Spanned::span), e)
+    })?;
     let upstream_text = match (upstream, &raw.upstream) {
         (Some(u), _) => u.to_owned(),
         (None, Some(u)) => u.get_ref().clone(),
@@ -427,6 +441,7 @@ pub(crate) fn parse(
     }
     Ok(ProxyConfig {
         listen,
+        listen_tls,
         upstream: upstream_uri,
         upstream_tls,
         admin: raw.admin.map(Spanned::into_inner),
@@ -1328,6 +1343,20 @@ header = "X-Tenant-Id"
         assert!(
             missing_ca.starts_with("proxy.toml:4: upstream_ca_file /nonexistent/ca.pem"),
             "{missing_ca}"
+        );
+        let cert_alone = upstream_lines(
+            "upstream = \"http://127.0.0.1:9000\"\ntls_cert_file = \"/etc/proxy.crt\"\n",
+        );
+        assert!(
+            cert_alone.starts_with("proxy.toml:4: tls_cert_file without tls_key_file"),
+            "{cert_alone}"
+        );
+        let missing_cert = upstream_lines(
+            "upstream = \"http://127.0.0.1:9000\"\ntls_cert_file = \"/nonexistent/proxy.crt\"\ntls_key_file = \"/nonexistent/proxy.key\"\n",
+        );
+        assert!(
+            missing_cert.starts_with("proxy.toml:4: tls_cert_file /nonexistent/proxy.crt"),
+            "{missing_cert}"
         );
         let two_stores = refusal(&BASE.replace(
             "path = \"proxy.redb\"",

@@ -293,6 +293,11 @@ pub(crate) struct Forward {
     pub(crate) answers_as: Option<Policy>,
 }
 
+/// In a request's extensions: the client reached the gateway over TLS, so the
+/// upstream gets `X-Forwarded-Proto: https` (without it, `http`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OverTls;
+
 /// A [`Forward`] as the tower service an idempotency layer wraps.
 #[derive(Clone)]
 pub(crate) struct Forwarder(pub(crate) Arc<Forward>);
@@ -429,9 +434,13 @@ impl Forward {
                 parts.headers.insert(X_FORWARDED_FOR, value);
             }
         }
+        let proto = match parts.extensions.get::<OverTls>() {
+            Some(OverTls) => "https",
+            None => "http",
+        };
         parts
             .headers
-            .insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            .insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
         parts.uri = Uri::from(path_and_query);
         // Keep-alive to the upstream whatever the caller spoke.
         parts.version = http::Version::HTTP_11;

@@ -226,6 +226,9 @@ struct Entry {
     passthrough: Arc<Forward>,
     tenant: Arc<TenantRule>,
     request_body_idle: Duration,
+    /// The listener serves HTTPS: the upstream is told so
+    /// (`X-Forwarded-Proto`).
+    over_tls: bool,
 }
 
 /// One accepted connection: the entry, the caller's address, and its place
@@ -268,6 +271,9 @@ impl tower::Service<Request<Body>> for Connection {
         request
             .extensions_mut()
             .insert(axum::extract::ConnectInfo(self.peer));
+        if self.entry.over_tls {
+            request.extensions_mut().insert(forward::OverTls);
+        }
         match self
             .entry
             .table
@@ -428,9 +434,14 @@ fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<Stopped, S
     }
     drop(events);
     println!(
-        "idemkit proxy: {} routes to {}, {workers} workers, listening on http://{addr}",
+        "idemkit proxy: {} routes to {}, {workers} workers, listening on {}://{addr}",
         shared.config.routes.len(),
         shared.config.upstream,
+        if shared.config.listen_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        },
     );
     let grace = shared.config.shutdown_grace;
     let mut running = workers;
@@ -569,19 +580,23 @@ async fn worker(
         passthrough,
         tenant: Arc::new(shared.config.tenant.clone()),
         request_body_idle: shared.config.request_body_idle,
+        over_tls: shared.config.listen_tls.is_some(),
     };
     let connections = Arc::clone(&shared.connections);
-    idemkit::http::serve(
-        listener,
-        shared.config.header_read_timeout,
-        move |peer| Connection {
-            entry: entry.clone(),
-            peer,
-            slot: Arc::new(connections.open()),
-        },
-        crate::stopped(shared.stop.clone()),
-    )
-    .await;
+    let connection = move |peer| Connection {
+        entry: entry.clone(),
+        peer,
+        slot: Arc::new(connections.open()),
+    };
+    let timeout = shared.config.header_read_timeout;
+    let stopped = crate::stopped(shared.stop.clone());
+    match &shared.config.listen_tls {
+        None => idemkit::http::serve(listener, timeout, connection, stopped).await,
+        Some(tls) => {
+            let handshake = |tcp| tls.accept(tcp);
+            idemkit::http::serve_upgraded(listener, timeout, connection, handshake, stopped).await;
+        }
+    }
     // The connections are closed; executions whose client left run on.
     shared.executions.idle().await;
     Ok(())

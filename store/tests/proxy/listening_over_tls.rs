@@ -1,0 +1,169 @@
+//! `idemkit proxy` serving HTTPS itself (`tls_cert_file`, `tls_key_file`):
+//! keys execute once over TLS and the upstream is told the client used it, a
+//! client speaking plain HTTP to the port gets no answer and disturbs nothing,
+//! one that never begins its handshake does not hold up a stop, and a renewed certificate is served without a restart (a broken one is not,
+//! and the one before stays).
+#![cfg(feature = "cli")]
+
+use crate::support::idemkit_proxy as proxy_support;
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::support::tls::{Certificates, localhost_certificates, request_over_tls};
+use crate::support::{Reply, request};
+use proxy_support::{ProxyProcess, Upstream, config_with};
+
+const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
+
+/// The certificate and key files a proxy serves, in `dir`.
+struct Served {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Served {
+    fn write(dir: &Path, certificates: &Certificates) -> Served {
+        let served = Served {
+            cert: dir.join("proxy.crt"),
+            key: dir.join("proxy.key"),
+        };
+        served.replace_with(certificates);
+        served
+    }
+
+    /// The files rewritten, as a renewal does: the certificate, then the key.
+    fn replace_with(&self, certificates: &Certificates) {
+        std::fs::write(&self.cert, &certificates.certificate).unwrap();
+        std::fs::write(&self.key, &certificates.key).unwrap();
+    }
+}
+
+/// A proxy in front of `upstream` serving HTTPS with `served`'s files.
+fn tls_proxy(dir: &Path, upstream: &Upstream, served: &Served) -> ProxyProcess {
+    let store = format!("path = \"{}\"", dir.join("proxy.redb").display());
+    let tls = format!(
+        "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"",
+        served.cert.display(),
+        served.key.display()
+    );
+    ProxyProcess::start(&config_with(dir, upstream.addr, &store, &tls, ""))
+}
+
+/// Tenant `acme`'s withdrawal from account A under `key`, over TLS to `addr`
+/// as `localhost`, trusting only the CA of `ca` (PEM).
+fn post_over_tls(addr: SocketAddr, ca: &str, key: &str) -> io::Result<Reply> {
+    let headers: [(&str, &[u8]); 3] = [
+        ("Content-Type", b"application/json"),
+        ("Idempotency-Key", key.as_bytes()),
+        ("X-Tenant-Id", b"acme"),
+    ];
+    request_over_tls(addr, ca, "POST", "/accounts/A/withdraw", &headers, BODY)
+}
+
+/// The `X-Forwarded-Proto` of every request the upstream saw.
+fn forwarded_protos(upstream: &Upstream) -> Vec<String> {
+    let seen = upstream.seen.lock().unwrap();
+    seen.headers
+        .iter()
+        .map(|headers| {
+            headers
+                .iter()
+                .find(|(name, _)| name == "x-forwarded-proto")
+                .map_or_else(String::new, |(_, value)| value.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn a_key_executes_once_over_https_and_the_upstream_is_told_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let certificates = localhost_certificates();
+    let served = Served::write(dir.path(), &certificates);
+    let upstream = Upstream::start(Duration::ZERO);
+    let mut proxy = tls_proxy(dir.path(), &upstream, &served);
+
+    let first = post_over_tls(proxy.addr, &certificates.ca, "k-https").unwrap();
+    assert_eq!(first.status, 201, "{first:?}");
+    let again = post_over_tls(proxy.addr, &certificates.ca, "k-https").unwrap();
+    assert_eq!(again.status, 201, "{again:?}");
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+    assert_eq!(upstream.calls("A"), 1);
+    assert_eq!(forwarded_protos(&upstream), ["https"]);
+
+    // Plain HTTP to the TLS port: no HTTP answer, nothing upstream, and the
+    // listener goes on serving TLS.
+    let headers: [(&str, &[u8]); 2] = [("Idempotency-Key", b"k-plain"), ("X-Tenant-Id", b"acme")];
+    let plain = request(proxy.addr, "POST", "/accounts/A/withdraw", &headers, BODY);
+    assert!(plain.is_err(), "a plain request was answered: {plain:?}");
+    let after = post_over_tls(proxy.addr, &certificates.ca, "k-https-2").unwrap();
+    assert_eq!(after.status, 201, "{after:?}");
+    assert_eq!(upstream.calls("A"), 2);
+
+    // A client that connects and never starts its handshake does not hold up
+    // a stop (the handshake's own deadline is the request head's, 30 s).
+    let _silent = std::net::TcpStream::connect(proxy.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let asked = Instant::now();
+    proxy.signal("TERM");
+    let (status, stderr) = proxy.wait_exit_with_stderr(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "the stop waited {:?} for a handshake that never began",
+        asked.elapsed()
+    );
+}
+
+#[test]
+fn a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = localhost_certificates();
+    let served = Served::write(dir.path(), &old);
+    let upstream = Upstream::start(Duration::ZERO);
+    let proxy = tls_proxy(dir.path(), &upstream, &served);
+    assert_eq!(
+        post_over_tls(proxy.addr, &old.ca, "k-old").unwrap().status,
+        201
+    );
+
+    // Renewed: a certificate from another CA. Within a few seconds new
+    // connections get it, and the old CA no longer verifies them.
+    let renewed = localhost_certificates();
+    served.replace_with(&renewed);
+    let started = Instant::now();
+    let reply = loop {
+        match post_over_tls(proxy.addr, &renewed.ca, "k-renewed") {
+            Ok(reply) => break reply,
+            Err(e) => assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the renewed certificate was not served within 10 s: {e}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(reply.status, 201, "{reply:?}");
+    let refused = post_over_tls(proxy.addr, &old.ca, "k-old-ca").unwrap_err();
+    // Both CAs have one name, so the old one is found and its signature fails.
+    assert!(
+        refused.to_string().contains("invalid peer certificate"),
+        "{refused}"
+    );
+
+    // A renewal that left a broken key: the renewed pair stays in use.
+    std::fs::write(&served.key, "not a key\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1_200));
+    for attempt in 0..3 {
+        let reply = post_over_tls(proxy.addr, &renewed.ca, &format!("k-kept-{attempt}")).unwrap();
+        assert_eq!(reply.status, 201, "{reply:?}");
+    }
+    let log = proxy.stderr();
+    assert!(
+        log.contains("TLS certificate not reloaded") && log.contains("tls_key_file"),
+        "the proxy's log says why the files were not taken: {log}"
+    );
+    assert_eq!(upstream.calls("A"), 5);
+}
