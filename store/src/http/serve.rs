@@ -56,7 +56,7 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub async fn serve<S>(
     listener: TcpListener,
     header_read_timeout: Duration,
-    mut service: impl FnMut(SocketAddr) -> S + Send,
+    service: impl FnMut(SocketAddr) -> S + Send,
     stop: impl Future<Output = ()> + Send,
 ) where
     S: Service<http::Request<Body>, Response = axum::response::Response, Error = Infallible>
@@ -65,20 +65,8 @@ pub async fn serve<S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let graceful = GracefulShutdown::new();
-    let builder = http1_builder(header_read_timeout);
-    accept_until(listener, stop, |tcp, peer| {
-        let service =
-            service(peer).map_request(|request: http::Request<Incoming>| request.map(Body::new));
-        let connection =
-            builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-    })
-    .await;
-    graceful.shutdown().await;
+    let plain = |tcp| std::future::ready(Some(tcp));
+    serve_upgraded(listener, header_read_timeout, service, plain, stop).await;
 }
 
 /// [`serve`] over what `upgrade` makes of each accepted connection, such as

@@ -121,25 +121,13 @@ fn call(
     args: Value,
     key: Option<&str>,
 ) -> Value {
-    call_with_meta(gateway, tenant, id, tool, args, key, &json!({}))
+    call_with_meta(None, gateway, tenant, id, tool, args, key, &json!({}))
 }
 
-/// [`call`] with `extra` members in `params._meta`.
-fn call_with_meta(
-    gateway: &Gateway,
-    tenant: &str,
-    id: u64,
-    tool: &str,
-    args: Value,
-    key: Option<&str>,
-    extra: &Value,
-) -> Value {
-    call_over(None, gateway, tenant, id, tool, args, key, extra)
-}
-
-/// [`call_with_meta`], over TLS trusting the CA `tls_ca` (PEM) when given.
+/// [`call`] with `extra` members in `params._meta`, over TLS trusting the CA
+/// `tls_ca` (PEM) when given.
 #[allow(clippy::too_many_arguments)]
-fn call_over(
+fn call_with_meta(
     tls_ca: Option<&str>,
     gateway: &Gateway,
     tenant: &str,
@@ -360,7 +348,7 @@ fn the_gateway_serves_https_itself_and_a_key_books_once() {
         let meta = json!({});
         let args = anna();
         let key = Some("book-https");
-        call_over(
+        call_with_meta(
             Some(&certificates.ca),
             &gateway,
             "clinic-a",
@@ -672,6 +660,7 @@ fn a_retry_that_asks_to_wait_gets_the_running_calls_result() {
             "{impatient}"
         );
         let waiter = call_with_meta(
+            None,
             &gateway,
             "clinic-w",
             3,

@@ -496,6 +496,14 @@ header = "X-Tenant-Id"
             .to_string()
     }
 
+    /// `top` (first, on line 1), then [`BASE`] for stdio, whose tenant is fixed.
+    fn over_stdio(top: &str) -> String {
+        format!(
+            "{top}\n{}",
+            BASE.replace("header = \"X-Tenant-Id\"", "fixed = \"acme\"")
+        )
+    }
+
     #[test]
     fn an_https_upstream_is_checked_and_a_ca_file_needs_one() {
         let https = BASE.replace("http://127.0.0.1:3000/mcp", "https://tools.example.com/mcp");
@@ -507,11 +515,7 @@ header = "X-Tenant-Id"
             e.contains("expected http://host:port/path or https://"),
             "{e}"
         );
-        let stdio = format!(
-            "upstream_ca_file = \"/etc/ca.pem\"\n{}",
-            BASE.replace("header = \"X-Tenant-Id\"", "fixed = \"acme\"")
-        );
-        let e = refusal(&stdio, true);
+        let e = refusal(&over_stdio("upstream_ca_file = \"/etc/ca.pem\""), true);
         assert!(e.starts_with("mcp.toml:1: upstream_ca_file"), "{e}");
     }
 
@@ -522,10 +526,7 @@ header = "X-Tenant-Id"
             key_alone.starts_with("mcp.toml:1: tls_key_file without tls_cert_file"),
             "{key_alone}"
         );
-        let stdio = format!(
-            "tls_cert_file = \"/etc/mcp.crt\"\ntls_key_file = \"/etc/mcp.key\"\n{}",
-            BASE.replace("header = \"X-Tenant-Id\"", "fixed = \"acme\"")
-        );
+        let stdio = over_stdio("tls_cert_file = \"/etc/mcp.crt\"\ntls_key_file = \"/etc/mcp.key\"");
         let e = refusal(&stdio, true);
         assert!(
             e.starts_with("mcp.toml:1: tls_cert_file, tls_key_file: over stdio"),
