@@ -180,36 +180,29 @@ impl RecordId {
 
     /// Decodes stored bytes back into the scope and key they name.
     pub fn decode(bytes: &[u8]) -> Result<(Scope, IdempotencyKey), RecordIdError> {
-        let Some((&version, mut rest)) = bytes.split_first() else {
-            return Err(RecordIdError::Truncated { offset: 0 });
-        };
-        if version != RECORD_ID_VERSION {
-            return Err(RecordIdError::UnknownVersion { version });
-        }
-        let mut parts: [&str; 3] = [""; 3];
-        for part in &mut parts {
-            let offset = bytes.len() - rest.len();
-            let (len, tail) = match rest {
-                [hi, lo, tail @ ..] => (usize::from(u16::from_be_bytes([*hi, *lo])), tail),
-                _ => return Err(RecordIdError::Truncated { offset }),
-            };
-            let (raw, tail) = match (tail.get(..len), tail.get(len..)) {
-                (Some(raw), Some(tail)) => (raw, tail),
-                _ => return Err(RecordIdError::Truncated { offset: offset + 2 }),
-            };
-            *part = core::str::from_utf8(raw)
-                .map_err(|_| RecordIdError::InvalidUtf8 { offset: offset + 2 })?;
-            rest = tail;
-        }
-        if !rest.is_empty() {
-            return Err(RecordIdError::TrailingData {
-                offset: bytes.len() - rest.len(),
-            });
-        }
-        let [tenant, operation, key] = parts;
+        let [tenant, operation, key] = split(bytes)?;
         let scope = Scope::new(tenant, operation).map_err(RecordIdError::Scope)?;
         let key = IdempotencyKey::new(key).map_err(RecordIdError::Key)?;
         Ok((scope, key))
+    }
+
+    /// The tenant, operation and key this id names, borrowed from it: what
+    /// [`decode`](Self::decode) gives, without checking them again or
+    /// copying them (an id is only made from a valid scope and key).
+    ///
+    /// ```
+    /// use idemkit_core::IdempotencyKey;
+    /// use idemkit_core::scope::{RecordId, Scope};
+    ///
+    /// let scope = Scope::new("acme", "payments.capture").unwrap();
+    /// let id = RecordId::new(&scope, &IdempotencyKey::new("k-1").unwrap());
+    /// assert_eq!(id.parts(), ["acme", "payments.capture", "k-1"]);
+    /// ```
+    #[must_use]
+    pub fn parts(&self) -> [&str; 3] {
+        // `new` wrote the bytes from a valid scope and key, so they split;
+        // the empty parts are never returned.
+        split(&self.bytes).unwrap_or([""; 3])
     }
 
     /// A short digest of this id that is safe to log and to show an operator.
@@ -222,6 +215,38 @@ impl RecordId {
         short.copy_from_slice(digest.get(..8).unwrap_or(&[0; 8]));
         LogRef(short)
     }
+}
+
+/// The three length-prefixed parts of a record id's bytes, not yet checked as
+/// a scope and a key.
+fn split(bytes: &[u8]) -> Result<[&str; 3], RecordIdError> {
+    let Some((&version, mut rest)) = bytes.split_first() else {
+        return Err(RecordIdError::Truncated { offset: 0 });
+    };
+    if version != RECORD_ID_VERSION {
+        return Err(RecordIdError::UnknownVersion { version });
+    }
+    let mut parts: [&str; 3] = [""; 3];
+    for part in &mut parts {
+        let offset = bytes.len() - rest.len();
+        let (len, tail) = match rest {
+            [hi, lo, tail @ ..] => (usize::from(u16::from_be_bytes([*hi, *lo])), tail),
+            _ => return Err(RecordIdError::Truncated { offset }),
+        };
+        let (raw, tail) = match (tail.get(..len), tail.get(len..)) {
+            (Some(raw), Some(tail)) => (raw, tail),
+            _ => return Err(RecordIdError::Truncated { offset: offset + 2 }),
+        };
+        *part = core::str::from_utf8(raw)
+            .map_err(|_| RecordIdError::InvalidUtf8 { offset: offset + 2 })?;
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(RecordIdError::TrailingData {
+            offset: bytes.len() - rest.len(),
+        });
+    }
+    Ok(parts)
 }
 
 impl fmt::Debug for RecordId {
@@ -447,6 +472,13 @@ mod tests {
             let ia = id(&a.0, &a.1, &a.2);
             let ib = id(&b.0, &b.1, &b.2);
             prop_assert_eq!(a == b, ia.as_bytes() == ib.as_bytes());
+        }
+
+        #[test]
+        fn the_parts_are_what_decode_gives(t in (name(), name(), raw_key())) {
+            let id = id(&t.0, &t.1, &t.2);
+            let (scope, key) = RecordId::decode(id.as_bytes()).unwrap();
+            prop_assert_eq!(id.parts(), [scope.tenant(), scope.operation(), key.as_str()]);
         }
 
         #[test]

@@ -405,7 +405,7 @@ impl PostgresAdapter {
         client: &mut impl Sends,
         id: &RecordId,
     ) -> Result<(Read, UnixMillis), PgError> {
-        let (scope, key) = address(id)?;
+        let [tenant, operation, key] = id.parts();
         let (given, offset) = self.clock.params();
         self.sending();
         let row = client
@@ -413,9 +413,9 @@ impl PostgresAdapter {
                 Slot::SelectAt,
                 &self.sql.select_at,
                 &[
-                    (&scope.tenant(), Type::TEXT),
-                    (&scope.operation(), Type::TEXT),
-                    (&key.as_str(), Type::TEXT),
+                    (&tenant, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&key, Type::TEXT),
                     (&given, Type::INT8),
                     (&offset, Type::INT8),
                 ],
@@ -452,7 +452,7 @@ impl PostgresAdapter {
         id: &RecordId,
         record: &Record,
     ) -> Result<Option<Version>, PgError> {
-        let row = Columns::of(id, record)?;
+        let row = Columns::of(id, record);
         let token = i64::try_from(record.last_token.get()).unwrap_or(i64::MAX);
         self.sending();
         match client.opt(Slot::Insert, &self.sql.insert, &row.params(&token)) {
@@ -487,7 +487,7 @@ impl PostgresAdapter {
         read: &Stored,
         next: &Record,
     ) -> Result<Result<Option<Version>, postgres::Error>, PgError> {
-        let row = Columns::of(id, next)?;
+        let row = Columns::of(id, next);
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
         self.sending();
         let written = if row.running() {
@@ -515,33 +515,24 @@ impl PostgresAdapter {
 
     /// Marks `id`'s row as waited on (see the schema's documentation).
     fn watch_row(&self, id: &RecordId) -> Result<(), PgError> {
-        let (scope, key) = address(id)?;
+        let [tenant, operation, key] = id.parts();
         let mut conn = self.conn()?;
         self.sending();
-        conn.execute(
-            &self.sql.watch,
-            &[&scope.tenant(), &scope.operation(), &key.as_str()],
-        )
-        .map_err(|e| fail(&e))?;
+        conn.execute(&self.sql.watch, &[&tenant, &operation, &key])
+            .map_err(|e| fail(&e))?;
         Ok(())
     }
 
     /// `DELETE … WHERE version = $read` (the floor raised before), announced
     /// in the same statement.
     fn delete_row(&self, conn: &mut Conn, id: &RecordId, read: &Stored) -> Result<bool, PgError> {
-        let (scope, key) = address(id)?;
+        let [tenant, operation, key] = id.parts();
         let version = i64::try_from(read.version.0).unwrap_or(i64::MAX);
         let payload = idemkit_core::hex::lower(id.as_bytes());
         self.sending();
         match conn.execute(
             &self.sql.delete,
-            &[
-                &scope.tenant(),
-                &scope.operation(),
-                &key.as_str(),
-                &version,
-                &payload,
-            ],
+            &[&tenant, &operation, &key, &version, &payload],
         ) {
             Ok(n) => Ok(n == 1),
             Err(e) => lost_or_fail(&e).map(|lost: Option<Version>| lost.is_some()),
@@ -902,14 +893,6 @@ fn corrupt_record(e: CorruptRecord) -> PgError {
     }
 }
 
-/// The scope and key of `id` (rows are addressed by them).
-fn address(id: &RecordId) -> Result<(Scope, IdempotencyKey), PgError> {
-    RecordId::decode(id.as_bytes()).map_err(|e| PgError::CorruptRecord {
-        log_ref: None,
-        detail: format!("a record id does not decode: {e}"),
-    })
-}
-
 /// A cursor of an id-ordered scan: the id bytes.
 fn id_cursor(cursor: &Cursor) -> Result<(Scope, IdempotencyKey), PgError> {
     RecordId::decode(&cursor.0).map_err(|e| PgError::Config {
@@ -966,31 +949,32 @@ fn lost_or_fail<T>(e: &postgres::Error) -> Result<Option<T>, PgError> {
     }
 }
 
-/// A record's row, as written: its address, derived columns and bytes.
-struct Columns {
-    tenant: String,
-    operation: String,
-    key: String,
-    fingerprint: Vec<u8>,
+/// A record's row, as written: its address and fingerprint (borrowed from
+/// the id and the record), derived columns and bytes.
+struct Columns<'a> {
+    tenant: &'a str,
+    operation: &'a str,
+    key: &'a str,
+    fingerprint: &'a [u8],
     state: &'static str,
     lease_expires_at: Option<i64>,
     gc_due_at: Option<i64>,
     record: Vec<u8>,
 }
 
-impl Columns {
-    fn of(id: &RecordId, record: &Record) -> Result<Columns, PgError> {
-        let (scope, key) = address(id)?;
-        Ok(Columns {
-            tenant: scope.tenant().to_owned(),
-            operation: scope.operation().to_owned(),
-            key: key.as_str().to_owned(),
-            fingerprint: record.fingerprint.as_bytes().to_vec(),
+impl<'a> Columns<'a> {
+    fn of(id: &'a RecordId, record: &'a Record) -> Columns<'a> {
+        let [tenant, operation, key] = id.parts();
+        Columns {
+            tenant,
+            operation,
+            key,
+            fingerprint: record.fingerprint.as_bytes(),
             state: record.state.name().as_str(),
             lease_expires_at: record.lease_expires_at().map(millis),
             gc_due_at: record.gc_due_at().map(millis),
             record: record.encode(),
-        })
+        }
     }
 
     /// Whether the row is a Running record's: the schema ties
@@ -1003,7 +987,7 @@ impl Columns {
     /// the record, and `last` (the INSERT's token, the UPDATE's version read),
     /// typed, so each statement is parsed, bound and run in one round trip
     /// (`query_typed`: the unnamed statement, no separate prepare).
-    fn params<'a>(&'a self, last: &'a i64) -> [(&'a (dyn ToSql + Sync), Type); 9] {
+    fn params<'p>(&'p self, last: &'p i64) -> [(&'p (dyn ToSql + Sync), Type); 9] {
         [
             (&self.tenant, Type::TEXT),
             (&self.operation, Type::TEXT),
