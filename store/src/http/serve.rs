@@ -73,8 +73,9 @@ pub async fn serve<S>(
 /// a TLS stream after its handshake. `upgrade` runs in the connection's own
 /// task, so a slow client holds up no other; it gets the same
 /// `header_read_timeout` as a request head, and a connection it gives up on
-/// (`None`), or that runs out of time, is closed. A stop waits for upgrades
-/// under way as it waits for open connections.
+/// (`None`), or that runs out of time, is closed. A stop ends the upgrades
+/// under way (their connections close, as hyper closes one still waiting for
+/// its request head) and waits for the open connections' answers.
 pub async fn serve_upgraded<S, U, F, IO>(
     listener: TcpListener,
     header_read_timeout: Duration,
