@@ -88,7 +88,7 @@ pub mod local;
 mod postgres;
 pub mod store;
 #[cfg(feature = "postgres")]
-mod tls_roots;
+mod tls_files;
 
 #[cfg(feature = "postgres")]
 pub use self::postgres::postgres;

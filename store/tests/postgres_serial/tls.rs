@@ -15,6 +15,7 @@
 
 #![cfg(feature = "postgres")]
 
+use crate::support::certificates::ca;
 use crate::support::pg as pg_support;
 
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rcgen::{CertificateParams, KeyPair};
 
 /// A CA and the server certificate it issued, in `dir`; client certificates
 /// for [`CERT_ROLE`] from that CA and from another.
@@ -40,16 +41,6 @@ struct Certificates {
 
 /// The role the server logs in by client certificate only.
 const CERT_ROLE: &str = "idemkit_cert";
-
-fn ca(name: &str) -> (rcgen::Certificate, KeyPair) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    (params.self_signed(&key).unwrap(), key)
-}
 
 fn certificates(dir: &Path) -> Certificates {
     let (ca_cert, ca_key) = ca("idemkit test CA");

@@ -13,6 +13,7 @@
 
 #![allow(dead_code, reason = "each test binary uses a part of this module")]
 
+pub(crate) mod certificates;
 pub(crate) mod crash;
 #[cfg(feature = "axum")]
 pub(crate) mod idemkit_proxy;

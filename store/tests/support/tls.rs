@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rcgen::{CertificateParams, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -21,13 +21,7 @@ pub(crate) struct Certificates {
 /// A fresh CA and a certificate for `localhost` only: a connection to
 /// 127.0.0.1 does not match it.
 pub(crate) fn localhost_certificates() -> Certificates {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "idemkit test CA");
-    let ca = params.self_signed(&ca_key).unwrap();
+    let (ca, ca_key) = super::certificates::ca("idemkit test CA");
     let key = KeyPair::generate().unwrap();
     let server = CertificateParams::new(vec!["localhost".to_owned()])
         .unwrap()

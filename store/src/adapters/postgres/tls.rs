@@ -33,8 +33,7 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{WantsClientCert, WebPkiServerVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, ConfigBuilder, DigitallySignedStruct, SignatureScheme,
 };
@@ -113,32 +112,12 @@ fn with_client_certificate(
     builder: ConfigBuilder<ClientConfig, WantsClientCert>,
     client: &ClientCertificate,
 ) -> Result<ClientConfig, PgError> {
-    let bad = |setting: &str, file: &Path, why: String| PgError::Config {
-        detail: format!("{setting} {}: {why}", file.display()),
-    };
-    let chain = CertificateDer::pem_file_iter(&client.chain)
-        .map_err(|e| bad("sslcert", &client.chain, e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad("sslcert", &client.chain, e.to_string()))?;
-    if chain.is_empty() {
-        let why = "holds no PEM certificate (expected -----BEGIN CERTIFICATE-----)";
-        return Err(bad("sslcert", &client.chain, why.to_owned()));
-    }
-    key_is_private(&client.key).map_err(|why| bad("sslkey", &client.key, why))?;
-    let pem = std::fs::read(&client.key).map_err(|e| bad("sslkey", &client.key, e.to_string()))?;
-    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
-        let why = if pem.windows(b"ENCRYPTED".len()).any(|w| w == b"ENCRYPTED") {
-            "is encrypted; give the key without a passphrase \
-             (`openssl pkey -in encrypted.key -out client.key`)"
-                .to_owned()
-        } else {
-            format!(
-                "holds no PEM private key (expected -----BEGIN PRIVATE KEY-----, \
-                 RSA PRIVATE KEY or EC PRIVATE KEY): {e}"
-            )
-        };
-        bad("sslkey", &client.key, why)
+    let bad = |detail| PgError::Config { detail };
+    let chain = crate::tls_files::certificates(&client.chain, "sslcert").map_err(bad)?;
+    key_is_private(&client.key).map_err(|why| PgError::Config {
+        detail: format!("sslkey {}: {why}", client.key.display()),
     })?;
+    let key = crate::tls_files::private_key(&client.key, "sslkey").map_err(bad)?;
     builder
         .with_client_auth_cert(chain, key)
         .map_err(|e| PgError::Config {
@@ -185,7 +164,7 @@ fn webpki(
     roots: Option<&Path>,
     provider: Arc<CryptoProvider>,
 ) -> Result<Arc<WebPkiServerVerifier>, PgError> {
-    let store = crate::tls_roots::pem_or_mozilla(roots, "sslrootcert")
+    let store = crate::tls_files::pem_or_mozilla(roots, "sslrootcert")
         .map_err(|detail| PgError::Config { detail })?;
     WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider)
         .build()

@@ -19,8 +19,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpStream;
@@ -134,22 +132,8 @@ impl Files {
 
     fn load(&self, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, String> {
         let (cert, key) = (&self.cert, &self.key);
-        let chain = CertificateDer::pem_file_iter(cert)
-            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-            .map_err(|e| format!("tls_cert_file {}: {e}", cert.display()))?;
-        if chain.is_empty() {
-            return Err(format!(
-                "tls_cert_file {}: holds no PEM certificate (expected -----BEGIN CERTIFICATE-----)",
-                cert.display()
-            ));
-        }
-        let private = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-            format!(
-                "tls_key_file {}: holds no usable PEM private key (PRIVATE KEY, RSA PRIVATE KEY \
-                 or EC PRIVATE KEY, without a passphrase): {e}",
-                key.display()
-            )
-        })?;
+        let chain = crate::tls_files::certificates(cert, "tls_cert_file")?;
+        let private = crate::tls_files::private_key(key, "tls_key_file")?;
         CertifiedKey::from_der(chain, private, provider)
             .map(Arc::new)
             .map_err(|e| {

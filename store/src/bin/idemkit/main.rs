@@ -38,8 +38,8 @@ mod proxy;
 mod records_cmd;
 mod store_args;
 mod store_choice;
-#[path = "../../tls_roots.rs"]
-mod tls_roots;
+#[path = "../../tls_files.rs"]
+mod tls_files;
 
 /// Safe retries: canonical JSON, fingerprints, keys and an embedded idempotency store.
 #[derive(Parser)]

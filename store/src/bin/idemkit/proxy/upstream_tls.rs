@@ -55,7 +55,7 @@ impl UpstreamTls {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(bare.to_owned())
             .map_err(|e| format!("upstream {uri}: {host:?} is not a name TLS can check: {e}"))?;
-        let roots = crate::tls_roots::pem_or_mozilla(ca_file, "upstream_ca_file")?;
+        let roots = crate::tls_files::pem_or_mozilla(ca_file, "upstream_ca_file")?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
