@@ -2,7 +2,10 @@
 //! keys execute once over TLS and the upstream is told the client used it, a
 //! client speaking plain HTTP to the port gets no answer and disturbs nothing,
 //! one that never begins its handshake does not hold up a stop, and a renewed certificate is served without a restart (a broken one is not,
-//! and the one before stays).
+//! and the one before stays). The admin listener serves HTTPS on its own
+//! (`admin_tls_cert_file`, `admin_tls_key_file`), and a console session's
+//! cookie is then `Secure`; `idemkit console` does with `--tls-cert-file` and
+//! `--tls-key-file`.
 #![cfg(feature = "cli")]
 
 use crate::support::idemkit_proxy as proxy_support;
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::tls::{Certificates, localhost_certificates, request_over_tls};
 use crate::support::{Reply, request};
-use proxy_support::{ProxyProcess, Upstream, config_with};
+use proxy_support::{ADMIN_TOKEN, ProxyProcess, Upstream, admin_authorization, config_with};
 
 const BODY: &[u8] = br#"{"amount":10,"request_id":"r-1"}"#;
 
@@ -166,4 +169,145 @@ fn a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_not() {
         "the proxy's log says why the files were not taken: {log}"
     );
     assert_eq!(upstream.calls("A"), 5);
+}
+
+#[test]
+fn the_admin_listener_serves_https_alone_and_its_console_cookie_is_secure() {
+    let dir = tempfile::tempdir().unwrap();
+    let certificates = localhost_certificates();
+    let served = Served::write(dir.path(), &certificates);
+    let upstream = Upstream::start(Duration::ZERO);
+    let store = format!("path = \"{}\"", dir.path().join("proxy.redb").display());
+    let admin_tls = format!(
+        "admin_tls_cert_file = \"{}\"\nadmin_tls_key_file = \"{}\"",
+        served.cert.display(),
+        served.key.display()
+    );
+    let proxy = ProxyProcess::start(&config_with(
+        dir.path(),
+        upstream.addr,
+        &store,
+        &admin_tls,
+        "",
+    ));
+    let ca = &certificates.ca;
+
+    // The proxy's own listener stays plain HTTP.
+    let headers: [(&str, &[u8]); 3] = [
+        ("Content-Type", b"application/json"),
+        ("Idempotency-Key", b"k-admin"),
+        ("X-Tenant-Id", b"acme"),
+    ];
+    let executed = request(proxy.addr, "POST", "/accounts/A/withdraw", &headers, BODY).unwrap();
+    assert_eq!(executed.status, 201, "{executed:?}");
+
+    // The admin API over TLS: health without a token, the listing with it.
+    let health = request_over_tls(proxy.admin, ca, "GET", "/healthz", &[], b"").unwrap();
+    assert_eq!(health.status, 200, "{health:?}");
+    let authorization = admin_authorization();
+    let listed = request_over_tls(
+        proxy.admin,
+        ca,
+        "GET",
+        "/records?state=completed",
+        &[("Authorization", &authorization)],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(listed.status, 200, "{listed:?}");
+    let listed = listed.json();
+    assert_eq!(listed["records"][0]["key"], "k-admin", "{listed}");
+
+    // Plain HTTP to the admin port gets no answer, so a token sent that way
+    // is never read.
+    let plain = request(
+        proxy.admin,
+        "GET",
+        "/records?state=completed",
+        &[("Authorization", &authorization)],
+        b"",
+    );
+    assert!(
+        plain.is_err(),
+        "the admin listener answered plain HTTP: {plain:?}"
+    );
+
+    // A console login over TLS: the session's cookie is never sent without it.
+    let form = format!("name=Sam+Ops&token={ADMIN_TOKEN}");
+    let login = request_over_tls(
+        proxy.admin,
+        ca,
+        "POST",
+        "/console/login",
+        &[("Content-Type", b"application/x-www-form-urlencoded")],
+        form.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(login.status, 303, "{login:?}");
+    let cookie = login.header("set-cookie").unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Secure"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    assert!(
+        !proxy.stderr().contains("plain HTTP beyond this host"),
+        "{}",
+        proxy.stderr()
+    );
+}
+
+#[test]
+fn idemkit_console_serves_https_with_both_tls_flags_and_refuses_one_alone() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let certificates = localhost_certificates();
+    let served = Served::write(dir.path(), &certificates);
+    let token_file = dir.path().join("admin.token");
+    std::fs::write(&token_file, format!("{ADMIN_TOKEN}\n")).unwrap();
+    let console = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_idemkit"));
+        command
+            .args(["console", "--listen", "127.0.0.1:0", "--db"])
+            .arg(dir.path().join("ops.redb"))
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--tls-cert-file")
+            .arg(&served.cert);
+        command
+    };
+
+    let alone = console().output().unwrap();
+    assert_eq!(alone.status.code(), Some(64), "{alone:?}");
+    let stderr = String::from_utf8_lossy(&alone.stderr);
+    assert!(
+        stderr.contains("--tls-cert-file without --tls-key-file"),
+        "{stderr}"
+    );
+
+    let mut child = console()
+        .arg("--tls-key-file")
+        .arg(&served.key)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let printed = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.strip_prefix("idemkit console: https://")
+                .map(|url| url.trim_end_matches("/console").to_owned())
+        });
+    let served_at = printed.map(|addr| addr.parse::<SocketAddr>());
+    let health = served_at.as_ref().map(|addr| {
+        let addr = *addr.as_ref().unwrap();
+        request_over_tls(addr, &certificates.ca, "GET", "/healthz", &[], b"")
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let health = health
+        .expect("idemkit console printed an https:// address")
+        .unwrap();
+    assert_eq!(health.status, 200, "{health:?}");
 }

@@ -201,6 +201,9 @@ fn login(addr: SocketAddr, token: &str) -> Result<Login, Reply> {
     for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
         assert!(set.contains(attribute), "{set}");
     }
+    // Served in plain HTTP (a loopback listener), so not `Secure`: a browser
+    // would never send such a cookie back.
+    assert!(!set.contains("Secure"), "{set}");
     let cookie = set.split(';').next().unwrap().to_owned();
     let page = request(
         addr,

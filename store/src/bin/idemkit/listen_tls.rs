@@ -1,5 +1,6 @@
 //! TLS on the gateways' own listeners (`tls_cert_file` and `tls_key_file` in
-//! `idemkit proxy`'s and `idemkit mcp`'s configurations).
+//! `idemkit proxy`'s and `idemkit mcp`'s configurations) and on their admin
+//! listeners (`admin_tls_cert_file` and `admin_tls_key_file`).
 //!
 //! rustls with ring, TLS 1.2 and 1.3, ALPN `http/1.1` (what the listeners
 //! speak), no client certificates, and no TLS 1.3 early data: the network may
@@ -28,6 +29,31 @@ use tokio_rustls::server::TlsStream;
 /// How often, at most, a handshake looks at the files' modification times.
 const RECHECK: Duration = Duration::from_secs(1);
 
+/// The names of a listener's two settings, as its errors and logs say them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    pub(crate) cert: &'static str,
+    pub(crate) key: &'static str,
+}
+
+/// The gateways' own listeners: `tls_cert_file`, `tls_key_file`.
+pub(crate) const LISTENER: Settings = Settings {
+    cert: "tls_cert_file",
+    key: "tls_key_file",
+};
+
+/// The admin listeners: `admin_tls_cert_file`, `admin_tls_key_file`.
+pub(crate) const ADMIN: Settings = Settings {
+    cert: "admin_tls_cert_file",
+    key: "admin_tls_key_file",
+};
+
+/// `idemkit console`'s listener: `--tls-cert-file`, `--tls-key-file`.
+pub(crate) const CONSOLE: Settings = Settings {
+    cert: "--tls-cert-file",
+    key: "--tls-key-file",
+};
+
 /// The listener's TLS: a handshake per accepted connection. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct ListenTls {
@@ -42,11 +68,12 @@ impl fmt::Debug for ListenTls {
 
 impl ListenTls {
     /// Loads `cert` (the chain, the server's own certificate first) and `key`
-    /// (its private key, PKCS#8, PKCS#1 or SEC1). The error names the
-    /// setting and the file at fault.
-    pub(crate) fn load(cert: &Path, key: &Path) -> Result<ListenTls, String> {
+    /// (its private key, PKCS#8, PKCS#1 or SEC1), given by the settings
+    /// `names`. The error names the setting and the file at fault.
+    pub(crate) fn load(names: Settings, cert: &Path, key: &Path) -> Result<ListenTls, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let files = Files {
+            names,
             cert: cert.to_owned(),
             key: key.to_owned(),
         };
@@ -94,29 +121,33 @@ impl ListenTls {
     }
 }
 
-/// `tls_cert_file` and `tls_key_file` as a configuration gives them: both
-/// (TLS), neither (plain HTTP), or one alone, refused.
+/// The two settings `names` as a configuration gives them: both (TLS),
+/// neither (plain HTTP), or one alone, refused.
 pub(crate) fn from_settings(
+    names: Settings,
     cert: Option<&Path>,
     key: Option<&Path>,
 ) -> Result<Option<ListenTls>, String> {
+    let Settings {
+        cert: cert_name,
+        key: key_name,
+    } = names;
     match (cert, key) {
         (None, None) => Ok(None),
-        (Some(cert), Some(key)) => ListenTls::load(cert, key).map(Some),
-        (Some(_), None) => Err(
-            "tls_cert_file without tls_key_file: serving TLS needs the certificate and its key"
-                .to_owned(),
-        ),
-        (None, Some(_)) => Err(
-            "tls_key_file without tls_cert_file: serving TLS needs the certificate and its key"
-                .to_owned(),
-        ),
+        (Some(cert), Some(key)) => ListenTls::load(names, cert, key).map(Some),
+        (Some(_), None) => Err(format!(
+            "{cert_name} without {key_name}: serving TLS needs the certificate and its key"
+        )),
+        (None, Some(_)) => Err(format!(
+            "{key_name} without {cert_name}: serving TLS needs the certificate and its key"
+        )),
     }
 }
 
 /// The two files of a certificate.
 #[derive(Debug)]
 struct Files {
+    names: Settings,
     cert: PathBuf,
     key: PathBuf,
 }
@@ -132,14 +163,16 @@ impl Files {
 
     fn load(&self, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, String> {
         let (cert, key) = (&self.cert, &self.key);
-        let chain = crate::tls_files::certificates(cert, "tls_cert_file")?;
-        let private = crate::tls_files::private_key(key, "tls_key_file")?;
+        let chain = crate::tls_files::certificates(cert, self.names.cert)?;
+        let private = crate::tls_files::private_key(key, self.names.key)?;
         CertifiedKey::from_der(chain, private, provider)
             .map(Arc::new)
             .map_err(|e| {
                 format!(
-                    "tls_cert_file {} with tls_key_file {}: {e}",
+                    "{} {} with {} {}: {e}",
+                    self.names.cert,
                     cert.display(),
+                    self.names.key,
                     key.display()
                 )
             })
@@ -207,6 +240,7 @@ mod tests {
             .self_signed(&key)
             .unwrap();
         let files = Files {
+            names: LISTENER,
             cert: dir.join(format!("{name}.crt")),
             key: dir.join(format!("{name}.key")),
         };
@@ -217,21 +251,26 @@ mod tests {
 
     #[test]
     fn one_file_of_the_pair_alone_is_refused_and_none_is_plain_http() {
-        assert!(from_settings(None, None).unwrap().is_none());
-        let e = from_settings(Some(Path::new("/c.pem")), None).unwrap_err();
+        assert!(from_settings(LISTENER, None, None).unwrap().is_none());
+        let e = from_settings(LISTENER, Some(Path::new("/c.pem")), None).unwrap_err();
         assert!(e.starts_with("tls_cert_file without tls_key_file"), "{e}");
-        let e = from_settings(None, Some(Path::new("/k.pem"))).unwrap_err();
+        let e = from_settings(LISTENER, None, Some(Path::new("/k.pem"))).unwrap_err();
         assert!(e.starts_with("tls_key_file without tls_cert_file"), "{e}");
+        let e = from_settings(ADMIN, None, Some(Path::new("/k.pem"))).unwrap_err();
+        assert!(
+            e.starts_with("admin_tls_key_file without admin_tls_cert_file"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_pair_is_loaded_and_a_faulty_one_refused_naming_the_setting_and_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let good = write_pair(dir.path(), "good");
-        ListenTls::load(&good.cert, &good.key).unwrap();
+        ListenTls::load(LISTENER, &good.cert, &good.key).unwrap();
 
         let refused = |cert: &Path, key: &Path, expected: &[&str]| {
-            let e = ListenTls::load(cert, key).expect_err("refused");
+            let e = ListenTls::load(LISTENER, cert, key).expect_err("refused");
             for part in expected {
                 assert!(e.contains(part), "{part:?} not in {e}");
             }
@@ -255,6 +294,12 @@ mod tests {
             &good.cert,
             &other.key,
             &["tls_cert_file", "good.crt", "tls_key_file", "other.key"],
+        );
+        // The admin listener's files are named by its own settings.
+        let e = ListenTls::load(ADMIN, &good.cert, &other.key).expect_err("refused");
+        assert!(
+            e.starts_with("admin_tls_cert_file ") && e.contains(" with admin_tls_key_file "),
+            "{e}"
         );
     }
 }

@@ -16,7 +16,8 @@ use crate::store_choice::StoreArg;
 /// Serve the operator console over a store: the records needing a person, and
 /// resolving them with a note kept in an audit log.
 ///
-/// The page is at http://ADDR/console; it asks for the admin token (from
+/// The page is at http://ADDR/console (https:// with --tls-cert-file and
+/// --tls-key-file); it asks for the admin token (from
 /// --token-file, or the environment variable IDEMKIT_ADMIN_TOKEN, at least 32
 /// bytes) and the operator's name. The admin JSON API (/records, /healthz,
 /// /metrics) is served beside it. A redb file held by a running `idemkit
@@ -27,6 +28,8 @@ use crate::store_choice::StoreArg;
 ///
 ///   idemkit console --db idemkit.redb --listen 127.0.0.1:9090 --token-file admin.token
 ///   idemkit console --postgres postgres://idemkit@db/idemkit --audit-log /var/log/idemkit-audit.jsonl
+///   idemkit console --db idemkit.redb --listen 0.0.0.0:9090 --token-file admin.token \
+///     --tls-cert-file /etc/idemkit/console.crt --tls-key-file /etc/idemkit/console.key
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct ConsoleArgs {
@@ -44,6 +47,13 @@ pub(crate) struct ConsoleArgs {
     /// resolves nothing).
     #[arg(long, value_name = "FILE")]
     audit_log: Option<PathBuf>,
+    /// Serve HTTPS with this certificate chain (PEM, the console's own
+    /// certificate first; read again when it changes). Needs --tls-key-file.
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM, unencrypted).
+    #[arg(long, value_name = "FILE")]
+    tls_key_file: Option<PathBuf>,
 }
 
 fn token(args: &ConsoleArgs) -> Result<String, String> {
@@ -83,6 +93,17 @@ pub(crate) fn run(args: &ConsoleArgs) -> ExitCode {
         );
         return ExitCode::from(exit::USAGE);
     }
+    let tls = match crate::listen_tls::from_settings(
+        crate::listen_tls::CONSOLE,
+        args.tls_cert_file.as_deref(),
+        args.tls_key_file.as_deref(),
+    ) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("idemkit console: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
     let store = match args.store.open() {
         Ok(s) => s,
         Err(code) => return ExitCode::from(code),
@@ -117,8 +138,9 @@ pub(crate) fn run(args: &ConsoleArgs) -> ExitCode {
             Ok(log) => println!("idemkit console: audit log {}", log.path().display()),
             Err(why) => eprintln!("idemkit console: {why}"),
         }
-        let bound = admin::serve("console", &args.listen, admin, stop_rx.clone()).await?;
-        println!("idemkit console: http://{bound}/console");
+        let tls = (tls, crate::listen_tls::CONSOLE);
+        let url = admin::serve("console", &args.listen, tls, admin, stop_rx.clone()).await?;
+        println!("idemkit console: {url}/console");
         let _ = stop_rx.wait_for(|stop| *stop).await;
         Ok::<(), String>(())
     });

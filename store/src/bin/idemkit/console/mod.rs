@@ -7,7 +7,8 @@
 //! - nothing but the login page and its stylesheet is served without the
 //!   admin token (`Authorization: Bearer`) or a session;
 //! - a session starts from a token login and lives in an `HttpOnly`,
-//!   `SameSite=Strict` cookie; every change also needs the session's CSRF
+//!   `SameSite=Strict` cookie (also `Secure` when the listener serves TLS:
+//!   `admin_tls_cert_file`, or `idemkit console --tls-cert-file`); every change also needs the session's CSRF
 //!   token in `X-CSRF-Token`, and a foreign `Origin` is refused;
 //! - every answer forbids inline scripts and framing (`Content-Security-Policy`)
 //!   and caching; listings never carry bodies;
@@ -24,13 +25,14 @@ pub(crate) mod session;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Form, State};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use crate::proxy::admin::Admin;
+use crate::proxy::forward::OverTls;
 use audit::AuditLog;
 pub(crate) use records::{Refused, Settle, resolution};
 use samples::Samples;
@@ -236,6 +238,7 @@ const MAX_NAME: usize = 100;
 async fn login(
     State(admin): State<Arc<Admin>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    over_tls: Option<Extension<OverTls>>,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response<Body> {
@@ -276,19 +279,23 @@ async fn login(
         "idemkit console: {name:?} logged in from {peer}"
     ));
     let mut response = see_other("/console");
-    if let Ok(cookie) = HeaderValue::from_str(&session::set_cookie(&id)) {
+    if let Ok(cookie) = HeaderValue::from_str(&session::set_cookie(&id, over_tls.is_some())) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response
 }
 
-async fn logout(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response<Body> {
+async fn logout(
+    State(admin): State<Arc<Admin>>,
+    over_tls: Option<Extension<OverTls>>,
+    headers: HeaderMap,
+) -> Response<Body> {
     if let Err((status, why)) = changer(&admin, &headers) {
         return api_error(status, why);
     }
     admin.console.sessions.end(&headers);
     let mut response = with_type(StatusCode::NO_CONTENT, "text/plain; charset=utf-8", "");
-    if let Ok(cookie) = HeaderValue::from_str(&session::clear_cookie()) {
+    if let Ok(cookie) = HeaderValue::from_str(&session::clear_cookie(over_tls.is_some())) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response

@@ -104,17 +104,26 @@ pub(crate) fn same_secret(given: &str, secret: &str) -> bool {
 }
 
 /// The `Set-Cookie` value that starts the session `id`: never readable by
-/// scripts, never sent by another site's request, only to the console.
-pub(crate) fn set_cookie(id: &str) -> String {
+/// scripts, never sent by another site's request, only to the console, and,
+/// on a console served over TLS (`secure`), never sent without it.
+pub(crate) fn set_cookie(id: &str, secure: bool) -> String {
     format!(
-        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
-        LIFETIME.as_secs()
+        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        LIFETIME.as_secs(),
+        secure_attribute(secure)
     )
 }
 
 /// The `Set-Cookie` value that ends it in the browser.
-pub(crate) fn clear_cookie() -> String {
-    format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0")
+pub(crate) fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0{}",
+        secure_attribute(secure)
+    )
+}
+
+fn secure_attribute(secure: bool) -> &'static str {
+    if secure { "; Secure" } else { "" }
 }
 
 #[cfg(test)]

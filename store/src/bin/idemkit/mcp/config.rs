@@ -18,7 +18,8 @@ use toml::Spanned;
 use crate::listen_tls::ListenTls;
 use crate::proxy::config::{
     AdminKeys, ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice, StoreSection,
-    TenantRule, TenantSection, admin_token, audit_log, check_addr, store_choice, tenant_rule,
+    TenantRule, TenantSection, admin_tls, admin_token, audit_log, check_addr, store_choice,
+    tenant_rule,
 };
 use crate::proxy::upstream_tls::UpstreamTls;
 
@@ -37,6 +38,9 @@ struct FileConfig {
     admin_token: Option<Spanned<String>>,
     admin_token_file: Option<Spanned<PathBuf>>,
     admin_insecure_no_token: Option<Spanned<bool>>,
+    /// Serve the admin listener over HTTPS with this chain and key (PEM).
+    admin_tls_cert_file: Option<Spanned<PathBuf>>,
+    admin_tls_key_file: Option<Spanned<PathBuf>>,
     /// Where operators' resolves are recorded (default: beside a redb store).
     audit_log: Option<PathBuf>,
     /// How long a request other than a protected `tools/call` waits for the
@@ -123,6 +127,9 @@ pub(crate) struct McpConfig {
     /// certificate checked.
     pub(crate) upstream_tls: Option<UpstreamTls>,
     pub(crate) admin: Option<String>,
+    /// `admin_tls_cert_file` and `admin_tls_key_file`: the admin listener
+    /// serves HTTPS.
+    pub(crate) admin_tls: Option<ListenTls>,
     pub(crate) admin_token: Option<String>,
     /// The audit log of operators' resolves (`audit_log`, or beside a redb
     /// store); `None`: the console shows records but resolves none.
@@ -245,6 +252,7 @@ pub(crate) fn parse(
         ));
     }
     let listen_tls = crate::listen_tls::from_settings(
+        crate::listen_tls::LISTENER,
         raw.tls_cert_file.as_ref().map(|f| f.get_ref().as_path()),
         raw.tls_key_file.as_ref().map(|f| f.get_ref().as_path()),
     )
@@ -252,6 +260,12 @@ pub(crate) fn parse(
     if let Some(admin) = &raw.admin {
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
+    let admin_tls = admin_tls(
+        &src,
+        raw.admin.as_ref(),
+        raw.admin_tls_cert_file.as_ref(),
+        raw.admin_tls_key_file.as_ref(),
+    )?;
     let admin_token = admin_token(
         &src,
         AdminKeys {
@@ -322,6 +336,7 @@ pub(crate) fn parse(
         upstream,
         upstream_tls,
         admin: raw.admin.map(Spanned::into_inner),
+        admin_tls,
         admin_token,
         audit_log: audit_log(raw.audit_log, &store),
         upstream_timeout: raw
@@ -530,6 +545,30 @@ header = "X-Tenant-Id"
         let e = refusal(&stdio, true);
         assert!(
             e.starts_with("mcp.toml:1: tls_cert_file, tls_key_file: over stdio"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn tls_on_the_admin_listener_needs_both_files_and_an_admin_listener() {
+        let e = refusal(
+            &format!("admin_tls_cert_file = \"/etc/admin.crt\"\n{BASE}"),
+            false,
+        );
+        assert!(
+            e.starts_with(
+                "mcp.toml:1: admin_tls_cert_file, admin_tls_key_file: there is no admin listener"
+            ),
+            "{e}"
+        );
+        let admin =
+            "admin = \"127.0.0.1:9092\"\nadmin_token = \"0123456789abcdef0123456789abcdef\"\n";
+        let e = refusal(
+            &format!("{admin}admin_tls_cert_file = \"/etc/admin.crt\"\n{BASE}"),
+            false,
+        );
+        assert!(
+            e.starts_with("mcp.toml:3: admin_tls_cert_file without admin_tls_key_file"),
             "{e}"
         );
     }

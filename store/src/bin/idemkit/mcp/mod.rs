@@ -139,14 +139,15 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new());
     metrics.orphans_settled(store.orphans_settled_at_open().len());
     if let Some(addr) = &config.admin {
-        let bound = admin::serve(
+        let url = admin::serve(
             "mcp",
             addr,
+            (config.admin_tls.clone(), crate::listen_tls::ADMIN),
             admin_state(&config, &store, &metrics)?,
             stop_rx.clone(),
         )
         .await?;
-        println!("idemkit mcp: admin on http://{bound}");
+        println!("idemkit mcp: admin on {url}");
     }
     crate::proxy::spawn_gc(store.clone(), Arc::clone(&metrics), config.gc_interval);
     let Some(upstream) = config.upstream.clone() else {

@@ -5,7 +5,8 @@
 //! Everything but `/healthz` and the console's login page needs
 //! `Authorization: Bearer <admin_token>` (or a console session); the proxy and
 //! the MCP gateway refuse to start an admin listener without a token unless
-//! told to on a loopback address.
+//! told to on a loopback address. It serves HTTPS with `admin_tls_cert_file`
+//! and `admin_tls_key_file`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +23,8 @@ use idemkit::store::{ListedRecord, Listing, Store};
 
 use crate::console::audit::AuditLog;
 use crate::console::{self, Console};
+use crate::listen_tls::{ListenTls, Settings};
+use crate::proxy::forward::OverTls;
 
 /// Records per page of `GET /records` unless `limit` says otherwise, and the most it may say.
 const DEFAULT_PAGE: usize = 100;
@@ -71,15 +74,18 @@ impl Admin {
     }
 }
 
-/// Serves the admin API on `addr` until `stop` turns true; returns the bound
-/// address. `program` names the command in the warning printed when the
-/// listener runs without a token.
+/// Serves the admin API on `addr` (over TLS with `tls`, which the settings
+/// `tls_settings` give) until `stop` turns true; returns its URL (`https://`
+/// or `http://`, then the bound address). `program` names the command in the
+/// warnings printed when the listener runs without a token, or in plain HTTP
+/// beyond this host.
 pub(crate) async fn serve(
     program: &str,
     addr: &str,
+    (tls, tls_settings): (Option<ListenTls>, Settings),
     admin: Arc<Admin>,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<SocketAddr, String> {
+) -> Result<String, String> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("admin {addr}: {e}"))?;
@@ -92,14 +98,39 @@ pub(crate) async fn serve(
              (admin_insecure_no_token): anyone on this host can list keys and resolve records"
         );
     }
+    if tls.is_none() && !bound.ip().is_loopback() {
+        eprintln!(
+            "idemkit {program}: the admin listener on {bound} serves plain HTTP beyond this host: \
+             its token and console sessions cross the network unencrypted; set \
+             {} and {}, or listen on a loopback address",
+            tls_settings.cert, tls_settings.key
+        );
+    }
+    let stopped = crate::stopped(stop);
+    let timeout = idemkit::http::DEFAULT_HEADER_READ_TIMEOUT;
     // The admin API logs who resolved what: it needs the caller's address.
-    tokio::spawn(idemkit::http::serve_router(
-        listener,
-        idemkit::http::DEFAULT_HEADER_READ_TIMEOUT,
-        router(admin),
-        crate::stopped(stop),
-    ));
-    Ok(bound)
+    let url = match tls {
+        None => {
+            tokio::spawn(idemkit::http::serve_router(
+                listener,
+                timeout,
+                router(admin),
+                stopped,
+            ));
+            format!("http://{bound}")
+        }
+        Some(tls) => {
+            // The console's session cookie is then `Secure`.
+            let app = router(admin).layer(axum::Extension(OverTls));
+            tokio::spawn(async move {
+                let handshake = |tcp| tls.accept(tcp);
+                idemkit::http::serve_router_upgraded(listener, timeout, app, handshake, stopped)
+                    .await;
+            });
+            format!("https://{bound}")
+        }
+    };
+    Ok(url)
 }
 
 pub(crate) fn router(admin: Arc<Admin>) -> Router {

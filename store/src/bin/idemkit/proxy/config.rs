@@ -52,6 +52,9 @@ struct FileConfig {
     admin_token: Option<Spanned<String>>,
     admin_token_file: Option<Spanned<PathBuf>>,
     admin_insecure_no_token: Option<Spanned<bool>>,
+    /// Serve the admin listener over HTTPS with this chain and key (PEM).
+    admin_tls_cert_file: Option<Spanned<PathBuf>>,
+    admin_tls_key_file: Option<Spanned<PathBuf>>,
     /// Where operators' resolves are recorded (default: beside a redb store).
     audit_log: Option<PathBuf>,
     /// Pass-through requests (and routes without their own) wait this long.
@@ -227,6 +230,9 @@ pub(crate) struct ProxyConfig {
     /// certificate checked.
     pub(crate) upstream_tls: Option<UpstreamTls>,
     pub(crate) admin: Option<String>,
+    /// `admin_tls_cert_file` and `admin_tls_key_file`: the admin listener
+    /// serves HTTPS.
+    pub(crate) admin_tls: Option<ListenTls>,
     /// At least [`MIN_SECRET_BYTES`]; `None` only with `admin_insecure_no_token`
     /// on a loopback address.
     pub(crate) admin_token: Option<String>,
@@ -340,6 +346,7 @@ pub(crate) fn parse(
         "listen",
     )?;
     let listen_tls = crate::listen_tls::from_settings(
+        crate::listen_tls::LISTENER,
         raw.tls_cert_file.as_ref().map(|f| f.get_ref().as_path()),
         raw.tls_key_file.as_ref().map(|f| f.get_ref().as_path()),
     )
@@ -383,6 +390,12 @@ pub(crate) fn parse(
     if let Some(admin) = &raw.admin {
         check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
     }
+    let admin_tls = admin_tls(
+        &src,
+        raw.admin.as_ref(),
+        raw.admin_tls_cert_file.as_ref(),
+        raw.admin_tls_key_file.as_ref(),
+    )?;
     let admin_token = admin_token(
         &src,
         AdminKeys {
@@ -445,6 +458,7 @@ pub(crate) fn parse(
         upstream: upstream_uri,
         upstream_tls,
         admin: raw.admin.map(Spanned::into_inner),
+        admin_tls,
         admin_token,
         audit_log: audit_log(raw.audit_log, &store),
         timeouts,
@@ -665,6 +679,30 @@ pub(crate) struct AdminKeys<'a> {
     pub(crate) admin_token: Option<Spanned<String>>,
     pub(crate) admin_token_file: Option<Spanned<PathBuf>>,
     pub(crate) admin_insecure_no_token: Option<&'a Spanned<bool>>,
+}
+
+/// The admin listener's TLS (`admin_tls_cert_file` and `admin_tls_key_file`):
+/// both or neither, and only for an `admin` listener.
+pub(crate) fn admin_tls(
+    src: &Source<'_>,
+    admin: Option<&Spanned<String>>,
+    cert: Option<&Spanned<PathBuf>>,
+    key: Option<&Spanned<PathBuf>>,
+) -> Result<Option<ListenTls>, ConfigError> {
+    let span = cert.or(key).map(Spanned::span);
+    if admin.is_none() && span.is_some() {
+        return Err(src.at(
+            span,
+            "admin_tls_cert_file, admin_tls_key_file: there is no admin listener (`admin`) \
+             to serve TLS on",
+        ));
+    }
+    crate::listen_tls::from_settings(
+        crate::listen_tls::ADMIN,
+        cert.map(|f| f.get_ref().as_path()),
+        key.map(|f| f.get_ref().as_path()),
+    )
+    .map_err(|e| src.at(span, e))
 }
 
 /// The admin listener's token (from `admin_token_file`, `admin_token` or
@@ -1023,6 +1061,54 @@ mod tests {
     }
 
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn tls_on_the_admin_listener_needs_both_files_and_an_admin_listener() {
+        let without_admin = refusal(&format!(
+            "admin_tls_cert_file = \"/etc/admin.crt\"\nadmin_tls_key_file = \"/etc/admin.key\"\n{BASE}"
+        ));
+        assert!(
+            without_admin.starts_with(
+                "proxy.toml:1: admin_tls_cert_file, admin_tls_key_file: there is no admin listener"
+            ),
+            "{without_admin}"
+        );
+        let admin = format!("admin = \"0.0.0.0:9091\"\nadmin_token = \"{TOKEN}\"\n");
+        let key_alone = refusal(&format!(
+            "{admin}admin_tls_key_file = \"/etc/admin.key\"\n{BASE}"
+        ));
+        assert!(
+            key_alone.starts_with("proxy.toml:3: admin_tls_key_file without admin_tls_cert_file"),
+            "{key_alone}"
+        );
+        let missing = refusal(&format!(
+            "{admin}admin_tls_cert_file = \"/nonexistent/admin.crt\"\nadmin_tls_key_file = \"/nonexistent/admin.key\"\n{BASE}"
+        ));
+        assert!(
+            missing.starts_with("proxy.toml:3: admin_tls_cert_file /nonexistent/admin.crt"),
+            "{missing}"
+        );
+
+        let plain = parsed(&format!("{admin}{BASE}")).unwrap();
+        assert!(plain.admin_tls.is_none() && plain.listen_tls.is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let (cert_file, key_file) = (dir.path().join("admin.crt"), dir.path().join("admin.key"));
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let with_tls = parsed(&format!(
+            "{admin}admin_tls_cert_file = {:?}\nadmin_tls_key_file = {:?}\n{BASE}",
+            cert_file.display().to_string(),
+            key_file.display().to_string()
+        ))
+        .unwrap();
+        // The admin listener's TLS alone: the proxy's own listener stays plain.
+        assert!(with_tls.admin_tls.is_some() && with_tls.listen_tls.is_none());
+    }
 
     const BASE: &str = r#"
 listen = "127.0.0.1:8081"

@@ -646,8 +646,9 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
             .collect(),
         shared.config.audit_log.as_deref(),
     )?;
-    let admin_bound = admin::serve("proxy", admin_addr, admin, shared.stop.clone()).await?;
-    println!("idemkit proxy: admin on http://{admin_bound}");
+    let tls = (shared.config.admin_tls.clone(), crate::listen_tls::ADMIN);
+    let url = admin::serve("proxy", admin_addr, tls, admin, shared.stop.clone()).await?;
+    println!("idemkit proxy: admin on {url}");
     Ok(())
 }
 
