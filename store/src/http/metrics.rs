@@ -25,7 +25,13 @@
 //! - `idemkit_gc_deleted_total`: records GC deleted ([`Metrics::gc_deleted`]);
 //! - `idemkit_orphans_settled_total`: executions a crashed process left
 //!   running, settled when the store was opened
-//!   ([`Store::orphans_settled_at_open`](crate::store::Store::orphans_settled_at_open)).
+//!   ([`Store::orphans_settled_at_open`](crate::store::Store::orphans_settled_at_open));
+//! - `idemkit_tls_certificate_expiry_timestamp_seconds{listener}`: when the
+//!   certificate a TLS listener serves stops being valid (its `notAfter`, Unix
+//!   seconds; [`Metrics::tls_certificate`]), for an alert well before it;
+//! - `idemkit_tls_handshake_failures_total{listener}`: connections whose TLS
+//!   handshake failed ([`Metrics::tls_handshake_failed`]): plain HTTP sent to
+//!   the port, a client that refused the certificate, one that left.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -148,6 +154,11 @@ struct OperationLabels {
     operation: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: String,
+}
+
 type HistogramFamily = Family<OperationLabels, Histogram, fn() -> Histogram>;
 
 /// The counters and the histogram, with their registry.
@@ -162,6 +173,8 @@ pub struct Metrics {
     waiting: Gauge,
     gc_deleted: Counter,
     orphans_settled: Counter,
+    tls_expiry: Family<ListenerLabels, Gauge>,
+    tls_handshake_failures: Family<ListenerLabels, Counter>,
     /// Claims by outcome over every operation, for a summary that must not
     /// walk the per-operation families (the console's charts).
     claim_totals: [AtomicU64; 6],
@@ -188,6 +201,8 @@ impl Metrics {
         let waiting = Gauge::default();
         let gc_deleted = Counter::default();
         let orphans_settled = Counter::default();
+        let tls_expiry = Family::<ListenerLabels, Gauge>::default();
+        let tls_handshake_failures = Family::<ListenerLabels, Counter>::default();
         registry.register(
             "idemkit_claims",
             "Claims by operation and what they answered",
@@ -233,6 +248,16 @@ impl Metrics {
             "Executions a crashed process left running, settled when the store was opened",
             orphans_settled.clone(),
         );
+        registry.register(
+            "idemkit_tls_certificate_expiry_timestamp_seconds",
+            "When the certificate a TLS listener serves expires (notAfter, Unix seconds)",
+            tls_expiry.clone(),
+        );
+        registry.register(
+            "idemkit_tls_handshake_failures",
+            "Connections to a TLS listener whose handshake failed",
+            tls_handshake_failures.clone(),
+        );
         Metrics {
             registry,
             claims,
@@ -244,6 +269,8 @@ impl Metrics {
             waiting,
             gc_deleted,
             orphans_settled,
+            tls_expiry,
+            tls_handshake_failures,
             claim_totals: Default::default(),
         }
     }
@@ -335,6 +362,26 @@ impl Metrics {
             .inc_by(u64::try_from(settled).unwrap_or(u64::MAX));
     }
 
+    /// Sets when the certificate the TLS listener `listener` serves expires:
+    /// its `notAfter`, in Unix seconds. Called when the certificate is loaded
+    /// and again whenever a renewal replaces it.
+    pub fn tls_certificate(&self, listener: &str, not_after_unix_seconds: i64) {
+        self.tls_expiry
+            .get_or_create(&ListenerLabels {
+                listener: listener.to_owned(),
+            })
+            .set(not_after_unix_seconds);
+    }
+
+    /// Counts a connection to the TLS listener `listener` whose handshake failed.
+    pub fn tls_handshake_failed(&self, listener: &str) {
+        self.tls_handshake_failures
+            .get_or_create(&ListenerLabels {
+                listener: listener.to_owned(),
+            })
+            .inc();
+    }
+
     /// The Prometheus text exposition format (version 0.0.4 / OpenMetrics text).
     #[must_use]
     pub fn render(&self) -> String {
@@ -372,6 +419,9 @@ mod tests {
         m.store_error();
         m.gc_deleted(3);
         m.orphans_settled(2);
+        m.tls_certificate("proxy", 1_936_828_800);
+        m.tls_handshake_failed("admin");
+        m.tls_handshake_failed("admin");
         let mut unwritable = crate::in_memory().unwrap().health();
         assert!(m.render().contains("idemkit_store_writable 1"));
         unwritable.unwritable = Some("disk full".to_owned());
@@ -379,6 +429,8 @@ mod tests {
         let text = m.render();
         for line in [
             r#"idemkit_claims_total{operation="payments.capture",outcome="replay"} 2"#,
+            r#"idemkit_tls_certificate_expiry_timestamp_seconds{listener="proxy"} 1936828800"#,
+            r#"idemkit_tls_handshake_failures_total{listener="admin"} 2"#,
             r#"idemkit_claims_total{operation="payments.capture",outcome="execute"} 1"#,
             r#"idemkit_outcomes_total{operation="payments.capture",disposition="unknown"} 1"#,
             r#"idemkit_execution_seconds_count{operation="payments.capture"} 1"#,

@@ -66,6 +66,21 @@ fn post_over_tls(addr: SocketAddr, ca: &str, key: &str) -> io::Result<Reply> {
     request_over_tls(addr, ca, "POST", "/accounts/A/withdraw", &headers, BODY)
 }
 
+/// The `notAfter` of a PEM certificate, in Unix seconds.
+fn not_after(pem: &str) -> u64 {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use x509_cert::der::Decode;
+    let der = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+    let parsed = x509_cert::Certificate::from_der(der.as_ref()).unwrap();
+    parsed
+        .tbs_certificate
+        .validity
+        .not_after
+        .to_unix_duration()
+        .as_secs()
+}
+
 /// The `X-Forwarded-Proto` of every request the upstream saw.
 fn forwarded_protos(upstream: &Upstream) -> Vec<String> {
     let seen = upstream.seen.lock().unwrap();
@@ -105,6 +120,24 @@ fn a_key_executes_once_over_https_and_the_upstream_is_told_so() {
     let after = post_over_tls(proxy.addr, &certificates.ca, "k-https-2").unwrap();
     assert_eq!(after.status, 201, "{after:?}");
     assert_eq!(upstream.calls("A"), 2);
+
+    // That failed handshake is counted, and the served certificate's expiry
+    // is reported (`/metrics` on the admin listener).
+    let failures = r#"idemkit_tls_handshake_failures_total{listener="listen"} 1"#;
+    let expiry = format!(
+        r#"idemkit_tls_certificate_expiry_timestamp_seconds{{listener="listen"}} {}"#,
+        not_after(&certificates.certificate)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let metrics = String::from_utf8(proxy.admin("GET", "/metrics", b"").body).unwrap();
+        if metrics.contains(failures) || Instant::now() > deadline {
+            break metrics;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(metrics.contains(failures), "{metrics}");
+    assert!(metrics.contains(&expiry), "{expiry} not in {metrics}");
 
     // A client that connects and never starts its handshake does not hold up
     // a stop (the handshake's own deadline is the request head's, 30 s).
@@ -231,6 +264,37 @@ fn the_admin_listener_serves_https_alone_and_its_console_cookie_is_secure() {
         plain.is_err(),
         "the admin listener answered plain HTTP: {plain:?}"
     );
+    // Counted as the admin listener's failed handshake; its certificate's
+    // expiry is reported under its own label.
+    let expected = [
+        r#"idemkit_tls_handshake_failures_total{listener="admin"} 1"#.to_owned(),
+        format!(
+            r#"idemkit_tls_certificate_expiry_timestamp_seconds{{listener="admin"}} {}"#,
+            not_after(&certificates.certificate)
+        ),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let metrics = request_over_tls(
+            proxy.admin,
+            ca,
+            "GET",
+            "/metrics",
+            &[("Authorization", &authorization)],
+            b"",
+        )
+        .unwrap();
+        let metrics = String::from_utf8(metrics.body).unwrap();
+        if expected.iter().all(|line| metrics.contains(line)) || Instant::now() > deadline {
+            break metrics;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for line in &expected {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
+    // The proxy's own listener is plain: nothing is reported for it.
+    assert!(!metrics.contains(r#"listener="listen""#), "{metrics}");
 
     // A console login over TLS: the session's cookie is never sent without it.
     let form = format!("name=Sam+Ops&token={ADMIN_TOKEN}");

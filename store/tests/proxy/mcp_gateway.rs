@@ -365,6 +365,15 @@ fn the_gateway_serves_https_itself_and_a_key_books_once() {
             &meta,
         )
     });
+    // The served certificate's expiry is on the admin listener's /metrics.
+    let authorization = format!("Bearer {ADMIN_TOKEN}");
+    let headers: [(&str, &[u8]); 1] = [("Authorization", authorization.as_bytes())];
+    let metrics = request(gateway.admin, "GET", "/metrics", &headers, b"").unwrap();
+    let metrics = String::from_utf8(metrics.body).unwrap();
+    assert!(
+        metrics.contains(r#"idemkit_tls_certificate_expiry_timestamp_seconds{listener="listen"} "#),
+        "{metrics}"
+    );
 }
 
 /// One key in two tenants' calls is two actions: each tenant's booking runs

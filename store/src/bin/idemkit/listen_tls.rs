@@ -13,13 +13,20 @@
 //! second), so a renewed certificate is served without a restart; a pair that
 //! fails to load then is logged, and the pair before it stays in use until
 //! the files change again.
+//!
+//! Observed by a [`Metrics`] ([`ListenTls::observed_by`]), a listener reports
+//! when the certificate it serves expires (set at start and at each renewal)
+//! and counts the handshakes that failed, labelled `listener` = `listen`,
+//! `admin` or `console`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use idemkit::http::Metrics;
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::CertificateDer;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpStream;
@@ -34,30 +41,36 @@ const RECHECK: Duration = Duration::from_secs(1);
 pub(crate) struct Settings {
     pub(crate) cert: &'static str,
     pub(crate) key: &'static str,
+    /// The `listener` label of its metrics.
+    listener: &'static str,
 }
 
 /// The gateways' own listeners: `tls_cert_file`, `tls_key_file`.
 pub(crate) const LISTENER: Settings = Settings {
     cert: "tls_cert_file",
     key: "tls_key_file",
+    listener: "listen",
 };
 
 /// The admin listeners: `admin_tls_cert_file`, `admin_tls_key_file`.
 pub(crate) const ADMIN: Settings = Settings {
     cert: "admin_tls_cert_file",
     key: "admin_tls_key_file",
+    listener: "admin",
 };
 
 /// `idemkit console`'s listener: `--tls-cert-file`, `--tls-key-file`.
 pub(crate) const CONSOLE: Settings = Settings {
     cert: "--tls-cert-file",
     key: "--tls-key-file",
+    listener: "console",
 };
 
 /// The listener's TLS: a handshake per accepted connection. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct ListenTls {
     acceptor: TlsAcceptor,
+    resolver: Arc<Reloading>,
 }
 
 impl fmt::Debug for ListenTls {
@@ -78,7 +91,7 @@ impl ListenTls {
             key: key.to_owned(),
         };
         let current = files.load(&provider)?;
-        let resolver = Reloading {
+        let resolver = Arc::new(Reloading {
             state: Mutex::new(Loaded {
                 current,
                 stamp: files.stamp(),
@@ -86,17 +99,33 @@ impl ListenTls {
             }),
             files,
             provider: Arc::clone(&provider),
-        };
+            metrics: OnceLock::new(),
+        });
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?
             .with_no_client_auth()
-            .with_cert_resolver(Arc::new(resolver));
+            .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config.max_early_data_size = 0;
         Ok(ListenTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
+            resolver,
         })
+    }
+
+    /// Reports to `metrics` from now on: the certificate's expiry (at once,
+    /// and at each renewal) and every failed handshake. The first call
+    /// decides; later ones change nothing.
+    pub(crate) fn observed_by(&self, metrics: &Arc<Metrics>) {
+        if self.resolver.metrics.set(Arc::clone(metrics)).is_ok() {
+            let state = self
+                .resolver
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.resolver.report(&state.current);
+        }
     }
 
     /// The handshake on `tcp` (for [`idemkit::http::serve_upgraded`]): the
@@ -107,13 +136,18 @@ impl ListenTls {
         tcp: TcpStream,
     ) -> impl Future<Output = Option<TlsStream<TcpStream>>> + Send + 'static {
         let acceptor = self.acceptor.clone();
+        let resolver = Arc::clone(&self.resolver);
         async move {
             let peer = tcp.peer_addr().ok();
             match acceptor.accept(tcp).await {
                 Ok(stream) => Some(stream),
                 Err(e) => {
-                    // The client's fault, or its choice: not worth a warning.
+                    // The client's fault, or its choice: not worth a warning
+                    // each (a scanner would fill the log); counted instead.
                     tracing::debug!(?peer, error = %e, "TLS handshake failed");
+                    if let Some(metrics) = resolver.metrics.get() {
+                        metrics.tls_handshake_failed(resolver.files.names.listener);
+                    }
                     None
                 }
             }
@@ -131,6 +165,7 @@ pub(crate) fn from_settings(
     let Settings {
         cert: cert_name,
         key: key_name,
+        ..
     } = names;
     match (cert, key) {
         (None, None) => Ok(None),
@@ -191,6 +226,57 @@ struct Reloading {
     files: Files,
     provider: Arc<CryptoProvider>,
     state: Mutex<Loaded>,
+    /// Where the certificate's expiry and failed handshakes are reported.
+    metrics: OnceLock<Arc<Metrics>>,
+}
+
+impl Reloading {
+    /// The certificate to serve now: the files are loaded again if either
+    /// changed since they were last looked at (at most once per [`RECHECK`]).
+    fn current(&self) -> Arc<CertifiedKey> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.checked.elapsed() >= RECHECK {
+            state.checked = Instant::now();
+            let stamp = self.files.stamp();
+            if stamp != state.stamp {
+                // Tried once per change: a pair half-written now is tried
+                // again when its other file is written.
+                state.stamp = stamp;
+                match self.files.load(&self.provider) {
+                    Ok(loaded) => {
+                        state.current = loaded;
+                        self.report(&state.current);
+                        tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                    }
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "TLS certificate not reloaded; the one loaded before stays in use"
+                    ),
+                }
+            }
+        }
+        Arc::clone(&state.current)
+    }
+
+    /// Sets the expiry metric from `served`'s own certificate.
+    fn report(&self, served: &CertifiedKey) {
+        let (Some(metrics), Some(not_after)) = (
+            self.metrics.get(),
+            served.cert.first().and_then(not_after_unix_seconds),
+        ) else {
+            return;
+        };
+        metrics.tls_certificate(self.files.names.listener, not_after);
+    }
+}
+
+/// The `notAfter` of `certificate` (DER), in Unix seconds; `None` if it does
+/// not parse as X.509 (rustls served it anyway: the metric is then absent).
+fn not_after_unix_seconds(certificate: &CertificateDer<'_>) -> Option<i64> {
+    use x509_cert::der::Decode;
+    let parsed = x509_cert::Certificate::from_der(certificate.as_ref()).ok()?;
+    let not_after = parsed.tbs_certificate.validity.not_after.to_unix_duration();
+    i64::try_from(not_after.as_secs()).ok()
 }
 
 impl fmt::Debug for Reloading {
@@ -203,27 +289,7 @@ impl fmt::Debug for Reloading {
 
 impl ResolvesServerCert for Reloading {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.checked.elapsed() >= RECHECK {
-            state.checked = Instant::now();
-            let stamp = self.files.stamp();
-            if stamp != state.stamp {
-                // Tried once per change: a pair half-written now is tried
-                // again when its other file is written.
-                state.stamp = stamp;
-                match self.files.load(&self.provider) {
-                    Ok(loaded) => {
-                        state.current = loaded;
-                        tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
-                    }
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        "TLS certificate not reloaded; the one loaded before stays in use"
-                    ),
-                }
-            }
-        }
-        Some(Arc::clone(&state.current))
+        Some(self.current())
     }
 }
 
@@ -234,11 +300,15 @@ mod tests {
     /// A self-signed certificate for `localhost` and its key, written to `dir`
     /// under `name`.
     fn write_pair(dir: &Path, name: &str) -> Files {
+        write_pair_until(dir, name, (4096, 1, 1))
+    }
+
+    /// [`write_pair`] with a certificate valid until `(year, month, day)`.
+    fn write_pair_until(dir: &Path, name: &str, (year, month, day): (i32, u8, u8)) -> Files {
         let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(year, month, day);
+        let cert = params.self_signed(&key).unwrap();
         let files = Files {
             names: LISTENER,
             cert: dir.join(format!("{name}.crt")),
@@ -247,6 +317,59 @@ mod tests {
         std::fs::write(&files.cert, cert.pem()).unwrap();
         std::fs::write(&files.key, key.serialize_pem()).unwrap();
         files
+    }
+
+    /// The expiry metric's line for the `listen` listener, if rendered.
+    fn expiry_line(metrics: &Metrics) -> Option<String> {
+        metrics
+            .render()
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "idemkit_tls_certificate_expiry_timestamp_seconds{listener=\"listen\"}",
+                )
+            })
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn the_served_certificates_expiry_is_reported_at_start_and_after_a_renewal() {
+        let dir = tempfile::tempdir().unwrap();
+        // 2031-05-17T00:00:00Z and 2032-01-01T00:00:00Z.
+        let first = write_pair_until(dir.path(), "first", (2031, 5, 17));
+        let tls = ListenTls::load(LISTENER, &first.cert, &first.key).unwrap();
+        let metrics = Arc::new(Metrics::new());
+        assert_eq!(expiry_line(&metrics), None, "nothing before it is observed");
+        tls.observed_by(&metrics);
+        assert_eq!(
+            expiry_line(&metrics).as_deref(),
+            Some(
+                "idemkit_tls_certificate_expiry_timestamp_seconds{listener=\"listen\"} 1936742400"
+            )
+        );
+
+        // A renewal: the files rewritten with a later certificate. The next
+        // look at them (at a handshake, at most once a second) loads it.
+        let renewed = write_pair_until(dir.path(), "renewed", (2032, 1, 1));
+        std::fs::copy(&renewed.cert, &first.cert).unwrap();
+        std::fs::copy(&renewed.key, &first.key).unwrap();
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        for file in [&first.cert, &first.key] {
+            let file = std::fs::File::options().write(true).open(file).unwrap();
+            file.set_modified(later).unwrap();
+        }
+        tls.resolver.state.lock().unwrap().checked = Instant::now() - RECHECK;
+        let served = tls.resolver.current();
+        assert_eq!(
+            served.cert.first().and_then(not_after_unix_seconds),
+            Some(1_956_528_000)
+        );
+        assert_eq!(
+            expiry_line(&metrics).as_deref(),
+            Some(
+                "idemkit_tls_certificate_expiry_timestamp_seconds{listener=\"listen\"} 1956528000"
+            )
+        );
     }
 
     #[test]

@@ -171,6 +171,9 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     let tenant = Box::new(crate::proxy::tenant::principal(&config.tenant));
     let header_read_timeout = config.header_read_timeout;
     let listen_tls = config.listen_tls.clone();
+    if let Some(tls) = &listen_tls {
+        tls.observed_by(&metrics);
+    }
     let gateway = Arc::new(Gateway::new(config, Some(store), metrics));
     let front = Arc::new(http::HttpGateway {
         gateway,

@@ -120,6 +120,7 @@ pub(crate) async fn serve(
             format!("http://{bound}")
         }
         Some(tls) => {
+            tls.observed_by(&admin.metrics);
             // The console's session cookie is then `Secure`.
             let app = router(admin).layer(axum::Extension(OverTls));
             tokio::spawn(async move {

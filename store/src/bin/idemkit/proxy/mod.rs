@@ -593,6 +593,7 @@ async fn worker(
     match &shared.config.listen_tls {
         None => idemkit::http::serve(listener, timeout, connection, stopped).await,
         Some(tls) => {
+            tls.observed_by(&shared.metrics);
             let handshake = |tcp| tls.accept(tcp);
             idemkit::http::serve_upgraded(listener, timeout, connection, handshake, stopped).await;
         }
