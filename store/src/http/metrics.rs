@@ -52,6 +52,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use idemkit_core::LogRef;
 use idemkit_core::machine::Disposition;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -59,6 +60,32 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+/// What the layer's claim decided for a request: an extension of the
+/// response the layer answers with, for access logs and tracing around it.
+/// Absent when the request made no claim (refused before one: no key, no
+/// tenant, a body over the limit, the store unavailable).
+///
+/// ```
+/// use idemkit::http::{ClaimAnswered, ClaimOutcomeLabel};
+///
+/// fn outcome_of(response: &axum::http::Response<axum::body::Body>) -> &'static str {
+///     response
+///         .extensions()
+///         .get::<ClaimAnswered>()
+///         .map_or("none", |claim| claim.outcome.as_str())
+/// }
+/// assert_eq!(outcome_of(&axum::http::Response::new(axum::body::Body::empty())), "none");
+/// # let _ = ClaimOutcomeLabel::Replay;
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimAnswered {
+    /// The claim's outcome.
+    pub outcome: ClaimOutcomeLabel,
+    /// The record's log reference: what logs, the admin API and the operator
+    /// console name it by (never the key itself).
+    pub log_ref: LogRef,
+}
 
 /// What a claim answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

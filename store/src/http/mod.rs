@@ -66,7 +66,7 @@ pub use execution::{Execution, ExecutionError};
 pub use executions::Executions;
 pub use health::health_response;
 pub use idemkit_core::http::defaults::RECORD_ATTEMPTS;
-pub use metrics::{ClaimOutcomeLabel, Metrics, WaitEnded};
+pub use metrics::{ClaimAnswered, ClaimOutcomeLabel, Metrics, WaitEnded};
 pub use response::refusal_response;
 pub use serve::{
     DEFAULT_HEADER_READ_TIMEOUT, serve, serve_router, serve_router_upgraded, serve_upgraded,

@@ -172,7 +172,12 @@ where
         Ok(waited) => waited,
         Err(WaitRefused::TooManyWaiters { retry_after, .. }) => {
             config.count_claim(ClaimOutcomeLabel::InFlight);
-            return Ok(refusal_response(&Refusal::TooManyWaiters { retry_after }));
+            let response = refusal_response(&Refusal::TooManyWaiters { retry_after });
+            return Ok(answered_as(
+                response,
+                ClaimOutcomeLabel::InFlight,
+                id.log_ref(),
+            ));
         }
         Err(WaitRefused::ClientGone) => {
             // Nobody reads this answer; the key runs on, untouched.
@@ -219,9 +224,8 @@ where
             if label == ClaimOutcomeLabel::Replay {
                 tracing::debug!(%log_ref, "replaying stored response");
             }
-            return Ok(with_applied(reply_response(reply(Outcome::Claim(
-                outcome, log_ref,
-            )))));
+            let response = reply_response(reply(Outcome::Claim(outcome, log_ref)));
+            return Ok(answered_as(with_applied(response), label, log_ref));
         }
     };
 
@@ -252,7 +256,19 @@ where
     )
     .instrument(span)
     .await
-    .map(with_applied)
+    .map(|response| answered_as(with_applied(response), ClaimOutcomeLabel::Execute, log_ref))
+}
+
+/// `response`, carrying what its claim decided ([`ClaimAnswered`]).
+fn answered_as(
+    mut response: Response<Body>,
+    outcome: ClaimOutcomeLabel,
+    log_ref: LogRef,
+) -> Response<Body> {
+    response
+        .extensions_mut()
+        .insert(super::ClaimAnswered { outcome, log_ref });
+    response
 }
 
 /// A claim as the pipeline acts on it.

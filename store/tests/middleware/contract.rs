@@ -18,7 +18,9 @@ use idemkit::clock::ManualClock;
 use idemkit::core::http::{Answer, Refusal};
 use idemkit::core::machine::{MismatchStatus, Policy, StepStart};
 use idemkit::core::record::EffectKind;
-use idemkit::http::{Execution, IdempotencyLayer, KeyRequirement, RouteConfig};
+use idemkit::http::{
+    ClaimAnswered, ClaimOutcomeLabel, Execution, IdempotencyLayer, KeyRequirement, RouteConfig,
+};
 use idemkit::store::Store;
 use idemkit::{IdempotencyKey, KeyError, Scope, UnixMillis};
 use tokio::sync::Notify;
@@ -307,6 +309,49 @@ async fn every_row_of_the_contract() {
         .unwrap())
     .await;
     assert_refusal(&r, Refusal::KeyReused { status: 409 });
+}
+
+/// What the claim decided rides on the response (`ClaimAnswered`), for an
+/// access log around the layer: none before a claim, then execute, replay and
+/// mismatch, each naming the record by its log reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_answer_names_what_its_claim_decided() {
+    let store = idemkit::in_memory().unwrap();
+    let svc = IdempotencyLayer::new(store, config()).layer(Handler::new(201).service());
+    let answered =
+        |response: &Response<Body>| response.extensions().get::<ClaimAnswered>().copied();
+    let expected_ref = Scope::new("t", OP)
+        .unwrap()
+        .record_id(&IdempotencyKey::new("k-ext").unwrap())
+        .log_ref();
+
+    let unauthenticated = svc
+        .clone()
+        .oneshot(req(Some("k-ext"), None, "{}"))
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status(), 401);
+    assert_eq!(answered(&unauthenticated), None);
+
+    let mut seen = Vec::new();
+    for body in [r#"{"a":1}"#, r#"{"a":1}"#, r#"{"a":2}"#] {
+        let response = svc
+            .clone()
+            .oneshot(req(Some("k-ext"), Some("t"), body))
+            .await
+            .unwrap();
+        let claim = answered(&response).expect("a claimed request says what its claim decided");
+        assert_eq!(claim.log_ref, expected_ref);
+        seen.push((response.status().as_u16(), claim.outcome));
+    }
+    assert_eq!(
+        seen,
+        [
+            (201, ClaimOutcomeLabel::Execute),
+            (201, ClaimOutcomeLabel::Replay),
+            (422, ClaimOutcomeLabel::Mismatch),
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
