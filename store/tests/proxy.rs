@@ -5,6 +5,7 @@
 mod support;
 
 mod proxy {
+    mod access_log;
     mod in_front_of_an_upstream;
     mod listening_over_tls;
     mod mcp_gateway;

@@ -38,6 +38,7 @@ mod proxy;
 mod records_cmd;
 mod store_args;
 mod store_choice;
+mod timestamp;
 #[path = "../../tls_files.rs"]
 mod tls_files;
 

@@ -57,6 +57,8 @@ struct FileConfig {
     admin_tls_key_file: Option<Spanned<PathBuf>>,
     /// Where operators' resolves are recorded (default: beside a redb store).
     audit_log: Option<PathBuf>,
+    /// One JSON line per answered request: a file, or `-` for stdout.
+    access_log: Option<PathBuf>,
     /// Pass-through requests (and routes without their own) wait this long.
     upstream_timeout_ms: Option<u64>,
     upstream_connect_timeout_ms: Option<u64>,
@@ -239,6 +241,8 @@ pub(crate) struct ProxyConfig {
     /// The audit log of operators' resolves (`audit_log`, or beside a redb
     /// store); `None`: the console shows records but resolves none.
     pub(crate) audit_log: Option<PathBuf>,
+    /// Where each answered request's line goes (`access_log`); `None`: nowhere.
+    pub(crate) access_log: Option<super::access_log::Target>,
     /// Pass-through requests' timeouts (and the routes' defaults).
     pub(crate) timeouts: Timeouts,
     pub(crate) request_body_idle: Duration,
@@ -461,6 +465,7 @@ pub(crate) fn parse(
         admin_tls,
         admin_token,
         audit_log: audit_log(raw.audit_log, &store),
+        access_log: raw.access_log.as_deref().map(super::access_log::Target::of),
         timeouts,
         request_body_idle: millis_or(raw.request_body_idle_timeout_ms, DEFAULT_BODY_IDLE_TIMEOUT),
         header_read_timeout,

@@ -3,6 +3,7 @@
 //! a forwarder to the upstream; every other request streams through untouched.
 //! See docs/proxy.md and examples/proxy.toml.
 
+mod access_log;
 pub(crate) mod admin;
 pub(crate) mod config;
 pub(crate) mod forward;
@@ -27,6 +28,7 @@ use idemkit::http::{
 use idemkit::store::Store;
 
 use crate::exit;
+use access_log::AccessLog;
 use config::{ProxyConfig, StoreChoice, TenantRule};
 use forward::{Forward, Forwarder, Upstream, problem};
 use limits::{Connections, Slot};
@@ -229,6 +231,9 @@ struct Entry {
     /// The listener serves HTTPS: the upstream is told so
     /// (`X-Forwarded-Proto`).
     over_tls: bool,
+    /// Each configured route's operation, by table index (for the access log).
+    operations: Arc<Vec<String>>,
+    access_log: Option<AccessLog>,
 }
 
 /// One accepted connection: the entry, the caller's address, and its place
@@ -264,8 +269,34 @@ impl tower::Service<Request<Body>> for Connection {
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let Some(log) = self.entry.access_log.clone() else {
+            return self.dispatch(request).1;
+        };
+        let arrived = access_log::Arrived {
+            at: Instant::now(),
+            peer: self.peer,
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+        };
+        let (route, answered) = self.dispatch(request);
+        let operations = Arc::clone(&self.entry.operations);
+        Box::pin(async move {
+            let response = answered.await;
+            if let Ok(response) = &response {
+                let operation = route.and_then(|i| operations.get(i)).map(String::as_str);
+                log.answered(&arrived, operation, response);
+            }
+            response
+        })
+    }
+}
+
+impl Connection {
+    /// Answers `request`; with the index of the configured route it is, if
+    /// it is one.
+    fn dispatch(&mut self, request: Request<Body>) -> (Option<usize>, Answer) {
         if !self.slot.within_cap {
-            return answer(too_many_connections());
+            return (None, answer(too_many_connections()));
         }
         let mut request = limits::with_body_idle_timeout(request, self.entry.request_body_idle);
         request
@@ -281,29 +312,39 @@ impl tower::Service<Request<Body>> for Connection {
         {
             Resolved::PassThrough => {
                 let passthrough = Arc::clone(&self.entry.passthrough);
-                Box::pin(async move { Ok(passthrough.send(request).await) })
+                (
+                    None,
+                    Box::pin(async move { Ok(passthrough.send(request).await) }),
+                )
             }
-            Resolved::Refused(refusal) => answer(refused_path(&refusal)),
+            Resolved::Refused(refusal) => (None, answer(refused_path(&refusal))),
             Resolved::Route { index, path } => {
+                let route = Some(index);
                 if tenant::repeated(&self.entry.tenant, request.headers()) {
-                    return answer(problem(
-                        StatusCode::BAD_REQUEST,
-                        "ambiguous-tenant",
-                        "The tenant header was sent more than once",
-                        "The request names its tenant twice; send the tenant's header once. \
+                    return (
+                        route,
+                        answer(problem(
+                            StatusCode::BAD_REQUEST,
+                            "ambiguous-tenant",
+                            "The tenant header was sent more than once",
+                            "The request names its tenant twice; send the tenant's header once. \
                          Nothing was executed.",
-                    ));
+                        )),
+                    );
                 }
                 if path != request.uri().path() {
                     match normalized_uri(request.uri(), &path) {
                         Some(uri) => *request.uri_mut() = uri,
-                        None => return answer(refused_path(&Refusal::Ambiguous)),
+                        None => return (route, answer(refused_path(&Refusal::Ambiguous))),
                     }
                 }
-                let Some(route) = self.entry.routes.get(index).cloned() else {
-                    return answer(refused_path(&Refusal::Ambiguous));
+                let Some(service) = self.entry.routes.get(index).cloned() else {
+                    return (route, answer(refused_path(&Refusal::Ambiguous)));
                 };
-                Box::pin(async move { tower::ServiceExt::oneshot(route, request).await })
+                (
+                    route,
+                    Box::pin(async move { tower::ServiceExt::oneshot(service, request).await }),
+                )
             }
         }
     }
@@ -364,6 +405,8 @@ struct Shared {
     executions: Arc<Executions>,
     connections: Arc<Connections>,
     stop: tokio::sync::watch::Receiver<bool>,
+    /// Where each answered request's line goes (`access_log`).
+    access_log: Option<AccessLog>,
 }
 
 /// How the proxy stopped.
@@ -397,7 +440,8 @@ enum Event {
 fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<Stopped, String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (events, inbox) = std::sync::mpsc::channel();
-    spawn_signal_thread(stop_tx.clone(), events.clone())?;
+    let access_log = config.access_log.clone().map(AccessLog::open).transpose()?;
+    spawn_signal_thread(stop_tx.clone(), events.clone(), access_log.clone())?;
     let metrics = Arc::new(Metrics::new());
     metrics.orphans_settled(store.orphans_settled_at_open().len());
     let shared = Arc::new(Shared {
@@ -407,6 +451,7 @@ fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<Stopped, S
         metrics,
         executions: Arc::new(Executions::new()),
         stop: stop_rx,
+        access_log,
     });
     let first: SocketAddr = shared
         .config
@@ -474,6 +519,9 @@ fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<Stopped, S
             // The grace period is over (or every sender is gone).
             None => break,
         }
+    }
+    if let Some(log) = &shared.access_log {
+        log.flush(Duration::from_secs(1));
     }
     if let Some(e) = failure {
         return Err(e);
@@ -581,6 +629,15 @@ async fn worker(
         tenant: Arc::new(shared.config.tenant.clone()),
         request_body_idle: shared.config.request_body_idle,
         over_tls: shared.config.listen_tls.is_some(),
+        operations: Arc::new(
+            shared
+                .config
+                .routes
+                .iter()
+                .map(|r| r.operation.clone())
+                .collect(),
+        ),
+        access_log: shared.access_log.clone(),
     };
     let connections = Arc::clone(&shared.connections);
     let connection = move |peer| Connection {
@@ -655,17 +712,25 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
 
 /// SIGTERM / SIGINT → graceful shutdown: the workers stop accepting, and the
 /// main thread waits for running executions up to the grace period (a second
-/// signal ends the wait).
+/// signal ends the wait). SIGHUP → the access log's file is reopened (after a
+/// rotation).
 #[cfg(unix)]
 fn spawn_signal_thread(
     stop: tokio::sync::watch::Sender<bool>,
     events: std::sync::mpsc::Sender<Event>,
+    access_log: Option<AccessLog>,
 ) -> Result<(), String> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     std::thread::spawn(move || {
-        for _ in signals.forever() {
+        for signal in signals.forever() {
+            if signal == SIGHUP {
+                if let Some(log) = &access_log {
+                    log.reopen();
+                }
+                continue;
+            }
             eprintln!(
                 "idemkit proxy: stopping (no new connections; waiting for running executions to record)"
             );
@@ -714,6 +779,7 @@ pub(crate) fn stop_on_signal(
 fn spawn_signal_thread(
     _stop: tokio::sync::watch::Sender<bool>,
     _events: std::sync::mpsc::Sender<Event>,
+    _access_log: Option<AccessLog>,
 ) -> Result<(), String> {
     Ok(())
 }
