@@ -17,8 +17,8 @@ use toml::Spanned;
 
 use crate::listen_tls::ListenTls;
 use crate::proxy::config::{
-    AdminKeys, ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice, StoreSection,
-    TenantRule, TenantSection, admin_tls, admin_token, audit_log, check_addr, store_choice,
+    AdminKeys, AdminListener, ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice,
+    StoreSection, TenantRule, TenantSection, admin_listener, audit_log, check_addr, store_choice,
     tenant_rule,
 };
 use crate::proxy::upstream_tls::UpstreamTls;
@@ -257,22 +257,18 @@ pub(crate) fn parse(
         raw.tls_key_file.as_ref().map(|f| f.get_ref().as_path()),
     )
     .map_err(|e| src.at(tls_span, e))?;
-    if let Some(admin) = &raw.admin {
-        check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
-    }
-    let admin_tls = admin_tls(
-        &src,
-        raw.admin.as_ref(),
-        raw.admin_tls_cert_file.as_ref(),
-        raw.admin_tls_key_file.as_ref(),
-    )?;
-    let admin_token = admin_token(
+    let AdminListener {
+        tls: admin_tls,
+        token: admin_token,
+    } = admin_listener(
         &src,
         AdminKeys {
             admin: raw.admin.as_ref(),
             admin_token: raw.admin_token.clone(),
             admin_token_file: raw.admin_token_file.clone(),
             admin_insecure_no_token: raw.admin_insecure_no_token.as_ref(),
+            admin_tls_cert_file: raw.admin_tls_cert_file.as_ref(),
+            admin_tls_key_file: raw.admin_tls_key_file.as_ref(),
         },
         env,
     )?;

@@ -391,22 +391,18 @@ pub(crate) fn parse(
         let span = raw.upstream_ca_file.as_ref().map(Spanned::span);
         src.at(span.or(upstream_span), e)
     })?;
-    if let Some(admin) = &raw.admin {
-        check_addr(&src, admin.get_ref(), Some(admin.span()), "admin")?;
-    }
-    let admin_tls = admin_tls(
-        &src,
-        raw.admin.as_ref(),
-        raw.admin_tls_cert_file.as_ref(),
-        raw.admin_tls_key_file.as_ref(),
-    )?;
-    let admin_token = admin_token(
+    let AdminListener {
+        tls: admin_tls,
+        token: admin_token,
+    } = admin_listener(
         &src,
         AdminKeys {
             admin: raw.admin.as_ref(),
             admin_token: raw.admin_token.clone(),
             admin_token_file: raw.admin_token_file.clone(),
             admin_insecure_no_token: raw.admin_insecure_no_token.as_ref(),
+            admin_tls_cert_file: raw.admin_tls_cert_file.as_ref(),
+            admin_tls_key_file: raw.admin_tls_key_file.as_ref(),
         },
         env,
     )?;
@@ -678,17 +674,44 @@ fn secret(
 }
 
 /// The admin listener's keys as a configuration file spells them: the proxy's
-/// and the MCP gateway's files take the same four.
+/// and the MCP gateway's files take the same six.
 pub(crate) struct AdminKeys<'a> {
     pub(crate) admin: Option<&'a Spanned<String>>,
     pub(crate) admin_token: Option<Spanned<String>>,
     pub(crate) admin_token_file: Option<Spanned<PathBuf>>,
     pub(crate) admin_insecure_no_token: Option<&'a Spanned<bool>>,
+    pub(crate) admin_tls_cert_file: Option<&'a Spanned<PathBuf>>,
+    pub(crate) admin_tls_key_file: Option<&'a Spanned<PathBuf>>,
+}
+
+/// The admin listener as configured: its TLS, and its token.
+pub(crate) struct AdminListener {
+    pub(crate) tls: Option<ListenTls>,
+    pub(crate) token: Option<String>,
+}
+
+/// Checks the admin listener's keys: its address, its TLS pair, its token.
+pub(crate) fn admin_listener(
+    src: &Source<'_>,
+    keys: AdminKeys<'_>,
+    env: Env<'_>,
+) -> Result<AdminListener, ConfigError> {
+    if let Some(admin) = keys.admin {
+        check_addr(src, admin.get_ref(), Some(admin.span()), "admin")?;
+    }
+    let tls = admin_tls(
+        src,
+        keys.admin,
+        keys.admin_tls_cert_file,
+        keys.admin_tls_key_file,
+    )?;
+    let token = admin_token(src, keys, env)?;
+    Ok(AdminListener { tls, token })
 }
 
 /// The admin listener's TLS (`admin_tls_cert_file` and `admin_tls_key_file`):
 /// both or neither, and only for an `admin` listener.
-pub(crate) fn admin_tls(
+fn admin_tls(
     src: &Source<'_>,
     admin: Option<&Spanned<String>>,
     cert: Option<&Spanned<PathBuf>>,
@@ -713,7 +736,7 @@ pub(crate) fn admin_tls(
 /// The admin listener's token (from `admin_token_file`, `admin_token` or
 /// [`ADMIN_TOKEN_ENV`], at least [`MIN_SECRET_BYTES`]): none only when
 /// `admin_insecure_no_token` asks for it on a loopback address.
-pub(crate) fn admin_token(
+fn admin_token(
     src: &Source<'_>,
     keys: AdminKeys<'_>,
     env: Env<'_>,
