@@ -712,8 +712,8 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
 
 /// SIGTERM / SIGINT → graceful shutdown: the workers stop accepting, and the
 /// main thread waits for running executions up to the grace period (a second
-/// signal ends the wait). SIGHUP → the access log's file is reopened (after a
-/// rotation).
+/// signal ends the wait). SIGHUP → the access log's file, if there is one, is
+/// reopened (after a rotation).
 #[cfg(unix)]
 fn spawn_signal_thread(
     stop: tokio::sync::watch::Sender<bool>,
@@ -721,7 +721,13 @@ fn spawn_signal_thread(
     access_log: Option<AccessLog>,
 ) -> Result<(), String> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+    // SIGHUP keeps its default (the end of the process) unless there is a
+    // log to reopen.
+    let handled: &[i32] = match access_log {
+        Some(_) => &[SIGTERM, SIGINT, SIGHUP],
+        None => &[SIGTERM, SIGINT],
+    };
+    let mut signals = signal_hook::iterator::Signals::new(handled)
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     std::thread::spawn(move || {
         for signal in signals.forever() {
