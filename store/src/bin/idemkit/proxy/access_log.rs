@@ -13,7 +13,8 @@
 //!   (`execute`, `replay`, `in_flight`, `mismatch`, `uncertain`,
 //!   `response_expired`) and which record it was, absent when the request
 //!   was refused before a claim (no key, no tenant, the store unavailable).
-//! - `ms` runs from the request's arrival to its response head.
+//! - `time` is when the response head was ready, and `ms` how long that took
+//!   from the request's arrival.
 //!
 //! Lines are queued (up to [`QUEUE`]) and written in batches, flushed
 //! whenever the queue is empty. When the disk cannot keep up, lines past the
