@@ -376,6 +376,45 @@ fn the_gateway_serves_https_itself_and_a_key_books_once() {
     );
 }
 
+/// The gateway's access log (`access_log`): a line per HTTP request, naming a
+/// `tools/call`'s tool and what its claim decided, execute and then replay
+/// under one log reference, and never the key.
+#[test]
+fn the_access_log_names_each_calls_tool_and_what_its_claim_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Appointments::start(dir.path(), &[]);
+    let log = dir.path().join("mcp-access.jsonl");
+    let gateway = gateway_in_front(dir.path(), &service, &format!("access_log = {log:?}"));
+    let key = Some("book-logged");
+    let first = call(&gateway, "clinic-a", 1, "book_appointment", anna(), key);
+    let again = call(&gateway, "clinic-a", 2, "book_appointment", anna(), key);
+    assert!(!replayed(&first) && replayed(&again), "{first} {again}");
+
+    let booked = |text: &str| -> Vec<Value> {
+        text.lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .filter(|line| line["operation"] == "book_appointment")
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut text = String::new();
+    while booked(&text).len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+    }
+    let calls = booked(&text);
+    assert_eq!(calls.len(), 2, "{text}");
+    assert_eq!(calls[0]["claim"], "execute", "{text}");
+    assert_eq!(calls[1]["claim"], "replay", "{text}");
+    assert_eq!(calls[0]["log_ref"], calls[1]["log_ref"]);
+    assert_eq!(calls[0]["log_ref"].as_str().map(str::len), Some(16));
+    for line in &calls {
+        assert_eq!(line["method"], "POST");
+        assert_eq!(line["status"], 200);
+    }
+    assert!(!text.contains("book-logged"), "the key was logged: {text}");
+}
+
 /// One key in two tenants' calls is two actions: each tenant's booking runs
 /// once and each retry replays its own tenant's result, never the other's.
 #[test]

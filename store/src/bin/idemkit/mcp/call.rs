@@ -23,8 +23,10 @@ use idemkit::core::fingerprint::{ContentKind, Fingerprint, FingerprintSpec};
 use idemkit::core::http::defaults;
 use idemkit::core::machine::{Dispatch, Disposition, classify_attempt};
 use idemkit::core::record::StoredResponse;
-use idemkit::core::{IdempotencyKey, Scope};
-use idemkit::http::{ClaimOutcomeLabel, Metrics, WaitEnded, WaitRefused, claim_waiting};
+use idemkit::core::{IdempotencyKey, LogRef, Scope};
+use idemkit::http::{
+    ClaimAnswered, ClaimOutcomeLabel, Metrics, WaitEnded, WaitRefused, claim_waiting,
+};
 use idemkit::store::{Claim, ExecutionGuard, Store, WorkerError};
 use serde_json::{Value, json};
 
@@ -44,7 +46,9 @@ pub(crate) enum Decision {
     /// Not protected: forward it unchanged.
     PassThrough,
     /// Answer the client with this JSON-RPC response; nothing is forwarded.
-    Answer(Value),
+    /// With what the call's claim decided, when it made one (for the
+    /// access log).
+    Answer(Value, Option<ClaimAnswered>),
     /// Forward it; hand the server's answer to [`Gateway::finish`].
     Execute(Box<Running>),
 }
@@ -67,6 +71,11 @@ pub(crate) struct Running {
 }
 
 impl Running {
+    /// The record's log reference.
+    pub(crate) fn log_ref(&self) -> LogRef {
+        self.scope.record_id(&self.key).log_ref()
+    }
+
     /// How long the server may take to answer this call.
     pub(crate) fn call_timeout(&self) -> Duration {
         self.tool.call_timeout
@@ -229,7 +238,7 @@ impl Gateway {
             return Decision::PassThrough;
         };
         let id = jsonrpc::id_of(message).cloned().unwrap_or(Value::Null);
-        let refuse = |problem: Problem| Decision::Answer(problem.response(&id));
+        let refuse = |problem: Problem| Decision::Answer(problem.response(&id), None);
         let Some(scope) = tenant.and_then(|t| Scope::new(&t, &tool.name).ok()) else {
             return refuse(Problem::NoTenant);
         };
@@ -307,6 +316,11 @@ impl Gateway {
             blocking(move || store.claim(&scope, &key, fingerprint, &owner, &policy))
         };
         let id_of_record = scope.record_id(&key);
+        // An answer the claim decided names it and the record.
+        let log_ref = id_of_record.log_ref();
+        let decided = |answer: Value, outcome| {
+            Decision::Answer(answer, Some(ClaimAnswered { outcome, log_ref }))
+        };
         // A dropped request (its client gone) drops this future and its wait.
         let claim = match claim_waiting(
             &store,
@@ -327,7 +341,8 @@ impl Gateway {
                 self.metrics.claim(&tool.name, ClaimOutcomeLabel::InFlight);
                 self.metrics
                     .wait_ended(&tool.name, WaitEnded::TooManyWaiters);
-                return refuse(Problem::TooManyWaiters { retry_after });
+                let answer = Problem::TooManyWaiters { retry_after }.response(&id);
+                return decided(answer, ClaimOutcomeLabel::InFlight);
             }
             Err(WaitRefused::ClientGone) => {
                 return refuse(Problem::InProgress {
@@ -364,27 +379,30 @@ impl Gateway {
             Some(Ok(Claim::Replay { response, .. })) => {
                 let answer = replay(&id, era, wants_task, &response);
                 count(ClaimOutcomeLabel::Replay);
-                Decision::Answer(answer)
+                decided(answer, ClaimOutcomeLabel::Replay)
             }
             Some(Ok(Claim::ResponseExpired { resource_ref, .. })) => {
                 count(ClaimOutcomeLabel::ResponseExpired);
-                refuse(Problem::ResultExpired { resource_ref })
+                let answer = Problem::ResultExpired { resource_ref }.response(&id);
+                decided(answer, ClaimOutcomeLabel::ResponseExpired)
             }
             Some(Ok(Claim::InFlight { retry_after, .. })) => {
                 count(ClaimOutcomeLabel::InFlight);
-                refuse(Problem::InProgress { retry_after })
+                let answer = Problem::InProgress { retry_after }.response(&id);
+                decided(answer, ClaimOutcomeLabel::InFlight)
             }
             Some(Ok(Claim::Mismatch { .. })) => {
                 count(ClaimOutcomeLabel::Mismatch);
-                refuse(Problem::Conflict)
+                decided(Problem::Conflict.response(&id), ClaimOutcomeLabel::Mismatch)
             }
             Some(Ok(Claim::Uncertain { since, log_ref })) => {
                 count(ClaimOutcomeLabel::Uncertain);
                 tracing::info!(%log_ref, tool = %tool.name, "outcome unknown; not executing again");
-                Decision::Answer(jsonrpc::result_response(
+                let answer = jsonrpc::result_response(
                     &id,
                     jsonrpc::unknown_result(key.as_str(), since, &tool.check, era),
-                ))
+                );
+                decided(answer, ClaimOutcomeLabel::Uncertain)
             }
         }
     }

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::listen_tls::ListenTls;
+use crate::proxy::access_log::Target as AccessLogTarget;
 use crate::proxy::config::{
     AdminKeys, AdminListener, ConfigError, DEFAULT_GC_INTERVAL, Env, Source, StoreChoice,
     StoreSection, TenantRule, TenantSection, admin_listener, audit_log, check_addr, store_choice,
@@ -43,6 +44,8 @@ struct FileConfig {
     admin_tls_key_file: Option<Spanned<PathBuf>>,
     /// Where operators' resolves are recorded (default: beside a redb store).
     audit_log: Option<PathBuf>,
+    /// One JSON line per answered HTTP request: a file, or `-` for stdout.
+    access_log: Option<Spanned<PathBuf>>,
     /// How long a request other than a protected `tools/call` waits for the
     /// upstream's answer to begin.
     upstream_timeout_ms: Option<u64>,
@@ -134,6 +137,8 @@ pub(crate) struct McpConfig {
     /// The audit log of operators' resolves (`audit_log`, or beside a redb
     /// store); `None`: the console shows records but resolves none.
     pub(crate) audit_log: Option<PathBuf>,
+    /// Where each answered HTTP request's line goes (`access_log`).
+    pub(crate) access_log: Option<AccessLogTarget>,
     pub(crate) upstream_timeout: Duration,
     /// A request's head (line and headers) not complete within this closes
     /// the connection.
@@ -251,6 +256,13 @@ pub(crate) fn parse(
             "tls_cert_file, tls_key_file: over stdio the gateway has no listener to serve TLS on",
         ));
     }
+    let access_log = raw.access_log;
+    if stdio && let Some(file) = &access_log {
+        return Err(src.at(
+            Some(file.span()),
+            "access_log: over stdio the gateway answers no HTTP requests to log",
+        ));
+    }
     let listen_tls = crate::listen_tls::from_settings(
         crate::listen_tls::LISTENER,
         raw.tls_cert_file.as_ref().map(|f| f.get_ref().as_path()),
@@ -335,6 +347,7 @@ pub(crate) fn parse(
         admin_tls,
         admin_token,
         audit_log: audit_log(raw.audit_log, &store),
+        access_log: access_log.map(|file| AccessLogTarget::of(file.get_ref())),
         upstream_timeout: raw
             .upstream_timeout_ms
             .map_or(DEFAULT_UPSTREAM_TIMEOUT, Duration::from_millis),
@@ -543,6 +556,26 @@ header = "X-Tenant-Id"
             e.starts_with("mcp.toml:1: tls_cert_file, tls_key_file: over stdio"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_access_log_is_a_file_or_stdout_and_refused_over_stdio() {
+        let parsed = |text: &str| {
+            parse(Path::new("mcp.toml"), text, None, None, false, &|_| None)
+                .unwrap()
+                .access_log
+        };
+        assert_eq!(parsed(BASE), None);
+        assert_eq!(
+            parsed(&format!("access_log = \"/var/log/mcp.jsonl\"\n{BASE}")),
+            Some(AccessLogTarget::File(PathBuf::from("/var/log/mcp.jsonl")))
+        );
+        assert_eq!(
+            parsed(&format!("access_log = \"-\"\n{BASE}")),
+            Some(AccessLogTarget::Stdout)
+        );
+        let e = refusal(&over_stdio("access_log = \"-\""), true);
+        assert!(e.starts_with("mcp.toml:1: access_log: over stdio"), "{e}");
     }
 
     #[test]

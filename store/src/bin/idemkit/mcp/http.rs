@@ -17,6 +17,7 @@ use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
+use idemkit::http::{ClaimAnswered, ClaimOutcomeLabel};
 use serde_json::{Value, json};
 
 use super::call::{Decision, Gateway, Outcome, Reply};
@@ -30,6 +31,11 @@ const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// Names the tenant of a request from its parts.
 pub(crate) type TenantFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// The tool a `tools/call` named: an extension of the gateway's answer to
+/// it, for the access log.
+#[derive(Clone, Debug)]
+pub(crate) struct CalledTool(pub(crate) String);
 
 /// One worker's view of the gateway: the shared state, the forwarder and
 /// the rule naming a request's tenant.
@@ -131,17 +137,33 @@ impl HttpGateway {
                     .await
             }
             Some("tools/call") => {
-                if let Some(name) = message.pointer("/params/name").and_then(Value::as_str)
+                let name = message.pointer("/params/name").and_then(Value::as_str);
+                if let Some(name) = name
                     && !self.gateway.knows(name)
                 {
                     self.list_tools(&parts, &message, era).await;
                 }
+                let called = name.map(|name| CalledTool(name.to_owned()));
                 let tenant = (self.tenant)(&parts);
-                match self.gateway.decide(&message, &bytes, tenant, era).await {
-                    Decision::PassThrough => self.pass(parts, bytes).await,
-                    Decision::Answer(answer) => json_response(&answer),
-                    Decision::Execute(running) => self.execute(parts, bytes, id, running).await,
+                let (mut response, claim) =
+                    match self.gateway.decide(&message, &bytes, tenant, era).await {
+                        Decision::PassThrough => (self.pass(parts, bytes).await, None),
+                        Decision::Answer(answer, claim) => (json_response(&answer), claim),
+                        Decision::Execute(running) => {
+                            let log_ref = running.log_ref();
+                            let response = self.execute(parts, bytes, id, running).await;
+                            let outcome = ClaimOutcomeLabel::Execute;
+                            (response, Some(ClaimAnswered { outcome, log_ref }))
+                        }
+                    };
+                let extensions = response.extensions_mut();
+                if let Some(claim) = claim {
+                    extensions.insert(claim);
                 }
+                if let Some(called) = called {
+                    extensions.insert(called);
+                }
+                response
             }
             _ => self.pass(parts, bytes).await,
         }

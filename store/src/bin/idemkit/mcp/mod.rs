@@ -22,6 +22,7 @@ use idemkit::http::Metrics;
 use idemkit::store::Store;
 
 use crate::exit;
+use crate::proxy::access_log::{AccessLog, Arrived};
 use crate::proxy::admin;
 use crate::proxy::forward::Upstream;
 use call::Gateway;
@@ -174,6 +175,12 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     if let Some(tls) = &listen_tls {
         tls.observed_by(&metrics);
     }
+    let access_log = config.access_log.clone().map(AccessLog::open).transpose()?;
+    if let Some(log) = &access_log {
+        // SIGHUP keeps its default (the end of the process) without a log.
+        log.reopen_on_hangup()?;
+    }
+    let logged = access_log.clone();
     let gateway = Arc::new(Gateway::new(config, Some(store), metrics));
     let front = Arc::new(http::HttpGateway {
         gateway,
@@ -196,7 +203,16 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
                 .extensions_mut()
                 .insert(crate::proxy::forward::OverTls);
         }
-        async move { Ok::<_, std::convert::Infallible>(front.handle(request).await) }
+        let arrived = logged.as_ref().map(|_| arrived(&request));
+        let log = logged.clone();
+        async move {
+            let response = front.handle(request).await;
+            if let (Some(log), Some(arrived)) = (log, arrived) {
+                let tool = response.extensions().get::<http::CalledTool>();
+                log.answered(&arrived, tool.map(|t| t.0.as_str()), &response);
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
     let app = axum::Router::new().fallback_service(service);
     let stopped = crate::stopped(stop_rx);
@@ -214,6 +230,23 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
             .await;
         }
     }
+    if let Some(log) = &access_log {
+        log.flush(std::time::Duration::from_secs(1));
+    }
     eprintln!("idemkit mcp: stopped; running calls finished and were recorded");
     Ok(())
+}
+
+/// What the access log says of `request` when it arrived.
+fn arrived(request: &::http::Request<Body>) -> Arrived {
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0);
+    Arrived {
+        at: std::time::Instant::now(),
+        peer,
+        method: request.method().clone(),
+        path: request.uri().path().to_owned(),
+    }
 }

@@ -271,7 +271,7 @@ impl Relay {
         }
         match decision {
             Decision::PassThrough => self.to_server(text),
-            Decision::Answer(answer) => drop(self.to_client.send(answer.to_string())),
+            Decision::Answer(answer, _) => drop(self.to_client.send(answer.to_string())),
             Decision::Execute(running) => {
                 let deadline = tokio::time::Instant::now() + running.call_timeout();
                 self.answered.remove(&key);

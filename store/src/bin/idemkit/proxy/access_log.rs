@@ -1,6 +1,6 @@
-//! The access log (`access_log` in the proxy's configuration): one JSON line
-//! per request the proxy answered, written by a thread of its own so that a
-//! request never waits on the disk.
+//! The access log (`access_log` in the configuration of `idemkit proxy` and
+//! of `idemkit mcp` over HTTP): one JSON line per request answered, written
+//! by a thread of its own so that a request never waits on the disk.
 //!
 //! ```json
 //! {"time":"2026-12-05T19:20:01.123Z","peer":"10.0.0.7:50312","method":"POST","path":"/accounts/A/withdraw","status":201,"operation":"accounts.withdraw","claim":"execute","log_ref":"74aeb650e4585d2f","ms":3.41}
@@ -9,7 +9,8 @@
 //! - `path` is the path the client sent, without its query (a query may hold
 //!   a credential); no header, key or body is ever written.
 //! - `operation` names the configured route (absent for a pass-through
-//!   request); `claim` and `log_ref` say what the route's claim decided
+//!   request), or for `idemkit mcp` the tool a `tools/call` names; `claim`
+//!   and `log_ref` say what the route's (or tool's) claim decided
 //!   (`execute`, `replay`, `in_flight`, `mismatch`, `uncertain`,
 //!   `response_expired`) and which record it was, absent when the request
 //!   was refused before a claim (no key, no tenant, the store unavailable).
@@ -115,7 +116,7 @@ impl AccessLog {
     }
 
     /// Queues the line of a request that `arrived` and was answered with
-    /// `response`; `operation` is its route's, if it matched one.
+    /// `response`; `operation` is its route's (or its tool's), if it has one.
     pub(crate) fn answered(
         &self,
         arrived: &Arrived,
@@ -145,8 +146,32 @@ impl AccessLog {
     }
 
     /// Closes the file and opens it again at its path (after a rotation).
-    pub(crate) fn reopen(&self) {
+    fn reopen(&self) {
         let _ = self.queue.send(Message::Reopen);
+    }
+
+    /// Reopens the file on each SIGHUP from now on (SIGHUP's default, the end
+    /// of the process, is then replaced).
+    #[cfg(unix)]
+    pub(crate) fn reopen_on_hangup(&self) -> Result<(), String> {
+        let mut hangups = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
+            .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
+        let log = self.clone();
+        std::thread::Builder::new()
+            .name("idemkit-access-log-hangup".to_owned())
+            .spawn(move || {
+                for _ in hangups.forever() {
+                    log.reopen();
+                }
+            })
+            .map(drop)
+            .map_err(|e| format!("cannot start the SIGHUP handler: {e}"))
+    }
+
+    /// Elsewhere there is no SIGHUP.
+    #[cfg(not(unix))]
+    pub(crate) fn reopen_on_hangup(&self) -> Result<(), String> {
+        Ok(())
     }
 
     /// Writes every line queued so far and flushes, waiting at most `wait`.

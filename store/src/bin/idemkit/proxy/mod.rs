@@ -3,7 +3,7 @@
 //! a forwarder to the upstream; every other request streams through untouched.
 //! See docs/proxy.md and examples/proxy.toml.
 
-mod access_log;
+pub(crate) mod access_log;
 pub(crate) mod admin;
 pub(crate) mod config;
 pub(crate) mod forward;
@@ -440,8 +440,12 @@ enum Event {
 fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<Stopped, String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (events, inbox) = std::sync::mpsc::channel();
+    spawn_signal_thread(stop_tx.clone(), events.clone())?;
     let access_log = config.access_log.clone().map(AccessLog::open).transpose()?;
-    spawn_signal_thread(stop_tx.clone(), events.clone(), access_log.clone())?;
+    if let Some(log) = &access_log {
+        // SIGHUP keeps its default (the end of the process) without a log.
+        log.reopen_on_hangup()?;
+    }
     let metrics = Arc::new(Metrics::new());
     metrics.orphans_settled(store.orphans_settled_at_open().len());
     let shared = Arc::new(Shared {
@@ -712,31 +716,17 @@ async fn start_admin(shared: &Arc<Shared>) -> Result<(), String> {
 
 /// SIGTERM / SIGINT → graceful shutdown: the workers stop accepting, and the
 /// main thread waits for running executions up to the grace period (a second
-/// signal ends the wait). SIGHUP → the access log's file, if there is one, is
-/// reopened (after a rotation).
+/// signal ends the wait).
 #[cfg(unix)]
 fn spawn_signal_thread(
     stop: tokio::sync::watch::Sender<bool>,
     events: std::sync::mpsc::Sender<Event>,
-    access_log: Option<AccessLog>,
 ) -> Result<(), String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    // SIGHUP keeps its default (the end of the process) unless there is a
-    // log to reopen.
-    let handled: &[i32] = match access_log {
-        Some(_) => &[SIGTERM, SIGINT, SIGHUP],
-        None => &[SIGTERM, SIGINT],
-    };
-    let mut signals = signal_hook::iterator::Signals::new(handled)
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     std::thread::spawn(move || {
-        for signal in signals.forever() {
-            if signal == SIGHUP {
-                if let Some(log) = &access_log {
-                    log.reopen();
-                }
-                continue;
-            }
+        for _ in signals.forever() {
             eprintln!(
                 "idemkit proxy: stopping (no new connections; waiting for running executions to record)"
             );
@@ -785,7 +775,6 @@ pub(crate) fn stop_on_signal(
 fn spawn_signal_thread(
     _stop: tokio::sync::watch::Sender<bool>,
     _events: std::sync::mpsc::Sender<Event>,
-    _access_log: Option<AccessLog>,
 ) -> Result<(), String> {
     Ok(())
 }
