@@ -375,3 +375,50 @@ fn idemkit_console_serves_https_with_both_tls_flags_and_refuses_one_alone() {
         .unwrap();
     assert_eq!(health.status, 200, "{health:?}");
 }
+
+#[test]
+fn an_admin_listener_in_plain_http_beyond_loopback_is_warned_about() {
+    use std::io::{BufRead, Read};
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin.token");
+    std::fs::write(&token_file, format!("{ADMIN_TOKEN}\n")).unwrap();
+    let start = |listen: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_idemkit"))
+            .args(["console", "--listen", listen, "--db"])
+            .arg(dir.path().join("ops.redb"))
+            .arg("--token-file")
+            .arg(&token_file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Serving once it printed its address: the warning, if any, came first.
+        let stdout = child.stdout.take().unwrap();
+        let served = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.starts_with("idemkit console: http://"));
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(served, "{stderr}");
+        stderr
+    };
+    let warning = "serves plain HTTP beyond this host";
+    let beyond = start("0.0.0.0:0");
+    assert!(beyond.contains(warning), "{beyond}");
+    assert!(
+        beyond.contains("--tls-cert-file and --tls-key-file"),
+        "{beyond}"
+    );
+    let loopback = start("127.0.0.1:0");
+    assert!(!loopback.contains(warning), "{loopback}");
+}
