@@ -5,7 +5,7 @@
 //! and the one before stays). The admin listener serves HTTPS on its own
 //! (`admin_tls_cert_file`, `admin_tls_key_file`), and a console session's
 //! cookie is then `Secure`; `idemkit console` does with `--tls-cert-file` and
-//! `--tls-key-file`.
+//! `--tls-key-file`, and warns when it serves plain HTTP beyond loopback.
 #![cfg(feature = "cli")]
 
 use crate::support::idemkit_proxy as proxy_support;
