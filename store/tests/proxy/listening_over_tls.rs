@@ -66,6 +66,20 @@ fn post_over_tls(addr: SocketAddr, ca: &str, key: &str) -> io::Result<Reply> {
     request_over_tls(addr, ca, "POST", "/accounts/A/withdraw", &headers, BODY)
 }
 
+/// `idemkit console` over the store `ops.redb` in `dir`, listening on
+/// `listen`, with the test admin token.
+fn console_command(dir: &Path, listen: &str) -> std::process::Command {
+    let token_file = dir.join("admin.token");
+    std::fs::write(&token_file, format!("{ADMIN_TOKEN}\n")).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_idemkit"));
+    command
+        .args(["console", "--listen", listen, "--db"])
+        .arg(dir.join("ops.redb"))
+        .arg("--token-file")
+        .arg(token_file);
+    command
+}
+
 /// The `notAfter` of a PEM certificate, in Unix seconds.
 fn not_after(pem: &str) -> u64 {
     use rustls::pki_types::CertificateDer;
@@ -322,22 +336,14 @@ fn the_admin_listener_serves_https_alone_and_its_console_cookie_is_secure() {
 #[test]
 fn idemkit_console_serves_https_with_both_tls_flags_and_refuses_one_alone() {
     use std::io::BufRead;
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
 
     let dir = tempfile::tempdir().unwrap();
     let certificates = localhost_certificates();
     let served = Served::write(dir.path(), &certificates);
-    let token_file = dir.path().join("admin.token");
-    std::fs::write(&token_file, format!("{ADMIN_TOKEN}\n")).unwrap();
     let console = || {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_idemkit"));
-        command
-            .args(["console", "--listen", "127.0.0.1:0", "--db"])
-            .arg(dir.path().join("ops.redb"))
-            .arg("--token-file")
-            .arg(&token_file)
-            .arg("--tls-cert-file")
-            .arg(&served.cert);
+        let mut command = console_command(dir.path(), "127.0.0.1:0");
+        command.arg("--tls-cert-file").arg(&served.cert);
         command
     };
 
@@ -379,17 +385,11 @@ fn idemkit_console_serves_https_with_both_tls_flags_and_refuses_one_alone() {
 #[test]
 fn an_admin_listener_in_plain_http_beyond_loopback_is_warned_about() {
     use std::io::{BufRead, Read};
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
 
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("admin.token");
-    std::fs::write(&token_file, format!("{ADMIN_TOKEN}\n")).unwrap();
     let start = |listen: &str| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_idemkit"))
-            .args(["console", "--listen", listen, "--db"])
-            .arg(dir.path().join("ops.redb"))
-            .arg("--token-file")
-            .arg(&token_file)
+        let mut child = console_command(dir.path(), listen)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
