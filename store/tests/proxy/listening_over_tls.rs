@@ -384,7 +384,7 @@ fn idemkit_console_serves_https_with_both_tls_flags_and_refuses_one_alone() {
 
 #[test]
 fn an_admin_listener_in_plain_http_beyond_loopback_is_warned_about() {
-    use std::io::{BufRead, Read};
+    use std::io::BufRead;
     use std::process::Stdio;
 
     let dir = tempfile::tempdir().unwrap();
@@ -402,13 +402,7 @@ fn an_admin_listener_in_plain_http_beyond_loopback_is_warned_about() {
             .any(|line| line.starts_with("idemkit console: http://"));
         let _ = child.kill();
         let _ = child.wait();
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
+        let stderr = crate::support::stderr_of(&mut child);
         assert!(served, "{stderr}");
         stderr
     };

@@ -87,14 +87,7 @@ fn refused_at_start(config: &std::path::Path) -> (Option<i32>, String) {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    (status.code(), stderr)
+    (status.code(), crate::support::stderr_of(&mut child))
 }
 
 /// The routers behind a proxy send variants of a path to the same handler:

@@ -407,6 +407,16 @@ pub(crate) fn post_until_final(
 /// CPU time (user + system, in clock ticks of 10 ms) used by what the
 /// `/proc` stat file at `stat` describes: `/proc/PID/stat` for a process,
 /// `/proc/thread-self/stat` for the calling thread.
+/// Everything `child` wrote to its piped stderr (read to its end: call it
+/// once the child has exited).
+pub(crate) fn stderr_of(child: &mut Child) -> String {
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).unwrap();
+    }
+    stderr
+}
+
 pub(crate) fn cpu_ticks(stat: &str) -> u64 {
     let stat = std::fs::read_to_string(stat).unwrap();
     // Fields after the command name (which may hold spaces) start after ')'.
