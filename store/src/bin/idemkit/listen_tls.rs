@@ -155,6 +155,32 @@ impl ListenTls {
     }
 }
 
+/// Serves `router` on `listener`, over `tls` when given (plain HTTP
+/// otherwise), until `stop`; each request head (and handshake) within
+/// `header_read_timeout`.
+pub(crate) async fn serve_router(
+    tls: Option<ListenTls>,
+    listener: tokio::net::TcpListener,
+    header_read_timeout: Duration,
+    router: axum::Router,
+    stop: impl Future<Output = ()> + Send,
+) {
+    match tls {
+        None => idemkit::http::serve_router(listener, header_read_timeout, router, stop).await,
+        Some(tls) => {
+            let handshake = |tcp| tls.accept(tcp);
+            idemkit::http::serve_router_upgraded(
+                listener,
+                header_read_timeout,
+                router,
+                handshake,
+                stop,
+            )
+            .await;
+        }
+    }
+}
+
 /// The two settings `names` as a configuration gives them: both (TLS),
 /// neither (plain HTTP), or one alone, refused.
 pub(crate) fn from_settings(

@@ -175,11 +175,11 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     if let Some(tls) = &listen_tls {
         tls.observed_by(&metrics);
     }
-    let access_log = config.access_log.clone().map(AccessLog::open).transpose()?;
-    if let Some(log) = &access_log {
-        // SIGHUP keeps its default (the end of the process) without a log.
-        log.reopen_on_hangup()?;
-    }
+    let access_log = config
+        .access_log
+        .clone()
+        .map(AccessLog::start)
+        .transpose()?;
     let logged = access_log.clone();
     let gateway = Arc::new(Gateway::new(config, Some(store), metrics));
     let front = Arc::new(http::HttpGateway {
@@ -203,7 +203,13 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
                 .extensions_mut()
                 .insert(crate::proxy::forward::OverTls);
         }
-        let arrived = logged.as_ref().map(|_| arrived(&request));
+        let arrived = logged.as_ref().map(|_| {
+            let peer = request
+                .extensions()
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0);
+            Arrived::of(&request, peer)
+        });
         let log = logged.clone();
         async move {
             let response = front.handle(request).await;
@@ -216,37 +222,10 @@ async fn serve(config: McpConfig, store: Store) -> Result<(), String> {
     });
     let app = axum::Router::new().fallback_service(service);
     let stopped = crate::stopped(stop_rx);
-    match &listen_tls {
-        None => idemkit::http::serve_router(listener, header_read_timeout, app, stopped).await,
-        Some(tls) => {
-            let handshake = |tcp| tls.accept(tcp);
-            idemkit::http::serve_router_upgraded(
-                listener,
-                header_read_timeout,
-                app,
-                handshake,
-                stopped,
-            )
-            .await;
-        }
-    }
+    crate::listen_tls::serve_router(listen_tls, listener, header_read_timeout, app, stopped).await;
     if let Some(log) = &access_log {
         log.flush(std::time::Duration::from_secs(1));
     }
     eprintln!("idemkit mcp: stopped; running calls finished and were recorded");
     Ok(())
-}
-
-/// What the access log says of `request` when it arrived.
-fn arrived(request: &::http::Request<Body>) -> Arrived {
-    let peer = request
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0);
-    Arrived {
-        at: std::time::Instant::now(),
-        peer,
-        method: request.method().clone(),
-        path: request.uri().path().to_owned(),
-    }
 }

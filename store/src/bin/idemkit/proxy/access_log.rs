@@ -92,15 +92,35 @@ struct Line<'a> {
     ms: f64,
 }
 
-/// What the proxy saw of a request when it arrived.
+/// What the gateway saw of a request when it arrived.
 pub(crate) struct Arrived {
-    pub(crate) at: Instant,
-    pub(crate) peer: SocketAddr,
-    pub(crate) method: http::Method,
-    pub(crate) path: String,
+    at: Instant,
+    peer: SocketAddr,
+    method: http::Method,
+    path: String,
+}
+
+impl Arrived {
+    /// `request`, arriving now from `peer`.
+    pub(crate) fn of<B>(request: &http::Request<B>, peer: SocketAddr) -> Arrived {
+        Arrived {
+            at: Instant::now(),
+            peer,
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+        }
+    }
 }
 
 impl AccessLog {
+    /// [`open`](Self::open), and the file is reopened on each SIGHUP (which
+    /// otherwise ends the process): what a gateway with `access_log` runs.
+    pub(crate) fn start(target: Target) -> Result<AccessLog, String> {
+        let log = AccessLog::open(target)?;
+        log.reopen_on_hangup()?;
+        Ok(log)
+    }
+
     /// Opens `target` (a file: created `0600`, appended to) and starts its
     /// writer thread. The error names the setting and the file.
     pub(crate) fn open(target: Target) -> Result<AccessLog, String> {
@@ -153,7 +173,7 @@ impl AccessLog {
     /// Reopens the file on each SIGHUP from now on (SIGHUP's default, the end
     /// of the process, is then replaced).
     #[cfg(unix)]
-    pub(crate) fn reopen_on_hangup(&self) -> Result<(), String> {
+    fn reopen_on_hangup(&self) -> Result<(), String> {
         let mut hangups = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
             .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
         let log = self.clone();
@@ -170,7 +190,7 @@ impl AccessLog {
 
     /// Elsewhere there is no SIGHUP.
     #[cfg(not(unix))]
-    pub(crate) fn reopen_on_hangup(&self) -> Result<(), String> {
+    fn reopen_on_hangup(&self) -> Result<(), String> {
         Ok(())
     }
 

@@ -106,31 +106,24 @@ pub(crate) async fn serve(
             tls_settings.cert, tls_settings.key
         );
     }
-    let stopped = crate::stopped(stop);
-    let timeout = idemkit::http::DEFAULT_HEADER_READ_TIMEOUT;
-    // The admin API logs who resolved what: it needs the caller's address.
-    let url = match tls {
-        None => {
-            tokio::spawn(idemkit::http::serve_router(
-                listener,
-                timeout,
-                router(admin),
-                stopped,
-            ));
-            format!("http://{bound}")
-        }
+    let mut app = router(Arc::clone(&admin));
+    let url = match &tls {
+        None => format!("http://{bound}"),
         Some(tls) => {
             tls.observed_by(&admin.metrics);
             // The console's session cookie is then `Secure`.
-            let app = router(admin).layer(axum::Extension(OverTls));
-            tokio::spawn(async move {
-                let handshake = |tcp| tls.accept(tcp);
-                idemkit::http::serve_router_upgraded(listener, timeout, app, handshake, stopped)
-                    .await;
-            });
+            app = app.layer(axum::Extension(OverTls));
             format!("https://{bound}")
         }
     };
+    // The admin API logs who resolved what: the router gets the caller's address.
+    tokio::spawn(crate::listen_tls::serve_router(
+        tls,
+        listener,
+        idemkit::http::DEFAULT_HEADER_READ_TIMEOUT,
+        app,
+        crate::stopped(stop),
+    ));
     Ok(url)
 }
 

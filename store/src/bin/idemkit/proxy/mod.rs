@@ -272,12 +272,7 @@ impl tower::Service<Request<Body>> for Connection {
         let Some(log) = self.entry.access_log.clone() else {
             return self.dispatch(request).1;
         };
-        let arrived = access_log::Arrived {
-            at: Instant::now(),
-            peer: self.peer,
-            method: request.method().clone(),
-            path: request.uri().path().to_owned(),
-        };
+        let arrived = access_log::Arrived::of(&request, self.peer);
         let (route, answered) = self.dispatch(request);
         let operations = Arc::clone(&self.entry.operations);
         Box::pin(async move {
@@ -441,11 +436,11 @@ fn serve(config: ProxyConfig, store: Store, workers: usize) -> Result<Stopped, S
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (events, inbox) = std::sync::mpsc::channel();
     spawn_signal_thread(stop_tx.clone(), events.clone())?;
-    let access_log = config.access_log.clone().map(AccessLog::open).transpose()?;
-    if let Some(log) = &access_log {
-        // SIGHUP keeps its default (the end of the process) without a log.
-        log.reopen_on_hangup()?;
-    }
+    let access_log = config
+        .access_log
+        .clone()
+        .map(AccessLog::start)
+        .transpose()?;
     let metrics = Arc::new(Metrics::new());
     metrics.orphans_settled(store.orphans_settled_at_open().len());
     let shared = Arc::new(Shared {
