@@ -221,7 +221,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     w("| idemkit proxy vs nginx | `benches/proxy/run.sh OUT.json` (wrk and nginx from Debian) | `proxy.json` |")
     w("| idemkit mcp in front of an MCP server | `benches/mcp/run.sh OUT.json` (Node and the SDKs of store/tests/mcp) | `mcp.json` |")
     w("| instructions per claim + complete | `benches/callgrind/run.sh OUT.json` (valgrind from Debian) | `instructions.json` |")
-    w("| PostgreSQL vs a hand-written `INSERT … ON CONFLICT` | `benches/postgres/run.sh OUT.json` (PostgreSQL and pgbench from Debian) | `postgres.json` |")
+    w("| PostgreSQL vs pgbench on idemkit's statements and on a hand-written `INSERT … ON CONFLICT` | `benches/postgres/run.sh OUT.json` (PostgreSQL and pgbench from Debian) | `postgres.json` |")
     w("| what the idempotency layer adds to a request | `benches/http/run.sh OUT.json` (wrk from Debian) | `http.json` |")
     w("| the npm package vs `@node-idempotency/core` | `node wasm/bench/overhead.mjs` (after `npm --prefix wasm/bench ci`) | `npm.json` |")
     w("| the operator console's first load | `benches/console/run.sh OUT.json` (Debian's chromium, store/tests/console's playwright-core) | `console.json` |")

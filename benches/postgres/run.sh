@@ -14,16 +14,22 @@
 #     schema per point;
 #   - pgbench: `pgbench -n -f claim_complete.sql -c N -j 2 -T S -M prepared`: the
 #     same work as a hand-written INSERT … ON CONFLICT DO NOTHING RETURNING then
-#     UPDATE on schema.sql's table, a new key per transaction, a fresh table per point.
+#     UPDATE on schema.sql's table, a new key per transaction, a fresh table per point;
+#   - pgbench on idemkit's statements: the same pgbench command on the script
+#     `idemkit-loadgen --pgbench-script` writes, the adapter's own claim and
+#     completion on the adapter's own (freshly made) tables. Beside the other two
+#     it splits the gap: what idemkit's statements and schema cost the server
+#     (this ÷ the hand-written table), and what idemkit's client side costs
+#     (idemkit ÷ this).
 #
-# Both sides run each statement in autocommit (two commits per op: the claim
+# Every side runs each statement in autocommit (two commits per op: the claim
 # must be durable before the work runs, the completion after it), on the same
 # server with the same settings (fsync and synchronous_commit on).
 #
 # Per point: ops/s, p50/p99 (pgbench from its per-transaction log), and from
 # the server: statements per op (pg_stat_statements), commits per op
-# (pg_stat_database), and the top statements. The JSON also gives, per N,
-# idemkit ÷ pgbench of the same round.
+# (pg_stat_database), and the top statements. The JSON also gives, per N and
+# round, idemkit ÷ each pgbench side and the one pgbench side ÷ the other.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:?usage: benches/postgres/run.sh OUT.json}
@@ -86,13 +92,24 @@ run_pgbench() { # N ROUND
   echo "  pgbench  N=$1: $(grep -E '^tps' "$f.out")" >&2
 }
 
+run_pgbench_same() { # N ROUND: pgbench running the adapter's own statements on its own schema
+  local f="$TMP/same-$1-$2"
+  "$IDEMKIT_LOADGEN" --backend postgres --postgres "$URL" --pgbench-script "$TMP/same.sql" --pgbench-schema idemkit_pgbench
+  reset_stats "$f.before"
+  mkdir -p "$f.logs"
+  (cd "$f.logs" && pgbench -n -f "$TMP/same.sql" -c "$1" -j 2 -T "$SECS" -M prepared -l "$URL") >"$f.out" 2>"$f.err" \
+    || { cat "$f.err" "$f.out" >&2; exit 1; }
+  server_stats "$f.server"
+  echo "  pgbench on idemkit's statements  N=$1: $(grep -E '^tps' "$f.out")" >&2
+}
+
 started=$(date -u +%FT%TZ)
 i=0
 for round in $(seq 1 "$ROUNDS"); do
   for n in $CLIENTS; do
     echo "bench-postgres: round $round, $n clients, $SECS s each" >&2
-    if [ $((i % 2)) = 0 ]; then run_idemkit "$n" "$round"; run_pgbench "$n" "$round";
-    else run_pgbench "$n" "$round"; run_idemkit "$n" "$round"; fi
+    if [ $((i % 2)) = 0 ]; then run_idemkit "$n" "$round"; run_pgbench_same "$n" "$round"; run_pgbench "$n" "$round";
+    else run_pgbench "$n" "$round"; run_pgbench_same "$n" "$round"; run_idemkit "$n" "$round"; fi
     i=$((i + 1))
   done
 done
@@ -127,26 +144,36 @@ for r in range(1, int(rounds) + 1):
         idk = {"side": "idemkit", "clients": n, "round": r, "ops": lg["ops"], "seconds": lg["seconds"],
                "ops_per_s": lg["ops_per_s"], "p50_us": lg["p50_us"], "p99_us": lg["p99_us"],
                "validate_connections": lg.get("validate_connections"), **server(f"idemkit-{n}-{r}", lg["ops"])}
-        text = (tmp / f"pgbench-{n}-{r}.out").read_text()
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        ops = int(fields["number of transactions actually processed"].split("/")[0].strip())
-        tps = next(float(l.split()[2]) for l in text.splitlines() if l.startswith("tps ="))
-        lat = sorted(int(l.split()[2]) for f in (tmp / f"pgbench-{n}-{r}.logs").iterdir() for l in f.read_text().splitlines())
-        pgb = {"side": "pgbench", "clients": n, "round": r, "ops": ops, "seconds": float(secs),
-               "ops_per_s": round(tps, 2), "p50_us": quantile(lat, 0.50), "p99_us": quantile(lat, 0.99),
-               **server(f"pgbench-{n}-{r}", ops)}
-        points += [idk, pgb]
-        ratios.append({"clients": n, "round": r, "idemkit_over_pgbench": round(idk["ops_per_s"] / pgb["ops_per_s"], 3)})
+        def pgbench(prefix, side):
+            text = (tmp / f"{prefix}-{n}-{r}.out").read_text()
+            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+            ops = int(fields["number of transactions actually processed"].split("/")[0].strip())
+            tps = next(float(l.split()[2]) for l in text.splitlines() if l.startswith("tps ="))
+            lat = sorted(int(l.split()[2]) for f in (tmp / f"{prefix}-{n}-{r}.logs").iterdir() for l in f.read_text().splitlines())
+            return {"side": side, "clients": n, "round": r, "ops": ops, "seconds": float(secs),
+                    "ops_per_s": round(tps, 2), "p50_us": quantile(lat, 0.50), "p99_us": quantile(lat, 0.99),
+                    **server(f"{prefix}-{n}-{r}", ops)}
+        pgb, same = pgbench("pgbench", "pgbench"), pgbench("same", "pgbench_same_statements")
+        points += [idk, same, pgb]
+        ratios.append({"clients": n, "round": r, "idemkit_over_pgbench": round(idk["ops_per_s"] / pgb["ops_per_s"], 3),
+                       "idemkit_over_same": round(idk["ops_per_s"] / same["ops_per_s"], 3),
+                       "same_over_pgbench": round(same["ops_per_s"] / pgb["ops_per_s"], 3)})
 summary = []
 for n in clients:
-    rs = [x["idemkit_over_pgbench"] for x in ratios if x["clients"] == n]
+    of = lambda name: [x[name] for x in ratios if x["clients"] == n]
     pick = lambda side: statistics.median(p["ops_per_s"] for p in points if p["clients"] == n and p["side"] == side)
+    rs, same = of("idemkit_over_pgbench"), of("idemkit_over_same")
     summary.append({"clients": n, "idemkit_ops_per_s": pick("idemkit"), "pgbench_ops_per_s": pick("pgbench"),
-                    "ratio": round(statistics.median(rs), 3), "ratios": rs})
+                    "pgbench_same_statements_ops_per_s": pick("pgbench_same_statements"),
+                    "ratio": round(statistics.median(rs), 3), "ratios": rs,
+                    "ratio_same_statements": round(statistics.median(same), 3), "ratios_same_statements": same,
+                    "statements_cost": round(statistics.median(of("same_over_pgbench")), 3)})
 doc = {"started": started, "seconds_per_point": float(secs), "rounds": int(rounds), "clients": clients,
        "server": server_version, "pgbench": pgbench_version,
        "commands": {"idemkit": "idemkit-loadgen --backend postgres --postgres URL --clients N --seconds S",
-                    "pgbench": "pgbench -n -f benches/postgres/claim_complete.sql -c N -j 2 -T S -M prepared -l URL"},
+                    "pgbench": "pgbench -n -f benches/postgres/claim_complete.sql -c N -j 2 -T S -M prepared -l URL",
+                    "pgbench_same_statements": "idemkit-loadgen --backend postgres --postgres URL --pgbench-script same.sql; "
+                                               "pgbench -n -f same.sql -c N -j 2 -T S -M prepared -l URL"},
        "transactions": "autocommit on both sides: each statement its own commit",
        "points": points, "ratios": summary}
 pathlib.Path(out).write_text(json.dumps(doc, indent=1) + "\n")

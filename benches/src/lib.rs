@@ -6,6 +6,8 @@
 //! - [`http_overhead`]: one axum handler served bare and behind the idempotency layer.
 //! - [`instructions`]: claim + complete a fixed number of times, for callgrind.
 //! - [`loadgen`]: the `idemkit-loadgen` clients (redb, SQLite, PostgreSQL, raw fsync).
+//! - `pgbench` (feature `postgres`): the PostgreSQL adapter's own statements as
+//!   a pgbench script, for pgbench to run beside the loadgen.
 //! - [`scale`]: filling a store with many records fast, through the public API.
 //!
 //! The criterion benchmarks are in `benches/`, the binaries in `src/bin/`, and
@@ -16,5 +18,7 @@ pub mod fsync;
 pub mod http_overhead;
 pub mod instructions;
 pub mod loadgen;
+#[cfg(feature = "postgres")]
+pub mod pgbench;
 pub mod scale;
 pub mod stats;

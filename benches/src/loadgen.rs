@@ -114,6 +114,15 @@ pub struct Args {
     /// they save.
     #[arg(long, conflicts_with = "no_validate")]
     pub validate_every_checkout: bool,
+    /// `--backend postgres`: run no load; instead make `--pgbench-schema` afresh
+    /// (the adapter's tables, empty) and write to FILE a pgbench script of the
+    /// statements one operation sends there (a new key's claim, then its
+    /// completion), for pgbench to run beside the adapter.
+    #[arg(long, value_name = "FILE")]
+    pub pgbench_script: Option<PathBuf>,
+    /// The schema `--pgbench-script` makes (dropped first if it exists).
+    #[arg(long, default_value = "idemkit_pgbench", requires = "pgbench_script")]
+    pub pgbench_schema: String,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -336,6 +345,42 @@ fn key_for(client: usize, i: u64, hot: Option<u32>) -> String {
     }
 }
 
+/// What every operation of the store clients claims and records.
+pub(crate) struct LoadgenOp {
+    pub(crate) scope: Scope,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) policy: Policy,
+    pub(crate) response: &'static [u8],
+}
+
+impl LoadgenOp {
+    pub(crate) fn new() -> Result<LoadgenOp, LoadError> {
+        Ok(LoadgenOp {
+            scope: Scope::new("bench", "loadgen").map_err(|e| err("scope", e))?,
+            fingerprint: fingerprint(),
+            policy: Policy::default().with_effect(EffectKind::Local),
+            response: RESPONSE,
+        })
+    }
+}
+
+/// `--pgbench-script FILE`: see [`Args::pgbench_script`].
+///
+/// # Errors
+///
+/// No `--postgres`, a build without PostgreSQL, or what
+/// `pgbench::write_script` fails with.
+pub fn write_pgbench_script(args: &Args, file: &Path) -> Result<(), LoadError> {
+    let url = postgres_url(args)?;
+    #[cfg(feature = "postgres")]
+    return crate::pgbench::write_script(url, &args.pgbench_schema, file);
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = (url, file);
+        Err(without_postgres())
+    }
+}
+
 fn store_client(
     store: &Store,
     client: usize,
@@ -343,9 +388,12 @@ fn store_client(
     barrier: &Barrier,
     duration: Duration,
 ) -> Result<ThreadResult, LoadError> {
-    let scope = Scope::new("bench", "loadgen").map_err(|e| err("scope", e))?;
-    let policy = Policy::default().with_effect(EffectKind::Local);
-    let fp = fingerprint();
+    let LoadgenOp {
+        scope,
+        fingerprint: fp,
+        policy,
+        response,
+    } = LoadgenOp::new()?;
     let owner = format!("client-{client}");
     let mut r = ThreadResult {
         lat: Latencies::with_capacity(1 << 14),
@@ -364,7 +412,7 @@ fn store_client(
         {
             Claim::Execute(guard) => {
                 guard
-                    .complete(StoredResponse::new(201, RESPONSE.to_vec()))
+                    .complete(StoredResponse::new(201, response.to_vec()))
                     .map_err(|e| err("complete", e))?;
                 r.executed += 1;
             }
@@ -398,11 +446,17 @@ fn postgres_url(args: &Args) -> Result<&str, LoadError> {
 #[cfg(not(feature = "postgres"))]
 fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
     postgres_url(args)?;
-    Err(LoadError(
+    Err(without_postgres())
+}
+
+/// What a build without the `postgres` feature answers a PostgreSQL run.
+#[cfg(not(feature = "postgres"))]
+fn without_postgres() -> LoadError {
+    LoadError(
         "this idemkit-loadgen was built without PostgreSQL: \
          cargo build --release -p idemkit-benches --features postgres"
             .into(),
-    ))
+    )
 }
 
 /// A migrated `PostgresAdapter` in a fresh schema, its pool sized to the clients.

@@ -93,3 +93,90 @@ fn postgres_loadgen_fails_clearly_on_an_unreachable_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("postgres connect"), "{err}");
 }
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/with-postgres.sh cargo test -p idemkit-benches --features postgres --test postgres_loadgen -- --ignored"]
+fn the_pgbench_script_of_the_adapters_statements_claims_and_completes_each_key() {
+    let url = url();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("same.sql");
+    let schema = "pgbench_smoke";
+    let out = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
+        .args(["--backend", "postgres", "--postgres", &url])
+        .arg("--pgbench-script")
+        .arg(&script)
+        .args(["--pgbench-schema", schema])
+        .env_remove(URL_VAR)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "a script run prints no load report");
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(
+        text.contains(&format!("INSERT INTO \"{schema}\".idemkit_records")),
+        "{text}"
+    );
+
+    // pgbench (Debian's, beside the server) runs it: 2 clients × 5 transactions.
+    let Ok(pgbench) = Command::new("pgbench")
+        .args([
+            "-n", "-c", "2", "-j", "1", "-t", "5", "-M", "prepared", "-f",
+        ])
+        .arg(&script)
+        .arg(&url)
+        .output()
+    else {
+        panic!(
+            "pgbench not found: it comes with PostgreSQL's client tools (Debian: postgresql-client)"
+        );
+    };
+    assert!(
+        pgbench.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&pgbench.stdout),
+        String::from_utf8_lossy(&pgbench.stderr)
+    );
+    let count = |state: &str| {
+        let out = Command::new("psql")
+            .args(["-X", "-At", &url, "-c"])
+            .arg(format!(
+                "SELECT count(*) FROM \"{schema}\".idemkit_records WHERE state = '{state}'"
+            ))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        count("completed"),
+        "10",
+        "every transaction a new key, claimed then completed"
+    );
+    assert_eq!(count("running"), "0");
+
+    // Written again, the schema starts empty.
+    let again = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
+        .args(["--backend", "postgres", "--postgres", &url])
+        .arg("--pgbench-script")
+        .arg(&script)
+        .args(["--pgbench-schema", schema])
+        .env_remove(URL_VAR)
+        .status()
+        .unwrap();
+    assert!(again.success());
+    assert_eq!(count("completed"), "0");
+    let dropped = Command::new("psql")
+        .args(["-X", "-q", &url, "-c"])
+        .arg(format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .status()
+        .unwrap();
+    assert!(dropped.success());
+}

@@ -294,7 +294,7 @@ fn report_renders_the_fixture() {
         "fingerprint vs `serde_json::from_slice::<Value>`",
         // The sections kept in their own modules (fixture files copied from the 2026-12-02 run).
         "## Instructions per claim + complete (callgrind)",
-        "## PostgreSQL: idemkit against a hand-written INSERT … ON CONFLICT (pgbench)",
+        "## PostgreSQL: idemkit against pgbench, on idemkit's statements and on a hand-written table",
         "## What the idempotency layer adds to a request (wrk)",
         "## The npm package against @node-idempotency/core (Node)",
         "idempotency layer, replay: µs added to the bare route's p50",

@@ -18,4 +18,5 @@ mod postgres {
     mod local_complete_in_the_callers_transaction;
     mod operators_gc_resolve_tokens;
     mod proxy_fleet;
+    mod the_benchmarks_statements_are_the_adapters;
 }

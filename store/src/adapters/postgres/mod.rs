@@ -983,6 +983,24 @@ impl<'a> Columns<'a> {
         self.lease_expires_at.is_some()
     }
 
+    /// [`params`](Self::params) written as SQL literals.
+    fn literals(&self, last: i64) -> Vec<String> {
+        let bigint =
+            |v: Option<i64>| v.map_or_else(|| "NULL::bigint".to_owned(), |v| v.to_string());
+        let bytea = |b: &[u8]| format!("'\\x{}'::bytea", idemkit_core::hex::lower(b));
+        vec![
+            text_literal(self.tenant),
+            text_literal(self.operation),
+            text_literal(self.key),
+            bytea(self.fingerprint),
+            text_literal(self.state),
+            bigint(self.lease_expires_at),
+            bigint(self.gc_due_at),
+            bytea(&self.record),
+            last.to_string(),
+        ]
+    }
+
     /// `$1`…`$9` of the INSERT and the UPDATE: the address, the derived columns,
     /// the record, and `last` (the INSERT's token, the UPDATE's version read),
     /// typed, so each statement is parsed, bound and run in one round trip
@@ -1000,6 +1018,60 @@ impl<'a> Columns<'a> {
             (last, Type::INT8),
         ]
     }
+}
+
+/// One statement the adapter sends, with its parameters written as SQL
+/// literals (`params[0]` is `$1`), so that another client can send the same
+/// statement with the same values.
+#[doc(hidden)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatementWithLiterals {
+    /// The statement, with `$1`, `$2`, … where its parameters go.
+    pub sql: String,
+    /// Each parameter as a SQL literal (`'text'`, `'\x…'::bytea`, a number,
+    /// `NULL::bigint`).
+    pub params: Vec<String>,
+}
+
+/// The two statements a new key's claim and its completion send on `schema`'s
+/// tables (`None`: `public`): the claim's `INSERT … ON CONFLICT DO NOTHING
+/// RETURNING version` of `claimed` under `id`, then the completion's `UPDATE`
+/// of that row (its version: the floor + 1) to `completed`, which leaves
+/// Running and so is the statement that announces a watched row.
+///
+/// Not part of the API: the PostgreSQL benchmark runs these under pgbench,
+/// beside the adapter, to tell what the statements cost the server from what
+/// the client costs.
+///
+/// # Errors
+///
+/// [`PgError::Config`] for a schema name the adapter refuses.
+#[doc(hidden)]
+pub fn new_key_statements(
+    schema: Option<&str>,
+    id: &RecordId,
+    claimed: &Record,
+    completed: &Record,
+) -> Result<[StatementWithLiterals; 2], PgError> {
+    let sql = Sql::new(schema)?;
+    let token = i64::try_from(claimed.last_token.get()).unwrap_or(i64::MAX);
+    let claim = StatementWithLiterals {
+        sql: sql.insert.clone(),
+        params: Columns::of(id, claimed).literals(token),
+    };
+    // A fresh key's row starts at the token floor + 1; the benchmark's floor is 0.
+    let mut params = Columns::of(id, completed).literals(1);
+    params.push(text_literal(&idemkit_core::hex::lower(id.as_bytes())));
+    let completion = StatementWithLiterals {
+        sql: sql.update_announced,
+        params,
+    };
+    Ok([claim, completion])
+}
+
+/// `value` as a SQL string literal (standard-conforming: only `'` is doubled).
+fn text_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
 }
 
 /// The token floor could not be read from a row (a schema older than version 2).
