@@ -81,26 +81,22 @@ run_idemkit() { # N ROUND
   server_stats "$f.server"
   echo "  idemkit  N=$1: $(cat "$f.json")" >&2
 }
-run_pgbench() { # N ROUND
-  local f="$TMP/pgbench-$1-$2"
-  psql -f "$HERE/schema.sql" >/dev/null
+pgbench_point() { # SCRIPT PREFIX N ROUND LABEL: one pgbench point on a fresh table
+  local f="$TMP/$2-$3-$4"
   reset_stats "$f.before"
   mkdir -p "$f.logs"
-  (cd "$f.logs" && pgbench -n -f "$OLDPWD/$HERE/claim_complete.sql" -c "$1" -j 2 -T "$SECS" -M prepared -l "$URL") >"$f.out" 2>"$f.err" \
+  (cd "$f.logs" && pgbench -n -f "$1" -c "$3" -j 2 -T "$SECS" -M prepared -l "$URL") >"$f.out" 2>"$f.err" \
     || { cat "$f.err" "$f.out" >&2; exit 1; }
   server_stats "$f.server"
-  echo "  pgbench  N=$1: $(grep -E '^tps' "$f.out")" >&2
+  echo "  $5  N=$3: $(grep -E '^tps' "$f.out")" >&2
 }
-
-run_pgbench_same() { # N ROUND: pgbench running the adapter's own statements on its own schema
-  local f="$TMP/same-$1-$2"
+run_pgbench() { # N ROUND: the hand-written table, made afresh
+  psql -f "$HERE/schema.sql" >/dev/null
+  pgbench_point "$PWD/$HERE/claim_complete.sql" pgbench "$1" "$2" pgbench
+}
+run_pgbench_same() { # N ROUND: the adapter's own statements on its own tables, made afresh
   "$IDEMKIT_LOADGEN" --backend postgres --postgres "$URL" --pgbench-script "$TMP/same.sql" --pgbench-schema idemkit_pgbench
-  reset_stats "$f.before"
-  mkdir -p "$f.logs"
-  (cd "$f.logs" && pgbench -n -f "$TMP/same.sql" -c "$1" -j 2 -T "$SECS" -M prepared -l "$URL") >"$f.out" 2>"$f.err" \
-    || { cat "$f.err" "$f.out" >&2; exit 1; }
-  server_stats "$f.server"
-  echo "  pgbench on idemkit's statements  N=$1: $(grep -E '^tps' "$f.out")" >&2
+  pgbench_point "$TMP/same.sql" same "$1" "$2" "pgbench on idemkit's statements"
 }
 
 started=$(date -u +%FT%TZ)

@@ -101,14 +101,17 @@ fn the_pgbench_script_of_the_adapters_statements_claims_and_completes_each_key()
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("same.sql");
     let schema = "pgbench_smoke";
-    let out = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
-        .args(["--backend", "postgres", "--postgres", &url])
-        .arg("--pgbench-script")
-        .arg(&script)
-        .args(["--pgbench-schema", schema])
-        .env_remove(URL_VAR)
-        .output()
-        .unwrap();
+    let write_script = || {
+        Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
+            .args(["--backend", "postgres", "--postgres", &url])
+            .arg("--pgbench-script")
+            .arg(&script)
+            .args(["--pgbench-schema", schema])
+            .env_remove(URL_VAR)
+            .output()
+            .unwrap()
+    };
+    let out = write_script();
     assert!(
         out.status.success(),
         "{}",
@@ -163,15 +166,7 @@ fn the_pgbench_script_of_the_adapters_statements_claims_and_completes_each_key()
     assert_eq!(count("running"), "0");
 
     // Written again, the schema starts empty.
-    let again = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
-        .args(["--backend", "postgres", "--postgres", &url])
-        .arg("--pgbench-script")
-        .arg(&script)
-        .args(["--pgbench-schema", schema])
-        .env_remove(URL_VAR)
-        .status()
-        .unwrap();
-    assert!(again.success());
+    assert!(write_script().status.success());
     assert_eq!(count("completed"), "0");
     let dropped = Command::new("psql")
         .args(["-X", "-q", &url, "-c"])
