@@ -110,4 +110,3 @@ fn inline(statement: &StatementWithLiterals, expressions: &[(usize, &str)]) -> S
     }
     sql
 }
-
