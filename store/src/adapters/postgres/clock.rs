@@ -23,9 +23,11 @@ use idemkit_core::UnixMillis;
 use crate::clock::Clock;
 
 /// Where the decisions over a [`PostgresAdapter`](super::PostgresAdapter)
-/// take `now` from: the database server's clock, moved by a test offset, or a
-/// test clock in its place (see the [module docs](self)). Clones share the
-/// offset, so a test keeps one handle and gives another to the adapter.
+/// take `now` from: the database server's clock (read in the same statement
+/// as the record a decision is about), moved by a test offset
+/// ([`advance`](Self::advance)), or a test clock in its place
+/// ([`following`](Self::following)). Clones share the offset, so a test keeps
+/// one handle and gives another to the adapter.
 #[derive(Clone, Debug, Default)]
 pub struct PgClock {
     offset_ms: Arc<AtomicI64>,
