@@ -85,8 +85,8 @@ fn records_of_one_operation() -> Result<(RecordId, Record, Record), LoadError> {
 /// The script: a random key per transaction, the claim's `RETURNING version`
 /// kept by `\gset` for the completion's version check.
 fn script(claim: &StatementWithLiterals, completion: &StatementWithLiterals) -> String {
-    let claim_sql = inline(claim, &[(3, KEY_EXPRESSION)]);
-    let completion_sql = inline(completion, &[(3, KEY_EXPRESSION), (9, ":version")]);
+    let claim_sql = claim.inlined(&[(3, KEY_EXPRESSION)]);
+    let completion_sql = completion.inlined(&[(3, KEY_EXPRESSION), (9, ":version")]);
     format!(
         "-- Written by idemkit-loadgen --pgbench-script: a new key's claim, then its\n\
          -- completion, each in autocommit, exactly as the PostgreSQL adapter sends them.\n\
@@ -94,19 +94,4 @@ fn script(claim: &StatementWithLiterals, completion: &StatementWithLiterals) -> 
          {claim_sql} \\gset\n\
          {completion_sql};\n"
     )
-}
-
-/// `statement` with each `$n` replaced by the expression given for `n`, or its
-/// literal (the highest first, so `$1` never eats the start of `$10`).
-fn inline(statement: &StatementWithLiterals, expressions: &[(usize, &str)]) -> String {
-    let mut sql = statement.sql.clone();
-    for (i, literal) in statement.params.iter().enumerate().rev() {
-        let n = i + 1;
-        let value = expressions
-            .iter()
-            .find(|(m, _)| *m == n)
-            .map_or(literal.as_str(), |(_, expression)| expression);
-        sql = sql.replace(&format!("${n}"), value);
-    }
-    sql
 }

@@ -16,13 +16,9 @@ use idemkit::core::record::{Record, RecordState, StoredResponse};
 use idemkit::store::{Claim, Store};
 use idemkit::{Fingerprint, IdempotencyKey, RecordId, Scope};
 
-/// `statement` with each `$n` replaced by its literal (the highest first, so
-/// `$1` never eats the start of `$10`).
+/// `statement` with every parameter its literal.
 fn inlined(statement: &StatementWithLiterals) -> String {
-    let mut sql = statement.sql.clone();
-    for (n, literal) in statement.params.iter().enumerate().rev() {
-        sql = sql.replace(&format!("${}", n + 1), literal);
-    }
+    let sql = statement.inlined(&[]);
     assert!(!sql.contains('$'), "a parameter was left: {sql}");
     sql
 }

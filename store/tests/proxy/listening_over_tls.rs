@@ -335,7 +335,6 @@ fn the_admin_listener_serves_https_alone_and_its_console_cookie_is_secure() {
 
 #[test]
 fn idemkit_console_serves_https_with_both_tls_flags_and_refuses_one_alone() {
-    use std::io::BufRead;
     use std::process::Stdio;
 
     let dir = tempfile::tempdir().unwrap();
@@ -361,14 +360,8 @@ fn idemkit_console_serves_https_with_both_tls_flags_and_refuses_one_alone() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let printed = std::io::BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            line.strip_prefix("idemkit console: https://")
-                .map(|url| url.trim_end_matches("/console").to_owned())
-        });
+    let printed = printed_after(&mut child, "idemkit console: https://")
+        .map(|url| url.trim_end_matches("/console").to_owned());
     let served_at = printed.map(|addr| addr.parse::<SocketAddr>());
     let health = served_at.as_ref().map(|addr| {
         let addr = *addr.as_ref().unwrap();
@@ -384,7 +377,6 @@ fn idemkit_console_serves_https_with_both_tls_flags_and_refuses_one_alone() {
 
 #[test]
 fn an_admin_listener_in_plain_http_beyond_loopback_is_warned_about() {
-    use std::io::BufRead;
     use std::process::Stdio;
 
     let dir = tempfile::tempdir().unwrap();
@@ -395,11 +387,7 @@ fn an_admin_listener_in_plain_http_beyond_loopback_is_warned_about() {
             .spawn()
             .unwrap();
         // Serving once it printed its address: the warning, if any, came first.
-        let stdout = child.stdout.take().unwrap();
-        let served = std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .any(|line| line.starts_with("idemkit console: http://"));
+        let served = printed_after(&mut child, "idemkit console: http://").is_some();
         let _ = child.kill();
         let _ = child.wait();
         let stderr = crate::support::stderr_of(&mut child);
@@ -415,4 +403,16 @@ fn an_admin_listener_in_plain_http_beyond_loopback_is_warned_about() {
     );
     let loopback = start("127.0.0.1:0");
     assert!(!loopback.contains(warning), "{loopback}");
+}
+
+/// The rest of the first line of `child`'s (piped) stdout that starts with
+/// `prefix`, such as the address `idemkit console` prints once it serves;
+/// `None` when its stdout ends first.
+fn printed_after(child: &mut std::process::Child, prefix: &str) -> Option<String> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take()?;
+    std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix(prefix).map(str::to_owned))
 }

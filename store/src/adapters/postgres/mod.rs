@@ -1033,6 +1033,24 @@ pub struct StatementWithLiterals {
     pub params: Vec<String>,
 }
 
+impl StatementWithLiterals {
+    /// The statement with each `$n` replaced by the expression `expressions`
+    /// gives for `n`, or else by its literal (the highest first, so `$1` never
+    /// eats the start of `$10`).
+    pub fn inlined(&self, expressions: &[(usize, &str)]) -> String {
+        let mut sql = self.sql.clone();
+        for (i, literal) in self.params.iter().enumerate().rev() {
+            let n = i + 1;
+            let value = expressions
+                .iter()
+                .find(|(m, _)| *m == n)
+                .map_or(literal.as_str(), |(_, expression)| expression);
+            sql = sql.replace(&format!("${n}"), value);
+        }
+        sql
+    }
+}
+
 /// The two statements a new key's claim and its completion send on `schema`'s
 /// tables (`None`: `public`): the claim's `INSERT … ON CONFLICT DO NOTHING
 /// RETURNING version` of `claimed` under `id`, then the completion's `UPDATE`
