@@ -198,53 +198,68 @@ export function decodeRecord(bytes) {
 }
 
 /**
- * The view of a record from core's `[json, data]` (`decodeRecord`, or the view a
- * completion returns of the record it wrote).
- * @param {[string, Uint8Array]} parts
+ * The view of a record from core's `[text, numbers, bytes]` (`decodeRecord`, or
+ * the view a completion returns of the record it wrote).
+ * @param {[string, Float64Array, Uint8Array]} parts
  */
-export function recordView([json, data]) {
-  // Core writes the view as one JSON array (one crossing instead of a property
-  // set per field, and no field names to parse): its 64-bit token is decimal
-  // text and its byte fields are ranges into `data`. The order is view.rs's.
-  const [fingerprint, fingerprintScheme, effect, state, attempt, lastToken, steps, createdAt, updatedAt, replayUntil, keepUntil, a, b] =
-    JSON.parse(json);
+export function recordView([text, numbers, data]) {
+  // Core writes the view flat (wasm/src/view.rs), one crossing and no text to
+  // parse: the numbers in field order, each string as its length in `numbers`
+  // (UTF-16 units, -1: none) and its characters in `text`, each byte field as
+  // `start, end` into `data`, an absent time as NaN. Read in the same order.
+  let next = 0;
+  let at = 0;
+  const number = () => numbers[next++];
+  const time = () => {
+    const t = numbers[next++];
+    return Number.isNaN(t) ? null : t;
+  };
+  const string = () => {
+    const end = at + numbers[next++];
+    const s = text.slice(at, end);
+    at = end;
+    return s;
+  };
+  const optionalString = () => (numbers[next] < 0 ? (next++, null) : string());
+  const bytes = () => data.slice(numbers[next++], numbers[next++]);
+  const fingerprint = string();
+  const fingerprintScheme = number();
+  const effect = string();
+  const state = string();
+  const attempt = number();
+  const lastToken = BigInt(string());
+  const steps = [];
+  for (let i = 0, count = number(); i < count; i++) {
+    steps.push({ name: string(), state: string(), providerKey: string(), providerRef: optionalString(), startedAt: number(), doneAt: time() });
+  }
   const view = {
     fingerprint,
     fingerprintScheme,
     effect,
     state,
     attempt,
-    lastToken: BigInt(lastToken),
-    steps: steps.map(([name, stepState, providerKey, providerRef, startedAt, doneAt]) => ({
-      name,
-      state: stepState,
-      providerKey,
-      providerRef,
-      startedAt,
-      doneAt,
-    })),
-    createdAt,
-    updatedAt,
-    replayUntil,
-    keepUntil,
+    lastToken,
+    steps,
+    createdAt: number(),
+    updatedAt: number(),
+    replayUntil: time(),
+    keepUntil: time(),
   };
   if (state === "running") {
-    view.owner = a;
-    view.leaseExpiresAt = b;
+    view.owner = string();
+    view.leaseExpiresAt = number();
   } else if (state === "completed") {
-    const [status, headers, body, resourceRef] = a;
-    view.response = {
-      status,
-      headers: headers.map(([name, [start, end]]) => [name, data.slice(start, end)]),
-      body: body === null ? null : data.slice(body[0], body[1]),
-      resourceRef,
-    };
-    view.completedAt = b;
+    const status = number();
+    const headers = [];
+    for (let i = 0, count = number(); i < count; i++) headers.push([string(), bytes()]);
+    const body = number() === 1 ? bytes() : null;
+    view.response = { status, headers, body, resourceRef: optionalString() };
+    view.completedAt = number();
   } else if (state === "unknown") {
-    view.reason = a;
-    view.since = b;
+    view.reason = string();
+    view.since = number();
   } else {
-    view.releasedAt = a;
+    view.releasedAt = number();
   }
   return view;
 }

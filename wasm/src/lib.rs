@@ -33,7 +33,7 @@
 //! - this file: the exported functions, named in camelCase for JavaScript;
 //! - [`route`]: [`Route`](route::Route), one route's policy and fingerprint rules
 //!   held in WebAssembly, so a claim crosses with flat arguments and raw bytes;
-//! - [`view`]: a record's view as JSON text and bytes, for `decodeRecord`;
+//! - [`view`]: a record's view as flat parts (numbers, strings, bytes), for `decodeRecord`;
 //! - [`interop`]: every conversion between JavaScript values and Rust types, and
 //!   the mapping of core errors to JavaScript `Error`s with a stable `.code`.
 //!
@@ -283,11 +283,16 @@ fn written_view(decision: &machine::Decision) -> JsResult<Extra> {
     })
 }
 
-/// `[json, bytes]`: the view of `record` (see [`view`]).
+/// `[text, numbers, bytes]`: the view of `record` (see [`view`]).
 fn view_parts(record: &Record) -> js_sys::Array {
-    let (text, bytes) = view::record_view(record);
-    js_sys::Array::of2(
+    let view::FlatView {
+        text,
+        numbers,
+        bytes,
+    } = view::record_view(record);
+    js_sys::Array::of3(
         &JsValue::from_str(&text),
+        &js_sys::Float64Array::from(numbers.as_slice()),
         &js_sys::Uint8Array::from(bytes.as_slice()),
     )
 }
@@ -340,9 +345,10 @@ fn classify_under(
 }
 
 /// A read-only view of encoded record bytes (state, attempt, token, times,
-/// response, steps), for inspection and tests: `[json, bytes]`, the view as
-/// JSON text whose byte fields are ranges into `bytes` (see [`view`]; the
-/// JavaScript `decodeRecord` assembles the object).
+/// response, steps), for inspection and tests: `[text, numbers, bytes]`, the
+/// view's strings, its numbers and string lengths, and the bytes its ranges
+/// point into (see [`view`]; the JavaScript `decodeRecord` assembles the
+/// object).
 #[wasm_bindgen(js_name = decodeRecord)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn decode_record(record: &[u8]) -> JsResult<js_sys::Array> {

@@ -1,88 +1,85 @@
-//! A record's read-only view as JSON text plus one byte buffer, for
-//! `decodeRecord` (see `wasm/js/api.js`, which names the fields).
+//! A record's read-only view as three flat parts, for `decodeRecord` and a
+//! completion's answer (see `recordView` in `wasm/js/api.js`, which names the
+//! fields and reads the parts in the same order).
 //!
 //! Setting a dozen properties on a JavaScript object from WebAssembly is one
-//! crossing each; writing the same fields as JSON here and letting JavaScript
-//! `JSON.parse` them is a single crossing and about a third of the time. JSON
-//! has no bytes and no 64-bit integers, so:
+//! crossing each, and JSON text costs a number formatter here and a parser
+//! there. The view crosses instead as:
 //!
-//! - `lastToken` is a decimal string (JavaScript makes it a `bigint`);
-//! - the response body and each header value are `[start, end]` ranges into
-//!   the byte buffer returned beside the text (JavaScript slices them out).
+//! - `numbers`, a `Float64Array`: every number of the view in field order, and
+//!   for each string its length in UTF-16 units (`-1`: none). A time that is
+//!   absent is NaN. Milliseconds past 2^53 (only "never" gets there) are the
+//!   nearest double, as JavaScript holds any number;
+//! - `text`, one string: the view's strings back to back (JavaScript cuts them
+//!   out by the lengths in `numbers`), `lastToken` among them as decimal text
+//!   (JavaScript makes it a `bigint`: 64 bits do not fit a double);
+//! - `bytes`: the response body and header values back to back, each given in
+//!   `numbers` as its `start, end` (JavaScript slices them out).
 //!
-//! The fields are positional (see [`record_view`]), in the order of the
-//! `RecordView` type in `index.d.ts`.
-
-use std::io::Write as _;
+//! The fields come in the order of the `RecordView` type in `index.d.ts`:
+//! `fingerprint, fingerprintScheme, effect, state, attempt, lastToken, steps
+//! (their count, then each step's name, state, providerKey, providerRef,
+//! startedAt, doneAt), createdAt, updatedAt, replayUntil, keepUntil`, then the
+//! state's own: `owner, leaseExpiresAt` (running); `status`, the header count
+//! and each header's name and value, whether there is a body (1 or 0) and its
+//! range, `resourceRef, completedAt` (completed); `reason, since` (unknown);
+//! `releasedAt` (released).
 
 use idemkit_core::UnixMillis;
 use idemkit_core::record::{EffectKind, Record, RecordState, StepState, StoredResponse};
 
-/// The view of `record`: JSON text and the bytes its ranges point into.
-///
-/// The text is an array, its members in the order of the `RecordView` fields
-/// (names would be most of the text to parse): `[fingerprint, fingerprintScheme,
-/// effect, state, attempt, lastToken, steps, createdAt, updatedAt, replayUntil,
-/// keepUntil, ...the state's own]`, where each step is `[name, state,
-/// providerKey, providerRef, startedAt, doneAt]` and the state's own fields are
-/// `owner, leaseExpiresAt` (running), `response, completedAt` (completed, the
-/// response as `[status, headers, body, resourceRef]`, each header `[name,
-/// range]`), `reason, since` (unknown) or `releasedAt` (released).
+/// The view of `record` as its three parts (see the module's documentation).
+#[derive(Debug, Default, PartialEq)]
+pub struct FlatView {
+    /// The view's strings back to back.
+    pub text: String,
+    /// Its numbers and string lengths, in field order.
+    pub numbers: Vec<f64>,
+    /// The bytes the ranges in `numbers` point into.
+    pub bytes: Vec<u8>,
+}
+
+/// The view of `record`.
 #[must_use]
-pub fn record_view(record: &Record) -> (String, Vec<u8>) {
-    let mut out = Json {
-        text: Vec::with_capacity(256),
+pub fn record_view(record: &Record) -> FlatView {
+    let mut out = FlatView {
+        text: String::with_capacity(96),
+        numbers: Vec::with_capacity(24),
         bytes: Vec::new(),
     };
-    out.raw("[\"");
-    for &byte in record.fingerprint.as_bytes() {
-        out.text.extend_from_slice(&idemkit_core::hex::digits(byte));
-    }
-    out.raw("\",");
-    out.number(u64::from(record.fingerprint_scheme));
-    out.raw(",");
+    let start = out.text.len();
+    idemkit_core::hex::push_lower(&mut out.text, record.fingerprint.as_bytes());
+    out.length_since(start);
+    out.number(f64::from(record.fingerprint_scheme));
     out.string(match record.effect {
         EffectKind::Local => "local",
         EffectKind::External => "external",
     });
-    out.raw(",");
     out.string(record.state.name().as_str());
-    out.raw(",");
-    out.number(u64::from(record.attempt));
-    out.raw(",\"");
-    out.number(record.last_token.get());
-    out.raw("\",[");
-    for (i, step) in record.steps.iter().enumerate() {
-        out.raw(if i == 0 { "[" } else { ",[" });
+    out.number(f64::from(record.attempt));
+    let start = out.text.len();
+    // Writing to a String cannot fail.
+    let _ = core::fmt::Write::write_fmt(&mut out.text, format_args!("{}", record.last_token.get()));
+    out.length_since(start);
+    out.count(record.steps.len());
+    for step in &record.steps {
         out.string(&step.name);
-        out.raw(",");
         out.string(match step.state {
             StepState::Started => "started",
             StepState::Done => "done",
         });
-        out.raw(",");
         out.string(&step.provider_key);
-        out.raw(",");
         out.optional_string(step.provider_ref.as_deref());
-        out.raw(",");
         out.millis(step.started_at);
-        out.raw(",");
         out.optional_millis(step.done_at);
-        out.raw("]");
     }
-    out.raw("],");
     out.millis(record.created_at);
-    out.raw(",");
     out.millis(record.updated_at);
-    out.raw(",");
     out.optional_millis(record.replay_until);
-    out.raw(",");
     out.optional_millis(record.keep_until);
-    out.raw(",");
     match &record.state {
         RecordState::Running { lease } => {
             out.string(&lease.owner);
-            out.raw(",");
             out.millis(lease.expires_at);
         }
         RecordState::Completed {
@@ -90,102 +87,103 @@ pub fn record_view(record: &Record) -> (String, Vec<u8>) {
             completed_at,
         } => {
             out.response(response);
-            out.raw(",");
             out.millis(*completed_at);
         }
         RecordState::Unknown { reason, since } => {
             out.string(&reason.to_string());
-            out.raw(",");
             out.millis(*since);
         }
         RecordState::Released { at } => out.millis(*at),
     }
-    out.raw("]");
-    // Every piece written was UTF-8 (`str`s and ASCII), so this cannot fail.
-    let text = String::from_utf8(out.text)
-        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-    (text, out.bytes)
+    out
 }
 
-struct Json {
-    /// The JSON text as UTF-8 bytes: core's string writer appends to bytes, so
-    /// a string goes in without a buffer of its own.
-    text: Vec<u8>,
-    bytes: Vec<u8>,
-}
-
-impl Json {
-    fn raw(&mut self, text: &str) {
-        self.text.extend_from_slice(text.as_bytes());
+impl FlatView {
+    fn number(&mut self, n: f64) {
+        self.numbers.push(n);
     }
 
-    fn number(&mut self, n: u64) {
-        // Writing to a String cannot fail.
-        let _ = write!(self.text, "{n}");
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "counts and byte offsets of one record: far below 2^53"
+    )]
+    fn count(&mut self, n: usize) {
+        self.number(n as f64);
     }
 
     /// Milliseconds as JavaScript reads them: past 2^53 (only "never" gets
-    /// there) the nearest double, as the number the view held before.
+    /// there) the nearest double.
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "the nearest double is what JavaScript holds"
+    )]
     fn millis(&mut self, t: UnixMillis) {
-        self.number(t.as_millis());
+        self.number(t.as_millis() as f64);
     }
 
     fn optional_millis(&mut self, t: Option<UnixMillis>) {
         match t {
             Some(t) => self.millis(t),
-            None => self.raw("null"),
+            None => self.number(f64::NAN),
         }
     }
 
-    /// A JSON string literal, escaped as core writes canonical JSON.
+    /// The length, in UTF-16 units (JavaScript's string indices), of the text
+    /// written since byte `start`.
+    fn length_since(&mut self, start: usize) {
+        let written = self.text.get(start..).unwrap_or_default();
+        let units = if written.is_ascii() {
+            written.len()
+        } else {
+            written.encode_utf16().count()
+        };
+        self.count(units);
+    }
+
     fn string(&mut self, s: &str) {
-        idemkit_core::json::write_string(s, &mut self.text);
+        let start = self.text.len();
+        self.text.push_str(s);
+        self.length_since(start);
     }
 
     fn optional_string(&mut self, s: Option<&str>) {
         match s {
             Some(s) => self.string(s),
-            None => self.raw("null"),
+            None => self.number(-1.0),
         }
     }
 
-    /// `[start, end]` of `bytes`, appended to the byte buffer.
+    /// `start, end` of `bytes`, appended to the byte buffer.
     fn range(&mut self, bytes: &[u8]) {
-        let start = self.bytes.len();
+        self.count(self.bytes.len());
         self.bytes.extend_from_slice(bytes);
-        let _ = write!(self.text, "[{start},{}]", self.bytes.len());
+        self.count(self.bytes.len());
     }
 
     fn response(&mut self, response: &StoredResponse) {
-        self.raw("[");
-        self.number(u64::from(response.status));
-        self.raw(",[");
-        for (i, (name, value)) in response.headers.iter().enumerate() {
-            self.raw(if i == 0 { "[" } else { ",[" });
+        self.number(f64::from(response.status));
+        self.count(response.headers.len());
+        for (name, value) in &response.headers {
             self.string(name);
-            self.raw(",");
             self.range(value);
-            self.raw("]");
         }
-        self.raw("],");
         match &response.body {
-            Some(body) => self.range(body),
-            None => self.raw("null"),
+            Some(body) => {
+                self.number(1.0);
+                self.range(body);
+            }
+            None => self.number(0.0),
         }
-        self.raw(",");
         self.optional_string(response.resource_ref.as_deref());
-        self.raw("]");
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use idemkit_core::machine::{self, ClaimRequest, Op, Policy};
     use idemkit_core::record::FencingToken;
     use idemkit_core::{Fingerprint, RequestFingerprint};
-    use serde_json::{Value, json};
-
-    use super::*;
 
     fn at(ms: u64) -> UnixMillis {
         UnixMillis::from_millis(ms)
@@ -208,23 +206,74 @@ mod tests {
         }
     }
 
-    fn parse(record: &Record) -> (Value, Vec<u8>) {
-        let (text, bytes) = record_view(record);
-        let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-        (value, bytes)
+    /// The view read back as JavaScript reads it: each number, and each string
+    /// cut out of the text by its UTF-16 length.
+    struct Reader<'v> {
+        view: &'v FlatView,
+        next: usize,
+        at: usize,
+    }
+
+    impl<'v> Reader<'v> {
+        fn new(view: &'v FlatView) -> Self {
+            Reader {
+                view,
+                next: 0,
+                at: 0,
+            }
+        }
+
+        fn number(&mut self) -> f64 {
+            let n = self.view.numbers.get(self.next).copied();
+            self.next += 1;
+            n.unwrap_or_else(|| panic!("no number {} in {:?}", self.next - 1, self.view))
+        }
+
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        fn string(&mut self) -> String {
+            let units = self.number() as usize;
+            let utf16: Vec<u16> = self
+                .view
+                .text
+                .encode_utf16()
+                .skip(self.at)
+                .take(units)
+                .collect();
+            self.at += units;
+            String::from_utf16(&utf16).unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        fn bytes(&mut self) -> Vec<u8> {
+            let (start, end) = (self.number() as usize, self.number() as usize);
+            self.view.bytes.get(start..end).unwrap_or_default().to_vec()
+        }
+
+        fn done(&self) -> bool {
+            self.next == self.view.numbers.len() && self.at == self.view.text.encode_utf16().count()
+        }
     }
 
     #[test]
-    fn a_running_record_names_its_owner_and_escapes_it() {
-        let (view, bytes) = parse(&running("worker \"7\"\\\n\u{1}é"));
-        assert_eq!(view[0], json!("07".repeat(32)));
-        assert_eq!(view[3], json!("running"));
-        assert_eq!(view[5], json!("1"), "lastToken, as decimal text");
-        assert_eq!(view[6], json!([]), "no steps");
-        assert_eq!(view[7], json!(1_000), "createdAt");
-        assert_eq!(view[11], json!("worker \"7\"\\\n\u{1}é"), "owner");
-        assert_eq!(view.as_array().map(Vec::len), Some(13));
-        assert!(bytes.is_empty());
+    fn a_running_record_names_its_owner_and_measures_its_strings_in_utf16() {
+        let owner = "worker \"7\"\\\n\u{1}é😀";
+        let view = record_view(&running(owner));
+        let mut read = Reader::new(&view);
+        assert_eq!(read.string(), "07".repeat(32), "fingerprint");
+        assert_eq!(read.number(), 1.0, "fingerprintScheme");
+        assert_eq!(read.string(), "external");
+        assert_eq!(read.string(), "running");
+        assert_eq!(read.number(), 1.0, "attempt");
+        assert_eq!(read.string(), "1", "lastToken, as decimal text");
+        assert_eq!(read.number(), 0.0, "no steps");
+        assert_eq!(read.number(), 1_000.0, "createdAt");
+        assert_eq!(read.number(), 1_000.0, "updatedAt");
+        assert!(read.number().is_nan(), "no replayUntil");
+        assert!(read.number().is_nan(), "no keepUntil");
+        assert_eq!(read.string(), owner, "owner, é one unit and the emoji two");
+        assert!(read.number() > 1_000.0, "leaseExpiresAt");
+        assert!(read.done(), "nothing left over: {view:?}");
+        assert!(view.bytes.is_empty());
     }
 
     #[test]
@@ -249,25 +298,29 @@ mod tests {
             }) => record,
             other => panic!("completion writes: {other:?}"),
         };
-        let (view, bytes) = parse(&done);
-        assert_eq!(view[3], json!("completed"));
-        let response = &view[11];
-        assert_eq!(response[0], json!(201), "status");
-        assert_eq!(response[3], json!("p_1"), "resourceRef");
-        let slice = |range: &Value| {
-            let (a, b) = (
-                range[0].as_u64().unwrap_or(0),
-                range[1].as_u64().unwrap_or(0),
-            );
-            bytes
-                .get(a as usize..b as usize)
-                .unwrap_or_default()
-                .to_vec()
-        };
-        assert_eq!(slice(&response[2]), b"{\"id\":1}", "body");
-        assert_eq!(response[1][0][0], json!("content-type"));
-        assert_eq!(slice(&response[1][0][1]), b"application/json");
-        assert_eq!(slice(&response[1][1][1]), b"/p/1");
-        assert_eq!(view[12], json!(2_000), "completedAt");
+        let view = record_view(&done);
+        let mut read = Reader::new(&view);
+        assert_eq!(read.string(), "07".repeat(32));
+        assert_eq!(read.number(), 1.0);
+        assert_eq!(read.string(), "external");
+        assert_eq!(read.string(), "completed");
+        assert_eq!(read.number(), 1.0, "attempt");
+        assert_eq!(read.string(), "1", "lastToken");
+        assert_eq!(read.number(), 0.0, "no steps");
+        assert_eq!(read.number(), 1_000.0, "createdAt");
+        assert_eq!(read.number(), 2_000.0, "updatedAt");
+        assert!(read.number() > 2_000.0, "replayUntil");
+        assert!(read.number() > 2_000.0, "keepUntil");
+        assert_eq!(read.number(), 201.0, "status");
+        assert_eq!(read.number(), 2.0, "two headers");
+        assert_eq!(read.string(), "content-type");
+        assert_eq!(read.bytes(), b"application/json");
+        assert_eq!(read.string(), "location");
+        assert_eq!(read.bytes(), b"/p/1");
+        assert_eq!(read.number(), 1.0, "a body");
+        assert_eq!(read.bytes(), b"{\"id\":1}");
+        assert_eq!(read.string(), "p_1", "resourceRef");
+        assert_eq!(read.number(), 2_000.0, "completedAt");
+        assert!(read.done(), "nothing left over: {view:?}");
     }
 }
