@@ -3,6 +3,7 @@
 // arguments and turns the core's coded errors into IdemkitError.
 import * as wasm from "./idemkit_wasm.js";
 import { IdemkitError, wasmCall } from "./errors.js";
+import { FlatReader } from "./flat.js";
 
 let maxRacesRead = 0;
 
@@ -198,68 +199,40 @@ export function decodeRecord(bytes) {
 }
 
 /**
- * The view of a record from core's `[text, numbers, bytes]` (`decodeRecord`, or
- * the view a completion returns of the record it wrote).
+ * The view of a record from core's flat parts (`decodeRecord`, or the view a
+ * completion returns of the record it wrote), read in wasm/src/view.rs's order.
  * @param {[string, Float64Array, Uint8Array]} parts
  */
-export function recordView([text, numbers, data]) {
-  // Core writes the view flat (wasm/src/view.rs), one crossing and no text to
-  // parse: the numbers in field order, each string as its length in `numbers`
-  // (UTF-16 units, -1: none) and its characters in `text`, each byte field as
-  // `start, end` into `data`, an absent time as NaN. Read in the same order.
-  let next = 0;
-  let at = 0;
-  const number = () => numbers[next++];
-  const time = () => {
-    const t = numbers[next++];
-    return Number.isNaN(t) ? null : t;
-  };
-  const string = () => {
-    const end = at + numbers[next++];
-    const s = text.slice(at, end);
-    at = end;
-    return s;
-  };
-  const optionalString = () => (numbers[next] < 0 ? (next++, null) : string());
-  const bytes = () => data.slice(numbers[next++], numbers[next++]);
-  const fingerprint = string();
-  const fingerprintScheme = number();
-  const effect = string();
-  const state = string();
-  const attempt = number();
-  const lastToken = BigInt(string());
-  const steps = [];
-  for (let i = 0, count = number(); i < count; i++) {
-    steps.push({ name: string(), state: string(), providerKey: string(), providerRef: optionalString(), startedAt: number(), doneAt: time() });
-  }
+export function recordView(parts) {
+  const read = new FlatReader(parts);
+  const fingerprint = read.string();
+  const fingerprintScheme = read.number();
+  const effect = read.string();
+  const state = read.string();
   const view = {
     fingerprint,
     fingerprintScheme,
     effect,
     state,
-    attempt,
-    lastToken,
-    steps,
-    createdAt: number(),
-    updatedAt: number(),
-    replayUntil: time(),
-    keepUntil: time(),
+    attempt: read.number(),
+    lastToken: read.token(),
+    steps: read.steps(),
+    createdAt: read.number(),
+    updatedAt: read.number(),
+    replayUntil: read.time(),
+    keepUntil: read.time(),
   };
   if (state === "running") {
-    view.owner = string();
-    view.leaseExpiresAt = number();
+    view.owner = read.string();
+    view.leaseExpiresAt = read.number();
   } else if (state === "completed") {
-    const status = number();
-    const headers = [];
-    for (let i = 0, count = number(); i < count; i++) headers.push([string(), bytes()]);
-    const body = number() === 1 ? bytes() : null;
-    view.response = { status, headers, body, resourceRef: optionalString() };
-    view.completedAt = number();
+    view.response = read.response();
+    view.completedAt = read.number();
   } else if (state === "unknown") {
-    view.reason = string();
-    view.since = number();
+    view.reason = read.string();
+    view.since = read.number();
   } else {
-    view.releasedAt = number();
+    view.releasedAt = read.number();
   }
   return view;
 }

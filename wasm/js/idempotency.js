@@ -17,6 +17,7 @@ import * as wasm from "./idemkit_wasm.js";
 import { adapterCall, isPromise, readDecideWrite } from "./adapters/loop.js";
 import { bodyOptions, decodeRecord, parseKey, recordView, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
+import { FlatReader } from "./flat.js";
 import { holdWhileRunning, waitOf, waitingOptions } from "./waiting.js";
 
 
@@ -144,6 +145,53 @@ const fromUtf8 = new TextDecoder();
 /** A `{ status, headers, body }` answer from core → a Response. */
 function fromAnswer(answer) {
   return new Response(nullBodyStatus(answer.status) ? null : answer.body, { status: answer.status, headers: answer.headers });
+}
+
+/**
+ * `Route.claim`'s flat decision (wasm/src/interop.rs, `claim_decision`) as
+ * `readDecideWrite` takes it: the write, its index meta, and the answer a claim
+ * resolves to, with the HTTP `reply` when core made one.
+ */
+function claimDecided(parts) {
+  const read = new FlatReader(parts);
+  const write = parts[3];
+  const gcDueAt = read.time();
+  const outcome = read.string();
+  let answer;
+  switch (outcome) {
+    case "execute":
+      answer = { outcome, token: read.token(), attempt: read.number(), leaseExpiresAt: read.number(), steps: read.steps() };
+      break;
+    case "replay":
+      answer = read.flag() ? { outcome, response: read.response() } : { outcome };
+      break;
+    case "responseExpired":
+      answer = { outcome, status: read.number(), resourceRef: read.optionalString() };
+      break;
+    case "inFlight":
+      answer = { outcome, retryAfterSeconds: read.number() };
+      break;
+    case "mismatch":
+      answer = { outcome, status: read.number() };
+      break;
+    case "uncertain":
+      answer = { outcome, since: read.number() };
+      break;
+    default:
+      throw new IdemkitError("invalid-argument", `internal error: a claim outcome this package does not know: ${outcome}`);
+  }
+  if (read.flag()) {
+    const status = read.number();
+    const headers = [];
+    for (let i = 0, count = read.number(); i < count; i++) headers.push([read.string(), read.string()]);
+    answer.reply = { status, headers, body: read.range() };
+  }
+  return { write, answer, meta: write instanceof Uint8Array ? { gcDueAt } : undefined };
+}
+
+/** `Route.complete`'s `[write, writeGcDueAt, view]` as `readDecideWrite` takes it. */
+function completionDecided([write, gcDueAt, view]) {
+  return { write, answer: { view }, meta: write instanceof Uint8Array ? { gcDueAt } : undefined };
 }
 
 /** Core's answer to `situation` (see the httpAnswer export) as a Response. */
@@ -302,7 +350,7 @@ export function createIdempotency(options) {
     if (typeof claimOwner !== "string") throw new IdemkitError("invalid-argument", "claim.owner must be a string");
     // With the log reference, core makes the HTTP reply in the same call.
     const replyRef = forHttp ? ref : undefined;
-    const decideClaim = (row, floor) => decided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock(), replyRef)));
+    const decideClaim = (row, floor) => claimDecided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock(), replyRef)));
     const { answer, current } = await readDecideWrite({
       adapter,
       id,
@@ -397,7 +445,7 @@ export function createIdempotency(options) {
     const values = concat(headers.map(([, value]) => value), headers.reduce((total, [, value]) => total + value.length, 0));
     const lengths = Uint32Array.from(headers, ([, value]) => value.length);
     const completeWith = (row, token, kept) =>
-      decided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock(), withView)));
+      completionDecided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock(), withView)));
     const kept = body !== null && body.length > maxStoredResponseBytes ? null : body;
     return transition(
       held,

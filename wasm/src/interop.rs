@@ -56,6 +56,8 @@ use idemkit_core::{
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::flat::Flat;
+
 /// The result of an exported function: a JavaScript exception on error.
 pub type JsResult<T> = Result<T, JsValue>;
 
@@ -690,16 +692,6 @@ extern "C" {
     fn set_property(target: &Object, key: &JsValue, value: &JsValue) -> bool;
 }
 
-/// Sets `field` of `target` to `value`. `target` must be a plain object made
-/// here (a [`decision`]): setting a data property on one cannot throw, which the
-/// non-catching `Reflect.set` import relies on, and checking that it is an object
-/// would be a crossing of its own.
-pub fn set_field(target: &JsValue, field: &'static str, value: &JsValue) {
-    with_key(field, |key| {
-        set_property(target.unchecked_ref(), key, value)
-    });
-}
-
 struct ObjectBuilder(Object);
 
 impl ObjectBuilder {
@@ -792,13 +784,7 @@ fn steps(record_steps: &[idemkit_core::record::Step]) -> Array {
 /// | `gc` | `action` (`"keep"`, `"pruneBody"`, `"delete"`), `gcDueAt` of the record that stays, `lastToken` of the record read |
 /// | the others | nothing more |
 ///
-/// A replay's `response` is left out unless `with_response` (a caller that
-/// answers with core's HTTP reply instead has no use for it).
-pub fn decision(
-    decision: &Decision,
-    existing: Option<&Record>,
-    with_response: bool,
-) -> JsResult<JsValue> {
+pub fn decision(decision: &Decision, existing: Option<&Record>) -> JsResult<JsValue> {
     let out = match &decision.write {
         Write::Keep => ObjectBuilder::new().set("write", JsValue::NULL),
         // With the record's GC due time for the adapter's index (`writeGcDueAt`),
@@ -809,7 +795,7 @@ pub fn decision(
         Write::Delete => ObjectBuilder::new().set("write", "delete"),
     };
     let out = match &decision.answer {
-        Answer::Claim(outcome) => claim_outcome(out, outcome, with_response)?,
+        Answer::Claim(outcome) => claim_outcome(out, outcome)?,
         Answer::Step(StepStart::Dispatch { provider_key }) => out
             .set("start", "dispatch")
             .set("providerKey", provider_key.as_str()),
@@ -843,11 +829,8 @@ pub fn decision(
     Ok(out.build())
 }
 
-fn claim_outcome(
-    out: ObjectBuilder,
-    outcome: &ClaimOutcome,
-    with_response: bool,
-) -> JsResult<ObjectBuilder> {
+fn claim_outcome(out: ObjectBuilder, outcome: &ClaimOutcome) -> JsResult<ObjectBuilder> {
+    let out = out.set("outcome", claim_outcome_name(outcome)?);
     Ok(match outcome {
         ClaimOutcome::Execute {
             token,
@@ -855,20 +838,15 @@ fn claim_outcome(
             lease_expires_at,
             steps: record_steps,
         } => out
-            .set("outcome", "execute")
             .set("token", token.get())
             .set("attempt", *attempt)
             .set("leaseExpiresAt", millis(*lease_expires_at))
             .set("steps", steps(record_steps)),
-        ClaimOutcome::Replay { response: r } if with_response => {
-            out.set("outcome", "replay").set("response", response(r))
-        }
-        ClaimOutcome::Replay { .. } => out.set("outcome", "replay"),
+        ClaimOutcome::Replay { response: r } => out.set("response", response(r)),
         ClaimOutcome::ResponseExpired {
             status,
             resource_ref,
         } => out
-            .set("outcome", "responseExpired")
             .set("status", *status)
             .set_opt("resourceRef", resource_ref.clone()),
         ClaimOutcome::InFlight { retry_after } => {
@@ -877,16 +855,138 @@ fn claim_outcome(
                 reason = "seconds of a lease: far below 2^53"
             )]
             let secs = retry_after.as_secs() as f64;
-            out.set("outcome", "inFlight")
-                .set("retryAfterSeconds", secs)
+            out.set("retryAfterSeconds", secs)
         }
-        ClaimOutcome::Mismatch { status } => out.set("outcome", "mismatch").set("status", *status),
-        ClaimOutcome::Uncertain { since } => {
-            out.set("outcome", "uncertain").set("since", millis(*since))
-        }
+        ClaimOutcome::Mismatch { status } => out.set("status", *status),
+        ClaimOutcome::Uncertain { since } => out.set("since", millis(*since)),
         #[allow(unreachable_patterns, reason = "future outcomes of core")]
         _ => return Err(argument("internal error: unknown claim outcome")),
     })
+}
+
+/// A completion's decision, for `Route.complete`: `[write, writeGcDueAt,
+/// view]`, `write` and `writeGcDueAt` as in [`decision`] (a completion answers
+/// nothing else), `view` the written record's view when asked for and one was
+/// written, else `undefined`.
+pub fn completion_decision(decision: &Decision, with_view: bool) -> Array {
+    let (write, due, view) = match &decision.write {
+        Write::Put(next) => (
+            bytes(&next.encode()).into(),
+            gc_due_millis(next.gc_due_at()).map_or(JsValue::NULL, JsValue::from),
+            if with_view {
+                crate::view::record_view(next).into_js().into()
+            } else {
+                JsValue::UNDEFINED
+            },
+        ),
+        Write::Delete => (
+            JsValue::from_str("delete"),
+            JsValue::NULL,
+            JsValue::UNDEFINED,
+        ),
+        Write::Keep => (JsValue::NULL, JsValue::NULL, JsValue::UNDEFINED),
+    };
+    Array::of3(&write, &due, &view)
+}
+
+/// The name JavaScript knows `outcome` by (a claim answer's `outcome`).
+fn claim_outcome_name(outcome: &ClaimOutcome) -> JsResult<&'static str> {
+    Ok(match outcome {
+        ClaimOutcome::Execute { .. } => "execute",
+        ClaimOutcome::Replay { .. } => "replay",
+        ClaimOutcome::ResponseExpired { .. } => "responseExpired",
+        ClaimOutcome::InFlight { .. } => "inFlight",
+        ClaimOutcome::Mismatch { .. } => "mismatch",
+        ClaimOutcome::Uncertain { .. } => "uncertain",
+        #[allow(unreachable_patterns, reason = "future outcomes of core")]
+        _ => return Err(argument("internal error: unknown claim outcome")),
+    })
+}
+
+/// A claim's decision [flat](crate::flat), for `Route.claim`: `[text,
+/// numbers, bytes, write]`, `write` as in [`decision`] (bytes, `"delete"` or
+/// `null`). In order: the written record's GC due time (NaN: none), then the
+/// answer as [`decision`] names it: `outcome`, and per outcome `token`
+/// (decimal text), `attempt`, `leaseExpiresAt`, `steps` (execute); whether a
+/// `response` follows, and it (replay); `status`, `resourceRef`
+/// (responseExpired); `retryAfterSeconds` (inFlight); `status` (mismatch);
+/// `since` (uncertain). Last, whether an HTTP `reply` follows (1 or 0), and
+/// it: `status`, the header count and each header's name and value (strings),
+/// the body's range.
+pub fn claim_decision(
+    decision: &Decision,
+    with_response: bool,
+    reply: Option<&idemkit_core::http::Answer>,
+) -> JsResult<Array> {
+    let Answer::Claim(outcome) = &decision.answer else {
+        return Err(argument("internal error: a claim was not answered as one"));
+    };
+    let mut out = Flat::new();
+    let write = match &decision.write {
+        Write::Put(next) => {
+            out.number(gc_due_millis(next.gc_due_at()).unwrap_or(f64::NAN));
+            bytes(&next.encode()).into()
+        }
+        Write::Delete => {
+            out.number(f64::NAN);
+            JsValue::from_str("delete")
+        }
+        Write::Keep => {
+            out.number(f64::NAN);
+            JsValue::NULL
+        }
+    };
+    out.string(claim_outcome_name(outcome)?);
+    match outcome {
+        ClaimOutcome::Execute {
+            token,
+            attempt,
+            lease_expires_at,
+            steps,
+        } => {
+            out.token(token.get());
+            out.number(f64::from(*attempt));
+            out.millis(*lease_expires_at);
+            out.steps(steps);
+        }
+        ClaimOutcome::Replay { response } => {
+            out.flag(with_response);
+            if with_response {
+                out.response(response);
+            }
+        }
+        ClaimOutcome::ResponseExpired {
+            status,
+            resource_ref,
+        } => {
+            out.number(f64::from(*status));
+            out.optional_string(resource_ref.as_deref());
+        }
+        ClaimOutcome::InFlight { retry_after } => {
+            #[allow(
+                clippy::cast_precision_loss,
+                reason = "seconds of a lease: far below 2^53"
+            )]
+            out.number(retry_after.as_secs() as f64);
+        }
+        ClaimOutcome::Mismatch { status } => out.number(f64::from(*status)),
+        ClaimOutcome::Uncertain { since } => out.millis(*since),
+        #[allow(unreachable_patterns, reason = "future outcomes of core")]
+        _ => return Err(argument("internal error: unknown claim outcome")),
+    }
+    out.flag(reply.is_some());
+    if let Some(reply) = reply {
+        out.number(f64::from(reply.status));
+        out.count(reply.headers.len());
+        for (name, value) in &reply.headers {
+            out.string(name);
+            out.string(value);
+        }
+        out.range(&reply.body);
+    }
+    let parts = out.into_js();
+    parts.push(&write);
+    Ok(parts)
 }
 
 /// The operation `{ op, ... }` JavaScript asks `apply` to decide:
@@ -1111,14 +1211,19 @@ pub fn http_outcome(value: &JsValue) -> JsResult<Option<Outcome>> {
 /// not UTF-8 is decoded with replacement characters, as `Headers` would.
 #[must_use]
 pub fn reply(r: Reply) -> JsValue {
+    reply_answer(r).map_or(JsValue::NULL, |a| answer(&a))
+}
+
+/// The HTTP answer of `r`, none for `Execute` (the handler runs instead).
+pub fn reply_answer(r: Reply) -> Option<idemkit_core::http::Answer> {
     match r {
-        Reply::Execute => JsValue::NULL,
-        Reply::Problem(a) => answer(&a),
+        Reply::Execute => None,
+        Reply::Problem(a) => Some(a),
         Reply::Replay {
             status,
             headers,
             body,
-        } => answer(&idemkit_core::http::Answer {
+        } => Some(idemkit_core::http::Answer {
             status,
             headers: headers
                 .into_iter()

@@ -32,8 +32,11 @@
 //!
 //! - this file: the exported functions, named in camelCase for JavaScript;
 //! - [`route`]: [`Route`](route::Route), one route's policy and fingerprint rules
-//!   held in WebAssembly, so a claim crosses with flat arguments and raw bytes;
-//! - [`view`]: a record's view as flat parts (numbers, strings, bytes), for `decodeRecord`;
+//!   held in WebAssembly, so a claim crosses with flat arguments and raw bytes,
+//!   and its decision comes back [`flat`];
+//! - [`view`]: a record's view, for `decodeRecord` and a completion's answer;
+//! - [`flat`]: the form of both (numbers, one string, bytes), which JavaScript
+//!   reads without a property set per field or text to parse;
 //! - [`interop`]: every conversion between JavaScript values and Rust types, and
 //!   the mapping of core errors to JavaScript `Error`s with a stable `.code`.
 //!
@@ -51,6 +54,7 @@
 
 #![deny(missing_docs)]
 
+pub mod flat;
 pub mod interop;
 pub mod route;
 pub mod view;
@@ -247,54 +251,10 @@ fn decide(
     policy: &machine::Policy,
     now: f64,
 ) -> JsResult<JsValue> {
-    decide_adding(existing, op, policy, now, true, |_| Ok(None))
-}
-
-/// One more field of a decision's answer, made of the decision (see [`decide_adding`]).
-type Extra = Option<(&'static str, JsValue)>;
-
-/// [`decide`], with a replay's `response` left out unless `with_response`, and
-/// the field `extra` makes of the decision added to the answer (none when it
-/// gives `None`): a completion's `view`, a claim's HTTP `reply`.
-fn decide_adding(
-    existing: Option<&[u8]>,
-    op: &machine::Op,
-    policy: &machine::Policy,
-    now: f64,
-    with_response: bool,
-    extra: impl FnOnce(&machine::Decision) -> JsResult<Extra>,
-) -> JsResult<JsValue> {
     let existing = existing.map(decode).transpose()?;
     let decision = machine::apply(existing.as_ref(), op, policy, interop::now(now)?)
         .map_err(interop::error)?;
-    let decided = interop::decision(&decision, existing.as_ref(), with_response)?;
-    if let Some((field, value)) = extra(&decision)? {
-        interop::set_field(&decided, field, &value);
-    }
-    Ok(decided)
-}
-
-/// `view`: the view of the record `decision` writes (as [`decode_record`]
-/// gives it), when it writes one.
-fn written_view(decision: &machine::Decision) -> JsResult<Extra> {
-    Ok(match &decision.write {
-        machine::Write::Put(next) => Some(("view", view_parts(next).into())),
-        _ => None,
-    })
-}
-
-/// `[text, numbers, bytes]`: the view of `record` (see [`view`]).
-fn view_parts(record: &Record) -> js_sys::Array {
-    let view::FlatView {
-        text,
-        numbers,
-        bytes,
-    } = view::record_view(record);
-    js_sys::Array::of3(
-        &JsValue::from_str(&text),
-        &js_sys::Float64Array::from(numbers.as_slice()),
-        &js_sys::Uint8Array::from(bytes.as_slice()),
-    )
+    interop::decision(&decision, existing.as_ref())
 }
 
 /// How a finished attempt with `status` is recorded under `policy`:
@@ -352,7 +312,7 @@ fn classify_under(
 #[wasm_bindgen(js_name = decodeRecord)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn decode_record(record: &[u8]) -> JsResult<js_sys::Array> {
-    Ok(view_parts(&decode(record)?))
+    Ok(view::record_view(&decode(record)?).into_js())
 }
 
 /// When GC next has something to do with the record `record` (its encoded
@@ -655,6 +615,6 @@ pub fn breaker_record(
     Ok(interop::breaker_state_view(breaker.state()))
 }
 
-fn decode(bytes: &[u8]) -> JsResult<Record> {
+pub(crate) fn decode(bytes: &[u8]) -> JsResult<Record> {
     Record::decode(bytes).map_err(interop::error)
 }

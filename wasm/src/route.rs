@@ -15,7 +15,7 @@ use idemkit_core::fingerprint::{
 };
 use idemkit_core::http::{self, Outcome};
 use idemkit_core::json::CanonicalizeOptions;
-use idemkit_core::machine::{Answer, ClaimOutcome, ClaimRequest, Decision, Op, Policy};
+use idemkit_core::machine::{self, Answer, ClaimOutcome, ClaimRequest, Op, Policy};
 use idemkit_core::record::StoredResponse;
 use idemkit_core::{Fingerprint, IdempotencyKey, LogRef, Scope};
 use wasm_bindgen::prelude::*;
@@ -162,15 +162,16 @@ impl Route {
     /// Decides the claim of a request whose [`fingerprint`](Route::fingerprint)
     /// is `fingerprint` on `existing` (the record's bytes as read, or
     /// `undefined`), for `owner` at `now`; a new record's tokens start above
-    /// `tokenFloor`. Returns what [`apply`](crate::apply) returns for
-    /// `{ op: "claim" }`.
+    /// `tokenFloor`. Returns the decision [flat](crate::flat), as
+    /// [`interop::claim_decision`] lays it out (`readClaim` in
+    /// `wasm/js/flat.js` reads it).
     ///
     /// For the HTTP handler, with the record's `logRef` (as
     /// [`locate`](Route::locate) gave it): an outcome other than `execute`
-    /// comes with `reply`, core's HTTP answer to it (`{ status, headers, body
-    /// }`, as `httpAnswer` gives it), so a replay or a refusal is answered
-    /// without handing the outcome back across the boundary; a replay's
-    /// `response` is then left out (the reply holds it).
+    /// comes with core's HTTP reply to it (`{ status, headers, body }`, as
+    /// `httpAnswer` gives it), so a replay or a refusal is answered without
+    /// handing the outcome back across the boundary; a replay's `response` is
+    /// then left out (the reply holds it).
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
     pub fn claim(
         &self,
@@ -180,35 +181,36 @@ impl Route {
         token_floor: u64,
         now: f64,
         log_ref: Option<String>,
-    ) -> JsResult<JsValue> {
+    ) -> JsResult<js_sys::Array> {
         let op = claim_op(fingerprint, owner, token_floor)?;
-        let Some(log_ref) = log_ref else {
-            return self.decide(existing.as_deref(), &op, now);
-        };
-        let log_ref: LogRef = log_ref
-            .parse()
+        let log_ref: Option<LogRef> = log_ref
+            .map(|r| r.parse())
+            .transpose()
             .map_err(|e| interop::error(interop::ArgumentError(format!("claim's logRef: {e}"))))?;
-        let reply = |decision: &Decision| {
-            let Answer::Claim(outcome) = &decision.answer else {
-                return Ok(None);
-            };
-            if matches!(outcome, ClaimOutcome::Execute { .. }) {
-                return Ok(None);
+        let existing = existing.as_deref().map(crate::decode).transpose()?;
+        let decision = machine::apply(existing.as_ref(), &op, &self.policy, interop::now(now)?)
+            .map_err(interop::error)?;
+        let reply = match (&decision.answer, log_ref) {
+            (Answer::Claim(outcome), Some(log_ref))
+                if !matches!(outcome, ClaimOutcome::Execute { .. }) =>
+            {
+                interop::reply_answer(http::reply(Outcome::Claim(outcome.clone(), log_ref)))
             }
-            let reply = http::reply(Outcome::Claim(outcome.clone(), log_ref));
-            Ok(Some(("reply", interop::reply(reply))))
+            _ => None,
         };
-        crate::decide_adding(existing.as_deref(), &op, &self.policy, now, false, reply)
+        // With a reply, a replay's response is in it.
+        interop::claim_decision(&decision, reply.is_none(), reply.as_ref())
     }
 
     /// Decides the completion of the lease `token` on `existing` (the bytes it
     /// last wrote, or read since) at `now`, recording the response: `status`,
     /// the headers as `headerNames` (joined by `\n`) with their values back to
     /// back in `headerValues` (`headerLengths` long each), `body` (none when
-    /// `undefined`) and `resourceRef`. Returns what [`apply`](crate::apply)
-    /// returns for `{ op: "complete" }`; with `withView`, also `view`: the
-    /// written record's view as [`decodeRecord`](crate::decode_record) gives it
-    /// (the caller that returns one then decodes nothing).
+    /// `undefined`) and `resourceRef`. Returns `[write, writeGcDueAt, view]`:
+    /// what to write and its GC due time as [`apply`](crate::apply) gives them
+    /// for `{ op: "complete" }`, and with `withView` the written record's view
+    /// as [`decodeRecord`](crate::decode_record) gives it (the caller that
+    /// returns one then decodes nothing), else `undefined`.
     #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
     pub fn complete(
         &self,
@@ -222,7 +224,7 @@ impl Route {
         resource_ref: Option<String>,
         now: f64,
         with_view: Option<bool>,
-    ) -> JsResult<JsValue> {
+    ) -> JsResult<js_sys::Array> {
         let op = Op::Complete {
             token: interop::token(token)?,
             response: StoredResponse {
@@ -234,18 +236,13 @@ impl Route {
                 resource_ref,
             },
         };
-        if with_view == Some(true) {
-            crate::decide_adding(
-                Some(&existing),
-                &op,
-                &self.policy,
-                now,
-                true,
-                crate::written_view,
-            )
-        } else {
-            self.decide(Some(&existing), &op, now)
-        }
+        let existing = crate::decode(&existing)?;
+        let decision = machine::apply(Some(&existing), &op, &self.policy, interop::now(now)?)
+            .map_err(interop::error)?;
+        Ok(interop::completion_decision(
+            &decision,
+            with_view == Some(true),
+        ))
     }
 
     /// [`classify`](crate::classify) under this route's policy: how a finished

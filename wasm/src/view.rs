@@ -1,55 +1,22 @@
-//! A record's read-only view as three flat parts, for `decodeRecord` and a
-//! completion's answer (see `recordView` in `wasm/js/api.js`, which names the
-//! fields and reads the parts in the same order).
-//!
-//! Setting a dozen properties on a JavaScript object from WebAssembly is one
-//! crossing each, and JSON text costs a number formatter here and a parser
-//! there. The view crosses instead as:
-//!
-//! - `numbers`, a `Float64Array`: every number of the view in field order, and
-//!   for each string its length in UTF-16 units (`-1`: none). A time that is
-//!   absent is NaN. Milliseconds past 2^53 (only "never" gets there) are the
-//!   nearest double, as JavaScript holds any number;
-//! - `text`, one string: the view's strings back to back (JavaScript cuts them
-//!   out by the lengths in `numbers`), `lastToken` among them as decimal text
-//!   (JavaScript makes it a `bigint`: 64 bits do not fit a double);
-//! - `bytes`: the response body and header values back to back, each given in
-//!   `numbers` as its `start, end` (JavaScript slices them out).
+//! A record's read-only view, written [flat](crate::flat), for `decodeRecord`
+//! and a completion's answer (`recordView` in `wasm/js/api.js` names the
+//! fields and reads them in the same order).
 //!
 //! The fields come in the order of the `RecordView` type in `index.d.ts`:
-//! `fingerprint, fingerprintScheme, effect, state, attempt, lastToken, steps
-//! (their count, then each step's name, state, providerKey, providerRef,
-//! startedAt, doneAt), createdAt, updatedAt, replayUntil, keepUntil`, then the
-//! state's own: `owner, leaseExpiresAt` (running); `status`, the header count
-//! and each header's name and value, whether there is a body (1 or 0) and its
-//! range, `resourceRef, completedAt` (completed); `reason, since` (unknown);
-//! `releasedAt` (released).
+//! `fingerprint, fingerprintScheme, effect, state, attempt, lastToken` (decimal
+//! text), `steps`, `createdAt, updatedAt, replayUntil, keepUntil`, then the
+//! state's own: `owner, leaseExpiresAt` (running); `response, completedAt`
+//! (completed); `reason, since` (unknown); `releasedAt` (released).
 
-use idemkit_core::UnixMillis;
-use idemkit_core::record::{EffectKind, Record, RecordState, StepState, StoredResponse};
+use idemkit_core::record::{EffectKind, Record, RecordState};
 
-/// The view of `record` as its three parts (see the module's documentation).
-#[derive(Debug, Default, PartialEq)]
-pub struct FlatView {
-    /// The view's strings back to back.
-    pub text: String,
-    /// Its numbers and string lengths, in field order.
-    pub numbers: Vec<f64>,
-    /// The bytes the ranges in `numbers` point into.
-    pub bytes: Vec<u8>,
-}
+use crate::flat::Flat;
 
 /// The view of `record`.
 #[must_use]
-pub fn record_view(record: &Record) -> FlatView {
-    let mut out = FlatView {
-        text: String::with_capacity(96),
-        numbers: Vec::with_capacity(24),
-        bytes: Vec::new(),
-    };
-    let start = out.text.len();
-    idemkit_core::hex::push_lower(&mut out.text, record.fingerprint.as_bytes());
-    out.length_since(start);
+pub fn record_view(record: &Record) -> Flat {
+    let mut out = Flat::new();
+    out.string_with(|text| idemkit_core::hex::push_lower(text, record.fingerprint.as_bytes()));
     out.number(f64::from(record.fingerprint_scheme));
     out.string(match record.effect {
         EffectKind::Local => "local",
@@ -57,22 +24,8 @@ pub fn record_view(record: &Record) -> FlatView {
     });
     out.string(record.state.name().as_str());
     out.number(f64::from(record.attempt));
-    let start = out.text.len();
-    // Writing to a String cannot fail.
-    let _ = core::fmt::Write::write_fmt(&mut out.text, format_args!("{}", record.last_token.get()));
-    out.length_since(start);
-    out.count(record.steps.len());
-    for step in &record.steps {
-        out.string(&step.name);
-        out.string(match step.state {
-            StepState::Started => "started",
-            StepState::Done => "done",
-        });
-        out.string(&step.provider_key);
-        out.optional_string(step.provider_ref.as_deref());
-        out.millis(step.started_at);
-        out.optional_millis(step.done_at);
-    }
+    out.token(record.last_token.get());
+    out.steps(&record.steps);
     out.millis(record.created_at);
     out.millis(record.updated_at);
     out.optional_millis(record.replay_until);
@@ -98,91 +51,12 @@ pub fn record_view(record: &Record) -> FlatView {
     out
 }
 
-impl FlatView {
-    fn number(&mut self, n: f64) {
-        self.numbers.push(n);
-    }
-
-    #[allow(
-        clippy::cast_precision_loss,
-        reason = "counts and byte offsets of one record: far below 2^53"
-    )]
-    fn count(&mut self, n: usize) {
-        self.number(n as f64);
-    }
-
-    /// Milliseconds as JavaScript reads them: past 2^53 (only "never" gets
-    /// there) the nearest double.
-    #[allow(
-        clippy::cast_precision_loss,
-        reason = "the nearest double is what JavaScript holds"
-    )]
-    fn millis(&mut self, t: UnixMillis) {
-        self.number(t.as_millis() as f64);
-    }
-
-    fn optional_millis(&mut self, t: Option<UnixMillis>) {
-        match t {
-            Some(t) => self.millis(t),
-            None => self.number(f64::NAN),
-        }
-    }
-
-    /// The length, in UTF-16 units (JavaScript's string indices), of the text
-    /// written since byte `start`.
-    fn length_since(&mut self, start: usize) {
-        let written = self.text.get(start..).unwrap_or_default();
-        let units = if written.is_ascii() {
-            written.len()
-        } else {
-            written.encode_utf16().count()
-        };
-        self.count(units);
-    }
-
-    fn string(&mut self, s: &str) {
-        let start = self.text.len();
-        self.text.push_str(s);
-        self.length_since(start);
-    }
-
-    fn optional_string(&mut self, s: Option<&str>) {
-        match s {
-            Some(s) => self.string(s),
-            None => self.number(-1.0),
-        }
-    }
-
-    /// `start, end` of `bytes`, appended to the byte buffer.
-    fn range(&mut self, bytes: &[u8]) {
-        self.count(self.bytes.len());
-        self.bytes.extend_from_slice(bytes);
-        self.count(self.bytes.len());
-    }
-
-    fn response(&mut self, response: &StoredResponse) {
-        self.number(f64::from(response.status));
-        self.count(response.headers.len());
-        for (name, value) in &response.headers {
-            self.string(name);
-            self.range(value);
-        }
-        match &response.body {
-            Some(body) => {
-                self.number(1.0);
-                self.range(body);
-            }
-            None => self.number(0.0),
-        }
-        self.optional_string(response.resource_ref.as_deref());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idemkit_core::UnixMillis;
     use idemkit_core::machine::{self, ClaimRequest, Op, Policy};
-    use idemkit_core::record::FencingToken;
+    use idemkit_core::record::{FencingToken, StoredResponse};
     use idemkit_core::{Fingerprint, RequestFingerprint};
 
     fn at(ms: u64) -> UnixMillis {
@@ -209,13 +83,13 @@ mod tests {
     /// The view read back as JavaScript reads it: each number, and each string
     /// cut out of the text by its UTF-16 length.
     struct Reader<'v> {
-        view: &'v FlatView,
+        view: &'v Flat,
         next: usize,
         at: usize,
     }
 
     impl<'v> Reader<'v> {
-        fn new(view: &'v FlatView) -> Self {
+        fn new(view: &'v Flat) -> Self {
             Reader {
                 view,
                 next: 0,
