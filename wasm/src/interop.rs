@@ -785,14 +785,13 @@ fn steps(record_steps: &[idemkit_core::record::Step]) -> Array {
 /// | the others | nothing more |
 ///
 pub fn decision(decision: &Decision, existing: Option<&Record>) -> JsResult<JsValue> {
+    let (write, due) = write_of(&decision.write);
+    let out = ObjectBuilder::new().set("write", write);
+    // With the record's GC due time for the adapter's index (`writeGcDueAt`),
+    // so JavaScript need not decode the bytes again to ask for it.
     let out = match &decision.write {
-        Write::Keep => ObjectBuilder::new().set("write", JsValue::NULL),
-        // With the record's GC due time for the adapter's index (`writeGcDueAt`),
-        // so JavaScript need not decode the bytes again to ask for it.
-        Write::Put(next) => ObjectBuilder::new()
-            .set("write", bytes(&next.encode()))
-            .set_opt("writeGcDueAt", gc_due_millis(next.gc_due_at())),
-        Write::Delete => ObjectBuilder::new().set("write", "delete"),
+        Write::Put(_) => out.set_opt("writeGcDueAt", due),
+        Write::Delete | Write::Keep => out,
     };
     let out = match &decision.answer {
         Answer::Claim(outcome) => claim_outcome(out, outcome)?,
@@ -869,24 +868,25 @@ fn claim_outcome(out: ObjectBuilder, outcome: &ClaimOutcome) -> JsResult<ObjectB
 /// nothing else), `view` the written record's view when asked for and one was
 /// written, else `undefined`.
 pub fn completion_decision(decision: &Decision, with_view: bool) -> Array {
-    let (write, due, view) = match &decision.write {
+    let (write, due) = write_of(&decision.write);
+    let view = match &decision.write {
+        Write::Put(next) if with_view => crate::view::record_view(next).into_js().into(),
+        _ => JsValue::UNDEFINED,
+    };
+    Array::of3(&write, &due.map_or(JsValue::NULL, JsValue::from), &view)
+}
+
+/// What to write as JavaScript takes it (the encoded record, `"delete"` or
+/// `null`), and the GC due time of the record written.
+fn write_of(write: &Write) -> (JsValue, Option<f64>) {
+    match write {
         Write::Put(next) => (
             bytes(&next.encode()).into(),
-            gc_due_millis(next.gc_due_at()).map_or(JsValue::NULL, JsValue::from),
-            if with_view {
-                crate::view::record_view(next).into_js().into()
-            } else {
-                JsValue::UNDEFINED
-            },
+            gc_due_millis(next.gc_due_at()),
         ),
-        Write::Delete => (
-            JsValue::from_str("delete"),
-            JsValue::NULL,
-            JsValue::UNDEFINED,
-        ),
-        Write::Keep => (JsValue::NULL, JsValue::NULL, JsValue::UNDEFINED),
-    };
-    Array::of3(&write, &due, &view)
+        Write::Delete => (JsValue::from_str("delete"), None),
+        Write::Keep => (JsValue::NULL, None),
+    }
 }
 
 /// The name JavaScript knows `outcome` by (a claim answer's `outcome`).
@@ -922,20 +922,8 @@ pub fn claim_decision(
         return Err(argument("internal error: a claim was not answered as one"));
     };
     let mut out = Flat::new();
-    let write = match &decision.write {
-        Write::Put(next) => {
-            out.number(gc_due_millis(next.gc_due_at()).unwrap_or(f64::NAN));
-            bytes(&next.encode()).into()
-        }
-        Write::Delete => {
-            out.number(f64::NAN);
-            JsValue::from_str("delete")
-        }
-        Write::Keep => {
-            out.number(f64::NAN);
-            JsValue::NULL
-        }
-    };
+    let (write, due) = write_of(&decision.write);
+    out.number(due.unwrap_or(f64::NAN));
     out.string(claim_outcome_name(outcome)?);
     match outcome {
         ClaimOutcome::Execute {
