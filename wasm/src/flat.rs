@@ -44,11 +44,18 @@ impl Flat {
     /// The three parts as JavaScript takes them: `[text, numbers, bytes]`.
     #[must_use]
     pub fn into_js(self) -> js_sys::Array {
-        js_sys::Array::of3(
-            &wasm_bindgen::JsValue::from_str(&self.text),
-            &js_sys::Float64Array::from(self.numbers.as_slice()),
-            &js_sys::Uint8Array::from(self.bytes.as_slice()),
-        )
+        let [text, numbers, bytes] = self.into_parts();
+        js_sys::Array::of3(&text, &numbers, &bytes)
+    }
+
+    /// The three parts, to be sent with a fourth (see [`into_js`](Self::into_js)).
+    #[must_use]
+    pub fn into_parts(self) -> [wasm_bindgen::JsValue; 3] {
+        [
+            wasm_bindgen::JsValue::from_str(&self.text),
+            js_sys::Float64Array::from(self.numbers.as_slice()).into(),
+            js_sys::Uint8Array::from(self.bytes.as_slice()).into(),
+        ]
     }
 
     /// A number.

@@ -972,9 +972,8 @@ pub fn claim_decision(
         }
         out.range(&reply.body);
     }
-    let parts = out.into_js();
-    parts.push(&write);
-    Ok(parts)
+    let [text, numbers, bytes] = out.into_parts();
+    Ok(Array::of4(&text, &numbers, &bytes, &write))
 }
 
 /// The operation `{ op, ... }` JavaScript asks `apply` to decide:
