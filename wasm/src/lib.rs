@@ -251,10 +251,22 @@ fn decide(
     policy: &machine::Policy,
     now: f64,
 ) -> JsResult<JsValue> {
+    let (existing, decision) = decision_on(existing, op, policy, now)?;
+    interop::decision(&decision, existing.as_ref())
+}
+
+/// The record `existing` decodes to, and core's decision of `op` on it at
+/// `now` (JavaScript's milliseconds): what every deciding export starts with.
+pub(crate) fn decision_on(
+    existing: Option<&[u8]>,
+    op: &machine::Op,
+    policy: &machine::Policy,
+    now: f64,
+) -> JsResult<(Option<Record>, machine::Decision)> {
     let existing = existing.map(decode).transpose()?;
     let decision = machine::apply(existing.as_ref(), op, policy, interop::now(now)?)
         .map_err(interop::error)?;
-    interop::decision(&decision, existing.as_ref())
+    Ok((existing, decision))
 }
 
 /// How a finished attempt with `status` is recorded under `policy`:
@@ -615,6 +627,6 @@ pub fn breaker_record(
     Ok(interop::breaker_state_view(breaker.state()))
 }
 
-pub(crate) fn decode(bytes: &[u8]) -> JsResult<Record> {
+fn decode(bytes: &[u8]) -> JsResult<Record> {
     Record::decode(bytes).map_err(interop::error)
 }

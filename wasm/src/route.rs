@@ -15,7 +15,7 @@ use idemkit_core::fingerprint::{
 };
 use idemkit_core::http::{self, Outcome};
 use idemkit_core::json::CanonicalizeOptions;
-use idemkit_core::machine::{self, Answer, ClaimOutcome, ClaimRequest, Op, Policy};
+use idemkit_core::machine::{Answer, ClaimOutcome, ClaimRequest, Op, Policy};
 use idemkit_core::record::StoredResponse;
 use idemkit_core::{Fingerprint, IdempotencyKey, LogRef, Scope};
 use wasm_bindgen::prelude::*;
@@ -163,8 +163,8 @@ impl Route {
     /// is `fingerprint` on `existing` (the record's bytes as read, or
     /// `undefined`), for `owner` at `now`; a new record's tokens start above
     /// `tokenFloor`. Returns the decision [flat](crate::flat), as
-    /// [`interop::claim_decision`] lays it out (`readClaim` in
-    /// `wasm/js/flat.js` reads it).
+    /// [`interop::claim_decision`] lays it out (`claimDecided` in
+    /// `wasm/js/idempotency.js` reads it).
     ///
     /// For the HTTP handler, with the record's `logRef` (as
     /// [`locate`](Route::locate) gave it): an outcome other than `execute`
@@ -187,9 +187,7 @@ impl Route {
             .map(|r| r.parse())
             .transpose()
             .map_err(|e| interop::error(interop::ArgumentError(format!("claim's logRef: {e}"))))?;
-        let existing = existing.as_deref().map(crate::decode).transpose()?;
-        let decision = machine::apply(existing.as_ref(), &op, &self.policy, interop::now(now)?)
-            .map_err(interop::error)?;
+        let (_, decision) = crate::decision_on(existing.as_deref(), &op, &self.policy, now)?;
         let reply = match (&decision.answer, log_ref) {
             (Answer::Claim(outcome), Some(log_ref))
                 if !matches!(outcome, ClaimOutcome::Execute { .. }) =>
@@ -236,9 +234,7 @@ impl Route {
                 resource_ref,
             },
         };
-        let existing = crate::decode(&existing)?;
-        let decision = machine::apply(Some(&existing), &op, &self.policy, interop::now(now)?)
-            .map_err(interop::error)?;
+        let (_, decision) = crate::decision_on(Some(&existing), &op, &self.policy, now)?;
         Ok(interop::completion_decision(
             &decision,
             with_view == Some(true),

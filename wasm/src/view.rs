@@ -128,19 +128,25 @@ mod tests {
         }
     }
 
+    /// The fields before `updatedAt` of a record of [`running`]'s claim (no
+    /// steps, first attempt, created at 1 000) now in `state`.
+    fn read_first_fields(read: &mut Reader<'_>, state: &str) {
+        assert_eq!(read.string(), "07".repeat(32), "fingerprint");
+        assert_eq!(read.number(), 1.0, "fingerprintScheme");
+        assert_eq!(read.string(), "external");
+        assert_eq!(read.string(), state);
+        assert_eq!(read.number(), 1.0, "attempt");
+        assert_eq!(read.string(), "1", "lastToken, as decimal text");
+        assert_eq!(read.number(), 0.0, "no steps");
+        assert_eq!(read.number(), 1_000.0, "createdAt");
+    }
+
     #[test]
     fn a_running_record_names_its_owner_and_measures_its_strings_in_utf16() {
         let owner = "worker \"7\"\\\n\u{1}é😀";
         let view = record_view(&running(owner));
         let mut read = Reader::new(&view);
-        assert_eq!(read.string(), "07".repeat(32), "fingerprint");
-        assert_eq!(read.number(), 1.0, "fingerprintScheme");
-        assert_eq!(read.string(), "external");
-        assert_eq!(read.string(), "running");
-        assert_eq!(read.number(), 1.0, "attempt");
-        assert_eq!(read.string(), "1", "lastToken, as decimal text");
-        assert_eq!(read.number(), 0.0, "no steps");
-        assert_eq!(read.number(), 1_000.0, "createdAt");
+        read_first_fields(&mut read, "running");
         assert_eq!(read.number(), 1_000.0, "updatedAt");
         assert!(read.number().is_nan(), "no replayUntil");
         assert!(read.number().is_nan(), "no keepUntil");
@@ -174,14 +180,7 @@ mod tests {
         };
         let view = record_view(&done);
         let mut read = Reader::new(&view);
-        assert_eq!(read.string(), "07".repeat(32));
-        assert_eq!(read.number(), 1.0);
-        assert_eq!(read.string(), "external");
-        assert_eq!(read.string(), "completed");
-        assert_eq!(read.number(), 1.0, "attempt");
-        assert_eq!(read.string(), "1", "lastToken");
-        assert_eq!(read.number(), 0.0, "no steps");
-        assert_eq!(read.number(), 1_000.0, "createdAt");
+        read_first_fields(&mut read, "completed");
         assert_eq!(read.number(), 2_000.0, "updatedAt");
         assert!(read.number() > 2_000.0, "replayUntil");
         assert!(read.number() > 2_000.0, "keepUntil");
