@@ -51,8 +51,11 @@ pub struct RouteConfig {
 /// (most often: its timeout fired).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum OnDisconnect {
-    /// The default: the handler keeps running on its own task to the end, and
-    /// its response is recorded as if the client were still there. The client's
+    /// The default: the handler keeps running to the end, and its response
+    /// is recorded as if the client were still there. While the client waits,
+    /// the request is handled in the request's own task; when its future is
+    /// dropped, what is left is handed to a task of its own (spawned on the
+    /// current tokio runtime). The client's
     /// retry with the same key gets 409 `request-in-progress` meanwhile and then
     /// the replay: a timeout on the client's side never becomes an unknown outcome.
     #[default]

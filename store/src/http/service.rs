@@ -8,10 +8,8 @@ use std::task::{Context, Poll};
 use ::http::{Request, Response};
 use axum::body::Body;
 use bytes::Bytes;
-use idemkit_core::http::Refusal;
 
 use super::pipeline::{Incoming, handle};
-use super::response::refusal_response;
 use super::{BoxError, Executions, OnDisconnect, RouteConfig};
 use crate::store::Store;
 
@@ -100,36 +98,83 @@ where
             }
             OnDisconnect::Finish => {
                 // Held by the request's future: dropped with it when the
-                // client disconnects, which ends a wait on the task.
+                // client disconnects, which ends a wait of the handling.
                 let (here, client_gone) = tokio::sync::oneshot::channel::<()>();
                 let request = Incoming {
                     request,
                     entry,
                     client_gone: Some(client_gone),
                 };
-                let unavailable = Refusal::StoreUnavailable {
-                    retry_after: config.store_retry_after,
-                };
-                // Dropping a JoinHandle detaches its task: the claim and the
-                // execution outlive the request, so a claim is never left
-                // unexecuted (which would read as an unknown outcome). Boxed
-                // first: the request's future (its whole pipeline) is large,
-                // and spawning copies an unboxed future at each move into the
-                // task (callgrind: 5 % of a request's instructions).
-                let task = tokio::spawn(Box::pin(handle(inner, store, config, request)));
-                Box::pin(async move {
-                    let _here = here;
-                    match task.await {
-                        Ok(result) => result,
-                        Err(e) => match e.try_into_panic() {
-                            // The same panic the handler raised, as if it had run inline.
-                            Ok(payload) => std::panic::resume_unwind(payload),
-                            // Cancelled only when the runtime shuts down; a guard
-                            // dropped with it records Unknown or Released.
-                            Err(_) => Ok(refusal_response(&unavailable)),
-                        },
-                    }
+                Box::pin(FinishOnDrop {
+                    client: Some(here),
+                    work: Some(Box::pin(handle(inner, store, config, request))),
                 })
+            }
+        }
+    }
+}
+
+/// A request's handling under [`OnDisconnect::Finish`]: polled in the
+/// request's own task while the client waits, and handed to a task of its own
+/// only if the request's future is dropped before it ends (the client went
+/// away, a timeout outside the layer), so the claim and the execution still
+/// run to their end and are recorded: a claim is never left unexecuted, which
+/// would read as an unknown outcome.
+///
+/// Spawning every request's handling instead cost a wake-up of another
+/// thread and back per request, most of what the layer added to a replay.
+/// Boxed: the handling's future (the whole pipeline) is large, and a box
+/// moves into a task without copying it.
+struct FinishOnDrop<F: Future + Send + 'static>
+where
+    F::Output: Send + 'static,
+{
+    /// Dropped first when the request is: a wait of the handling then ends.
+    client: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The handling; `None` once it ended (or panicked).
+    work: Option<Pin<Box<F>>>,
+}
+
+impl<F: Future + Send + 'static> Future for FinishOnDrop<F>
+where
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let Some(work) = this.work.as_mut() else {
+            // Polled after it answered: a caller's bug, never the pipeline's.
+            return Poll::Pending;
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => {
+                this.work = None;
+                Poll::Ready(output)
+            }
+            Err(panic) => {
+                // The handling is dropped here, as a task that panicked is (its
+                // guards settle the record), and the panic goes on as if it
+                // had run inline: the handler's own.
+                this.work = None;
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for FinishOnDrop<F>
+where
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        drop(self.client.take());
+        if let Some(work) = self.work.take() {
+            // Outside a runtime (it is shutting down) nothing can run it: it is
+            // dropped, and its guards record Unknown or release the claim.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                drop(runtime.spawn(work));
             }
         }
     }

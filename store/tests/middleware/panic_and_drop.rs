@@ -213,6 +213,41 @@ async fn request_dropped_while_claiming_still_executes_by_default() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
+/// While its client waits, a request is handled in the request's own task: no
+/// hop to another thread and back per request. Only a request dropped before
+/// its end hands the rest to a task of its own (the two tests above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_handled_in_its_own_task_while_the_client_waits() {
+    let store = idemkit::in_memory().unwrap();
+    let handled_in = Arc::new(std::sync::Mutex::new(None));
+    let seen = Arc::clone(&handled_in);
+    let handler = tower::service_fn(move |_: Request<Body>| {
+        let seen = Arc::clone(&seen);
+        async move {
+            *seen.lock().unwrap() = tokio::task::try_id();
+            Ok::<_, Infallible>(
+                Response::builder()
+                    .status(201)
+                    .body(Body::from("done"))
+                    .unwrap(),
+            )
+        }
+    });
+    let svc = IdempotencyLayer::new(store, route(EffectKind::External)).layer(handler);
+    let (request_task, status) = tokio::spawn(async move {
+        let response = svc.oneshot(req("own-task")).await.unwrap();
+        (tokio::task::id(), response.status())
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 201);
+    assert_eq!(
+        *handled_in.lock().unwrap(),
+        Some(request_task),
+        "the handler ran in the task that awaited the request"
+    );
+}
+
 /// 128 KiB of an answer, then a failure: the connection it was read from broke.
 struct FailsMidway {
     sent: bool,
