@@ -52,10 +52,11 @@ pub struct RouteConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum OnDisconnect {
     /// The default: the handler keeps running to the end, and its response
-    /// is recorded as if the client were still there. While the client waits,
-    /// the request is handled in the request's own task; when its future is
-    /// dropped, what is left is handed to a task of its own (spawned on the
-    /// current tokio runtime). The client's
+    /// is recorded as if the client were still there. The handler runs on a
+    /// task of its own (spawned on the current tokio runtime); the claim, and
+    /// the answer to a claim that does not execute (a replay, a refusal), run
+    /// in the request's task, and whatever of them is left when the request's
+    /// future is dropped is handed to a task too. The client's
     /// retry with the same key gets 409 `request-in-progress` meanwhile and then
     /// the replay: a timeout on the client's side never becomes an unknown outcome.
     #[default]

@@ -121,8 +121,10 @@ where
 /// run to their end and are recorded: a claim is never left unexecuted, which
 /// would read as an unknown outcome.
 ///
-/// Spawning every request's handling instead cost a wake-up of another
-/// thread and back per request, most of what the layer added to a replay.
+/// A claim answered without executing (a replay, a refusal) therefore costs
+/// no task: spawning every request's handling cost a wake-up of another
+/// thread and back per request, most of what the layer added to a replay. An
+/// execution is spawned by the pipeline itself (`pipeline.rs` says why).
 /// Boxed: the handling's future (the whole pipeline) is large, and a box
 /// moves into a task without copying it.
 struct FinishOnDrop<F: Future + Send + 'static>

@@ -94,6 +94,11 @@ async fn hangs(_: usize, _: Execution) -> Response<Body> {
 /// Takes 800 ms at the provider, then answers 201 `charge <call number>`.
 async fn slow_charge(call: usize, exec: Execution) -> Response<Body> {
     tokio::time::sleep(Duration::from_millis(800)).await;
+    charges(call, exec).await
+}
+
+/// Answers 201 `charge <call number>` at once, the provider's reference recorded.
+async fn charges(call: usize, exec: Execution) -> Response<Body> {
     exec.complete_step("charge", Some("ch_1".into()))
         .await
         .unwrap();
@@ -213,38 +218,35 @@ async fn request_dropped_while_claiming_still_executes_by_default() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
-/// While its client waits, a request is handled in the request's own task: no
-/// hop to another thread and back per request. Only a request dropped before
-/// its end hands the rest to a task of its own (the two tests above).
+/// A claim that does not execute is answered in the request's own task: a
+/// replay costs no hop to another thread and back. (The handler runs on a task
+/// of its own, and a request dropped before its end hands the rest to a task
+/// too: the two tests above.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_is_handled_in_its_own_task_while_the_client_waits() {
+async fn a_replay_is_answered_in_the_request_task() {
     let store = idemkit::in_memory().unwrap();
-    let handled_in = Arc::new(std::sync::Mutex::new(None));
-    let seen = Arc::clone(&handled_in);
-    let handler = tower::service_fn(move |_: Request<Body>| {
-        let seen = Arc::clone(&seen);
-        async move {
-            *seen.lock().unwrap() = tokio::task::try_id();
-            Ok::<_, Infallible>(
-                Response::builder()
-                    .status(201)
-                    .body(Body::from("done"))
-                    .unwrap(),
-            )
-        }
+    let calls = Arc::new(AtomicUsize::new(0));
+    let asked_in = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&asked_in);
+    let route = RouteConfig::new(OP, EffectKind::External).principal(move |_| {
+        seen.lock().unwrap().push(tokio::task::try_id());
+        Some("t".to_owned())
     });
-    let svc = IdempotencyLayer::new(store, route(EffectKind::External)).layer(handler);
-    let (request_task, status) = tokio::spawn(async move {
+    let svc = IdempotencyLayer::new(store, route).layer(charging(Arc::clone(&calls), charges));
+    let first = svc.clone().oneshot(req("own-task")).await.unwrap();
+    assert_eq!(first.status(), 201);
+    let (request_task, replay) = tokio::spawn(async move {
         let response = svc.oneshot(req("own-task")).await.unwrap();
-        (tokio::task::id(), response.status())
+        (tokio::task::id(), response)
     })
     .await
     .unwrap();
-    assert_eq!(status, 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(
-        *handled_in.lock().unwrap(),
+        asked_in.lock().unwrap().last().copied().flatten(),
         Some(request_task),
-        "the handler ran in the task that awaited the request"
+        "the replay's principal was asked in the task that awaited the request"
     );
 }
 
