@@ -263,7 +263,7 @@ where
         // The execution runs on a task of its own, which the runtime may
         // hand to another worker: the handler's work spreads over the
         // workers, where run inline every connection's handler shares the
-        // one worker its connection is on (at 16 connections a third fewer
+        // one worker its connection is on (at 16 connections a quarter fewer
         // fresh requests per second on two workers). Boxed first: spawning
         // copies an unboxed future at each move into the task. A claim
         // answered without executing (a replay, a refusal) stays inline.

@@ -173,8 +173,8 @@ where
     fn drop(&mut self) {
         drop(self.client.take());
         if let Some(work) = self.work.take() {
-            // Outside a runtime (it is shutting down) nothing can run it: it is
-            // dropped, and its guards record Unknown or release the claim.
+            // Outside a tokio runtime nothing can run it: it is dropped, and
+            // its guards record Unknown or release the claim.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 drop(runtime.spawn(work));
             }
