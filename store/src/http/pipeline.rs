@@ -25,9 +25,9 @@ use crate::store::{Claim, ExecutionGuard, Store};
 pub(super) struct Incoming<B> {
     pub(super) request: Request<B>,
     pub(super) entry: Option<executions::Entry>,
-    /// Resolves when the client is gone while the request runs on its own
-    /// task ([`OnDisconnect::Finish`](super::OnDisconnect::Finish)): a wait
-    /// ends then. `None`: the request's future is dropped with its client.
+    /// Resolves when the client is gone and what is left of the request runs
+    /// on a task of its own ([`OnDisconnect::Finish`](super::OnDisconnect::Finish)):
+    /// a wait ends then. `None`: the request's future is dropped with its client.
     pub(super) client_gone: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
