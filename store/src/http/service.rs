@@ -9,6 +9,7 @@ use ::http::{Request, Response};
 use axum::body::Body;
 use bytes::Bytes;
 
+use super::catch_unwind::CatchUnwind;
 use super::pipeline::{Incoming, handle};
 use super::{BoxError, Executions, OnDisconnect, RouteConfig};
 use crate::store::Store;
@@ -107,7 +108,7 @@ where
                 };
                 Box::pin(FinishOnDrop {
                     client: Some(here),
-                    work: Some(Box::pin(handle(inner, store, config, request))),
+                    work: Some(CatchUnwind(Box::pin(handle(inner, store, config, request)))),
                 })
             }
         }
@@ -134,7 +135,7 @@ where
     /// Dropped first when the request is: a wait of the handling then ends.
     client: Option<tokio::sync::oneshot::Sender<()>>,
     /// The handling; `None` once it ended (or panicked).
-    work: Option<Pin<Box<F>>>,
+    work: Option<CatchUnwind<F>>,
 }
 
 impl<F: Future + Send + 'static> Future for FinishOnDrop<F>
@@ -149,20 +150,14 @@ where
             // Polled after it answered: a caller's bug, never the pipeline's.
             return Poll::Pending;
         };
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.as_mut().poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => {
-                this.work = None;
-                Poll::Ready(output)
-            }
-            Err(panic) => {
-                // The handling is dropped here, as a task that panicked is (its
-                // guards settle the record), and the panic goes on as if it
-                // had run inline: the handler's own.
-                this.work = None;
-                std::panic::resume_unwind(panic)
-            }
-        }
+        let Poll::Ready(ended) = Pin::new(work).poll(cx) else {
+            return Poll::Pending;
+        };
+        // Dropped here, as a task that ended or panicked is (a panicking
+        // handling's guards settle the record); a panic goes on as if it had
+        // run inline: the handler's own.
+        this.work = None;
+        Poll::Ready(ended.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     }
 }
 
