@@ -38,7 +38,16 @@ def _num(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
+# The pairs overhead.mjs compares within each round (its `derived`): the median of
+# the per-round figures, steadier than a ratio of two medians measured apart.
+PAIRED_RATIO = {("idemkit_claim_complete", "peer_fresh"): "ratio_fresh", ("idemkit_replay", "peer_replay"): "ratio_replay"}
+PAIRED_ADDED = {"handle_fresh": "handle_fresh_added_us", "handle_replay": "handle_replay_added_us"}
+
+
 def _rate_ratio(doc: dict, name: str, peer: str) -> float | None:
+    paired = _num(doc.get("derived", {}).get(PAIRED_RATIO.get((name, peer), ""))) if "rounds" in doc else None
+    if paired is not None:
+        return paired
     res = doc.get("results", {})
     a = _num(res.get(name, {}).get("ops_per_s"))
     b = _num(res.get(peer, {}).get("ops_per_s"))
@@ -46,6 +55,9 @@ def _rate_ratio(doc: dict, name: str, peer: str) -> float | None:
 
 
 def _added(doc: dict, name: str) -> float | None:
+    paired = _num(doc.get("derived", {}).get(PAIRED_ADDED.get(name, ""))) if "rounds" in doc else None
+    if paired is not None:
+        return paired
     res = doc.get("results", {})
     a = _num(res.get(name, {}).get("mean_us"))
     b = _num(res.get("bare_handler", {}).get("mean_us"))
@@ -65,7 +77,14 @@ def render(results: Path) -> list[str]:
         f"{doc.get('body_bytes', '?')}-byte JSON body on both sides, in-memory stores on both sides "
         f"(`{peer.get('package', '@node-idempotency/core')}@{peer.get('version', '?')}` with "
         f"`{peer.get('adapter', '?')}`; idemkit's `memoryAdapter`), "
-        f"{doc.get('seconds_per_measurement', '?')} s per figure. "
+        f"{doc.get('seconds_per_measurement', '?')} s per figure"
+        + (
+            f" over {doc['rounds']} rounds, the figures taking turns in each; each figure is the median of its rounds, "
+            "and each ratio and added µs the median over rounds of the two figures measured in that round. "
+            if "rounds" in doc
+            else ". "
+        )
+        + 
         "Command: `npm --prefix wasm run build && npm --prefix wasm/bench ci && node wasm/bench/overhead.mjs`. "
         "The peer is given the body parsed (`JSON.parse` counted in its figure), idemkit the bytes.",
         "",

@@ -1,6 +1,13 @@
 // The timing loop of the npm package's benchmarks (overhead.mjs, mcp-wrapper.mjs).
 import { performance } from "node:perf_hooks";
 
+const round2 = (x) => Math.round(x * 100) / 100;
+const median = (xs) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
 /** BENCH_SECONDS (per figure, default 1; a tiny value such as 0.01 is a smoke run). */
 export function benchSeconds() {
   const seconds = Number(process.env.BENCH_SECONDS ?? "1");
@@ -31,15 +38,63 @@ export async function measure(fn, seconds) {
   const meanUs = ((now - start) * 1000) / times.length;
   const { user, system } = process.cpuUsage(cpu);
   times.sort((a, b) => a - b);
-  const round = (x) => Math.round(x * 100) / 100;
   return {
-    mean_us: round(meanUs),
-    p50_us: round(times[times.length >> 1] * 1000),
-    p99_us: round(times[Math.min(times.length - 1, Math.floor(times.length * 0.99))] * 1000),
+    mean_us: round2(meanUs),
+    p50_us: round2(times[times.length >> 1] * 1000),
+    p99_us: round2(times[Math.min(times.length - 1, Math.floor(times.length * 0.99))] * 1000),
     ops_per_s: Math.round(1e6 / meanUs),
     // The process's CPU time per op (every thread, GC helpers too): unlike the wall
     // clock it does not grow when other processes take the cores.
-    cpu_us: round((user + system) / times.length),
+    cpu_us: round2((user + system) / times.length),
     iterations: times.length,
   };
+}
+
+/** BENCH_ROUNDS (default 5): how many turns `measureInTurns` gives every figure. */
+export function benchRounds() {
+  const rounds = Number(process.env.BENCH_ROUNDS ?? "5");
+  if (!Number.isInteger(rounds) || rounds < 1) throw new Error("BENCH_ROUNDS must be a positive integer");
+  return rounds;
+}
+
+/**
+ * Measures every figure of `figures` (`{ name: fn }`) in `rounds` turns of
+ * `seconds / rounds` each, the figures taking turns within a round (each round
+ * starts one figure later, so none always follows the same one). On a shared
+ * machine a slow minute then falls on every figure of a round, not on one whole
+ * figure. Each figure's mean, p50, p99 and CPU µs are the medians of its rounds;
+ * `rounds` keeps every round's mean and p50.
+ *
+ * Returns `{ results, paired }`: `paired(a, b, f)` is the median over rounds of
+ * `f(round of a, round of b)`, a comparison made within each round (the two
+ * figures measured minutes, not seconds, apart never enter one pair).
+ */
+export async function measureInTurns(figures, seconds, rounds) {
+  const names = Object.keys(figures);
+  const perRound = Object.fromEntries(names.map((name) => [name, []]));
+  for (let r = 0; r < rounds; r++) {
+    for (let i = 0; i < names.length; i++) {
+      const name = names[(r + i) % names.length];
+      perRound[name].push(await measure(figures[name], seconds / rounds));
+    }
+  }
+  const results = {};
+  for (const name of names) {
+    const runs = perRound[name];
+    const meanUs = round2(median(runs.map((m) => m.mean_us)));
+    results[name] = {
+      mean_us: meanUs,
+      p50_us: round2(median(runs.map((m) => m.p50_us))),
+      p99_us: round2(median(runs.map((m) => m.p99_us))),
+      ops_per_s: Math.round(1e6 / meanUs),
+      cpu_us: round2(median(runs.map((m) => m.cpu_us))),
+      iterations: runs.reduce((total, m) => total + m.iterations, 0),
+      rounds: runs.map((m) => ({ mean_us: m.mean_us, p50_us: m.p50_us })),
+    };
+  }
+  const paired = (a, b, f) => {
+    if (!(a in perRound) || !(b in perRound)) return null;
+    return median(perRound[a].map((m, r) => f(m, perRound[b][r])));
+  };
+  return { results, paired };
 }

@@ -2,8 +2,10 @@
 // the peer @node-idempotency/core (1.0.11, with @node-idempotency/storage-adapter-memory),
 // on the same 750-byte JSON body, with in-memory stores on both sides.
 //
-// Measured (each for BENCH_SECONDS after a warm-up; wall-clock mean and p50 per op,
-// ops/s from the mean, and the process's CPU µs per op):
+// Measured (BENCH_SECONDS per figure, in BENCH_ROUNDS turns, default 5, the figures
+// taking turns so that a slow minute of a shared machine falls on all of them; each
+// figure the median of its rounds: wall-clock mean and p50 per op, ops/s from the
+// mean, and the process's CPU µs per op):
 //   peer_fresh              onRequest + onResponse of a new key (the body parsed by
 //                           JSON.parse first, as a framework hands it to the peer)
 //   peer_replay             onRequest of a key already answered
@@ -14,7 +16,9 @@
 //   bare_handler            a fetch handler on a new Request, its response body read
 //   handle_fresh            idem.handle(request, that handler) on a new key
 //   handle_replay           idem.handle on a key already answered (handler not run)
-// and derived: handle_*_added_us = handle_* − bare_handler, ratio_* = idemkit rate ÷ peer rate.
+// and derived, each the median over rounds of the pair measured in that round:
+// handle_*_added_us = handle_* − bare_handler, ratio_* = idemkit rate ÷ peer rate
+// (the *_p50 ones from the rounds' p50s).
 //
 //   npm --prefix wasm run build && npm --prefix wasm/bench ci && node wasm/bench/overhead.mjs
 //
@@ -25,7 +29,7 @@
 import { createRequire } from "node:module";
 import os from "node:os";
 import * as idemkit from "idemkit";
-import { benchSeconds, measure } from "./measure.mjs";
+import { benchRounds, benchSeconds, measureInTurns } from "./measure.mjs";
 
 const require = createRequire(import.meta.url);
 const { Idempotency } = require("@node-idempotency/core");
@@ -34,6 +38,7 @@ const peerVersion = require("@node-idempotency/core/package.json").version;
 const peerAdapterVersion = require("@node-idempotency/storage-adapter-memory/package.json").version;
 
 const SECONDS = benchSeconds();
+const ROUNDS = benchRounds();
 const BODY_BYTES = 750;
 
 /** A payment-like JSON object, padded by its `note` to exactly BODY_BYTES of UTF-8. */
@@ -142,29 +147,32 @@ const figures = {
   handle_fresh: handleFresh,
   handle_replay: handleReplay,
 };
-const results = {};
 const only = process.env.BENCH_ONLY?.split(",");
-for (const [name, fn] of Object.entries(figures)) if (!only || only.includes(name)) results[name] = await measure(fn, SECONDS);
-const diff = (a, b) => (a === undefined || b === undefined ? null : Math.round((a - b) * 100) / 100);
-const quotient = (a, b) => (a === undefined || b === undefined ? null : Math.round((a / b) * 1000) / 1000);
+const chosen = Object.fromEntries(Object.entries(figures).filter(([name]) => !only || only.includes(name)));
+const { results, paired } = await measureInTurns(chosen, SECONDS, ROUNDS);
+const rounded = (x, places) => (x === null ? null : Math.round(x * 10 ** places) / 10 ** places);
+// What `figure` adds to the bare handler, and idemkit's rate ÷ the peer's (its time ÷ idemkit's), by `field`.
+const added = (figure, field) => rounded(paired(figure, "bare_handler", (a, b) => a[field] - b[field]), 2);
+const rateRatio = (figure, peerFigure, field) => rounded(paired(figure, peerFigure, (a, b) => b[field] / a[field]), 3);
 
 console.log(JSON.stringify({
   figure: "npm_overhead",
   node: process.version,
   cpu: os.cpus()[0]?.model ?? "unknown",
   seconds_per_measurement: SECONDS,
+  rounds: ROUNDS,
   body_bytes: body.length,
   peer: { package: "@node-idempotency/core", version: peerVersion, adapter: `@node-idempotency/storage-adapter-memory@${peerAdapterVersion}` },
   results,
   derived: {
-    handle_fresh_added_us: diff(results.handle_fresh?.mean_us, results.bare_handler?.mean_us),
-    handle_replay_added_us: diff(results.handle_replay?.mean_us, results.bare_handler?.mean_us),
-    ratio_fresh: quotient(results.idemkit_claim_complete?.ops_per_s, results.peer_fresh?.ops_per_s),
-    ratio_replay: quotient(results.idemkit_replay?.ops_per_s, results.peer_replay?.ops_per_s),
-    // The same from the medians: steadier than the means on a machine shared with other work.
-    handle_fresh_added_p50_us: diff(results.handle_fresh?.p50_us, results.bare_handler?.p50_us),
-    handle_replay_added_p50_us: diff(results.handle_replay?.p50_us, results.bare_handler?.p50_us),
-    ratio_fresh_p50: quotient(results.peer_fresh?.p50_us, results.idemkit_claim_complete?.p50_us),
-    ratio_replay_p50: quotient(results.peer_replay?.p50_us, results.idemkit_replay?.p50_us),
+    handle_fresh_added_us: added("handle_fresh", "mean_us"),
+    handle_replay_added_us: added("handle_replay", "mean_us"),
+    ratio_fresh: rateRatio("idemkit_claim_complete", "peer_fresh", "mean_us"),
+    ratio_replay: rateRatio("idemkit_replay", "peer_replay", "mean_us"),
+    // The same from the p50s: steadier than the means on a machine shared with other work.
+    handle_fresh_added_p50_us: added("handle_fresh", "p50_us"),
+    handle_replay_added_p50_us: added("handle_replay", "p50_us"),
+    ratio_fresh_p50: rateRatio("idemkit_claim_complete", "peer_fresh", "p50_us"),
+    ratio_replay_p50: rateRatio("idemkit_replay", "peer_replay", "p50_us"),
   },
 }));

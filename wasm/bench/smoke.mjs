@@ -15,7 +15,7 @@ if (!needed.every((path) => existsSync(join(benchDir, "node_modules", ...path, "
   execFileSync("npm", ["ci", "--no-audit", "--no-fund", "--loglevel=error"], { cwd: benchDir, stdio: "inherit" });
 }
 const out = execFileSync(process.execPath, [join(benchDir, "overhead.mjs")], {
-  env: { ...process.env, BENCH_SECONDS: "0.005" },
+  env: { ...process.env, BENCH_SECONDS: "0.005", BENCH_ROUNDS: "2" },
   encoding: "utf8",
 });
 const doc = JSON.parse(out);
@@ -25,7 +25,9 @@ assert.equal(doc.peer.version, "1.0.11");
 const names = ["peer_fresh", "peer_replay", "idemkit_claim_complete", "idemkit_replay", "idemkit_fingerprint",
   "idemkit_decode", "bare_handler", "handle_fresh", "handle_replay"];
 assert.deepEqual(Object.keys(doc.results).sort(), [...names].sort());
+assert.equal(doc.rounds, 2);
 for (const name of names) {
+  assert.equal(doc.results[name].rounds.length, 2, `${name}: one measurement per round`);
   for (const field of ["mean_us", "p50_us", "ops_per_s", "cpu_us", "iterations"]) {
     const value = doc.results[name][field];
     assert.ok(typeof value === "number" && Number.isFinite(value) && value > 0, `${name}.${field} = ${value}`);
@@ -34,7 +36,7 @@ for (const name of names) {
 for (const name of ["ratio_fresh", "ratio_replay"]) {
   assert.ok(Number.isFinite(doc.derived[name]) && doc.derived[name] > 0, `${name} = ${doc.derived[name]}`);
 }
-// An added time is a difference of two means: finite, but its sign is not a property of the code.
+// An added time is a difference of two means (per round, then their median): finite, but its sign is not a property of the code.
 for (const name of ["handle_fresh_added_us", "handle_replay_added_us"]) assert.ok(Number.isFinite(doc.derived[name]), name);
 console.log(`bench smoke: ${names.length} figures, ratios ${doc.derived.ratio_fresh} / ${doc.derived.ratio_replay}`);
 
