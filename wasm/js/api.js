@@ -195,16 +195,16 @@ export function logRef(tenant, operation, key) {
  */
 export function decodeRecord(bytes) {
   if (!(bytes instanceof Uint8Array)) throw new IdemkitError("invalid-argument", "decodeRecord expects a Uint8Array");
-  return recordView(wasmCall(() => wasm.decodeRecord(bytes)));
+  return recordView(new FlatReader(wasmCall(() => wasm.decodeRecord(bytes))));
 }
 
 /**
- * The view of a record from core's flat parts (`decodeRecord`, or the view a
- * completion returns of the record it wrote), read in wasm/src/view.rs's order.
- * @param {[string, Float64Array, Uint8Array]} parts
+ * The view of a record read from core's flat form (`decodeRecord`'s, or the
+ * view a completion's decision carries of the record it wrote), read in
+ * wasm/src/view.rs's order from where `read` stands.
+ * @param {FlatReader} read
  */
-export function recordView(parts) {
-  const read = new FlatReader(parts);
+export function recordView(read) {
   const fingerprint = read.string();
   const fingerprintScheme = read.number();
   const effect = read.string();

@@ -1,18 +1,39 @@
-// Reading what core writes flat (wasm/src/flat.rs): a record's view and a
-// claim's decision cross from WebAssembly as `[text, numbers, bytes]` instead of
-// an object built a property at a time (a crossing each) or JSON text to parse.
+// Reading what core writes flat (wasm/src/flat.rs): a record's view and the
+// decisions of a claim and a completion cross from WebAssembly as one byte array
+// instead of an object built a property at a time (a crossing each), JSON text to
+// parse, or an array of typed arrays (a crossing and an allocation each).
 // `numbers` holds every number in field order, and for each string its length in
 // UTF-16 units (-1: none) while `text` holds the strings back to back; an absent
-// time is NaN; byte fields are `start, end` into `bytes`. A reader takes the
-// fields in the order the writer put them.
+// time is NaN; byte fields are `start, end` into `bytes`; `write` is the record
+// bytes the decision writes, "delete", or null. A reader takes the fields in the
+// order the writer put them.
+//
+// The array: four little-endian f64 (the count of numbers, the text's and the
+// bytes' lengths in bytes, the write's length, -1 for none and -2 for delete),
+// the numbers (f64 each), then the text (UTF-8), the bytes and the write. It is a
+// buffer of its own (wasm-bindgen copies a returned Vec<u8> into a new one), so
+// the f64s are 8-aligned; every JavaScript engine is little-endian.
+
+const HEAD = 4;
+const utf8 = new TextDecoder();
 
 export class FlatReader {
-  /** @param {[string, Float64Array, Uint8Array]} parts */
-  constructor([text, numbers, bytes]) {
-    this.text = text;
+  /** @param {Uint8Array} packed */
+  constructor(packed) {
+    // One view over the head and the numbers (and whatever 8-byte words follow,
+    // never read): each typed array made costs as much as reading all of them.
+    const numbers = new Float64Array(packed.buffer, packed.byteOffset, packed.length >> 3);
+    const textStart = 8 * (HEAD + numbers[0]);
+    const bytesStart = textStart + numbers[1];
+    const writeStart = bytesStart + numbers[2];
+    const writeLength = numbers[3];
     this.numbers = numbers;
-    this.bytes = bytes;
-    this.next = 0;
+    this.text = textStart === bytesStart ? "" : utf8.decode(packed.subarray(textStart, bytesStart));
+    this.packed = packed;
+    this.bytesStart = bytesStart;
+    /** The record bytes to write (a copy: an adapter may keep it), "delete", or null. */
+    this.write = writeLength >= 0 ? packed.slice(writeStart, writeStart + writeLength) : writeLength === -2 ? "delete" : null;
+    this.next = HEAD;
     this.at = 0;
   }
 
@@ -54,8 +75,8 @@ export class FlatReader {
 
   /** A byte field: a copy, so it outlives nothing else. */
   range() {
-    const start = this.numbers[this.next++];
-    return this.bytes.slice(start, this.numbers[this.next++]);
+    const start = this.bytesStart + this.numbers[this.next++];
+    return this.packed.slice(start, this.bytesStart + this.numbers[this.next++]);
   }
 
   /** Steps, as `RecordView.steps` holds them. */

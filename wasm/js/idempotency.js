@@ -148,13 +148,13 @@ function fromAnswer(answer) {
 }
 
 /**
- * `Route.claim`'s flat decision (wasm/src/interop.rs, `claim_decision`) as
+ * `Route.claim`'s packed decision (wasm/src/interop.rs, `claim_decision`) as
  * `readDecideWrite` takes it: the write, its index meta, and the answer a claim
  * resolves to, with the HTTP `reply` when core made one.
  */
-function claimDecided(parts) {
-  const read = new FlatReader(parts);
-  const write = parts[3];
+function claimDecided(packed) {
+  const read = new FlatReader(packed);
+  const write = read.write;
   const gcDueAt = read.time();
   const outcome = read.string();
   let answer;
@@ -189,8 +189,16 @@ function claimDecided(parts) {
   return { write, answer, meta: write instanceof Uint8Array ? { gcDueAt } : undefined };
 }
 
-/** `Route.complete`'s `[write, writeGcDueAt, view]` as `readDecideWrite` takes it. */
-function completionDecided([write, gcDueAt, view]) {
+/**
+ * `Route.complete`'s packed decision (wasm/src/interop.rs, `completion_decision`)
+ * as `readDecideWrite` takes it; `answer.view` is the reader at the written
+ * record's view when one came with it (read only by a caller that returns it).
+ */
+function completionDecided(packed) {
+  const read = new FlatReader(packed);
+  const { write } = read;
+  const gcDueAt = read.time();
+  const view = read.flag() ? read : undefined;
   return { write, answer: { view }, meta: write instanceof Uint8Array ? { gcDueAt } : undefined };
 }
 

@@ -1,23 +1,54 @@
 //! The flat form in which a record's view and the engine's two hot decisions
-//! (a claim, a completion) cross to JavaScript: three parts instead of an
+//! (a claim, a completion) cross to JavaScript: one byte array instead of an
 //! object built a property at a time (each property set is a crossing of its
-//! own) or JSON text (a number formatter here, a parser there).
+//! own), JSON text (a number formatter here, a parser there), or an array of
+//! typed arrays (each a crossing and an allocation on the JavaScript side).
 //!
-//! - `numbers`, a `Float64Array`: every number in field order, and for each
-//!   string its length in UTF-16 units (`-1`: none). An absent time is NaN.
-//!   Milliseconds past 2^53 (only "never" gets there) are the nearest double,
-//!   as JavaScript holds any number;
-//! - `text`, one string: the strings back to back, cut out by JavaScript by
-//!   the lengths in `numbers` (a 64-bit token among them as decimal text: it
-//!   does not fit a double);
+//! A value has three parts:
+//!
+//! - `numbers`: every number in field order, and for each string its length
+//!   in UTF-16 units (`-1`: none). An absent time is NaN. Milliseconds past
+//!   2^53 (only "never" gets there) are the nearest double, as JavaScript
+//!   holds any number;
+//! - `text`: the strings back to back, cut out by JavaScript by the lengths
+//!   in `numbers` (a 64-bit token among them as decimal text: it does not fit
+//!   a double);
 //! - `bytes`: response bodies and header values back to back, each given in
 //!   `numbers` as its `start, end`.
 //!
-//! JavaScript reads the parts with `FlatReader` (`wasm/js/flat.js`) in the
-//! order they were written; each writer here says its order.
+//! [`Flat::into_packed`] lays them out in one array, with the record bytes a
+//! decision writes (see [`Written`]) after them:
+//!
+//! | at | what |
+//! |---|---|
+//! | 0 | four `f64`: the count of numbers, the text's length in bytes, the bytes' length, the write's length (`-1`: write nothing, `-2`: delete) |
+//! | 32 | the numbers, `f64` each |
+//! | then | the text, UTF-8 |
+//! | then | the bytes |
+//! | then | the write's bytes |
+//!
+//! Every `f64` is little-endian, as WebAssembly's memory and every JavaScript
+//! engine it runs in are, so JavaScript reads the head and the numbers through
+//! one `Float64Array` over the array (which starts 8-aligned: it is a buffer
+//! of its own).
+//!
+//! JavaScript reads a value with `FlatReader` (`wasm/js/flat.js`) in the
+//! order it was written; each writer here says its order.
 
 use idemkit_core::UnixMillis;
 use idemkit_core::record::{Step, StepState, StoredResponse};
+
+/// What a decision writes, sent after its flat value (see
+/// [`Flat::into_packed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written<'a> {
+    /// Nothing: the answer came from the record as read.
+    Nothing,
+    /// Delete the record.
+    Delete,
+    /// These encoded record bytes.
+    Record(&'a [u8]),
+}
 
 /// A value being written flat (see the module's documentation).
 #[derive(Debug, Default, PartialEq)]
@@ -41,21 +72,38 @@ impl Flat {
         }
     }
 
-    /// The three parts as JavaScript takes them: `[text, numbers, bytes]`.
+    /// The value and `write` in one array, as the module's documentation lays
+    /// them out.
     #[must_use]
-    pub fn into_js(self) -> js_sys::Array {
-        let [text, numbers, bytes] = self.into_parts();
-        js_sys::Array::of3(&text, &numbers, &bytes)
-    }
-
-    /// The three parts, to be sent with a fourth (see [`into_js`](Self::into_js)).
-    #[must_use]
-    pub fn into_parts(self) -> [wasm_bindgen::JsValue; 3] {
-        [
-            wasm_bindgen::JsValue::from_str(&self.text),
-            js_sys::Float64Array::from(self.numbers.as_slice()).into(),
-            js_sys::Uint8Array::from(self.bytes.as_slice()).into(),
-        ]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "lengths of one decision's parts: far below 2^53"
+    )]
+    pub fn into_packed(self, write: Written<'_>) -> Vec<u8> {
+        let (write_len, write_bytes): (f64, &[u8]) = match write {
+            Written::Nothing => (-1.0, &[]),
+            Written::Delete => (-2.0, &[]),
+            Written::Record(bytes) => (bytes.len() as f64, bytes),
+        };
+        let head = [
+            self.numbers.len() as f64,
+            self.text.len() as f64,
+            self.bytes.len() as f64,
+            write_len,
+        ];
+        let mut out = Vec::with_capacity(
+            8 * (head.len() + self.numbers.len())
+                + self.text.len()
+                + self.bytes.len()
+                + write_bytes.len(),
+        );
+        for n in head.iter().chain(&self.numbers) {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(self.text.as_bytes());
+        out.extend_from_slice(&self.bytes);
+        out.extend_from_slice(write_bytes);
+        out
     }
 
     /// A number.
@@ -177,5 +225,46 @@ impl Flat {
             self.range(body);
         }
         self.optional_string(response.resource_ref.as_deref());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f64_at(packed: &[u8], word: usize) -> f64 {
+        let bytes: [u8; 8] = packed[8 * word..8 * word + 8].try_into().unwrap();
+        f64::from_le_bytes(bytes)
+    }
+
+    #[test]
+    fn packed_lays_out_head_numbers_text_bytes_and_write() {
+        let mut flat = Flat::new();
+        flat.string("é1");
+        flat.number(7.5);
+        flat.range(b"body");
+        let packed = flat.into_packed(Written::Record(b"record"));
+        // The head: 4 numbers (the string's length, 7.5, the range's two ends),
+        // 3 bytes of text, 4 bytes, a 6-byte write.
+        assert_eq!(
+            [0, 1, 2, 3].map(|w| f64_at(&packed, w)),
+            [4.0, 3.0, 4.0, 6.0]
+        );
+        // "é1" is 2 UTF-16 units long, though 3 bytes of UTF-8.
+        assert_eq!(
+            [4, 5, 6, 7].map(|w| f64_at(&packed, w)),
+            [2.0, 7.5, 0.0, 4.0]
+        );
+        assert_eq!(&packed[64..], "é1bodyrecord".as_bytes());
+    }
+
+    #[test]
+    fn packed_marks_a_delete_and_no_write_by_length() {
+        let delete = Flat::new().into_packed(Written::Delete);
+        let nothing = Flat::new().into_packed(Written::Nothing);
+        assert_eq!(f64_at(&delete, 3), -2.0);
+        assert_eq!(f64_at(&nothing, 3), -1.0);
+        assert_eq!(delete.len(), 32);
+        assert_eq!(nothing.len(), 32);
     }
 }

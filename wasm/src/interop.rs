@@ -56,7 +56,7 @@ use idemkit_core::{
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::flat::Flat;
+use crate::flat::{Flat, Written};
 
 /// The result of an exported function: a JavaScript exception on error.
 pub type JsResult<T> = Result<T, JsValue>;
@@ -863,30 +863,73 @@ fn claim_outcome(out: ObjectBuilder, outcome: &ClaimOutcome) -> JsResult<ObjectB
     })
 }
 
-/// A completion's decision, for `Route.complete`: `[write, writeGcDueAt,
-/// view]`, `write` and `writeGcDueAt` as in [`decision`] (a completion answers
-/// nothing else), `view` the written record's view when asked for and one was
-/// written, else `undefined`.
-pub fn completion_decision(decision: &Decision, with_view: bool) -> Array {
-    let (write, due) = write_of(&decision.write);
-    let view = match &decision.write {
-        Write::Put(next) if with_view => crate::view::record_view(next).into_js().into(),
-        _ => JsValue::UNDEFINED,
-    };
-    Array::of3(&write, &due.map_or(JsValue::NULL, JsValue::from), &view)
+/// A completion's decision [packed](crate::flat::Flat::into_packed), for
+/// `Route.complete`, with what to write: the written record's GC due time
+/// (NaN: none), then whether its view follows (1 or 0: when asked for and a
+/// record was written), and the view as [`record_view`](crate::view::record_view)
+/// writes it. A completion answers nothing else.
+pub fn completion_decision(decision: &Decision, with_view: bool) -> Vec<u8> {
+    let mut out = Flat::new();
+    let write = EncodedWrite::of(&decision.write);
+    out.number(write.gc_due_at.unwrap_or(f64::NAN));
+    match &decision.write {
+        Write::Put(next) if with_view => {
+            out.flag(true);
+            crate::view::write_record_view(&mut out, next);
+        }
+        _ => out.flag(false),
+    }
+    out.into_packed(write.written())
+}
+
+/// A decision's write as [`Flat::into_packed`] sends it: the encoded record
+/// (none for a delete or no write), and the GC due time of the record written.
+struct EncodedWrite {
+    record: Option<Vec<u8>>,
+    delete: bool,
+    gc_due_at: Option<f64>,
+}
+
+impl EncodedWrite {
+    fn of(write: &Write) -> Self {
+        match write {
+            Write::Put(next) => EncodedWrite {
+                record: Some(next.encode()),
+                delete: false,
+                gc_due_at: gc_due_millis(next.gc_due_at()),
+            },
+            Write::Delete => EncodedWrite {
+                record: None,
+                delete: true,
+                gc_due_at: None,
+            },
+            Write::Keep => EncodedWrite {
+                record: None,
+                delete: false,
+                gc_due_at: None,
+            },
+        }
+    }
+
+    fn written(&self) -> Written<'_> {
+        match (&self.record, self.delete) {
+            (Some(bytes), _) => Written::Record(bytes),
+            (None, true) => Written::Delete,
+            (None, false) => Written::Nothing,
+        }
+    }
 }
 
 /// What to write as JavaScript takes it (the encoded record, `"delete"` or
 /// `null`), and the GC due time of the record written.
 fn write_of(write: &Write) -> (JsValue, Option<f64>) {
-    match write {
-        Write::Put(next) => (
-            bytes(&next.encode()).into(),
-            gc_due_millis(next.gc_due_at()),
-        ),
-        Write::Delete => (JsValue::from_str("delete"), None),
-        Write::Keep => (JsValue::NULL, None),
-    }
+    let encoded = EncodedWrite::of(write);
+    let value = match encoded.written() {
+        Written::Record(record) => bytes(record).into(),
+        Written::Delete => JsValue::from_str("delete"),
+        Written::Nothing => JsValue::NULL,
+    };
+    (value, encoded.gc_due_at)
 }
 
 /// The name JavaScript knows `outcome` by (a claim answer's `outcome`).
@@ -903,9 +946,9 @@ fn claim_outcome_name(outcome: &ClaimOutcome) -> JsResult<&'static str> {
     })
 }
 
-/// A claim's decision [flat](crate::flat), for `Route.claim`: `[text,
-/// numbers, bytes, write]`, `write` as in [`decision`] (bytes, `"delete"` or
-/// `null`). In order: the written record's GC due time (NaN: none), then the
+/// A claim's decision [packed](crate::flat::Flat::into_packed), for
+/// `Route.claim`, with what to write. In order: the written record's GC due
+/// time (NaN: none), then the
 /// answer as [`decision`] names it: `outcome`, and per outcome `token`
 /// (decimal text), `attempt`, `leaseExpiresAt`, `steps` (execute); whether a
 /// `response` follows, and it (replay); `status`, `resourceRef`
@@ -917,13 +960,13 @@ pub fn claim_decision(
     decision: &Decision,
     with_response: bool,
     reply: Option<&idemkit_core::http::Answer>,
-) -> JsResult<Array> {
+) -> JsResult<Vec<u8>> {
     let Answer::Claim(outcome) = &decision.answer else {
         return Err(argument("internal error: a claim was not answered as one"));
     };
     let mut out = Flat::new();
-    let (write, due) = write_of(&decision.write);
-    out.number(due.unwrap_or(f64::NAN));
+    let write = EncodedWrite::of(&decision.write);
+    out.number(write.gc_due_at.unwrap_or(f64::NAN));
     out.string(claim_outcome_name(outcome)?);
     match outcome {
         ClaimOutcome::Execute {
@@ -972,8 +1015,7 @@ pub fn claim_decision(
         }
         out.range(&reply.body);
     }
-    let [text, numbers, bytes] = out.into_parts();
-    Ok(Array::of4(&text, &numbers, &bytes, &write))
+    Ok(out.into_packed(write.written()))
 }
 
 /// The operation `{ op, ... }` JavaScript asks `apply` to decide:

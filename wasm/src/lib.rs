@@ -317,14 +317,13 @@ fn classify_under(
 }
 
 /// A read-only view of encoded record bytes (state, attempt, token, times,
-/// response, steps), for inspection and tests: `[text, numbers, bytes]`, the
-/// view's strings, its numbers and string lengths, and the bytes its ranges
-/// point into (see [`view`]; the JavaScript `decodeRecord` assembles the
-/// object).
+/// response, steps), for inspection and tests, [packed](flat::Flat::into_packed)
+/// with nothing to write (see [`view`]; the JavaScript `decodeRecord`
+/// assembles the object).
 #[wasm_bindgen(js_name = decodeRecord)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn decode_record(record: &[u8]) -> JsResult<js_sys::Array> {
-    Ok(view::record_view(&decode(record)?).into_js())
+pub fn decode_record(record: &[u8]) -> JsResult<Vec<u8>> {
+    Ok(view::record_view(&decode(record)?).into_packed(flat::Written::Nothing))
 }
 
 /// When GC next has something to do with the record `record` (its encoded

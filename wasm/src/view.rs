@@ -16,6 +16,13 @@ use crate::flat::Flat;
 #[must_use]
 pub fn record_view(record: &Record) -> Flat {
     let mut out = Flat::new();
+    write_record_view(&mut out, record);
+    out
+}
+
+/// Writes the view of `record` into `out`, after what is there (a
+/// completion's decision carries the view of the record it writes).
+pub fn write_record_view(out: &mut Flat, record: &Record) {
     out.string_with(|text| idemkit_core::hex::push_lower(text, record.fingerprint.as_bytes()));
     out.number(f64::from(record.fingerprint_scheme));
     out.string(match record.effect {
@@ -48,7 +55,6 @@ pub fn record_view(record: &Record) -> Flat {
         }
         RecordState::Released { at } => out.millis(*at),
     }
-    out
 }
 
 #[cfg(test)]
