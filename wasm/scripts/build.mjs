@@ -77,29 +77,30 @@ rmSync(pkg, { recursive: true, force: true });
 mkdirSync(pkg);
 run("wasm-bindgen", ["--target", "web", "--no-typescript", "--out-dir", pkg, "--out-name", "idemkit_wasm", rawWasm]);
 
-// 5. Optimise for size. The feature flags are those rustc enables by default for wasm32.
+// 5. Optimise for size. The feature flags are those rustc enables by default for wasm32,
+//    and SIMD (blake3's wasm32_simd, enabled in Cargo.toml for this target).
 //    wasm-opt is the slow step, so its output is cached in the target directory under
-//    the hash of its input (same input, same output).
+//    the hash of its input and flags (same input and flags, same output).
 const wasmFile = join(pkg, "idemkit_wasm_bg.wasm");
 const wasmOpt = join(wasmDir, "node_modules", "binaryen", "bin", "wasm-opt");
 const optCache = join(targetDir, "idemkit-wasm-opt");
-const cached = join(optCache, `${createHash("sha256").update(readFileSync(wasmFile)).digest("hex")}.wasm`);
+const optFlags = [
+  "-Oz",
+  "--enable-bulk-memory",
+  "--enable-sign-ext",
+  "--enable-mutable-globals",
+  "--enable-nontrapping-float-to-int",
+  "--enable-reference-types",
+  "--enable-multivalue",
+  "--enable-simd",
+];
+const optKey = createHash("sha256").update(readFileSync(wasmFile)).update(optFlags.join(" ")).digest("hex");
+const cached = join(optCache, `${optKey}.wasm`);
 if (existsSync(cached)) {
   log("wasm-opt: unchanged input, using the cached output");
   cpSync(cached, wasmFile);
 } else {
-  run(wasmOpt, [
-    "-Oz",
-    "--enable-bulk-memory",
-    "--enable-sign-ext",
-    "--enable-mutable-globals",
-    "--enable-nontrapping-float-to-int",
-    "--enable-reference-types",
-    "--enable-multivalue",
-    wasmFile,
-    "-o",
-    wasmFile,
-  ]);
+  run(wasmOpt, [...optFlags, wasmFile, "-o", wasmFile]);
   // Keep only the latest output.
   rmSync(optCache, { recursive: true, force: true });
   mkdirSync(optCache, { recursive: true });
