@@ -64,6 +64,16 @@ def _added(doc: dict, name: str) -> float | None:
     return None if a is None or b is None else a - b
 
 
+def _method(doc: dict) -> str:
+    """How the figures were measured, after "N s per figure"."""
+    if "rounds" not in doc:
+        return "."
+    return (
+        f" over {doc['rounds']} rounds, the figures taking turns in each; each figure is the median of its "
+        "rounds, and each ratio and added µs the median over rounds of the two figures measured in that round."
+    )
+
+
 def render(results: Path) -> list[str]:
     doc = load(results, "npm.json")
     if doc is None:
@@ -77,14 +87,7 @@ def render(results: Path) -> list[str]:
         f"{doc.get('body_bytes', '?')}-byte JSON body on both sides, in-memory stores on both sides "
         f"(`{peer.get('package', '@node-idempotency/core')}@{peer.get('version', '?')}` with "
         f"`{peer.get('adapter', '?')}`; idemkit's `memoryAdapter`), "
-        f"{doc.get('seconds_per_measurement', '?')} s per figure"
-        + (
-            f" over {doc['rounds']} rounds, the figures taking turns in each; each figure is the median of its rounds, "
-            "and each ratio and added µs the median over rounds of the two figures measured in that round. "
-            if "rounds" in doc
-            else ". "
-        )
-        + 
+        f"{doc.get('seconds_per_measurement', '?')} s per figure{_method(doc)} "
         "Command: `npm --prefix wasm run build && npm --prefix wasm/bench ci && node wasm/bench/overhead.mjs`. "
         "The peer is given the body parsed (`JSON.parse` counted in its figure), idemkit the bytes.",
         "",

@@ -297,6 +297,9 @@ fn report_renders_the_fixture() {
         "## PostgreSQL: idemkit against pgbench, on idemkit's statements and on a hand-written table",
         "## What the idempotency layer adds to a request (wrk)",
         "## The npm package against @node-idempotency/core (Node)",
+        // npm.json from a run whose figures took turns over rounds: its ratios are paired.
+        "each ratio and added µs the median over rounds of the two figures measured in that round",
+        "| npm replay rate vs peer: idemkit replayed claim ÷ @node-idempotency/core replayed onRequest (ops/s) | 1.27× |",
         "idempotency layer, replay: µs added to the bare route's p50",
         "## Durable claim + complete vs raw fdatasync",
         "## Throughput vs clients",

@@ -871,7 +871,7 @@ fn claim_outcome(out: ObjectBuilder, outcome: &ClaimOutcome) -> JsResult<ObjectB
 pub fn completion_decision(decision: &Decision, with_view: bool) -> Vec<u8> {
     let mut out = Flat::new();
     let write = EncodedWrite::of(&decision.write);
-    out.number(write.gc_due_at.unwrap_or(f64::NAN));
+    out.number(write.gc_due_at().unwrap_or(f64::NAN));
     match &decision.write {
         Write::Put(next) if with_view => {
             out.flag(true);
@@ -882,40 +882,45 @@ pub fn completion_decision(decision: &Decision, with_view: bool) -> Vec<u8> {
     out.into_packed(write.written())
 }
 
-/// A decision's write as [`Flat::into_packed`] sends it: the encoded record
-/// (none for a delete or no write), and the GC due time of the record written.
-struct EncodedWrite {
-    record: Option<Vec<u8>>,
-    delete: bool,
-    gc_due_at: Option<f64>,
+/// A decision's write with the record it puts encoded, as
+/// [`Flat::into_packed`] sends it.
+enum EncodedWrite {
+    /// Nothing to write.
+    Keep,
+    /// Delete the record.
+    Delete,
+    /// Put this encoded record, due for GC at `gc_due_at` (ms; `None`: never).
+    Put {
+        record: Vec<u8>,
+        gc_due_at: Option<f64>,
+    },
 }
 
 impl EncodedWrite {
     fn of(write: &Write) -> Self {
         match write {
-            Write::Put(next) => EncodedWrite {
-                record: Some(next.encode()),
-                delete: false,
+            Write::Put(next) => EncodedWrite::Put {
+                record: next.encode(),
                 gc_due_at: gc_due_millis(next.gc_due_at()),
             },
-            Write::Delete => EncodedWrite {
-                record: None,
-                delete: true,
-                gc_due_at: None,
-            },
-            Write::Keep => EncodedWrite {
-                record: None,
-                delete: false,
-                gc_due_at: None,
-            },
+            Write::Delete => EncodedWrite::Delete,
+            Write::Keep => EncodedWrite::Keep,
+        }
+    }
+
+    /// The GC due time of the record written, if one is and GC will act on it.
+    fn gc_due_at(&self) -> Option<f64> {
+        match self {
+            EncodedWrite::Put { gc_due_at, .. } => *gc_due_at,
+            EncodedWrite::Keep | EncodedWrite::Delete => None,
         }
     }
 
     fn written(&self) -> Written<'_> {
-        match (&self.record, self.delete) {
-            (Some(bytes), _) => Written::Record(bytes),
-            (None, true) => Written::Delete,
-            (None, false) => Written::Nothing,
+        match self {
+            EncodedWrite::Put { record, .. } => Written::Record(record),
+            EncodedWrite::Delete => Written::Delete,
+            EncodedWrite::Keep => Written::Nothing,
         }
     }
 }
@@ -929,7 +934,7 @@ fn write_of(write: &Write) -> (JsValue, Option<f64>) {
         Written::Delete => JsValue::from_str("delete"),
         Written::Nothing => JsValue::NULL,
     };
-    (value, encoded.gc_due_at)
+    (value, encoded.gc_due_at())
 }
 
 /// The name JavaScript knows `outcome` by (a claim answer's `outcome`).
@@ -948,8 +953,7 @@ fn claim_outcome_name(outcome: &ClaimOutcome) -> JsResult<&'static str> {
 
 /// A claim's decision [packed](crate::flat::Flat::into_packed), for
 /// `Route.claim`, with what to write. In order: the written record's GC due
-/// time (NaN: none), then the
-/// answer as [`decision`] names it: `outcome`, and per outcome `token`
+/// time (NaN: none), then the answer as [`decision`] names it: `outcome`, and per outcome `token`
 /// (decimal text), `attempt`, `leaseExpiresAt`, `steps` (execute); whether a
 /// `response` follows, and it (replay); `status`, `resourceRef`
 /// (responseExpired); `retryAfterSeconds` (inFlight); `status` (mismatch);
@@ -966,7 +970,7 @@ pub fn claim_decision(
     };
     let mut out = Flat::new();
     let write = EncodedWrite::of(&decision.write);
-    out.number(write.gc_due_at.unwrap_or(f64::NAN));
+    out.number(write.gc_due_at().unwrap_or(f64::NAN));
     out.string(claim_outcome_name(outcome)?);
     match outcome {
         ClaimOutcome::Execute {
