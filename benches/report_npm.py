@@ -44,8 +44,13 @@ PAIRED_RATIO = {("idemkit_claim_complete", "peer_fresh"): "ratio_fresh", ("idemk
 PAIRED_ADDED = {"handle_fresh": "handle_fresh_added_us", "handle_replay": "handle_replay_added_us"}
 
 
+def _paired(doc: dict, key: str | None) -> float | None:
+    """The derived figure `key` of a run measured in rounds (None before rounds, or without one)."""
+    return _num(doc.get("derived", {}).get(key)) if "rounds" in doc and key else None
+
+
 def _rate_ratio(doc: dict, name: str, peer: str) -> float | None:
-    paired = _num(doc.get("derived", {}).get(PAIRED_RATIO.get((name, peer), ""))) if "rounds" in doc else None
+    paired = _paired(doc, PAIRED_RATIO.get((name, peer)))
     if paired is not None:
         return paired
     res = doc.get("results", {})
@@ -55,7 +60,7 @@ def _rate_ratio(doc: dict, name: str, peer: str) -> float | None:
 
 
 def _added(doc: dict, name: str) -> float | None:
-    paired = _num(doc.get("derived", {}).get(PAIRED_ADDED.get(name, ""))) if "rounds" in doc else None
+    paired = _paired(doc, PAIRED_ADDED.get(name))
     if paired is not None:
         return paired
     res = doc.get("results", {})

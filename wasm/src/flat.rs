@@ -38,16 +38,16 @@
 use idemkit_core::UnixMillis;
 use idemkit_core::record::{Step, StepState, StoredResponse};
 
-/// What a decision writes, sent after its flat value (see
-/// [`Flat::into_packed`]).
+/// What a decision writes (core's `machine::Write`, its record encoded),
+/// sent after its flat value (see [`Flat::into_packed`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Written<'a> {
     /// Nothing: the answer came from the record as read.
-    Nothing,
+    Keep,
     /// Delete the record.
     Delete,
-    /// These encoded record bytes.
-    Record(&'a [u8]),
+    /// Put these encoded record bytes.
+    Put(&'a [u8]),
 }
 
 /// A value being written flat (see the module's documentation).
@@ -81,9 +81,9 @@ impl Flat {
     )]
     pub fn into_packed(self, write: Written<'_>) -> Vec<u8> {
         let (write_len, write_bytes): (f64, &[u8]) = match write {
-            Written::Nothing => (-1.0, &[]),
+            Written::Keep => (-1.0, &[]),
             Written::Delete => (-2.0, &[]),
-            Written::Record(bytes) => (bytes.len() as f64, bytes),
+            Written::Put(bytes) => (bytes.len() as f64, bytes),
         };
         let head = [
             self.numbers.len() as f64,
@@ -243,7 +243,7 @@ mod tests {
         flat.string("é1");
         flat.number(7.5);
         flat.range(b"body");
-        let packed = flat.into_packed(Written::Record(b"record"));
+        let packed = flat.into_packed(Written::Put(b"record"));
         // The head: 4 numbers (the string's length, 7.5, the range's two ends),
         // 3 bytes of text, 4 bytes, a 6-byte write.
         assert_eq!(
@@ -261,7 +261,7 @@ mod tests {
     #[test]
     fn packed_marks_a_delete_and_no_write_by_length() {
         let delete = Flat::new().into_packed(Written::Delete);
-        let nothing = Flat::new().into_packed(Written::Nothing);
+        let nothing = Flat::new().into_packed(Written::Keep);
         assert_eq!(f64_at(&delete, 3), -2.0);
         assert_eq!(f64_at(&nothing, 3), -1.0);
         assert_eq!(delete.len(), 32);

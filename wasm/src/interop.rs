@@ -918,9 +918,9 @@ impl EncodedWrite {
 
     fn written(&self) -> Written<'_> {
         match self {
-            EncodedWrite::Put { record, .. } => Written::Record(record),
+            EncodedWrite::Put { record, .. } => Written::Put(record),
             EncodedWrite::Delete => Written::Delete,
-            EncodedWrite::Keep => Written::Nothing,
+            EncodedWrite::Keep => Written::Keep,
         }
     }
 }
@@ -930,9 +930,9 @@ impl EncodedWrite {
 fn write_of(write: &Write) -> (JsValue, Option<f64>) {
     let encoded = EncodedWrite::of(write);
     let value = match encoded.written() {
-        Written::Record(record) => bytes(record).into(),
+        Written::Put(record) => bytes(record).into(),
         Written::Delete => JsValue::from_str("delete"),
-        Written::Nothing => JsValue::NULL,
+        Written::Keep => JsValue::NULL,
     };
     (value, encoded.gc_due_at())
 }

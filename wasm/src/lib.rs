@@ -323,7 +323,7 @@ fn classify_under(
 #[wasm_bindgen(js_name = decodeRecord)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
 pub fn decode_record(record: &[u8]) -> JsResult<Vec<u8>> {
-    Ok(view::record_view(&decode(record)?).into_packed(flat::Written::Nothing))
+    Ok(view::record_view(&decode(record)?).into_packed(flat::Written::Keep))
 }
 
 /// When GC next has something to do with the record `record` (its encoded
