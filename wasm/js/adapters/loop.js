@@ -5,6 +5,7 @@
 // journal (its own JSON entries) both go through it.
 import { maxRaces } from "../api.js";
 import { IdemkitError } from "../errors.js";
+import { handingOver, readingOnly } from "./handover.js";
 
 /**
  * @typedef {{ record: Uint8Array, version: unknown }} Row  what `adapter.get` returns
@@ -16,7 +17,8 @@ import { IdemkitError } from "../errors.js";
  *
  * - `decide(current)` gets the row as read (`null` when there is none) and
  *   returns (or resolves to) `{ write, answer, meta }`: `write` is `null`
- *   (nothing to write: answered from the read), the bytes to put (insert if
+ *   (nothing to write: answered from the read), the bytes to put, which the
+ *   loop hands over to the adapter (the caller never changes them after; insert if
  *   nothing was read, else compare-and-set on the version read, with `meta`
  *   for the adapter's index), or `"delete"` (delete if the version read is
  *   current). It may throw: a refusal ends the loop.
@@ -56,7 +58,8 @@ export async function readDecideWrite({ adapter, id, decide, held, call, what, l
   for (let race = 0; race < maxRaces(); race++) {
     const fromHeld = current !== undefined;
     if (current === undefined) {
-      const read = call(() => adapter.get(id));
+      // The row is only read (decided on, kept as the expected bytes).
+      const read = readingOnly(() => call(() => adapter.get(id)));
       current = isPromise(read) ? await read : read;
     }
     let decided;
@@ -84,12 +87,16 @@ export async function readDecideWrite({ adapter, id, decide, held, call, what, l
         if (isPromise(deleting) ? await deleting : deleting) return { answer, current: null, local: null };
       }
     } else {
-      let written = call(() =>
-        current === null
-          ? adapter.insert(id, write, meta)
-          : local === undefined
-            ? adapter.update(id, write, current.version, meta)
-            : adapter.updateWith(id, write, current.version, meta, local),
+      // The write is fresh bytes no one else holds: an adapter that keeps them
+      // (memory) need not copy them.
+      let written = handingOver(write, () =>
+        call(() =>
+          current === null
+            ? adapter.insert(id, write, meta)
+            : local === undefined
+              ? adapter.update(id, write, current.version, meta)
+              : adapter.updateWith(id, write, current.version, meta, local),
+        ),
       );
       if (isPromise(written)) written = await written;
       if (written) {

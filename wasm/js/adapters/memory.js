@@ -9,8 +9,12 @@
 // to roll back what `local` itself changed before it threw). Every committed write
 // wakes the handlers waiting on that record (`changed`), so a retry held with
 // `Prefer: wait` is answered as soon as the first attempt records, without polling.
+// It keeps a copy of the bytes it is given, and hands out copies, so no caller can
+// change a stored record; between it and the engine, which changes neither, the
+// bytes pass as they are (handover.js).
 
 import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
+import { keptCopy, lentCopy } from "./handover.js";
 import { requireLocal, runLocalSync } from "./local-writes.js";
 import { answeringSynchronously } from "./synchronous.js";
 import { writeWakers } from "./wakers.js";
@@ -28,7 +32,7 @@ export function memoryAdapter() {
     if (row === undefined || row.version !== version) return null;
     const due = dueOf(meta);
     const result = local === undefined ? undefined : runLocalSync(local);
-    records.set(id, { record: record.slice(), version: version + 1, gcDueAt: due });
+    records.set(id, { record: keptCopy(record), version: version + 1, gcDueAt: due });
     wakers.wake(id);
     return { version: version + 1, result };
   }
@@ -37,12 +41,12 @@ export function memoryAdapter() {
     ...answeringSynchronously({
       get(id) {
         const row = records.get(id);
-        return row === undefined ? null : { record: row.record.slice(), version: row.version };
+        return row === undefined ? null : { record: lentCopy(row.record), version: row.version };
       },
       insert(id, record, meta) {
         if (records.has(id)) return null;
         const version = firstVersion();
-        records.set(id, { record: record.slice(), version, gcDueAt: dueOf(meta) });
+        records.set(id, { record: keptCopy(record), version, gcDueAt: dueOf(meta) });
         wakers.wake(id);
         return { version };
       },

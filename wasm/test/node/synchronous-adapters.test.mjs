@@ -6,6 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import Database from "better-sqlite3";
 import * as idemkit from "idemkit";
+import { readDecideWrite } from "../../pkg/adapters/loop.js";
 
 const adapters = {
   memory: () => idemkit.memoryAdapter(),
@@ -108,3 +109,40 @@ for (const failWith of ["throw", "reject"]) {
     assert.equal(ran, false, "nothing runs when the store cannot be reached");
   });
 }
+
+test("memory: a caller's bytes are copied in and out; between it and the engine's loop they pass as they are", async () => {
+  const adapter = idemkit.memoryAdapter();
+  const given = new Uint8Array([1, 2, 3]);
+  const { version } = adapter.insert("0b01", given, { gcDueAt: null });
+  given[0] = 9;
+  const read = adapter.get("0b01");
+  assert.deepEqual([...read.record], [1, 2, 3], "changing the bytes after insert does not change the record");
+  read.record[1] = 9;
+  assert.deepEqual([...adapter.get("0b01").record], [1, 2, 3], "changing what get returned does not change the record");
+  const update = new Uint8Array([4]);
+  adapter.update("0b01", update, version, { gcDueAt: null });
+  update[0] = 9;
+  assert.deepEqual([...adapter.get("0b01").record], [4], "nor after update");
+
+  // Through the engine's loop the write is handed over: the adapter keeps that
+  // array (seen here by changing it, which no engine code does), not a copy.
+  const write = new Uint8Array([5, 6]);
+  const call = (fn) => fn();
+  await readDecideWrite({ adapter, id: "0b02", call, what: "0b02", decide: () => ({ write, answer: null, meta: { gcDueAt: null } }) });
+  write[0] = 7;
+  assert.deepEqual([...adapter.get("0b02").record], [7, 6], "the handed-over array is the stored one");
+  // The mark lasted for that call only: the same array given again is copied.
+  adapter.insert("0b03", write, { gcDueAt: null });
+  write[0] = 8;
+  assert.deepEqual([...adapter.get("0b03").record], [7, 6]);
+
+  // The loop's read is lent the stored array (the engine only reads it).
+  let lent;
+  await readDecideWrite({ adapter, id: "0b03", call, what: "0b03", decide: (row) => ((lent = row.record), { write: null, answer: null }) });
+  lent[1] = 5;
+  assert.deepEqual([...adapter.get("0b03").record], [7, 5], "the lent array is the stored one");
+  lent[1] = 6;
+  const after = adapter.get("0b03").record;
+  after[1] = 9;
+  assert.deepEqual([...adapter.get("0b03").record], [7, 6], "a read outside the loop is a copy again");
+});
