@@ -10,50 +10,67 @@
 //
 // The array: four little-endian f64 (the count of numbers, the text's and the
 // bytes' lengths in bytes, the write's length, -1 for none and -2 for delete),
-// the numbers (f64 each), then the text (UTF-8), the bytes and the write. It is a
-// buffer of its own (wasm-bindgen copies a returned Vec<u8> into a new one), so
-// the f64s are 8-aligned; every JavaScript engine is little-endian.
+// the numbers (f64 each), then the text (UTF-8), the bytes and the write. It is
+// not copied out of WebAssembly: a call returns its address in linear memory
+// (8-aligned, in a buffer the next call reuses), and the reader reads it there,
+// through views of the memory kept across calls. So a reader is read to its end
+// before the next call into WebAssembly, and what must outlive it (the write, a
+// byte field) is copied. Every JavaScript engine is little-endian.
+
+import { wasmMemory } from "./idemkit_wasm.js";
 
 const HEAD = 4;
 const utf8 = new TextDecoder();
 
+let memory = null;
+let words = new Float64Array(0);
+let bytes = new Uint8Array(0);
+
+/** Makes the views of linear memory again when there are none yet or it grew (growing detaches the old buffer). */
+function viewMemory() {
+  if (bytes.byteLength === 0) {
+    memory ??= wasmMemory();
+    words = new Float64Array(memory.buffer);
+    bytes = new Uint8Array(memory.buffer);
+  }
+}
+
 export class FlatReader {
-  /** @param {Uint8Array} packed */
-  constructor(packed) {
-    // One view over the head and the numbers (and whatever 8-byte words follow,
-    // never read): each typed array made costs as much as reading all of them.
-    const numbers = new Float64Array(packed.buffer, packed.byteOffset, packed.length >> 3);
-    const textStart = 8 * (HEAD + numbers[0]);
-    const bytesStart = textStart + numbers[1];
-    const writeStart = bytesStart + numbers[2];
-    const writeLength = numbers[3];
-    this.numbers = numbers;
-    this.text = textStart === bytesStart ? "" : utf8.decode(packed.subarray(textStart, bytesStart));
-    this.packed = packed;
+  /** @param {number} at the address a call returned */
+  constructor(at) {
+    viewMemory();
+    const head = at / 8;
+    const textStart = at + 8 * (HEAD + words[head]);
+    const bytesStart = textStart + words[head + 1];
+    const writeStart = bytesStart + words[head + 2];
+    const writeLength = words[head + 3];
+    this.words = words;
+    this.bytes = bytes;
+    this.text = textStart === bytesStart ? "" : utf8.decode(bytes.subarray(textStart, bytesStart));
     this.bytesStart = bytesStart;
     /** The record bytes to write (a copy: an adapter may keep it), "delete", or null. */
-    this.write = writeLength >= 0 ? packed.slice(writeStart, writeStart + writeLength) : writeLength === -2 ? "delete" : null;
-    this.next = HEAD;
+    this.write = writeLength >= 0 ? bytes.slice(writeStart, writeStart + writeLength) : writeLength === -2 ? "delete" : null;
+    this.next = head + HEAD;
     this.at = 0;
   }
 
   number() {
-    return this.numbers[this.next++];
+    return this.words[this.next++];
   }
 
   /** A time, or null. */
   time() {
-    const t = this.numbers[this.next++];
+    const t = this.words[this.next++];
     return Number.isNaN(t) ? null : t;
   }
 
   /** A 1 or 0 flag. */
   flag() {
-    return this.numbers[this.next++] === 1;
+    return this.words[this.next++] === 1;
   }
 
   string() {
-    const end = this.at + this.numbers[this.next++];
+    const end = this.at + this.words[this.next++];
     const s = this.text.slice(this.at, end);
     this.at = end;
     return s;
@@ -61,7 +78,7 @@ export class FlatReader {
 
   /** A string, or null. */
   optionalString() {
-    if (this.numbers[this.next] < 0) {
+    if (this.words[this.next] < 0) {
       this.next++;
       return null;
     }
@@ -75,8 +92,8 @@ export class FlatReader {
 
   /** A byte field: a copy, so it outlives nothing else. */
   range() {
-    const start = this.bytesStart + this.numbers[this.next++];
-    return this.packed.slice(start, this.bytesStart + this.numbers[this.next++]);
+    const start = this.bytesStart + this.words[this.next++];
+    return this.bytes.slice(start, this.bytesStart + this.words[this.next++]);
   }
 
   /** Steps, as `RecordView.steps` holds them. */

@@ -148,12 +148,12 @@ function fromAnswer(answer) {
 }
 
 /**
- * `Route.claim`'s packed decision (wasm/src/interop.rs, `claim_decision`) as
- * `readDecideWrite` takes it: the write, its index meta, and the answer a claim
+ * `Route.claim`'s packed decision (wasm/src/interop.rs, `claim_decision`), at
+ * address `at`, as `readDecideWrite` takes it: the write, its index meta, and the answer a claim
  * resolves to, with the HTTP `reply` when core made one.
  */
-function claimDecided(packed) {
-  const read = new FlatReader(packed);
+function claimDecided(at) {
+  const read = new FlatReader(at);
   const write = read.write;
   const gcDueAt = read.time();
   const outcome = read.string();
@@ -190,15 +190,16 @@ function claimDecided(packed) {
 }
 
 /**
- * `Route.complete`'s packed decision (wasm/src/interop.rs, `completion_decision`)
- * as `readDecideWrite` takes it; `answer.view` is the reader at the written
- * record's view when one came with it (read only by a caller that returns it).
+ * `Route.complete`'s packed decision (wasm/src/interop.rs, `completion_decision`),
+ * at address `at`, as `readDecideWrite` takes it; `answer.view` is the written
+ * record's view when one came with it (asked for only by a caller that returns it).
  */
-function completionDecided(packed) {
-  const read = new FlatReader(packed);
+function completionDecided(at) {
+  const read = new FlatReader(at);
   const { write } = read;
   const gcDueAt = read.time();
-  const view = read.flag() ? read : undefined;
+  // Read now: the reader's memory is reused by the next call into WebAssembly.
+  const view = read.flag() ? recordView(read) : undefined;
   return { write, answer: { view }, meta: write instanceof Uint8Array ? { gcDueAt } : undefined };
 }
 
@@ -432,7 +433,7 @@ export function createIdempotency(options) {
    * The JS view of the record a transition wrote: the one its decision came with
    * (a completion asked for it), else decoded from the bytes.
    */
-  const viewOf = ({ answer, current }) => (answer.view === undefined ? decodeRecord(current.record) : recordView(answer.view));
+  const viewOf = ({ answer, current }) => answer.view ?? decodeRecord(current.record);
 
   /**
    * A body over `maxStoredResponseBytes`, or one that would make the record larger

@@ -16,7 +16,7 @@
 //! - `bytes`: response bodies and header values back to back, each given in
 //!   `numbers` as its `start, end`.
 //!
-//! [`Flat::into_packed`] lays them out in one array, with the record bytes a
+//! [`Flat::pack_into`] lays them out in one array, with the record bytes a
 //! decision writes (see [`Written`]) after them:
 //!
 //! | at | what |
@@ -27,19 +27,40 @@
 //! | then | the bytes |
 //! | then | the write's bytes |
 //!
-//! Every `f64` is little-endian, as WebAssembly's memory and every JavaScript
-//! engine it runs in are, so JavaScript reads the head and the numbers through
-//! one `Float64Array` over the array (which starts 8-aligned: it is a buffer
-//! of its own).
+//! The array is not handed over: [`Flat::into_shared`] lays it out in one
+//! buffer of linear memory, reused by every call, and returns its address,
+//! which starts 8-aligned. Every `f64` is little-endian, as WebAssembly's memory
+//! and every JavaScript engine it runs in are, so JavaScript reads the head and
+//! the numbers through the one `Float64Array` over the memory it keeps. Each
+//! array JavaScript makes of more than 64 bytes costs a backing store of its
+//! own (about a microsecond with its collection), so only what must outlive
+//! the read is copied out.
 //!
 //! JavaScript reads a value with `FlatReader` (`wasm/js/flat.js`) in the
-//! order it was written; each writer here says its order.
+//! order it was written, before its next call into WebAssembly; each writer
+//! here says its order.
+
+use core::cell::RefCell;
 
 use idemkit_core::UnixMillis;
 use idemkit_core::record::{Step, StepState, StoredResponse};
 
+/// The head's words: the counts of numbers, text bytes and bytes, and the
+/// write's length.
+const HEAD_WORDS: usize = 4;
+
+/// The capacity the shared buffer keeps between values; a larger one is
+/// released after use.
+const SHARED_KEPT_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    /// Where [`Flat::into_shared`] puts the last value (WebAssembly runs one
+    /// thread: one buffer, reused by every call).
+    static SHARED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
 /// What a decision writes (core's `machine::Write`, its record encoded),
-/// sent after its flat value (see [`Flat::into_packed`]).
+/// sent after its flat value (see [`Flat::pack_into`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Written<'a> {
     /// Nothing: the answer came from the record as read.
@@ -72,14 +93,13 @@ impl Flat {
         }
     }
 
-    /// The value and `write` in one array, as the module's documentation lays
-    /// them out.
-    #[must_use]
+    /// Appends the value and `write` to `out`, as the module's documentation
+    /// lays them out (the head at `out`'s end).
     #[allow(
         clippy::cast_precision_loss,
         reason = "lengths of one decision's parts: far below 2^53"
     )]
-    pub fn into_packed(self, write: Written<'_>) -> Vec<u8> {
+    pub fn pack_into(&self, write: Written<'_>, out: &mut Vec<u8>) {
         let (write_len, write_bytes): (f64, &[u8]) = match write {
             Written::Keep => (-1.0, &[]),
             Written::Delete => (-2.0, &[]),
@@ -91,19 +111,45 @@ impl Flat {
             self.bytes.len() as f64,
             write_len,
         ];
-        let mut out = Vec::with_capacity(
-            8 * (head.len() + self.numbers.len())
-                + self.text.len()
-                + self.bytes.len()
-                + write_bytes.len(),
-        );
+        out.reserve(self.packed_len(write));
         for n in head.iter().chain(&self.numbers) {
             out.extend_from_slice(&n.to_le_bytes());
         }
         out.extend_from_slice(self.text.as_bytes());
         out.extend_from_slice(&self.bytes);
         out.extend_from_slice(write_bytes);
-        out
+    }
+
+    /// How many bytes [`pack_into`](Self::pack_into) appends.
+    fn packed_len(&self, write: Written<'_>) -> usize {
+        let written = match write {
+            Written::Put(bytes) => bytes.len(),
+            Written::Keep | Written::Delete => 0,
+        };
+        8 * (HEAD_WORDS + self.numbers.len()) + self.text.len() + self.bytes.len() + written
+    }
+
+    /// Packs the value and `write` into this thread's shared buffer (replacing
+    /// what the last call left there) and returns its address in linear memory,
+    /// 8-aligned. JavaScript reads it in place, through views of the memory it
+    /// keeps, before it calls into WebAssembly again: no array is made for it,
+    /// and only what must outlive the read (the write, a body) is copied out.
+    #[must_use]
+    pub fn into_shared(self, write: Written<'_>) -> usize {
+        SHARED.with_borrow_mut(|buf| {
+            buf.clear();
+            let needed = self.packed_len(write) + 7;
+            // One large value (a big body's view) does not keep its memory.
+            if buf.capacity() > needed.max(SHARED_KEPT_BYTES) {
+                *buf = Vec::new();
+            }
+            // No reallocation below this reservation: the address stays put.
+            buf.reserve(needed);
+            let pad = (8 - buf.as_ptr() as usize % 8) % 8;
+            buf.resize(pad, 0);
+            self.pack_into(write, buf);
+            buf.as_ptr() as usize + pad
+        })
     }
 
     /// A number.
@@ -243,7 +289,8 @@ mod tests {
         flat.string("é1");
         flat.number(7.5);
         flat.range(b"body");
-        let packed = flat.into_packed(Written::Put(b"record"));
+        let mut packed = Vec::new();
+        flat.pack_into(Written::Put(b"record"), &mut packed);
         // The head: 4 numbers (the string's length, 7.5, the range's two ends),
         // 3 bytes of text, 4 bytes, a 6-byte write.
         assert_eq!(
@@ -260,11 +307,37 @@ mod tests {
 
     #[test]
     fn packed_marks_a_delete_and_no_write_by_length() {
-        let delete = Flat::new().into_packed(Written::Delete);
-        let nothing = Flat::new().into_packed(Written::Keep);
+        let (mut delete, mut nothing) = (Vec::new(), Vec::new());
+        Flat::new().pack_into(Written::Delete, &mut delete);
+        Flat::new().pack_into(Written::Keep, &mut nothing);
         assert_eq!(f64_at(&delete, 3), -2.0);
         assert_eq!(f64_at(&nothing, 3), -1.0);
         assert_eq!(delete.len(), 32);
         assert_eq!(nothing.len(), 32);
+    }
+
+    #[test]
+    fn shared_values_start_8_aligned_and_reuse_one_buffer() {
+        let mut first = Flat::new();
+        first.string("odd");
+        let a = first.into_shared(Written::Put(b"abc"));
+        assert_eq!(a % 8, 0);
+        SHARED.with_borrow(|buf| {
+            let at = a - buf.as_ptr() as usize;
+            let mut expected = Vec::new();
+            let mut again = Flat::new();
+            again.string("odd");
+            again.pack_into(Written::Put(b"abc"), &mut expected);
+            assert_eq!(&buf[at..], &expected[..]);
+        });
+        // A value too large to keep is released after the next one.
+        let mut large = Flat::new();
+        let body = vec![7u8; 2 * SHARED_KEPT_BYTES];
+        large.range(&body);
+        let b = large.into_shared(Written::Keep);
+        assert_eq!(b % 8, 0);
+        let c = Flat::new().into_shared(Written::Delete);
+        assert_eq!(c % 8, 0);
+        SHARED.with_borrow(|buf| assert!(buf.capacity() <= SHARED_KEPT_BYTES));
     }
 }

@@ -863,12 +863,12 @@ fn claim_outcome(out: ObjectBuilder, outcome: &ClaimOutcome) -> JsResult<ObjectB
     })
 }
 
-/// A completion's decision [packed](crate::flat::Flat::into_packed), for
+/// A completion's decision [packed](crate::flat::Flat::into_shared), for
 /// `Route.complete`, with what to write: the written record's GC due time
 /// (NaN: none), then whether its view follows (1 or 0: when asked for and a
 /// record was written), and the view as [`record_view`](crate::view::record_view)
 /// writes it. A completion answers nothing else.
-pub fn completion_decision(decision: &Decision, with_view: bool) -> Vec<u8> {
+pub fn completion_decision(decision: &Decision, with_view: bool) -> usize {
     let mut out = Flat::new();
     let write = EncodedWrite::of(&decision.write);
     out.number(write.gc_due_at().unwrap_or(f64::NAN));
@@ -879,11 +879,11 @@ pub fn completion_decision(decision: &Decision, with_view: bool) -> Vec<u8> {
         }
         _ => out.flag(false),
     }
-    out.into_packed(write.written())
+    out.into_shared(write.written())
 }
 
 /// A decision's write with the record it puts encoded, as
-/// [`Flat::into_packed`] sends it.
+/// [`Flat::into_shared`] sends it.
 enum EncodedWrite {
     /// Nothing to write.
     Keep,
@@ -951,7 +951,7 @@ fn claim_outcome_name(outcome: &ClaimOutcome) -> JsResult<&'static str> {
     })
 }
 
-/// A claim's decision [packed](crate::flat::Flat::into_packed), for
+/// A claim's decision [packed](crate::flat::Flat::into_shared), for
 /// `Route.claim`, with what to write. In order: the written record's GC due
 /// time (NaN: none), then the answer as [`decision`] names it: `outcome`, and per outcome `token`
 /// (decimal text), `attempt`, `leaseExpiresAt`, `steps` (execute); whether a
@@ -964,7 +964,7 @@ pub fn claim_decision(
     decision: &Decision,
     with_response: bool,
     reply: Option<&idemkit_core::http::Answer>,
-) -> JsResult<Vec<u8>> {
+) -> JsResult<usize> {
     let Answer::Claim(outcome) = &decision.answer else {
         return Err(argument("internal error: a claim was not answered as one"));
     };
@@ -1019,7 +1019,7 @@ pub fn claim_decision(
         }
         out.range(&reply.body);
     }
-    Ok(out.into_packed(write.written()))
+    Ok(out.into_shared(write.written()))
 }
 
 /// The operation `{ op, ... }` JavaScript asks `apply` to decide:

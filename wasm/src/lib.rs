@@ -316,14 +316,24 @@ fn classify_under(
     Ok(interop::disposition(disposition).to_owned())
 }
 
+/// This module's linear memory, where JavaScript reads the values
+/// [`Flat::into_shared`](flat::Flat::into_shared) leaves (`FlatReader` keeps
+/// views of it, made again when the memory grows).
+#[wasm_bindgen(js_name = wasmMemory)]
+#[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
+#[must_use]
+pub fn wasm_memory() -> JsValue {
+    wasm_bindgen::memory()
+}
+
 /// A read-only view of encoded record bytes (state, attempt, token, times,
-/// response, steps), for inspection and tests, [packed](flat::Flat::into_packed)
-/// with nothing to write (see [`view`]; the JavaScript `decodeRecord`
-/// assembles the object).
+/// response, steps), for inspection and tests: the address of it
+/// [packed](flat::Flat::into_shared) with nothing to write (see [`view`]; the
+/// JavaScript `decodeRecord` assembles the object).
 #[wasm_bindgen(js_name = decodeRecord)]
 #[allow(unsafe_code, reason = "wasm-bindgen's generated export shim")]
-pub fn decode_record(record: &[u8]) -> JsResult<Vec<u8>> {
-    Ok(view::record_view(&decode(record)?).into_packed(flat::Written::Keep))
+pub fn decode_record(record: &[u8]) -> JsResult<usize> {
+    Ok(view::record_view(&decode(record)?).into_shared(flat::Written::Keep))
 }
 
 /// When GC next has something to do with the record `record` (its encoded

@@ -162,8 +162,8 @@ impl Route {
     /// Decides the claim of a request whose [`fingerprint`](Route::fingerprint)
     /// is `fingerprint` on `existing` (the record's bytes as read, or
     /// `undefined`), for `owner` at `now`; a new record's tokens start above
-    /// `tokenFloor`. Returns the decision and its write
-    /// [packed](crate::flat::Flat::into_packed), as
+    /// `tokenFloor`. Returns the address of the decision and its write
+    /// [packed](crate::flat::Flat::into_shared), as
     /// [`interop::claim_decision`] lays it out (`claimDecided` in
     /// `wasm/js/idempotency.js` reads it).
     ///
@@ -182,7 +182,7 @@ impl Route {
         token_floor: u64,
         now: f64,
         log_ref: Option<String>,
-    ) -> JsResult<Vec<u8>> {
+    ) -> JsResult<usize> {
         let op = claim_op(fingerprint, owner, token_floor)?;
         let log_ref: Option<LogRef> = log_ref
             .map(|r| r.parse())
@@ -205,8 +205,8 @@ impl Route {
     /// last wrote, or read since) at `now`, recording the response: `status`,
     /// the headers as `headerNames` (joined by `\n`) with their values back to
     /// back in `headerValues` (`headerLengths` long each), `body` (none when
-    /// `undefined`) and `resourceRef`. Returns the decision and its write
-    /// [packed](crate::flat::Flat::into_packed), as
+    /// `undefined`) and `resourceRef`. Returns the address of the decision and
+    /// its write [packed](crate::flat::Flat::into_shared), as
     /// [`interop::completion_decision`] lays it out: the written record's GC
     /// due time and, with `withView`, its view as
     /// [`decodeRecord`](crate::decode_record) gives it (the caller that
@@ -224,7 +224,7 @@ impl Route {
         resource_ref: Option<String>,
         now: f64,
         with_view: Option<bool>,
-    ) -> JsResult<Vec<u8>> {
+    ) -> JsResult<usize> {
         let op = Op::Complete {
             token: interop::token(token)?,
             response: StoredResponse {
