@@ -316,6 +316,10 @@ export function createIdempotency(options) {
   // (0: none unless asked), the cap on any wait (core's default 10 s), and how many
   // requests may wait on one key and on this handler in all (past them: 503).
   const { rule: waitRule, slots } = waitingOptions(options, defaults());
+  // A claim's default owner: this instance's id and the claim's number, unique
+  // without drawing a random value per claim (a replay never records its owner).
+  const instanceId = crypto.randomUUID();
+  let claimsMade = 0;
 
   /**
    * The request's fingerprint as the route's raw bytes: with a request line
@@ -355,7 +359,7 @@ export function createIdempotency(options) {
    */
   async function claimPrepared(tenantId, key, fp, owner, forHttp = false) {
     const { id, ref } = locate(tenantId, key);
-    const claimOwner = owner ?? crypto.randomUUID();
+    const claimOwner = owner ?? `${instanceId}-${++claimsMade}`;
     if (typeof claimOwner !== "string") throw new IdemkitError("invalid-argument", "claim.owner must be a string");
     // With the log reference, core makes the HTTP reply in the same call.
     const replyRef = forHttp ? ref : undefined;
@@ -442,19 +446,19 @@ export function createIdempotency(options) {
    * response-expired with the reference, never a second execution.
    */
   function completeHeld(held, response, local, withView = false) {
-    const { status, headers, body, resourceRef } = toStored(response, replayed);
+    const { status, headers, body, resourceRef } = storedParts(response, replayed);
     if (!Number.isInteger(status) || status < 100 || status > 999) {
       throw new IdemkitError("invalid-argument", "response.status must be an integer from 100 to 999");
     }
     if (resourceRef !== null && typeof resourceRef !== "string") {
       throw new IdemkitError("invalid-argument", "response.resourceRef must be a string or null");
     }
-    // The headers as the route takes them: one crossing, not one per header.
-    const names = headers.map(([name]) => name).join("\n");
-    const values = concat(headers.map(([, value]) => value), headers.reduce((total, [, value]) => total + value.length, 0));
-    const lengths = Uint32Array.from(headers, ([, value]) => value.length);
-    const completeWith = (row, token, kept) =>
-      completionDecided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock(), withView)));
+    // The headers as the route takes them (one crossing, not one per header),
+    // made for each decision: their buffer is reused by the next completion.
+    const completeWith = (row, token, kept) => {
+      const { names, values, lengths } = headerColumns(headers);
+      return completionDecided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock(), withView)));
+    };
     const kept = body !== null && body.length > maxStoredResponseBytes ? null : body;
     return transition(
       held,
@@ -757,10 +761,10 @@ export function createIdempotency(options) {
     let answerBody;
     if (response instanceof Response) {
       const read = await readCapped(response, maxStoredResponseBytes);
-      stored = toStored(recordedOf(response, read.body), replayed);
+      stored = storedParts(recordedOf(response, read.body), replayed);
       answerBody = read.body ?? read.stream;
     } else {
-      stored = toStored(response, replayed);
+      stored = storedParts(response, replayed);
       answerBody = stored.body;
     }
     await lease.stop();
@@ -1021,7 +1025,7 @@ function nullBodyStatus(status) {
 function replayableHeaders(headers, replayed) {
   const out = [];
   for (const [name, value] of headers) {
-    if (replayed.has(name.toLowerCase())) out.push([name.toLowerCase(), utf8.encode(value)]);
+    if (replayed.has(name.toLowerCase())) out.push([name.toLowerCase(), value]);
   }
   return out;
 }
@@ -1036,9 +1040,10 @@ function fromStored(stored, { replayed }) {
 
 /**
  * A user-supplied response description → the machine's stored response, with
- * only the headers of the allow list `replayed` (what a retry may be handed).
+ * only the headers of the allow list `replayed` (what a retry may be handed),
+ * each value a string (encoded when it crosses) or the bytes given.
  */
-function toStored(response, replayed) {
+function storedParts(response, replayed) {
   if (response instanceof Response) {
     throw new IdemkitError("invalid-argument", "pass { status, headers, body, resourceRef }, not a Response (its body would need to be read first)");
   }
@@ -1047,8 +1052,48 @@ function toStored(response, replayed) {
   const entries = given instanceof Headers ? [...given] : Array.isArray(given) ? given : Object.entries(given);
   for (const [name, value] of entries) {
     const lower = String(name).toLowerCase();
-    if (replayed.has(lower)) headers.push([lower, value instanceof Uint8Array ? value : utf8.encode(String(value))]);
+    if (replayed.has(lower)) headers.push([lower, value instanceof Uint8Array ? value : String(value)]);
   }
   const body = response?.body == null ? null : toBytes(response.body, "response.body");
   return { status: response?.status, headers, body, resourceRef: response?.resourceRef ?? null };
+}
+
+/** `storedParts` with every header value as bytes, as core's `apply` takes a stored response. */
+function toStored(response, replayed) {
+  const stored = storedParts(response, replayed);
+  stored.headers = stored.headers.map(([name, value]) => [name, typeof value === "string" ? utf8.encode(value) : value]);
+  return stored;
+}
+
+// Header values back to back, as `Route.complete` takes them, in a buffer kept
+// for the next completion (it is copied into WebAssembly at once): an encoded
+// array per value would be a backing store of its own. Up to 64 KiB is kept.
+const KEPT_HEADER_BYTES = 64 * 1024;
+let headerBytes = new Uint8Array(256);
+
+/** `headers` ([name, string or bytes]) as `Route.complete` takes them: names joined by "\n", values back to back, their lengths. */
+function headerColumns(headers) {
+  // UTF-8 takes at most 3 bytes per UTF-16 unit.
+  let most = 0;
+  for (const [, value] of headers) most += typeof value === "string" ? 3 * value.length : value.length;
+  let into = headerBytes;
+  if (most > into.length) {
+    into = new Uint8Array(most);
+    if (most <= KEPT_HEADER_BYTES) headerBytes = into;
+  }
+  const lengths = new Uint32Array(headers.length);
+  let names = "";
+  let at = 0;
+  for (let i = 0; i < headers.length; i++) {
+    const [name, value] = headers[i];
+    names = i === 0 ? name : `${names}\n${name}`;
+    if (typeof value === "string") {
+      lengths[i] = utf8.encodeInto(value, into.subarray(at)).written;
+    } else {
+      into.set(value, at);
+      lengths[i] = value.length;
+    }
+    at += lengths[i];
+  }
+  return { names, values: into.subarray(0, at), lengths };
 }

@@ -506,7 +506,9 @@ export interface Idempotency<L = never> {
   /**
    * Ask the state machine for a claim and write its decision atomically. With
    * `method` and `path` the request line counts (scheme 2, as `handle`); without
-   * them only the operation and body (scheme 1).
+   * them only the operation and body (scheme 1). `owner`, recorded with a lease
+   * for operators, defaults to this instance's random id and the claim's number
+   * (`<uuid>-<n>`): unique, without a random value drawn per claim.
    */
   claim(input: {
     tenant: string;

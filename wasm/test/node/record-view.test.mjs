@@ -97,3 +97,31 @@ test("a completed record without a body, an unknown one and a released one", asy
   assert.equal(typeof released.releasedAt, "number");
   assert.deepEqual(idemkit.decodeRecord(adapter.get(id("k-released")).record), released);
 });
+
+test("a claim without an owner records this instance's id and the claim's number", async () => {
+  const { adapter, idem, id } = setup();
+  const uuid = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
+  const first = await idem.claim({ tenant: "acme", key: "k-o1", body: "{}" });
+  const second = await idem.claim({ tenant: "acme", key: "k-o2", body: "{}" });
+  assert.match(first.owner, new RegExp(`^${uuid}-1$`));
+  assert.equal(second.owner, `${first.owner.slice(0, 36)}-2`);
+  assert.equal(idemkit.decodeRecord(adapter.get(id("k-o2")).record).owner, second.owner);
+  const other = await setup().idem.claim({ tenant: "acme", key: "k-o1", body: "{}" });
+  assert.notEqual(other.owner.slice(0, 36), first.owner.slice(0, 36), "another instance has another id");
+});
+
+test("header values given as strings are recorded as their UTF-8, long or short, one completion after another", async () => {
+  const { idem } = setup();
+  const long = "é😀".repeat(200);
+  const first = await idem.complete(await idem.claim({ tenant: "acme", key: "k-h1", body: "{}" }), {
+    status: 201,
+    headers: { "content-type": `text/plain; note=${long}`, location: "/a" },
+  });
+  const second = await idem.complete(await idem.claim({ tenant: "acme", key: "k-h2", body: "{}" }), {
+    status: 201,
+    headers: [["Location", "/ü"], ["Content-Type", "text/plain"]],
+  });
+  const utf8 = (s) => new TextEncoder().encode(s);
+  assert.deepEqual(first.response.headers, [["content-type", utf8(`text/plain; note=${long}`)], ["location", utf8("/a")]]);
+  assert.deepEqual(second.response.headers, [["location", utf8("/ü")], ["content-type", utf8("text/plain")]]);
+});
