@@ -12,25 +12,23 @@
 let handedOver = null;
 let lending = false;
 
-/** Calls `write()` (one adapter write of `record`) with `record` marked as handed over. */
-export function handingOver(record, write) {
+/** Calls `call()` with the marks set to `record` and `lend`, and clears them after. */
+function marked(record, lend, call) {
   handedOver = record;
+  lending = lend;
   try {
-    return write();
+    return call();
   } finally {
     handedOver = null;
-  }
-}
-
-/** Calls `read()` (one adapter read) for a reader that never changes the bytes it gets. */
-export function readingOnly(read) {
-  lending = true;
-  try {
-    return read();
-  } finally {
     lending = false;
   }
 }
+
+/** Calls `write()` (one adapter write of `record`) with `record` marked as handed over. */
+export const handingOver = (record, write) => marked(record, false, write);
+
+/** Calls `read()` (one adapter read) for a reader that never changes the bytes it gets. */
+export const readingOnly = (read) => marked(null, true, read);
 
 /** `record` itself when the engine handed it over, else a copy the caller cannot change. */
 export function keptCopy(record) {
