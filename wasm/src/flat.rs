@@ -94,7 +94,9 @@ impl Flat {
     }
 
     /// Appends the value and `write` to `out`, as the module's documentation
-    /// lays them out (the head at `out`'s end).
+    /// lays them out (the head at `out`'s end). The caller sizes `out`
+    /// ([`into_shared`](Self::into_shared) reserves
+    /// the packed length once).
     #[allow(
         clippy::cast_precision_loss,
         reason = "lengths of one decision's parts: far below 2^53"
@@ -111,7 +113,6 @@ impl Flat {
             self.bytes.len() as f64,
             write_len,
         ];
-        out.reserve(self.packed_len(write));
         for n in head.iter().chain(&self.numbers) {
             out.extend_from_slice(&n.to_le_bytes());
         }
