@@ -79,8 +79,9 @@ export async function withRetries(write) {
  * renewal succeeds or is refused (stale token, record no longer running: the
  * lease really ended). After `maxExecutionMs` no renewal starts, so a hung
  * execution's lease expires: an External record is then unresolved and retries
- * get 409 outcome-uncertain. Returns `stop()`, which stops renewing and waits
- * for a renewal in progress, so the final transition never races one, and
+ * get 409 outcome-uncertain. Returns `stop()`, which stops renewing and gives
+ * the renewal in progress to wait for (undefined when none is), so the final
+ * transition never races one, and
  * `resume()`, which renews again after a transition that did not happen.
  */
 export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
@@ -88,25 +89,32 @@ export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
   const deadline = clock() + maxExecutionMs;
   let stopped = false;
   let timer = null;
-  let pending = Promise.resolve();
+  // The renewal in progress, or null: most executions end before the first one.
+  let pending = null;
+  const settled = () => {
+    pending = null;
+  };
   const schedule = (wait) => {
     if (stopped || clock() + wait > deadline) return;
     timer = setTimeout(() => {
       if (stopped || clock() > deadline) return;
-      pending = renew().then(
-        () => schedule(every),
-        (err) => {
-          if (transientStoreError(err)) schedule(afterError);
-        },
-      );
+      pending = renew()
+        .then(
+          () => schedule(every),
+          (err) => {
+            if (transientStoreError(err)) schedule(afterError);
+          },
+        )
+        .finally(settled);
     }, wait);
   };
   schedule(every);
   return {
-    async stop() {
+    /** Stops renewing; a promise of the renewal in progress, if one is (undefined otherwise: nothing to wait for). */
+    stop() {
       stopped = true;
       clearTimeout(timer);
-      await pending;
+      return pending ?? undefined;
     },
     resume() {
       if (!stopped) return;
@@ -274,6 +282,19 @@ export function createIdempotency(options) {
         queryRules.ignoreQuery, queryRules.ignoreQueryParams,
       ),
   );
+  // How a status is recorded when the record's steps are not the evidence: a pure
+  // function of the route's policy, so asked of core once per status and flag.
+  const dispositions = new Map();
+  const classify = (status, nothingDispatched, onlySteps, record) => {
+    if (onlySteps) return wasmCall(() => route.classify(status, nothingDispatched, true, record));
+    const asked = status * 2 + (nothingDispatched ? 1 : 0);
+    let disposition = dispositions.get(asked);
+    if (disposition === undefined) {
+      disposition = wasmCall(() => route.classify(status, nothingDispatched, false, undefined));
+      dispositions.set(asked, disposition);
+    }
+    return disposition;
+  };
   const clock = options.clock ?? Date.now;
   const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
   const keyRequired = options.required ?? true;
@@ -648,11 +669,14 @@ export function createIdempotency(options) {
   }
 
   async function handleRequest(request, handler) {
-    const tenantId = await tenant(request);
+    // A tenant function that answers at once takes no await hop.
+    let tenantId = tenant(request);
+    if (isPromise(tenantId)) tenantId = await tenantId;
     if (tenantId === null || tenantId === undefined) {
       return answer({ outcome: "unauthenticated" });
     }
-    const header = request.headers.get("idempotency-key");
+    const headers = request.headers;
+    const header = headers.get("idempotency-key");
     if (header === null) {
       if (!keyRequired) return handler(request);
       return answer({ outcome: "missingKey" });
@@ -664,7 +688,7 @@ export function createIdempotency(options) {
       if (!(err instanceof IdemkitError)) throw err;
       return answer({ outcome: "invalidKey", header });
     }
-    const declared = Number(request.headers.get("content-length") ?? 0);
+    const declared = Number(headers.get("content-length") ?? 0);
     if (declared > maxBodyBytes) return answer({ outcome: "bodyTooLarge", limit: maxBodyBytes });
     const hasBody = request.body !== null;
     const body = await readBounded(request, maxBodyBytes);
@@ -676,7 +700,7 @@ export function createIdempotency(options) {
       // to another path or query is another operation (422, nothing executed).
       const url = new URL(request.url);
       const line = { method: request.method, path: url.pathname, query: url.search };
-      fp = fingerprintOf(body, request.headers.get("content-type") ?? fingerprintOptions.contentType ?? "", line);
+      fp = fingerprintOf(body, headers.get("content-type") ?? fingerprintOptions.contentType ?? "", line);
     } catch (err) {
       if (!(err instanceof IdemkitError)) throw err;
       return answer({ outcome: "invalidBody", code: err.code, message: err.message });
@@ -743,7 +767,7 @@ export function createIdempotency(options) {
 
   /** Renews `held`'s lease while the handler runs: see {@link renewWhileRunning}. */
   function keepLeased(held) {
-    if (!autoRenew) return { stop: async () => {}, resume: () => {} };
+    if (!autoRenew) return { stop: () => undefined, resume: () => {} };
     return renewWhileRunning({ leaseMs: policy.leaseMs, maxExecutionMs, clock, renew: () => renewHeld(held) });
   }
 
@@ -819,8 +843,8 @@ export function createIdempotency(options) {
   }
 
   /** The stored response if the handler completed its record itself, else null (never throws). */
-  async function completedByHandler(seen) {
-    return seen.completion === null ? null : seen.completion.then(({ answer }) => answer, () => null);
+  function completedByHandler(seen) {
+    return seen.completion.then(({ answer }) => answer, () => null);
   }
 
   async function execute(held, request, handler, tenantId, key) {
@@ -833,11 +857,12 @@ export function createIdempotency(options) {
     let completed = null;
     try {
       response = await handler(request, execution);
-      completed = await completedByHandler(seen);
+      // No await when the handler did not complete its record (the common case).
+      if (seen.completion !== null) completed = await completedByHandler(seen);
       if (completed === null && response instanceof Response) read = await readCapped(response, maxStoredResponseBytes);
     } catch (err) {
       // A completeWith still running settles first: when it fails it resumes renewal.
-      completed ??= await completedByHandler(seen);
+      if (completed === null && seen.completion !== null) completed = await completedByHandler(seen);
       await lease.stop();
       // The handler completed its record, then threw: that outcome is durable
       // (its local writes committed with it), so it is the answer.
@@ -847,7 +872,8 @@ export function createIdempotency(options) {
       await settleQuietly(() => (effect === "local" ? releaseHeld(held) : markUnknownHeld(held, `handler threw: ${err?.message ?? err}`)));
       throw err;
     }
-    await lease.stop();
+    const renewing = lease.stop();
+    if (renewing !== undefined) await renewing;
     if (completed !== null) {
       // Recorded once, by completeWith: the client gets what a replay will get.
       if (response instanceof Response && !response.bodyUsed) response.body?.cancel().catch(() => {});
@@ -862,9 +888,7 @@ export function createIdempotency(options) {
     // began none (a begun step whose write answer was lost still counts).
     const onlySteps = dispatchesOnlyThroughSteps && !seen.beganStep;
     // The record crosses only when its steps are the evidence.
-    const disposition = wasmCall(() =>
-      route.classify(response.status, seen.nothingDispatched, onlySteps, onlySteps ? held[LEASE].record : undefined),
-    );
+    const disposition = classify(response.status, seen.nothingDispatched, onlySteps, onlySteps ? held[LEASE].record : undefined);
     if (disposition === "release") {
       // Asked for: the attempt had no effect. If the store fails, the lease expires
       // and the machine treats the record by its effect kind.

@@ -21,7 +21,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       adapter,
       operation: options.operation ?? "payments.capture",
       effect: options.effect ?? "external",
-      tenant: (request) => request.headers.get("x-tenant"),
+      tenant: options.tenant ?? ((request) => request.headers.get("x-tenant")),
       policy: options.policy,
       fingerprint: options.fingerprint,
       maxStoredResponseBytes: options.maxStoredResponseBytes,
@@ -494,6 +494,41 @@ export function conformanceCases(idemkit, makeAdapter) {
         assert.equal(await retry.text(), "later 2", "executed again");
         assert.equal(counter.runs, 2, String(status));
       }
+    }],
+
+    ["one route records the same status by what each attempt declared, attempt after attempt", async () => {
+      const { idem, counter, handler } = await setup({
+        respond: (body, runs, execution) => {
+          if (body.amount === 0) execution.nothingDispatched();
+          return new Response(`later ${runs}`, { status: 503 });
+        },
+      });
+      // Nothing dispatched: released, so the retry runs again.
+      await idem.handle(request("k-1", { amount: 0 }), handler);
+      assert.equal(await (await idem.handle(request("k-1", { amount: 0 }), handler)).text(), "later 2");
+      // The same status without the declaration: the outcome is unknown, the retry not run.
+      await idem.handle(request("k-2", { amount: 5 }), handler);
+      const uncertain = await idem.handle(request("k-2", { amount: 5 }), handler);
+      assert.equal(uncertain.status, 409);
+      assert.ok((await uncertain.text()).includes("outcome-uncertain"));
+      // And declared again: released again.
+      await idem.handle(request("k-3", { amount: 0 }), handler);
+      assert.equal(await (await idem.handle(request("k-3", { amount: 0 }), handler)).text(), "later 5");
+      assert.equal(counter.runs, 5);
+    }],
+
+    ["a tenant function may answer with a promise; one that resolves to null is 401", async () => {
+      const { idem, counter, handler } = await setup({
+        tenant: async (request) => {
+          await new Promise((resolve) => setTimeout(resolve, 1));
+          return request.headers.get("x-tenant");
+        },
+      });
+      assert.equal((await idem.handle(request("k-1"), handler)).status, 201);
+      const replay = await idem.handle(request("k-1"), handler);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal((await idem.handle(request("k-1", undefined, null), handler)).status, 401);
+      assert.equal(counter.runs, 1);
     }],
 
     ["a route dispatching only through steps runs again when no step was begun, not after a begun one", async () => {

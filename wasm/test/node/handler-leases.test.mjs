@@ -108,6 +108,40 @@ test("a hung handler past maxExecutionMs becomes unresolved and its retry is unc
   assert.equal(state.runs, 1);
 });
 
+test("the completion waits for a renewal in progress: the two writes never overlap", async () => {
+  const inner = idemkit.memoryAdapter();
+  const log = [];
+  let updates = 0;
+  let releaseRenewal = null;
+  const adapter = {
+    get: (id) => inner.get(id),
+    insert: (id, r) => inner.insert(id, r),
+    async update(id, r, v) {
+      const n = updates++;
+      log.push(`start ${n}`);
+      // The first update is the handler's first renewal: held until the test lets it go.
+      if (n === 0) await new Promise((resolve) => (releaseRenewal = resolve));
+      const written = await inner.update(id, r, v);
+      log.push(`end ${n}`);
+      return written;
+    },
+  };
+  const idem = createIdem(adapter, "external", { policy: { leaseMs: 300 } });
+  const { state, handler, open } = gatedHandler();
+  const first = idem.handle(request("k"), handler);
+  await eventually("a renewal is in progress", () => releaseRenewal !== null);
+  // The handler answers while the renewal is held: its completion must wait for it.
+  open();
+  await eventually("the handler answered", () => state.runs === 1);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.deepEqual(log, ["start 0"], "nothing else was written while the renewal was in progress");
+  releaseRenewal();
+  const answered = await first;
+  assert.equal(answered.status, 201);
+  assert.deepEqual(log.slice(0, 3), ["start 0", "end 0", "start 1"]);
+  assert.equal((await idem.inspect({ tenant: "acme", key: "k" })).state, "completed");
+});
+
 test("maxExecutionMs is validated when the handler is created", () => {
   const { adapter } = flakyAdapter();
   assert.throws(() => createIdem(adapter, "external", { maxExecutionMs: -1 }), /maxExecutionMs/);
