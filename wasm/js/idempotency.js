@@ -89,10 +89,10 @@ export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
   const deadline = clock() + maxExecutionMs;
   let stopped = false;
   let timer = null;
-  // The renewal in progress, or null: most executions end before the first one.
-  let pending = null;
+  // The renewal in progress, or undefined: most executions end before the first one.
+  let pending;
   const settled = () => {
-    pending = null;
+    pending = undefined;
   };
   const schedule = (wait) => {
     if (stopped || clock() + wait > deadline) return;
@@ -114,7 +114,7 @@ export function renewWhileRunning({ leaseMs, maxExecutionMs, clock, renew }) {
     stop() {
       stopped = true;
       clearTimeout(timer);
-      return pending ?? undefined;
+      return pending;
     },
     resume() {
       if (!stopped) return;
@@ -282,11 +282,12 @@ export function createIdempotency(options) {
         queryRules.ignoreQuery, queryRules.ignoreQueryParams,
       ),
   );
-  // How a status is recorded when the record's steps are not the evidence: a pure
-  // function of the route's policy, so asked of core once per status and flag.
+  // How a status is recorded. With `stepsRecord` (the record, when its steps are
+  // the evidence) core reads it; without, the answer is a pure function of the
+  // route's policy, so asked of core once per status and flag.
   const dispositions = new Map();
-  const classify = (status, nothingDispatched, onlySteps, record) => {
-    if (onlySteps) return wasmCall(() => route.classify(status, nothingDispatched, true, record));
+  const classify = (status, nothingDispatched, stepsRecord) => {
+    if (stepsRecord !== undefined) return wasmCall(() => route.classify(status, nothingDispatched, true, stepsRecord));
     const asked = status * 2 + (nothingDispatched ? 1 : 0);
     let disposition = dispositions.get(asked);
     if (disposition === undefined) {
@@ -888,7 +889,7 @@ export function createIdempotency(options) {
     // began none (a begun step whose write answer was lost still counts).
     const onlySteps = dispatchesOnlyThroughSteps && !seen.beganStep;
     // The record crosses only when its steps are the evidence.
-    const disposition = classify(response.status, seen.nothingDispatched, onlySteps, onlySteps ? held[LEASE].record : undefined);
+    const disposition = classify(response.status, seen.nothingDispatched, onlySteps ? held[LEASE].record : undefined);
     if (disposition === "release") {
       // Asked for: the attempt had no effect. If the store fails, the lease expires
       // and the machine treats the record by its effect kind.
