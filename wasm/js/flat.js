@@ -17,6 +17,7 @@
 // before the next call into WebAssembly, and what must outlive it (the write, a
 // byte field) is copied. Every JavaScript engine is little-endian.
 
+import { recordCopy } from "./adapters/handover.js";
 import { wasmMemory } from "./idemkit_wasm.js";
 
 const HEAD = 4;
@@ -36,8 +37,11 @@ function viewMemory() {
 }
 
 export class FlatReader {
-  /** @param {number} at the address a call returned */
-  constructor(at) {
+  /**
+   * @param {number} at the address a call returned
+   * @param {boolean} [sharedWrite] the write may be copied into a shared block (adapters/handover.js)
+   */
+  constructor(at, sharedWrite = false) {
     viewMemory();
     const head = at / 8;
     const textStart = at + 8 * (HEAD + words[head]);
@@ -49,7 +53,8 @@ export class FlatReader {
     this.text = textStart === bytesStart ? "" : utf8.decode(bytes.subarray(textStart, bytesStart));
     this.bytesStart = bytesStart;
     /** The record bytes to write (a copy: an adapter may keep it), "delete", or null. */
-    this.write = writeLength >= 0 ? bytes.slice(writeStart, writeStart + writeLength) : writeLength === -2 ? "delete" : null;
+    this.write =
+      writeLength >= 0 ? recordCopy(bytes.subarray(writeStart, writeStart + writeLength), sharedWrite) : writeLength === -2 ? "delete" : null;
     this.next = head + HEAD;
     this.at = 0;
   }

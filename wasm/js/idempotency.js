@@ -14,6 +14,7 @@
 // caller's local writes commit in the same transaction as the completion. A retry
 // of a running key may wait for its answer (`Prefer: wait`, ./waiting.js).
 import * as wasm from "./idemkit_wasm.js";
+import { keepsSharedBlocks } from "./adapters/handover.js";
 import { adapterCall, isPromise, readDecideWrite } from "./adapters/loop.js";
 import { bodyOptions, decodeRecord, parseKey, recordView, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, wasmCall } from "./errors.js";
@@ -160,8 +161,8 @@ function fromAnswer(answer) {
  * address `at`, as `readDecideWrite` takes it: the write, its index meta, and the answer a claim
  * resolves to, with the HTTP `reply` when core made one.
  */
-function claimDecided(at) {
-  const read = new FlatReader(at);
+function claimDecided(at, sharedWrite) {
+  const read = new FlatReader(at, sharedWrite);
   const write = read.write;
   const gcDueAt = read.time();
   const outcome = read.string();
@@ -202,8 +203,8 @@ function claimDecided(at) {
  * at address `at`, as `readDecideWrite` takes it; `answer.view` is the written
  * record's view when one came with it (asked for only by a caller that returns it).
  */
-function completionDecided(at) {
-  const read = new FlatReader(at);
+function completionDecided(at, sharedWrite) {
+  const read = new FlatReader(at, sharedWrite);
   const { write } = read;
   const gcDueAt = read.time();
   // Read now: the reader's memory is reused by the next call into WebAssembly.
@@ -296,6 +297,8 @@ export function createIdempotency(options) {
     }
     return disposition;
   };
+  // Whether a write may be copied out of WebAssembly into a shared block (adapters/handover.js).
+  const sharedWrites = adapter[keepsSharedBlocks] === true;
   const clock = options.clock ?? Date.now;
   const resourceRefOf = options.resourceRef ?? ((response) => response.headers.get("location"));
   const keyRequired = options.required ?? true;
@@ -385,7 +388,7 @@ export function createIdempotency(options) {
     if (typeof claimOwner !== "string") throw new IdemkitError("invalid-argument", "claim.owner must be a string");
     // With the log reference, core makes the HTTP reply in the same call.
     const replyRef = forHttp ? ref : undefined;
-    const decideClaim = (row, floor) => claimDecided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock(), replyRef)));
+    const decideClaim = (row, floor) => claimDecided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock(), replyRef)), sharedWrites);
     const { answer, current } = await readDecideWrite({
       adapter,
       id,
@@ -479,7 +482,7 @@ export function createIdempotency(options) {
     // made for each decision: their buffer is reused by the next completion.
     const completeWith = (row, token, kept) => {
       const { names, values, lengths } = headerColumns(headers);
-      return completionDecided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock(), withView)));
+      return completionDecided(wasmCall(() => route.complete(row.record, token, status, names, values, lengths, kept, resourceRef ?? undefined, clock(), withView)), sharedWrites);
     };
     const kept = body !== null && body.length > maxStoredResponseBytes ? null : body;
     return transition(

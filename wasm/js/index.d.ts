@@ -233,6 +233,9 @@ export type LocalAdapter<V, L> = GcAdapter<V, L> & Required<Pick<Adapter<V, L>, 
  * Local writes: a synchronous `() => result`, run only when the compare-and-set
  * holds; the record is written only if it returns (a memory store has no
  * rollback for what `local` changed before it threw).
+ * The small records the engine writes share 8 KiB blocks, as Node's Buffer pool
+ * does (one allocation for dozens); the first page of each `scan` gives the
+ * records of a block that is mostly deleted bytes of their own, so the block is freed.
  */
 export function memoryAdapter(): LocalAdapter<number, () => unknown> & { size(): number; changed(id: string, signal?: AbortSignal): Promise<void> };
 

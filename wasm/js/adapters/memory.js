@@ -11,10 +11,13 @@
 // `Prefer: wait` is answered as soon as the first attempt records, without polling.
 // It keeps a copy of the bytes it is given, and hands out copies, so no caller can
 // change a stored record; between it and the engine, which changes neither, the
-// bytes pass as they are (handover.js).
+// bytes pass as they are (handover.js), a small record in a block it shares with
+// others. A few long-lived records could keep many blocks alive after the rest
+// were deleted, so the first page of each GC scan gives the records of a block
+// that is mostly unheld bytes of their own, and the block is freed.
 
 import { dueOf, firstVersion, scanLimit } from "./gc-index.js";
-import { keptCopy, lentCopy } from "./handover.js";
+import { inSharedBlock, keepsSharedBlocks, keptCopy, lentCopy } from "./handover.js";
 import { requireLocal, runLocalSync } from "./local-writes.js";
 import { answeringSynchronously } from "./synchronous.js";
 import { writeWakers } from "./wakers.js";
@@ -36,8 +39,20 @@ export function memoryAdapter() {
     wakers.wake(id);
     return { version: version + 1, result };
   }
+  /** Copies out the records held in a shared block of which less than a quarter is held. */
+  function freeSparseBlocks() {
+    const held = new Map();
+    for (const row of records.values()) {
+      if (inSharedBlock(row.record)) held.set(row.record.buffer, (held.get(row.record.buffer) ?? 0) + row.record.byteLength);
+    }
+    for (const row of records.values()) {
+      const heldBytes = held.get(row.record.buffer);
+      if (heldBytes !== undefined && heldBytes < row.record.buffer.byteLength / 4) row.record = row.record.slice();
+    }
+  }
   return {
     name: "memoryAdapter",
+    [keepsSharedBlocks]: true,
     ...answeringSynchronously({
       get(id) {
         const row = records.get(id);
@@ -67,6 +82,7 @@ export function memoryAdapter() {
       },
       scan(options) {
         const { gcDueBefore, limit, after } = scanLimit(options);
+        if (!after) freeSparseBlocks();
         const due = [];
         for (const [id, row] of records) {
           if (row.gcDueAt === null || row.gcDueAt > gcDueBefore) continue;
