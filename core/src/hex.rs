@@ -32,10 +32,16 @@ const fn digit(nibble: u8) -> u8 {
 /// Appends the lowercase hex of `bytes` to `out`.
 pub fn push_lower(out: &mut String, bytes: &[u8]) {
     out.reserve(bytes.len() * 2);
-    for &byte in bytes {
-        let [hi, lo] = digits(byte);
-        out.push(char::from(hi));
-        out.push(char::from(lo));
+    // The digits of 32 bytes at a time, appended as one string: a `push` per
+    // character checks capacity and encodes a char each time.
+    let mut text = [0u8; 64];
+    for chunk in bytes.chunks(32) {
+        for (pair, &byte) in text.chunks_exact_mut(2).zip(chunk) {
+            pair.copy_from_slice(&digits(byte));
+        }
+        let digits = text.get(..2 * chunk.len()).unwrap_or_default();
+        // Hex digits are ASCII: always valid UTF-8.
+        out.push_str(core::str::from_utf8(digits).unwrap_or_default());
     }
 }
 
@@ -126,6 +132,10 @@ mod tests {
         let mut pushed = String::from("x");
         push_lower(&mut pushed, &all);
         assert_eq!(pushed, format!("x{expected}"));
+        // Whole and partial 32-byte chunks.
+        for n in 0..=70 {
+            assert_eq!(lower(&all[..n]), expected[..2 * n], "{n} bytes");
+        }
     }
 
     #[test]

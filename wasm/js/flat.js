@@ -90,9 +90,10 @@ export class FlatReader {
     return this.string();
   }
 
-  /** A fencing token (decimal text: 64 bits do not fit a number). */
+  /** A fencing token: a number up to 2^53, else -1 and its decimal text (64 bits do not fit a number). */
   token() {
-    return BigInt(this.string());
+    const token = this.words[this.next++];
+    return token >= 0 ? BigInt(token) : BigInt(this.string());
   }
 
   /** A byte field: a copy, so it outlives nothing else. */

@@ -11,8 +11,8 @@
 //!   2^53 (only "never" gets there) are the nearest double, as JavaScript
 //!   holds any number;
 //! - `text`: the strings back to back, cut out by JavaScript by the lengths
-//!   in `numbers` (a 64-bit token among them as decimal text: it does not fit
-//!   a double);
+//!   in `numbers` (a 64-bit token past 2^53 among them as decimal text: it
+//!   does not fit a double);
 //! - `bytes`: response bodies and header values back to back, each given in
 //!   `numbers` as its `start, end`.
 //!
@@ -48,6 +48,9 @@ use idemkit_core::record::{Step, StepState, StoredResponse};
 /// The head's words: the counts of numbers, text bytes and bytes, and the
 /// write's length.
 const HEAD_WORDS: usize = 4;
+
+/// 2^53: every integer up to it is exact in a double.
+const EXACT_IN_DOUBLE: u64 = 1 << 53;
 
 /// The capacity the shared buffer keeps between values; a larger one is
 /// released after use.
@@ -212,9 +215,20 @@ impl Flat {
         self.length_since(start);
     }
 
-    /// A fencing token: 64 bits, which a double cannot hold, so decimal text
-    /// (JavaScript makes it a `bigint`).
+    /// A fencing token (JavaScript makes it a `bigint`): the number itself up
+    /// to 2^53, which a double holds exactly; past it `-1`, then the decimal
+    /// text. Tokens count a key's attempts, so the text is for a hostile or
+    /// damaged record: a number skips a formatter here and a parse there.
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "only tokens up to 2^53, exact in a double"
+    )]
     pub fn token(&mut self, token: u64) {
+        if token <= EXACT_IN_DOUBLE {
+            self.number(token as f64);
+            return;
+        }
+        self.number(-1.0);
         self.string_with(|text| {
             // Writing to a String cannot fail.
             let _ = core::fmt::Write::write_fmt(text, format_args!("{token}"));
@@ -304,6 +318,19 @@ mod tests {
             [2.0, 7.5, 0.0, 4.0]
         );
         assert_eq!(&packed[64..], "é1bodyrecord".as_bytes());
+    }
+
+    #[test]
+    fn tokens_up_to_2_53_are_numbers_and_past_it_decimal_text() {
+        let mut flat = Flat::new();
+        for token in [1, 1 << 53, (1 << 53) + 1, u64::MAX] {
+            flat.token(token);
+        }
+        assert_eq!(
+            flat.numbers,
+            [1.0, 9_007_199_254_740_992.0, -1.0, 16.0, -1.0, 20.0]
+        );
+        assert_eq!(flat.text, "900719925474099318446744073709551615");
     }
 
     #[test]

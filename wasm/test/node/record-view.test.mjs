@@ -125,3 +125,16 @@ test("header values given as strings are recorded as their UTF-8, long or short,
   assert.deepEqual(first.response.headers, [["content-type", utf8(`text/plain; note=${long}`)], ["location", utf8("/a")]]);
   assert.deepEqual(second.response.headers, [["location", utf8("/ü")], ["content-type", utf8("text/plain")]]);
 });
+
+test("fencing tokens on either side of 2^53 come through exact, in the claim answer, the completion's view and a decoded record", async () => {
+  // Up to 2^53 a token crosses as a number, past it as decimal text.
+  for (const floor of [2n ** 53n - 2n, 2n ** 53n - 1n, 2n ** 53n, 2n ** 64n - 3n]) {
+    const { adapter, idem, id } = setup();
+    adapter.insert("idemkit:token-floor", new TextEncoder().encode(String(floor)), { gcDueAt: null });
+    const held = await idem.claim({ tenant: "acme", key: "k-token", body: "{}" });
+    assert.equal(held.token, floor + 1n, `above a floor of ${floor}`);
+    const view = await idem.complete(held, { status: 201, headers: {}, body: "{}" });
+    assert.equal(view.lastToken, floor + 1n);
+    assert.equal(idemkit.decodeRecord(adapter.get(id("k-token")).record).lastToken, floor + 1n);
+  }
+});
