@@ -2,7 +2,7 @@
 // core compiled to WebAssembly (./idemkit_wasm.js); this file only converts
 // arguments and turns the core's coded errors into IdemkitError.
 import * as wasm from "./idemkit_wasm.js";
-import { IdemkitError, wasmCall } from "./errors.js";
+import { IdemkitError, requireString, wasmCall } from "./errors.js";
 import { FlatReader } from "./flat.js";
 
 let maxRacesRead = 0;
@@ -175,6 +175,7 @@ export function parseKey(headerValue) {
  * @returns {string}
  */
 export function recordId(tenant, operation, key) {
+  requireScope(tenant, operation, key);
   return wasmCall(() => wasm.recordId(tenant, operation, key));
 }
 
@@ -186,7 +187,14 @@ export function recordId(tenant, operation, key) {
  * @returns {string}
  */
 export function logRef(tenant, operation, key) {
+  requireScope(tenant, operation, key);
   return wasmCall(() => wasm.logRef(tenant, operation, key));
+}
+
+function requireScope(tenant, operation, key) {
+  requireString(tenant, "tenant");
+  requireString(operation, "operation");
+  requireString(key, "key");
 }
 
 /**

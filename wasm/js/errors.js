@@ -32,3 +32,15 @@ export function wasmCall(fn) {
     throw err;
   }
 }
+
+/** What `value` is, for a message: `null`, `an array`, or its `typeof`. */
+export function typeName(value) {
+  if (value === null) return "null";
+  return Array.isArray(value) ? "an array" : typeof value;
+}
+
+/** `value` when it is a string; else invalid-argument naming `what` (anything else would reach WebAssembly as garbage). */
+export function requireString(value, what) {
+  if (typeof value !== "string") throw new IdemkitError("invalid-argument", `${what} must be a string, not ${typeName(value)}`);
+  return value;
+}

@@ -17,7 +17,7 @@ import * as wasm from "./idemkit_wasm.js";
 import { keepsSharedBlocks } from "./adapters/handover.js";
 import { adapterCall, isPromise, readDecideWrite } from "./adapters/loop.js";
 import { bodyOptions, decodeRecord, parseKey, recordView, requestLineOf, toBytes } from "./api.js";
-import { IdemkitError, wasmCall } from "./errors.js";
+import { IdemkitError, requireString, typeName, wasmCall } from "./errors.js";
 import { FlatReader } from "./flat.js";
 import { holdWhileRunning, waitOf, waitingOptions } from "./waiting.js";
 
@@ -373,6 +373,8 @@ export function createIdempotency(options) {
 
   /** The record's storage id and log reference, from one call. */
   function locate(tenantId, key) {
+    requireString(tenantId, "tenant");
+    requireString(key, "key");
     const located = wasmCall(() => route.locate(tenantId, key));
     return { ref: located.slice(0, 16), id: located.slice(16) };
   }
@@ -678,6 +680,9 @@ export function createIdempotency(options) {
     if (isPromise(tenantId)) tenantId = await tenantId;
     if (tenantId === null || tenantId === undefined) {
       return answer({ outcome: "unauthenticated" });
+    }
+    if (typeof tenantId !== "string") {
+      throw new IdemkitError("invalid-argument", `the tenant function must return a string, or null for no tenant, not ${typeName(tenantId)}`);
     }
     const headers = request.headers;
     const header = headers.get("idempotency-key");

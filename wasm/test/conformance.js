@@ -1230,6 +1230,28 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(replay.headers.get("idempotent-replayed"), "true", "the new outcome survived GC");
     }],
 
+    ["a tenant or key that is not a string is refused by name, and the package goes on working", async () => {
+      const { idem } = await setup();
+      for (const [what, call] of [
+        ["key", () => idem.claim({ tenant: "t1", key: 5, body: "{}" })],
+        ["key", () => idem.claim({ tenant: "t1", body: "{}" })],
+        ["tenant", () => idem.claim({ tenant: null, key: "k-types", body: "{}" })],
+        ["key", () => idem.inspect({ tenant: "t1", key: {} })],
+        ["tenant", () => idem.resolve({ tenant: 7, key: "k-types" }, null)],
+      ]) {
+        const err = await call().then(() => null, (e) => e);
+        assert.ok(err instanceof IdemkitError && err.code === "invalid-argument", `${what}: ${err}`);
+        assert.ok(err.message.startsWith(`${what} must be a string`), err.message);
+      }
+      assert.throws(() => idemkit.recordId("t1", "payments.capture", 5), "invalid-argument");
+      assert.throws(() => idemkit.logRef(undefined, "payments.capture", "k"), "invalid-argument");
+      // A tenant function answering with a number is the server's bug: thrown, not answered.
+      const numeric = await setup({ tenant: () => 42 });
+      await assert.rejects(numeric.idem.handle(request("k-types"), numeric.handler), "invalid-argument");
+      const held = await idem.claim({ tenant: "t1", key: "k-types", body: "{}" });
+      assert.equal(held.outcome, "execute");
+    }],
+
     ["bad options are refused when the handler is created", async () => {
       const adapter = await makeAdapter();
       const base = { adapter, operation: "x", effect: "local", tenant: () => "t" };
