@@ -72,7 +72,8 @@ export function canonicalize(input, options) {
  * @param {{ operation?: string, schemaVersion?: number, include?: string[], exclude?: string[], contentType?: string, profile?: "strict" | "rfc8785", method?: string, path?: string, query?: string, ignoreQuery?: boolean, ignoreQueryParams?: string[] }} [options]
  * @returns {string}
  */
-export function fingerprint(body, options = {}) {
+export function fingerprint(body, options) {
+  options ??= {};
   const line = requestLineOf(options);
   if (line !== null) return requestFingerprint(body, options).value;
   const { bytes, operation, schemaVersion, contentType, include, exclude, profile } = bodyOptions(body, options);

@@ -1245,6 +1245,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       }
       assert.throws(() => idemkit.recordId("t1", "payments.capture", 5), "invalid-argument");
       assert.throws(() => idemkit.logRef(undefined, "payments.capture", "k"), "invalid-argument");
+      assert.equal(idemkit.fingerprint("{}", null), idemkit.fingerprint("{}"), "null options are the defaults");
       // A tenant function answering with a number is the server's bug: thrown, not answered.
       const numeric = await setup({ tenant: () => 42 });
       await assert.rejects(numeric.idem.handle(request("k-types"), numeric.handler), "invalid-argument");
