@@ -44,3 +44,9 @@ export function requireString(value, what) {
   if (typeof value !== "string") throw new IdemkitError("invalid-argument", `${what} must be a string, not ${typeName(value)}`);
   return value;
 }
+
+/** `value` when it is an object (an API's single argument); else invalid-argument naming the `call`. */
+export function objectArgument(value, call) {
+  if (value === null || typeof value !== "object") throw new IdemkitError("invalid-argument", `${call} takes an object, not ${typeName(value)}`);
+  return value;
+}

@@ -17,7 +17,7 @@ import * as wasm from "./idemkit_wasm.js";
 import { keepsSharedBlocks } from "./adapters/handover.js";
 import { adapterCall, isPromise, readDecideWrite } from "./adapters/loop.js";
 import { bodyOptions, decodeRecord, parseKey, recordView, requestLineOf, toBytes } from "./api.js";
-import { IdemkitError, requireString, typeName, wasmCall } from "./errors.js";
+import { IdemkitError, objectArgument, requireString, typeName, wasmCall } from "./errors.js";
 import { FlatReader } from "./flat.js";
 import { holdWhileRunning, waitOf, waitingOptions } from "./waiting.js";
 
@@ -414,9 +414,16 @@ export function createIdempotency(options) {
     return answer;
   }
 
-  function claim({ tenant: tenantId, key, body, contentType, owner, method, path, query }) {
-    const line = method === undefined && path === undefined ? undefined : { method, path, query };
-    return claimPrepared(tenantId, key, fingerprintOf(body, contentType, line), owner);
+  // Not async (that would cost the claim an await hop), so a refusal made before
+  // the claim starts is returned as a rejected promise, as every later one is.
+  function claim(input) {
+    try {
+      const { tenant: tenantId, key, body, contentType, owner, method, path, query } = objectArgument(input, "claim");
+      const line = method === undefined && path === undefined ? undefined : { method, path, query };
+      return claimPrepared(tenantId, key, fingerprintOf(body, contentType, line), owner);
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 
   /**
@@ -431,6 +438,9 @@ export function createIdempotency(options) {
     const lease = held?.outcome === "execute" ? held[LEASE] : undefined;
     if (lease === undefined) {
       throw new IdemkitError("invalid-argument", "expected a claim whose outcome is \"execute\"");
+    }
+    if (typeof held.token !== "bigint") {
+      throw new IdemkitError("invalid-argument", `the claim's token must be the bigint its claim gave, not ${typeName(held.token)}`);
     }
     let decideOnRow;
     if (typeof op === "function") {
@@ -541,7 +551,8 @@ export function createIdempotency(options) {
     viewOf(await transition(held, { op: "completeStep", name: String(name), providerRef: providerRef ?? undefined }));
 
   /** Operator: settle an Unknown record. `applied` is the real response, or null if nothing happened. */
-  async function resolve({ tenant: tenantId, key }, applied) {
+  async function resolve(which, applied) {
+    const { tenant: tenantId, key } = objectArgument(which, "resolve");
     const { id, ref } = locate(tenantId, key);
     const op = { op: "resolve", applied: applied == null ? null : toStored(applied, replayed) };
     const { current } = await readDecideWrite({
@@ -558,7 +569,8 @@ export function createIdempotency(options) {
   }
 
   /** The decoded record of a key, or null. */
-  async function inspect({ tenant: tenantId, key }) {
+  async function inspect(which) {
+    const { tenant: tenantId, key } = objectArgument(which, "inspect");
     const { id } = locate(tenantId, key);
     const current = await storeCall(() => adapter.get(id));
     return current === null ? null : decodeRecord(current.record);
@@ -611,7 +623,8 @@ export function createIdempotency(options) {
     });
   }
 
-  async function gc({ maxBatch = defaults().gcBatch, after } = {}) {
+  async function gc(options) {
+    const { maxBatch = defaults().gcBatch, after } = options ?? {};
     for (const method of ["delete", "scan"]) {
       if (typeof adapter[method] !== "function") {
         throw new IdemkitError("invalid-argument", `gc needs adapter.${method} (see the Adapter type)`);
@@ -664,6 +677,12 @@ export function createIdempotency(options) {
    * External record Unknown.
    */
   function handle(request, handler, ctx) {
+    if (typeof request?.headers?.get !== "function" || typeof request.url !== "string") {
+      return Promise.reject(new IdemkitError("invalid-argument", "handle's first argument must be the Request"));
+    }
+    if (typeof handler !== "function") {
+      return Promise.reject(new IdemkitError("invalid-argument", "handle's second argument must be the handler, (request, execution) => Response"));
+    }
     if (ctx !== undefined && ctx !== null && typeof ctx.waitUntil !== "function") {
       return Promise.reject(new IdemkitError("invalid-argument", "handle's third argument must be an execution context with waitUntil (the Workers ctx), or absent"));
     }

@@ -217,8 +217,9 @@ impl Flat {
 
     /// A fencing token (JavaScript makes it a `bigint`): the number itself up
     /// to 2^53, which a double holds exactly; past it `-1`, then the decimal
-    /// text. Tokens count a key's attempts, so the text is for a hostile or
-    /// damaged record: a number skips a formatter here and a parse there.
+    /// text. Tokens count attempts above the store's token floor, so they are
+    /// numbers unless the floor was set near 2^64: a formatter here and a parse
+    /// there saved.
     #[allow(
         clippy::cast_precision_loss,
         reason = "only tokens up to 2^53, exact in a double"

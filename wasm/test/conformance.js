@@ -1230,7 +1230,7 @@ export function conformanceCases(idemkit, makeAdapter) {
       assert.equal(replay.headers.get("idempotent-replayed"), "true", "the new outcome survived GC");
     }],
 
-    ["a tenant or key that is not a string is refused by name, and the package goes on working", async () => {
+    ["arguments of the wrong type are refused by name as invalid-argument, and the package goes on working", async () => {
       const { idem } = await setup();
       for (const [what, call] of [
         ["key", () => idem.claim({ tenant: "t1", key: 5, body: "{}" })],
@@ -1249,8 +1249,23 @@ export function conformanceCases(idemkit, makeAdapter) {
       // A tenant function answering with a number is the server's bug: thrown, not answered.
       const numeric = await setup({ tenant: () => 42 });
       await assert.rejects(numeric.idem.handle(request("k-types"), numeric.handler), "invalid-argument");
+      for (const call of [() => idem.claim(undefined), () => idem.inspect(null), () => idem.resolve("k", null)]) {
+        const err = await call().then(() => null, (e) => e);
+        assert.ok(err instanceof IdemkitError && err.code === "invalid-argument" && err.message.includes("takes an object"), `${err}`);
+      }
+      const { handler } = await setup();
+      await assert.rejects(idem.handle({ url: "/payments" }, handler), "invalid-argument");
+      await assert.rejects(idem.handle(request("k-types"), undefined), "invalid-argument");
+      // A body refused before the claim starts rejects, as a store failure would: it is not thrown.
+      const refused = idem.claim({ tenant: "t1", key: "k-types", body: "{" });
+      assert.ok(refused instanceof Promise);
+      await assert.rejects(refused, "json-unexpected-end");
       const held = await idem.claim({ tenant: "t1", key: "k-types", body: "{}" });
       assert.equal(held.outcome, "execute");
+      await assert.rejects(idem.complete({ ...held, token: "1" }, { status: 200, headers: {}, body: "{}" }), "invalid-argument");
+      assert.equal(typeof (await idem.gc(null)).deleted, "number", "gc(null) takes the defaults");
+      const done = await idem.complete(held, { status: 200, headers: {}, body: "{}" });
+      assert.equal(done.state, "completed");
     }],
 
     ["bad options are refused when the handler is created", async () => {
