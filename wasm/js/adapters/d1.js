@@ -14,9 +14,8 @@
 // tells a refused compare-and-set (answered null, like `update`) from a failed
 // caller statement (local-writes-failed).
 import { dueOf, firstVersion, pageOf, scanLimit } from "./gc-index.js";
+import { checkTableName } from "./table-name.js";
 import { localWritesFailed, requireLocal } from "./local-writes.js";
-
-const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 // D1 refuses a row (and a BLOB) above 2 000 000 bytes. The id, version and due time
 // take the rest of the row; createIdempotency keeps no response body that would
@@ -34,10 +33,6 @@ function casRefused(err) {
   return [err?.message, err?.cause?.message].some((message) => String(message).includes(CAS_REFUSED));
 }
 
-function checkTable(table) {
-  if (!TABLE.test(table)) throw new TypeError(`invalid table name ${JSON.stringify(table)}`);
-}
-
 function createStatements(table) {
   return [
     `CREATE TABLE IF NOT EXISTS ${table} (id TEXT PRIMARY KEY NOT NULL, record BLOB NOT NULL, version INTEGER NOT NULL, gc_due_at INTEGER) WITHOUT ROWID`,
@@ -50,7 +45,7 @@ function createStatements(table) {
  * creation: the table and its GC index, two statements.
  */
 export function d1Schema(table = "idemkit_records") {
-  checkTable(table);
+  checkTableName(table);
   return createStatements(table).map((s) => `${s};`).join("\n");
 }
 
@@ -60,7 +55,7 @@ export function d1Schema(table = "idemkit_records") {
  * decodes them and indexes their real due time.
  */
 export function d1Upgrade(table = "idemkit_records") {
-  checkTable(table);
+  checkTableName(table);
   return [`ALTER TABLE ${table} ADD COLUMN gc_due_at INTEGER DEFAULT 0`, createStatements(table)[1]].map((s) => `${s};`).join("\n");
 }
 
@@ -92,9 +87,10 @@ async function prepareTable(d1, table) {
  * @param {{ table?: string, createTable?: boolean }} [options]
  * @returns {import("../index.d.ts").Adapter}
  */
-export function d1Adapter(d1, options = {}) {
+export function d1Adapter(d1, options) {
+  options ??= {};
   const table = options.table ?? "idemkit_records";
-  checkTable(table);
+  checkTableName(table);
   if (typeof d1?.prepare !== "function") throw new TypeError("d1Adapter expects a D1 database binding");
   let ready = options.createTable === false ? Promise.resolve() : null;
   const ensure = () => (ready ??= prepareTable(d1, table).catch((err) => {

@@ -48,7 +48,8 @@ function rowOf(value) {
  * @param {{ prefix?: Deno.KvKey }} [options]
  * @returns {import("../index.d.ts").Adapter}
  */
-export function denoKvAdapter(kv, options = {}) {
+export function denoKvAdapter(kv, options) {
+  options ??= {};
   const prefix = options.prefix ?? ["idemkit"];
   if (typeof kv?.atomic !== "function") throw new TypeError("denoKvAdapter expects a Deno.Kv");
   // Record ids are hex strings, so no record key is `[...prefix, "gc"]`.

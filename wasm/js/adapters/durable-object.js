@@ -46,7 +46,8 @@ const padded = (due) => String(due).padStart(16, "0");
  * @param {{ prefix?: string, maxRecordBytes?: number }} [options]
  * @returns {import("../index.d.ts").Adapter}
  */
-export function durableObjectAdapter(storage, options = {}) {
+export function durableObjectAdapter(storage, options) {
+  options ??= {};
   const prefix = options.prefix ?? "idemkit:";
   if (typeof storage?.transaction !== "function") {
     throw new TypeError("durableObjectAdapter expects a Durable Object's ctx.storage");

@@ -22,11 +22,11 @@
 // `timeout` option (default 5 s) is kept.
 
 import { dueOf, firstVersion, pageOf, scanLimit } from "./gc-index.js";
+import { checkTableName } from "./table-name.js";
 import { requireLocal, runLocalSync } from "./local-writes.js";
 import { answeringSynchronously } from "./synchronous.js";
 import { IdemkitError } from "../errors.js";
 
-const TABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
 // PRAGMA synchronous: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA.
 const SYNCHRONOUS_FULL = 2;
@@ -80,9 +80,10 @@ function hasGcColumn(db, table) {
  * @param {{ table?: string, busyTimeoutMs?: number }} [options]
  * @returns {import("../index.d.ts").Adapter}
  */
-export function sqliteAdapter(db, options = {}) {
+export function sqliteAdapter(db, options) {
+  options ??= {};
   const table = options.table ?? "idemkit_records";
-  if (!TABLE.test(table)) throw new TypeError(`invalid table name ${JSON.stringify(table)}`);
+  checkTableName(table);
   if (typeof db?.prepare !== "function" || typeof db?.exec !== "function") {
     throw new TypeError("sqliteAdapter expects a better-sqlite3 or bun:sqlite Database");
   }

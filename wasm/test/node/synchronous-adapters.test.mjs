@@ -146,3 +146,19 @@ test("memory: a caller's bytes are copied in and out; between it and the engine'
   after[1] = 9;
   assert.deepEqual([...adapter.get("0b03").record], [7, 6], "a read outside the loop is a copy again");
 });
+
+test("a table name that is not a plain identifier is refused by what it is; null options take the defaults", () => {
+  const db = new Database(":memory:");
+  for (const [table, message] of [
+    [5, "the table name must be a string, not number"],
+    [1n, "the table name must be a string, not bigint"],
+    [Symbol("t"), "the table name must be a string, not symbol"],
+    ["records; DROP TABLE x", 'invalid table name "records; DROP TABLE x"'],
+  ]) {
+    assert.throws(() => idemkit.sqliteAdapter(db, { table }), { name: "TypeError", message });
+    assert.throws(() => idemkit.d1Schema(table), { name: "TypeError", message });
+  }
+  const adapter = idemkit.sqliteAdapter(db, null);
+  assert.ok(adapter.insert("0a09", new Uint8Array([1]), { gcDueAt: null }));
+  assert.equal(db.prepare("SELECT count(*) AS n FROM idemkit_records").get().n, 1);
+});
