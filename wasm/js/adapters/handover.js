@@ -50,8 +50,9 @@ export function lentCopy(record) {
 }
 
 /**
- * Set (true) on an adapter that keeps the record bytes the engine hands over to it
- * as they are, and is content with an array that is a view into a shared block.
+ * Set (true, not enumerable, so a spread copy does not inherit it) on an adapter
+ * that keeps the record bytes the engine hands over to it as they are, and is
+ * content with an array that is a view into a shared block.
  */
 export const keepsSharedBlocks = Symbol.for("idemkit.adapter.keepsSharedBlocks");
 

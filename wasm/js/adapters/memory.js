@@ -50,9 +50,8 @@ export function memoryAdapter() {
       if (heldBytes !== undefined && heldBytes < row.record.buffer.byteLength / 4) row.record = row.record.slice();
     }
   }
-  return {
+  const adapter = {
     name: "memoryAdapter",
-    [keepsSharedBlocks]: true,
     ...answeringSynchronously({
       get(id) {
         const row = records.get(id);
@@ -100,4 +99,8 @@ export function memoryAdapter() {
       return records.size;
     },
   };
+  // Not enumerable: a wrapper made by spreading this adapter (`{ ...memory, get }`)
+  // does not claim it keeps the bytes as they are; it says so itself, or gets bytes of its own.
+  Object.defineProperty(adapter, keepsSharedBlocks, { value: true });
+  return adapter;
 }

@@ -81,4 +81,11 @@ test("an adapter that does not ask for shared blocks gets bytes of its own for e
   await answerKeys(idem, 50);
   assert.equal(seen.length, 100);
   for (const record of seen) assert.equal(record.byteLength, record.buffer.byteLength, "a write the adapter may serialize whole");
+  // A wrapper spread from the memory adapter does not inherit its claim to keep shared blocks.
+  const spreadSeen = [];
+  const spread = { ...memory, insert: (id, record, meta) => (spreadSeen.push(record), memory.insert(id, record, meta)) };
+  const wrapped = idemkit.createIdempotency({ adapter: spread, operation: "other.op", effect: "external", tenant: () => "acme" });
+  await wrapped.claim({ tenant: "acme", key: "spread", body: bodyOf(1) });
+  assert.equal(spreadSeen.length, 1);
+  assert.ok(!inSharedBlock(spreadSeen[0]), "a spread wrapper gets bytes of its own");
 });
