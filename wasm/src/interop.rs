@@ -954,7 +954,7 @@ fn claim_outcome_name(outcome: &ClaimOutcome) -> JsResult<&'static str> {
 /// A claim's decision [packed](crate::flat::Flat::into_shared), for
 /// `Route.claim`, with what to write. In order: the written record's GC due
 /// time (NaN: none), then the answer as [`decision`] names it: `outcome`, and per outcome `token`
-/// (decimal text), `attempt`, `leaseExpiresAt`, `steps` (execute); whether a
+/// (as [`Flat::token`](crate::flat::Flat::token) writes it), `attempt`, `leaseExpiresAt`, `steps` (execute); whether a
 /// `response` follows, and it (replay); `status`, `resourceRef`
 /// (responseExpired); `retryAfterSeconds` (inFlight); `status` (mismatch);
 /// `since` (uncertain). Last, whether an HTTP `reply` follows (1 or 0), and

@@ -3,8 +3,8 @@
 //! fields and reads them in the same order).
 //!
 //! The fields come in the order of the `RecordView` type in `index.d.ts`:
-//! `fingerprint, fingerprintScheme, effect, state, attempt, lastToken` (decimal
-//! text), `steps`, `createdAt, updatedAt, replayUntil, keepUntil`, then the
+//! `fingerprint, fingerprintScheme, effect, state, attempt, lastToken` (as
+//! [`Flat::token`] writes it), `steps`, `createdAt, updatedAt, replayUntil, keepUntil`, then the
 //! state's own: `owner, leaseExpiresAt` (running); `response, completedAt`
 //! (completed); `reason, since` (unknown); `releasedAt` (released).
 
@@ -142,7 +142,7 @@ mod tests {
         assert_eq!(read.string(), "external");
         assert_eq!(read.string(), state);
         assert_eq!(read.number(), 1.0, "attempt");
-        assert_eq!(read.string(), "1", "lastToken, as decimal text");
+        assert_eq!(read.number(), 1.0, "lastToken, a number below 2^53");
         assert_eq!(read.number(), 0.0, "no steps");
         assert_eq!(read.number(), 1_000.0, "createdAt");
     }
