@@ -16,8 +16,14 @@
 // through views of the memory kept across calls. So a reader is read to its end
 // before the next call into WebAssembly, and what must outlive it (the write, a
 // byte field) is copied. Every JavaScript engine is little-endian.
+//
+// A small write may be copied into a block it shares with the writes before it,
+// as Node's Buffer pool does: one backing store for dozens of records instead of
+// one each, which an allocation and the garbage collector's tracking make the
+// largest cost of a memory write. A block is only ever appended to, so a record in
+// it never changes; it is freed when no record in it is held. Only for an adapter
+// that keeps the bytes as they are (adapters/handover.js says which).
 
-import { recordCopy } from "./adapters/handover.js";
 import { wasmMemory } from "./idemkit_wasm.js";
 
 const HEAD = 4;
@@ -36,10 +42,34 @@ function viewMemory() {
   }
 }
 
+/** The size of a shared block: Node's Buffer pool's. */
+export const sharedBlockBytes = 8192;
+// Larger writes get bytes of their own, so a block holds at least eight records.
+const mostSharedBytes = sharedBlockBytes / 8;
+// Arrays of up to 64 bytes live in V8's heap, with no backing store to save.
+const inHeapBytes = 64;
+
+let block = new ArrayBuffer(0);
+let blockUsed = 0;
+
+/** A copy of `source` that nothing else changes: in the shared block when `shared` and small, else of its own. */
+function writeCopy(source, shared) {
+  const length = source.length;
+  if (!shared || length <= inHeapBytes || length > mostSharedBytes) return source.slice();
+  if (blockUsed + length > block.byteLength) {
+    block = new ArrayBuffer(sharedBlockBytes);
+    blockUsed = 0;
+  }
+  const copy = new Uint8Array(block, blockUsed, length);
+  copy.set(source);
+  blockUsed += length;
+  return copy;
+}
+
 export class FlatReader {
   /**
    * @param {number} at the address a call returned
-   * @param {boolean} [sharedWrite] the write may be copied into a shared block (adapters/handover.js)
+   * @param {boolean} [sharedWrite] the write may be copied into a shared block
    */
   constructor(at, sharedWrite = false) {
     viewMemory();
@@ -54,7 +84,7 @@ export class FlatReader {
     this.bytesStart = bytesStart;
     /** The record bytes to write (a copy: an adapter may keep it), "delete", or null. */
     this.write =
-      writeLength >= 0 ? recordCopy(bytes.subarray(writeStart, writeStart + writeLength), sharedWrite) : writeLength === -2 ? "delete" : null;
+      writeLength >= 0 ? writeCopy(bytes.subarray(writeStart, writeStart + writeLength), sharedWrite) : writeLength === -2 ? "delete" : null;
     this.next = head + HEAD;
     this.at = 0;
   }

@@ -9,13 +9,10 @@
 // synchronous adapter call: it is set, the call made, and cleared, so no later
 // caller's bytes are taken for the engine's.
 //
-// For an adapter that keeps those bytes as they are (memory), the engine copies a
-// small write out of WebAssembly into a block it shares with the writes before
-// it, as Node's Buffer pool does: one backing store for dozens of records instead
-// of one each, which an allocation and the garbage collector's tracking make the
-// largest cost of a memory write. A block is only ever appended to, so a record
-// in it never changes; it is freed when no record in it is held. Any other adapter
-// gets bytes of their own: one that serializes the array (V8 serialization, in a
+// For an adapter that keeps those bytes as they are (memory, marked by
+// `keepsSharedBlocks`), the engine copies a small write out of WebAssembly into a
+// block it shares with the writes before it (flat.js). Any other adapter gets
+// bytes of their own: one that serializes the array (V8 serialization, in a
 // Durable Object or Deno KV) would store the whole block.
 
 let handedOver = null;
@@ -55,30 +52,6 @@ export function lentCopy(record) {
  * content with an array that is a view into a shared block.
  */
 export const keepsSharedBlocks = Symbol.for("idemkit.adapter.keepsSharedBlocks");
-
-/** The size of a shared block: Node's Buffer pool's. */
-export const sharedBlockBytes = 8192;
-// Larger writes get bytes of their own, so a block holds at least eight records.
-const mostSharedBytes = sharedBlockBytes / 8;
-// Arrays of up to 64 bytes live in V8's heap, with no backing store to save.
-const inHeapBytes = 64;
-
-let block = new ArrayBuffer(0);
-let blockUsed = 0;
-
-/** A copy of `bytes` that nothing else changes: in the shared block when `shared` and small, else of its own. */
-export function recordCopy(bytes, shared) {
-  const length = bytes.length;
-  if (!shared || length <= inHeapBytes || length > mostSharedBytes) return bytes.slice();
-  if (blockUsed + length > block.byteLength) {
-    block = new ArrayBuffer(sharedBlockBytes);
-    blockUsed = 0;
-  }
-  const copy = new Uint8Array(block, blockUsed, length);
-  copy.set(bytes);
-  blockUsed += length;
-  return copy;
-}
 
 /** Whether `record` is a view into a block it shares (or shared) with other records. */
 export const inSharedBlock = (record) => record.byteLength !== record.buffer.byteLength;

@@ -1,11 +1,12 @@
 // The memory adapter keeps the engine's small writes in blocks they share (see
-// adapters/handover.js): every record must stay intact beside its neighbours, a
+// flat.js): every record must stay intact beside its neighbours, a
 // GC scan must give the few survivors of a mostly deleted block bytes of their
 // own, and an adapter that does not ask for shared blocks never gets one.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as idemkit from "idemkit";
-import { inSharedBlock, readingOnly, sharedBlockBytes } from "../../pkg/adapters/handover.js";
+import { inSharedBlock, readingOnly } from "../../pkg/adapters/handover.js";
+import { sharedBlockBytes } from "../../pkg/flat.js";
 
 const OPERATION = "payments.capture";
 const encode = (value) => new TextEncoder().encode(JSON.stringify(value));
