@@ -12,7 +12,7 @@
 // structured result that says not to call again; only a pending action (nothing
 // definitive yet, resuming is safe) is thrown, which invites the retry it needs.
 import { callWithRetry, createBreaker, decideRetry, isConnectError, sleep } from "./client.js";
-import { IdemkitError } from "./errors.js";
+import { argument, IdemkitError } from "./errors.js";
 import { MCP_KEY_META } from "./mcp-names.js";
 import { DEFAULT_CHECK, unknownResult } from "./mcp-server.js";
 
@@ -20,10 +20,6 @@ import { DEFAULT_CHECK, unknownResult } from "./mcp-server.js";
 const DEFAULT_TIMEOUT_MS = 10_000;
 /** Codes the SDK v1 client raises itself: the connection closed, the request timed out (it may have arrived). */
 const V1_LOCAL_CODES = new Set([-32000, -32001]);
-
-function argument(message) {
-  return new IdemkitError("invalid-argument", message);
-}
 
 // ---- One MCP tool call as a logical action --------------------------------------------
 

@@ -11,7 +11,7 @@
 import * as wasm from "./idemkit_wasm.js";
 import { adapterCall, readDecideWrite } from "./adapters/loop.js";
 import { canonicalize, fingerprint } from "./api.js";
-import { IdemkitError, wasmCall } from "./errors.js";
+import { argument, IdemkitError, requireString, wasmCall } from "./errors.js";
 
 /** The journal entry format; a reader refuses any other. */
 const FORMAT = 1;
@@ -40,12 +40,8 @@ const CONNECT_ERROR_CODES = new Set([
 const utf8 = new TextEncoder();
 const fromUtf8 = new TextDecoder("utf-8", { fatal: true });
 
-function argument(message) {
-  return new IdemkitError("invalid-argument", message);
-}
-
 function checkString(value, what) {
-  if (typeof value !== "string") throw argument(`${what} must be a string`);
+  requireString(value, what);
   if (!value.isWellFormed()) {
     throw new IdemkitError("lone-surrogate-in-string", `${what} is a string with a lone UTF-16 surrogate, which has no UTF-8 encoding`);
   }

@@ -39,14 +39,19 @@ export function typeName(value) {
   return Array.isArray(value) ? "an array" : typeof value;
 }
 
+/** An invalid-argument error: what the caller passed was wrong, `message` says how. */
+export function argument(message) {
+  return new IdemkitError("invalid-argument", message);
+}
+
 /** `value` when it is a string; else invalid-argument naming `what` (anything else would reach WebAssembly as garbage). */
 export function requireString(value, what) {
-  if (typeof value !== "string") throw new IdemkitError("invalid-argument", `${what} must be a string, not ${typeName(value)}`);
+  if (typeof value !== "string") throw argument(`${what} must be a string, not ${typeName(value)}`);
   return value;
 }
 
 /** `value` when it is an object (an API's single argument); else invalid-argument naming the `call`. */
 export function objectArgument(value, call) {
-  if (value === null || typeof value !== "object") throw new IdemkitError("invalid-argument", `${call} takes an object, not ${typeName(value)}`);
+  if (value === null || typeof value !== "object") throw argument(`${call} takes an object, not ${typeName(value)}`);
   return value;
 }

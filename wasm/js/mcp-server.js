@@ -26,7 +26,7 @@
 // still run under a claim; only the complete result or an error records the call.
 import * as wasm from "./idemkit_wasm.js";
 import { createIdempotency, defaults, renewWhileRunning, withRetries } from "./idempotency.js";
-import { IdemkitError, wasmCall } from "./errors.js";
+import { argument, IdemkitError, wasmCall } from "./errors.js";
 import { MCP_CAPABILITY, MCP_KEY_META, MCP_KEY_PARAM, MCP_PROBLEM_CODES, MCP_REPLAYED_META, MCP_WAIT_META } from "./mcp-names.js";
 import { holdWhileRunning, waitOption, waitingOptions } from "./waiting.js";
 
@@ -229,10 +229,6 @@ const isResponse = (m) => m?.method === undefined && (typeof m?.id === "string" 
 const idKey = (id) => `${typeof id}:${id}`;
 
 // ---- The protection ----------------------------------------------------------------------
-
-function argument(message) {
-  return new IdemkitError("invalid-argument", message);
-}
 
 /** The checked settings of one protected tool, with its engine. */
 function toolOf(name, given, shared) {
