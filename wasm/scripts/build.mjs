@@ -5,7 +5,7 @@
 // pins, because the generated glue and the `wasm-bindgen` crate must match) and fails
 // loudly on anything it cannot do. Steps:
 //
-//   cargo build (wasm32, release) → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen)
+//   cargo build (wasm32, profile wasm-release: release with whole-program LTO) → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen)
 //   → refuse any import from `env` → copy the hand-written JS/TS → package.json, README
 //   (with the gzipped .wasm size) → link node_modules/idemkit to pkg/ for the tests.
 import { execFileSync } from "node:child_process";
@@ -70,9 +70,9 @@ if (bindgenVersion() !== `wasm-bindgen ${pinned}`) {
 }
 
 // 4. Compile and generate the glue.
-run("cargo", ["build", "--locked", "-p", "idemkit-wasm", "--lib", "--target", "wasm32-unknown-unknown", "--release"]);
+run("cargo", ["build", "--locked", "-p", "idemkit-wasm", "--lib", "--target", "wasm32-unknown-unknown", "--profile", "wasm-release"]);
 const targetDir = JSON.parse(output("cargo", ["metadata", "--format-version", "1", "--no-deps"])).target_directory;
-const rawWasm = join(targetDir, "wasm32-unknown-unknown", "release", "idemkit_wasm.wasm");
+const rawWasm = join(targetDir, "wasm32-unknown-unknown", "wasm-release", "idemkit_wasm.wasm");
 rmSync(pkg, { recursive: true, force: true });
 mkdirSync(pkg);
 run("wasm-bindgen", ["--target", "web", "--no-typescript", "--out-dir", pkg, "--out-name", "idemkit_wasm", rawWasm]);
