@@ -15,7 +15,7 @@
 // of a running key may wait for its answer (`Prefer: wait`, ./waiting.js).
 import * as wasm from "./idemkit_wasm.js";
 import { keepsSharedBlocks } from "./adapters/handover.js";
-import { adapterCall, isPromise, readDecideWrite } from "./adapters/loop.js";
+import { adapterCall, andThen, isPromise, promised, readDecideWrite } from "./adapters/loop.js";
 import { bodyOptions, decodeRecord, parseKey, recordView, requestLineOf, toBytes } from "./api.js";
 import { IdemkitError, objectArgument, requireString, typeName, wasmCall } from "./errors.js";
 import { FlatReader } from "./flat.js";
@@ -382,16 +382,17 @@ export function createIdempotency(options) {
   /**
    * Claims: read, let core decide, insert-if-absent / CAS; loops on a lost race.
    * For `handle` (`forHttp`), an outcome other than execute comes with `reply`:
-   * core's HTTP answer to it, made in the same call.
+   * core's HTTP answer to it, made in the same call. The claim itself when the
+   * adapter answers synchronously, else a promise of it (see readDecideWrite).
    */
-  async function claimPrepared(tenantId, key, fp, owner, forHttp = false) {
+  function claimPrepared(tenantId, key, fp, owner, forHttp = false) {
     const { id, ref } = locate(tenantId, key);
     const claimOwner = owner ?? `${instanceId}-${++claimsMade}`;
     if (typeof claimOwner !== "string") throw new IdemkitError("invalid-argument", "claim.owner must be a string");
     // With the log reference, core makes the HTTP reply in the same call.
     const replyRef = forHttp ? ref : undefined;
     const decideClaim = (row, floor) => claimDecided(wasmCall(() => route.claim(row?.record, fp, claimOwner, floor, clock(), replyRef)), sharedWrites);
-    const { answer, current } = await readDecideWrite({
+    const decided = readDecideWrite({
       adapter,
       id,
       call: storeCall,
@@ -404,26 +405,26 @@ export function createIdempotency(options) {
         return isPromise(floor) ? floor.then((read) => decideClaim(row, read)) : decideClaim(row, floor);
       },
     });
-    // `answer` is this call's own object: extended in place (a spread followed by
-    // more properties takes V8's slow path, about 0.6 µs per property).
-    answer.id = id;
-    answer.logRef = ref;
-    answer.owner = claimOwner;
-    // The bytes and version this claim wrote: the next transition's CAS expects them.
-    if (answer.outcome === "execute") answer[LEASE] = { record: current.record, version: current.version };
-    return answer;
+    return andThen(decided, ({ answer, current }) => {
+      // `answer` is this call's own object: extended in place (a spread followed by
+      // more properties takes V8's slow path, about 0.6 µs per property).
+      answer.id = id;
+      answer.logRef = ref;
+      answer.owner = claimOwner;
+      // The bytes and version this claim wrote: the next transition's CAS expects them.
+      if (answer.outcome === "execute") answer[LEASE] = { record: current.record, version: current.version };
+      return answer;
+    });
   }
 
-  // Not async (that would cost the claim an await hop), so a refusal made before
-  // the claim starts is returned as a rejected promise, as every later one is.
+  // Not async (that would cost the claim an await hop): a refusal is a rejected
+  // promise, whether it is made before the claim starts or by the store.
   function claim(input) {
-    try {
+    return promised(() => {
       const { tenant: tenantId, key, body, contentType, owner, method, path, query } = objectArgument(input, "claim");
       const line = method === undefined && path === undefined ? undefined : { method, path, query };
       return claimPrepared(tenantId, key, fingerprintOf(body, contentType, line), owner);
-    } catch (err) {
-      return Promise.reject(err);
-    }
+    });
   }
 
   /**
@@ -432,9 +433,10 @@ export function createIdempotency(options) {
    * are read and core decides again (it refuses a stale token). `op` is an
    * operation for `apply` (the token is added), or a function `(row, token)`
    * that decides itself. `local` writes commit with the transition's write or
-   * not at all (see readDecideWrite).
+   * not at all (see readDecideWrite). Its result when the adapter answers
+   * synchronously, else a promise of it; a refusal may be thrown.
    */
-  async function transition(held, op, local) {
+  function transition(held, op, local) {
     const lease = held?.outcome === "execute" ? held[LEASE] : undefined;
     if (lease === undefined) {
       throw new IdemkitError("invalid-argument", "expected a claim whose outcome is \"execute\"");
@@ -450,7 +452,7 @@ export function createIdempotency(options) {
       full.token = held.token;
       decideOnRow = (row) => decideOn(row, full);
     }
-    const { answer, current, local: applied } = await readDecideWrite({
+    const done = readDecideWrite({
       adapter,
       id: held.id,
       held: lease,
@@ -462,12 +464,14 @@ export function createIdempotency(options) {
       },
       local,
     });
-    // A new object, not the old one changed: a copy of the claim made before
-    // (`{ ...held }`) keeps the version it saw.
-    held[LEASE] = { record: current.record, version: current.version };
-    // `current`, not a decoded view: building the view is left to the callers that
-    // return one (handle's own completion, release and renewal discard it).
-    return { answer, current, local: applied };
+    return andThen(done, ({ answer, current, local: applied }) => {
+      // A new object, not the old one changed: a copy of the claim made before
+      // (`{ ...held }`) keeps the version it saw.
+      held[LEASE] = { record: current.record, version: current.version };
+      // `current`, not a decoded view: building the view is left to the callers that
+      // return one (handle's own completion, release and renewal discard it).
+      return { answer, current, local: applied };
+    });
   }
 
   /**
@@ -507,7 +511,7 @@ export function createIdempotency(options) {
     );
   }
   // The view comes with the decision: the written bytes are not decoded again.
-  const complete = async (held, response) => viewOf(await completeHeld(held, response, undefined, true));
+  const complete = (held, response) => promised(() => andThen(completeHeld(held, response, undefined, true), viewOf));
 
   /**
    * `complete`, with the caller's local writes committed in the same transaction
@@ -525,7 +529,8 @@ export function createIdempotency(options) {
   // handle's own transitions (the *Held forms) discard the record: no view is built.
   const releaseHeld = (held) => transition(held, { op: "release" });
   const markUnknownHeld = (held, reason) => transition(held, { op: "markUnknown", reason: String(reason ?? "marked by worker") });
-  const renewHeld = (held) => transition(held, { op: "renew" });
+  // A promise always: the renewal timer chains on it.
+  const renewHeld = (held) => promised(() => transition(held, { op: "renew" }));
   const release = async (held) => viewOf(await releaseHeld(held));
   const markUnknown = async (held, reason) => viewOf(await markUnknownHeld(held, reason));
   const renew = async (held) => viewOf(await renewHeld(held));
@@ -1096,18 +1101,37 @@ function fromStored(stored, { replayed }) {
  * each value a string (encoded when it crosses) or the bytes given.
  */
 function storedParts(response, replayed) {
-  if (response instanceof Response) {
+  if (typeof response === "object" && response !== null && !isPlainObject(response) && response instanceof Response) {
     throw new IdemkitError("invalid-argument", "pass { status, headers, body, resourceRef }, not a Response (its body would need to be read first)");
   }
   const headers = [];
   const given = response?.headers ?? [];
-  const entries = given instanceof Headers ? [...given] : Array.isArray(given) ? given : Object.entries(given);
-  for (const [name, value] of entries) {
-    const lower = String(name).toLowerCase();
-    if (replayed.has(lower)) headers.push([lower, value instanceof Uint8Array ? value : String(value)]);
+  if (Array.isArray(given)) {
+    for (const [name, value] of given) keepReplayed(headers, replayed, name, value);
+  } else if (typeof given === "object" && isPlainObject(given)) {
+    // The common `{ "content-type": … }`: read in place, without an array of entries.
+    for (const name in given) if (Object.hasOwn(given, name)) keepReplayed(headers, replayed, name, given[name]);
+  } else {
+    for (const [name, value] of given instanceof Headers ? given : Object.entries(given)) keepReplayed(headers, replayed, name, value);
   }
   const body = response?.body == null ? null : toBytes(response.body, "response.body");
   return { status: response?.status, headers, body, resourceRef: response?.resourceRef ?? null };
+}
+
+/** Adds header `name` to `headers` when the allow list `replayed` has it: lower-cased, its value a string or the bytes given. */
+function keepReplayed(headers, replayed, name, value) {
+  const lower = String(name).toLowerCase();
+  if (replayed.has(lower)) headers.push([lower, value instanceof Uint8Array ? value : String(value)]);
+}
+
+/**
+ * Whether `value` (an object) is a plain one, `{ … }` or with a null prototype:
+ * then it is no `Response` or `Headers`, which `instanceof` would find only by
+ * walking its prototype chain (about 40 ns each in Node).
+ */
+function isPlainObject(value) {
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
 }
 
 /** `storedParts` with every header value as bytes, as core's `apply` takes a stored response. */

@@ -43,70 +43,142 @@ import { handingOver, readingOnly } from "./handover.js";
  * `{ result }`: they were committed, and this is what `updateWith` said of them.
  * After `maxRaces()` lost races in a row it throws `store-contention` naming `what`.
  *
+ * Each step runs as soon as what it waits on is there: when the adapter answers
+ * synchronously and `decide` returns no promise, the whole loop is one
+ * synchronous call and returns the result itself, not a promise (a caller
+ * awaiting it takes no microtask hop); from the first promise on, it returns a
+ * promise. A refusal is thrown, or rejects that promise. Callers that hand the
+ * result to their own callers go through {@link promised}.
+ *
  * @template A
  * @param {{ adapter: any, id: string, decide: (current: Row | null) => Decided | Promise<Decided>, held?: Row, call: <T>(fn: () => T | Promise<T>) => T | Promise<T>, what: string, local?: unknown }} args
- * @returns {Promise<{ answer: A, current: Row | null, local: { result: unknown } | null }>}
+ * @returns {{ answer: A, current: Row | null, local: { result: unknown } | null } | Promise<{ answer: A, current: Row | null, local: { result: unknown } | null }>}
  */
-export async function readDecideWrite({ adapter, id, decide, held, call, what, local }) {
+export function readDecideWrite({ adapter, id, decide, held, call, what, local }) {
   if (local !== undefined && typeof adapter.updateWith !== "function") {
     throw new IdemkitError(
       "local-unsupported",
       `${adapter.name ?? "the adapter"} has no updateWith: it cannot commit local writes in one transaction with ${what}, so nothing was written`,
     );
   }
-  let current = held;
-  for (let race = 0; race < maxRaces(); race++) {
-    const fromHeld = current !== undefined;
-    if (current === undefined) {
-      // The row is only read (decided on, kept as the expected bytes).
-      const read = readingOnly(() => call(() => adapter.get(id)));
-      current = isPromise(read) ? await read : read;
-    }
-    let decided;
-    try {
-      decided = decide(current);
-      if (isPromise(decided)) decided = await decided;
-    } catch (err) {
-      if (!fromHeld) throw err;
-      current = undefined;
-      continue;
-    }
-    const { write, answer, meta } = decided;
-    const writesNothing = write === null || write === undefined;
-    if (writesNothing && fromHeld) {
-      current = undefined;
-      continue;
-    }
-    if (local !== undefined && (writesNothing || write === "delete" || current === null)) {
-      throw new IdemkitError("invalid-argument", `local writes go only with an update of ${what}, and this decision does not update it: nothing was written`);
-    }
-    if (writesNothing) return { answer, current, local: null };
-    if (write === "delete") {
-      if (current !== null) {
-        const deleting = call(() => adapter.delete(id, current.version));
-        if (isPromise(deleting) ? await deleting : deleting) return { answer, current: null, local: null };
-      }
-    } else {
-      // The write is fresh bytes no one else holds: an adapter that keeps them
-      // (memory) need not copy them.
-      let written = handingOver(write, () =>
-        call(() =>
-          current === null
-            ? adapter.insert(id, write, meta)
-            : local === undefined
-              ? adapter.update(id, write, current.version, meta)
-              : adapter.updateWith(id, write, current.version, meta, local),
-        ),
-      );
-      if (isPromise(written)) written = await written;
-      if (written) {
-        return { answer, current: { record: write, version: written.version }, local: local === undefined ? null : { result: written.result } };
-      }
-    }
-    // Another writer came first: read the newer row and decide again.
+  // One object for the loop's state, and steps that are plain functions of it:
+  // nothing is allocated per call for the steps themselves.
+  return attempt({ adapter, id, decide, call, what, local, race: 0 }, held);
+}
+
+/** The loop from `current` (the row to decide on; undefined: read it first). */
+function attempt(loop, current) {
+  for (; loop.race < maxRaces(); loop.race++) {
+    const outcome = current === undefined ? readThenDecide(loop) : decideThenWrite(loop, current, true);
+    if (outcome !== RETRY) return outcome;
     current = undefined;
   }
-  throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on ${what}`);
+  throw new IdemkitError("store-contention", `gave up after ${maxRaces()} lost write races on ${loop.what}`);
+}
+
+/** A step's outcome that arrived later: a retry goes round the loop again. */
+function settle(loop, outcome) {
+  if (outcome !== RETRY) return outcome;
+  loop.race++;
+  return attempt(loop, undefined);
+}
+
+function readThenDecide(loop) {
+  // The row is only read (decided on, kept as the expected bytes).
+  const { adapter, id } = loop;
+  const read = readingOnly(() => loop.call(() => adapter.get(id)));
+  return isPromise(read) ? read.then((row) => settle(loop, decideThenWrite(loop, row, false))) : decideThenWrite(loop, read, false);
+}
+
+/**
+ * Decides on `current` and writes the decision. `fromHeld`: `current` is the
+ * row this caller wrote last, not one read; a refusal on it, or an answer that
+ * writes nothing, is decided again on a read.
+ */
+function decideThenWrite(loop, current, fromHeld) {
+  let decided;
+  try {
+    decided = loop.decide(current);
+  } catch (err) {
+    if (!fromHeld) throw err;
+    return RETRY;
+  }
+  if (!isPromise(decided)) return write(loop, current, fromHeld, decided);
+  return decided.then(
+    (resolved) => settle(loop, write(loop, current, fromHeld, resolved)),
+    (err) => {
+      if (!fromHeld) throw err;
+      return settle(loop, RETRY);
+    },
+  );
+}
+
+function write(loop, current, fromHeld, { write, answer, meta }) {
+  const { adapter, id, local } = loop;
+  const writesNothing = write === null || write === undefined;
+  if (writesNothing && fromHeld) return RETRY;
+  if (local !== undefined && (writesNothing || write === "delete" || current === null)) {
+    throw new IdemkitError("invalid-argument", `local writes go only with an update of ${loop.what}, and this decision does not update it: nothing was written`);
+  }
+  if (writesNothing) return { answer, current, local: null };
+  if (write === "delete") {
+    // Nothing to delete: another writer came first.
+    if (current === null) return RETRY;
+    const deleting = loop.call(() => adapter.delete(id, current.version));
+    return isPromise(deleting)
+      ? deleting.then((done) => settle(loop, done ? { answer, current: null, local: null } : RETRY))
+      : deleting
+        ? { answer, current: null, local: null }
+        : RETRY;
+  }
+  // The write is fresh bytes no one else holds: an adapter that keeps them
+  // (memory) need not copy them.
+  const writing = handingOver(write, () =>
+    loop.call(() =>
+      current === null
+        ? adapter.insert(id, write, meta)
+        : local === undefined
+          ? adapter.update(id, write, current.version, meta)
+          : adapter.updateWith(id, write, current.version, meta, local),
+    ),
+  );
+  return isPromise(writing) ? writing.then((written) => settle(loop, landed(loop, write, answer, written))) : landed(loop, write, answer, writing);
+}
+
+/** The loop's result once `write` landed as `written`, or RETRY: it was refused (another writer came first). */
+function landed(loop, write, answer, written) {
+  if (!written) return RETRY;
+  return { answer, current: { record: write, version: written.version }, local: loop.local === undefined ? null : { result: written.result } };
+}
+
+/** A step's answer that goes round the loop again (a lost race, or a refusal on the held row). */
+const RETRY = Symbol("retry");
+
+/**
+ * `fn()`'s result as a promise: a promise as it is, a value resolved, a throw
+ * rejected. For the package's own methods, which always answer with a promise.
+ * @template T
+ * @param {() => T | PromiseLike<T>} fn
+ * @returns {Promise<T>}
+ */
+export function promised(fn) {
+  try {
+    const result = fn();
+    return isPromise(result) ? result : Promise.resolve(result);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+}
+
+/**
+ * `then(value)`: at once when `value` is there, else when the promise resolves.
+ * @template T, U
+ * @param {T | Promise<T>} value
+ * @param {(value: T) => U} then
+ * @returns {U | Promise<U>}
+ */
+export function andThen(value, then) {
+  return isPromise(value) ? value.then(then) : then(value);
 }
 
 /** Whether `value` is a promise (or another thenable) to await, not a result already there. */

@@ -96,11 +96,12 @@ test("the loop: local writes a decision cannot carry (insert, delete, nothing to
   const applied = [];
   const local = () => applied.push("applied");
   const bytes = new Uint8Array([1]);
-  await assert.rejects(readDecideWrite({ adapter, id: "0d01", call, what: "x", local, decide: () => ({ write: bytes }) }), { code: "invalid-argument" });
+  // On a synchronous adapter the loop answers synchronously: its refusal is thrown.
+  await assert.rejects(async () => readDecideWrite({ adapter, id: "0d01", call, what: "x", local, decide: () => ({ write: bytes }) }), { code: "invalid-argument" });
   assert.equal(await adapter.get("0d01"), null, "not inserted");
   await adapter.insert("0d01", bytes);
   for (const write of ["delete", null]) {
-    await assert.rejects(readDecideWrite({ adapter, id: "0d01", call, what: "x", local, decide: () => ({ write }) }), { code: "invalid-argument" });
+    await assert.rejects(async () => readDecideWrite({ adapter, id: "0d01", call, what: "x", local, decide: () => ({ write }) }), { code: "invalid-argument" });
   }
   assert.notEqual(await adapter.get("0d01"), null, "not deleted");
   const done = await readDecideWrite({ adapter, id: "0d01", call, what: "x", local, decide: () => ({ write: new Uint8Array([2]) }) });

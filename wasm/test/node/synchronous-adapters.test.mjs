@@ -162,3 +162,48 @@ test("a table name that is not a plain identifier is refused by what it is; null
   assert.ok(adapter.insert("0a09", new Uint8Array([1]), { gcDueAt: null }));
   assert.equal(db.prepare("SELECT count(*) AS n FROM idemkit_records").get().n, 1);
 });
+
+test("the loop answers a synchronous adapter synchronously, and from the first promise on with a promise: the same results, lost races retried either way", async () => {
+  const call = (fn) => fn();
+  const write = () => ({ write: new Uint8Array([1]), answer: "written", meta: { gcDueAt: null } });
+
+  // All synchronous: the result itself, and a claim through it settles with no adapter promise.
+  const memory = idemkit.memoryAdapter();
+  const now = readDecideWrite({ adapter: memory, id: "0c01", call, what: "0c01", decide: write });
+  assert.ok(!(now instanceof Promise), "no promise on a synchronous adapter");
+  assert.equal(now.answer, "written");
+  assert.deepEqual([...now.current.record], [1]);
+
+  // Each step that answers with a promise: the loop goes on when it settles.
+  const cases = {
+    "a read": (adapter) => ({ ...adapter, get: async (id) => adapter.get(id) }),
+    "a decision": (adapter) => adapter,
+    "a write": (adapter) => ({ ...adapter, insert: async (...args) => adapter.insert(...args), update: async (...args) => adapter.update(...args) }),
+  };
+  for (const [what, wrap] of Object.entries(cases)) {
+    const inner = idemkit.memoryAdapter();
+    const adapter = wrap(inner);
+    // The first decision loses a race: another writer inserts the row between the read and the write.
+    let decisions = 0;
+    const decide = (row) => {
+      decisions++;
+      if (decisions === 1) inner.insert("0c02", new Uint8Array([9]), { gcDueAt: null });
+      const decided = { write: new Uint8Array([row === null ? 1 : row.record[0] + 1]), answer: decisions, meta: { gcDueAt: null } };
+      return what === "a decision" ? Promise.resolve(decided) : decided;
+    };
+    const later = readDecideWrite({ adapter, id: "0c02", call, what: "0c02", decide });
+    assert.ok(later instanceof Promise, `${what} that is a promise makes the result one`);
+    const done = await later;
+    assert.equal(done.answer, 2, `${what}: the lost race was decided again on the newer row`);
+    assert.deepEqual([...inner.get("0c02").record], [10], `${what}: the second decision's write landed on the row the other writer made`);
+  }
+
+  // A refusal: thrown when the loop is synchronous, a rejection once it is not.
+  const refuse = () => {
+    throw new idemkit.IdemkitError("invalid-argument", "refused");
+  };
+  assert.throws(() => readDecideWrite({ adapter: memory, id: "0c03", call, what: "0c03", decide: refuse }), { code: "invalid-argument" });
+  const asyncRead = { ...memory, get: async (id) => memory.get(id) };
+  await assert.rejects(readDecideWrite({ adapter: asyncRead, id: "0c03", call, what: "0c03", decide: refuse }), { code: "invalid-argument" });
+  assert.equal(memory.get("0c03"), null, "nothing written");
+});
