@@ -402,7 +402,7 @@ export function createIdempotency(options) {
       decide: (row) => {
         if (row !== null) return decideClaim(row, 0n);
         const floor = readTokenFloor();
-        return isPromise(floor) ? floor.then((read) => decideClaim(row, read)) : decideClaim(row, floor);
+        return andThen(floor, (read) => decideClaim(row, read));
       },
     });
     return andThen(decided, ({ answer, current }) => {
@@ -612,7 +612,7 @@ export function createIdempotency(options) {
    */
   function readTokenFloor() {
     const read = storeCall(() => adapter.get(TOKEN_FLOOR_ID));
-    return isPromise(read) ? read.then(floorOf) : floorOf(read);
+    return andThen(read, floorOf);
   }
 
   /** Raises the token floor to at least `token` (compare-and-set; a lost race reads again). */

@@ -83,11 +83,16 @@ function settle(loop, outcome) {
   return attempt(loop, undefined);
 }
 
+/** `step(value)` at once when `value` is there, else once the promise resolves (then a retry goes round the loop again). */
+function whenThere(loop, value, step) {
+  return isPromise(value) ? value.then((resolved) => settle(loop, step(resolved))) : step(value);
+}
+
 function readThenDecide(loop) {
   // The row is only read (decided on, kept as the expected bytes).
   const { adapter, id } = loop;
   const read = readingOnly(() => loop.call(() => adapter.get(id)));
-  return isPromise(read) ? read.then((row) => settle(loop, decideThenWrite(loop, row, false))) : decideThenWrite(loop, read, false);
+  return whenThere(loop, read, (row) => decideThenWrite(loop, row, false));
 }
 
 /**
@@ -125,11 +130,7 @@ function write(loop, current, fromHeld, { write, answer, meta }) {
     // Nothing to delete: another writer came first.
     if (current === null) return RETRY;
     const deleting = loop.call(() => adapter.delete(id, current.version));
-    return isPromise(deleting)
-      ? deleting.then((done) => settle(loop, done ? { answer, current: null, local: null } : RETRY))
-      : deleting
-        ? { answer, current: null, local: null }
-        : RETRY;
+    return whenThere(loop, deleting, (deleted) => (deleted ? { answer, current: null, local: null } : RETRY));
   }
   // The write is fresh bytes no one else holds: an adapter that keeps them
   // (memory) need not copy them.
@@ -142,13 +143,10 @@ function write(loop, current, fromHeld, { write, answer, meta }) {
           : adapter.updateWith(id, write, current.version, meta, local),
     ),
   );
-  return isPromise(writing) ? writing.then((written) => settle(loop, landed(loop, write, answer, written))) : landed(loop, write, answer, writing);
-}
-
-/** The loop's result once `write` landed as `written`, or RETRY: it was refused (another writer came first). */
-function landed(loop, write, answer, written) {
-  if (!written) return RETRY;
-  return { answer, current: { record: write, version: written.version }, local: loop.local === undefined ? null : { result: written.result } };
+  // A refused write (null): another writer came first.
+  return whenThere(loop, writing, (written) =>
+    written ? { answer, current: { record: write, version: written.version }, local: local === undefined ? null : { result: written.result } } : RETRY,
+  );
 }
 
 /** A step's answer that goes round the loop again (a lost race, or a refusal on the held row). */
