@@ -1,8 +1,10 @@
 //! Canonicalization never panics; its output is a fixed point; strict output
-//! is the same JSON value as the input (serde_json, numbers compared as f64).
+//! is the same JSON value as the input (serde_json, numbers compared as f64);
+//! a small input read in one pass (`canonicalize_with`) gets the answer of the
+//! two streaming passes (`canonicalize_to`), bytes or error.
 #![no_main]
 
-use idemkit_core::json::{CanonicalizeOptions, Profile, canonicalize_with};
+use idemkit_core::json::{CanonicalizeOptions, Profile, canonicalize_to, canonicalize_with};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,7 +13,11 @@ fuzz_target!(|data: &[u8]| {
         let opts = CanonicalizeOptions::default()
             .profile(profile)
             .max_depth(100);
-        let Ok(out) = canonicalize_with(data, &opts) else {
+        let built = canonicalize_with(data, &opts);
+        let mut streamed = Vec::new();
+        let streamed = canonicalize_to(data, &opts, &mut streamed).map(|()| streamed);
+        assert_eq!(built, streamed, "one pass and two passes disagree");
+        let Ok(out) = built else {
             continue;
         };
         let again = canonicalize_with(&out, &opts).expect("canonical output must be accepted");

@@ -10,7 +10,8 @@ use super::request_line::{
     QuerySelection, RequestFingerprint, RequestLine, request_line_fingerprint,
 };
 use crate::json::{
-    CanonicalizeOptions, JsonError, JsonPointer, PointerError, Target, emit_into, plan, resolve,
+    CanonicalizeOptions, JsonError, JsonPointer, PointerError, Target, canonicalize_small,
+    emit_into, plan, resolve,
 };
 
 /// The blake3 `derive_key` context of scheme 1
@@ -350,6 +351,21 @@ impl FingerprintSpec {
     }
 
     fn json_body(&self, h: &mut blake3::Hasher, body: &[u8]) -> Result<(), JsonError> {
+        // The canonical bytes are built once and hashed in one call: the
+        // length frame comes for free and blake3 gets large inputs (many tiny
+        // updates cost more than the serialization itself).
+        let mut canonical = Vec::with_capacity(body.len());
+        // The whole body of a request (the usual rule) in one pass when it is
+        // small; a selection, an error to report and a large body take the
+        // two passes.
+        if self.include.is_empty()
+            && self.exclude.is_empty()
+            && canonicalize_small(body, &self.json, &mut canonical)
+        {
+            frame(h, b"whole");
+            frame(h, &canonical);
+            return Ok(());
+        }
         let doc = plan(body, &self.json)?;
         let mut excluded: Vec<usize> = Vec::new();
         for p in &self.exclude {
@@ -361,10 +377,6 @@ impl FingerprintSpec {
         }
         excluded.sort_unstable();
         excluded.dedup();
-        // The canonical bytes are built once and hashed in one call: the
-        // length frame comes for free and blake3 gets large inputs (many tiny
-        // updates cost more than the serialization itself).
-        let mut canonical = Vec::with_capacity(body.len());
         let mut write_value = |h: &mut blake3::Hasher, node: usize| {
             canonical.clear();
             emit_into(&doc, node, &excluded, &mut canonical);

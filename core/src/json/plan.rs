@@ -19,7 +19,7 @@ use core::cmp::Ordering;
 
 use super::error::{JsonError, JsonErrorKind};
 use super::number::{self, NumberScratch};
-use super::strings::{self, cmp_names, decode_name, push_pointer_token, same_name, skip_plain};
+use super::strings::{self, StringError, cmp_names, decode_name, push_pointer_token, same_name};
 use super::{CanonicalizeOptions, Profile};
 
 /// Byte offsets into the input: 4 bytes each when the input is shorter than
@@ -792,55 +792,14 @@ impl Parser<'_, '_> {
 
     /// Validates a string starting at `"`.
     fn string(&mut self) -> PResult<()> {
-        let mut i = self.pos + 1;
-        loop {
-            i = skip_plain(self.bytes, i);
-            match self.bytes.get(i) {
-                None => return Err(self.end_err(i)),
-                Some(b'"') => {
-                    self.pos = i + 1;
-                    return Ok(());
-                }
-                Some(b'\\') => i = self.escape(i)?,
-                Some(&b) if b < 0x20 => {
-                    return Err(self.err(JsonErrorKind::ControlCharacter, i));
-                }
-                Some(_) => i += 1,
+        match strings::string_end(self.bytes, self.pos) {
+            Ok(end) => {
+                self.pos = end;
+                Ok(())
             }
+            Err(StringError::End) => Err(self.end_err(self.bytes.len())),
+            Err(StringError::Invalid(kind, at)) => Err(self.err(kind, at)),
         }
-    }
-
-    /// Validates the escape at `at` (a backslash) and returns the offset
-    /// after it.
-    fn escape(&mut self, at: usize) -> PResult<usize> {
-        match self.bytes.get(at + 1) {
-            None => Err(self.end_err(at + 1)),
-            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(at + 2),
-            Some(b'u') => {
-                let hi = self.hex4(at)?;
-                match hi {
-                    0xD800..=0xDBFF => {
-                        let follows = self.bytes.get(at + 6..at + 8) == Some(b"\\u");
-                        let lo = if follows { self.hex4(at + 6)? } else { 0 };
-                        if !(0xDC00..=0xDFFF).contains(&lo) {
-                            return Err(self.err(JsonErrorKind::LoneHighSurrogate, at));
-                        }
-                        Ok(at + 12)
-                    }
-                    0xDC00..=0xDFFF => Err(self.err(JsonErrorKind::LoneLowSurrogate, at)),
-                    _ => Ok(at + 6),
-                }
-            }
-            Some(_) => Err(self.err(JsonErrorKind::InvalidEscape, at)),
-        }
-    }
-
-    /// The four hex digits of the `\u` escape at `at`.
-    fn hex4(&self, at: usize) -> PResult<u16> {
-        strings::hex4(self.bytes, at).map_err(|i| match i {
-            Some(_) => self.err(JsonErrorKind::InvalidUnicodeEscape, at),
-            None => self.end_err(self.bytes.len()),
-        })
     }
 }
 

@@ -6,6 +6,8 @@ use crate::prelude::*;
 
 use core::cmp::Ordering;
 
+use super::error::JsonErrorKind;
+
 /// The offset of the first byte at or after `i` that is `"`, `\\` or a control
 /// byte (U+0000..U+001F), eight bytes at a time. Exact when that byte lies in a
 /// whole eight-byte chunk; in the last partial chunk it may stop early (up to
@@ -51,6 +53,63 @@ pub(crate) fn hex4(bytes: &[u8], at: usize) -> Result<u16, Option<usize>> {
         v = (v << 4) | u16::from(d);
     }
     Ok(v)
+}
+
+/// Why a string literal is not valid JSON: where and what, or that the input
+/// ended inside it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum StringError {
+    /// The input ended before the closing quote.
+    End,
+    /// `kind` at byte `at`.
+    Invalid(JsonErrorKind, usize),
+}
+
+/// The offset just past the string literal whose `"` is at `at`, checked:
+/// raw control characters, escapes, and `\u` surrogate pairs.
+pub(crate) fn string_end(bytes: &[u8], at: usize) -> Result<usize, StringError> {
+    let mut i = at + 1;
+    loop {
+        i = skip_plain(bytes, i);
+        match bytes.get(i) {
+            None => return Err(StringError::End),
+            Some(b'"') => return Ok(i + 1),
+            Some(b'\\') => i = escape_end(bytes, i)?,
+            Some(&b) if b < 0x20 => {
+                return Err(StringError::Invalid(JsonErrorKind::ControlCharacter, i));
+            }
+            Some(_) => i += 1,
+        }
+    }
+}
+
+/// Checks the escape at `at` (a backslash) and returns the offset after it.
+fn escape_end(bytes: &[u8], at: usize) -> Result<usize, StringError> {
+    let invalid = |kind| Err(StringError::Invalid(kind, at));
+    let hex = |from| {
+        hex4(bytes, from).map_err(|i| match i {
+            Some(_) => StringError::Invalid(JsonErrorKind::InvalidUnicodeEscape, from),
+            None => StringError::End,
+        })
+    };
+    match bytes.get(at + 1) {
+        None => Err(StringError::End),
+        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(at + 2),
+        Some(b'u') => match hex(at)? {
+            0xD800..=0xDBFF => {
+                let follows = bytes.get(at + 6..at + 8) == Some(b"\\u");
+                let lo = if follows { hex(at + 6)? } else { 0 };
+                if (0xDC00..=0xDFFF).contains(&lo) {
+                    Ok(at + 12)
+                } else {
+                    invalid(JsonErrorKind::LoneHighSurrogate)
+                }
+            }
+            0xDC00..=0xDFFF => invalid(JsonErrorKind::LoneLowSurrogate),
+            _ => Ok(at + 6),
+        },
+        Some(_) => invalid(JsonErrorKind::InvalidEscape),
+    }
 }
 
 /// The offset just past the string literal whose `"` is at `at` (validated).
