@@ -45,7 +45,8 @@ enum Step {
     After,
 }
 
-fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
+/// The offset of the first byte at or after `i` that is not JSON whitespace.
+pub(super) fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
     while matches!(bytes.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
     }
@@ -136,23 +137,18 @@ pub(crate) fn emit<F: FnMut(&mut Vec<u8>)>(
                             return;
                         };
                         let literal = plan.text.get(pos..end).unwrap_or_default();
-                        number_text.clear();
                         // Pass 1 checked exactness; the canonical text is the
                         // same without checking again.
-                        match number::canonicalize(
+                        let written = number::write_canonical(
                             literal,
                             plain,
                             false,
                             &mut numbers,
                             &mut number_text,
-                        ) {
-                            Ok(number::Canonical::Literal) => {
-                                out.extend_from_slice(literal.as_bytes());
-                            }
-                            Ok(number::Canonical::Appended) => {
-                                out.extend_from_slice(number_text.as_bytes());
-                            }
-                            Err(_) => return,
+                            out,
+                        );
+                        if written.is_err() {
+                            return;
                         }
                         pos = end;
                     }

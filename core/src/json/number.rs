@@ -230,6 +230,25 @@ pub(crate) fn canonicalize(
     Ok(finish(literal, start, out))
 }
 
+/// Appends the RFC 8785 form of the grammatical `literal` to `out`: the
+/// literal itself, or the text [`canonicalize`] makes in `text` (cleared
+/// first). `plain` and `strict` are as for [`canonicalize`].
+pub(crate) fn write_canonical(
+    literal: &str,
+    plain: bool,
+    strict: bool,
+    scratch: &mut NumberScratch,
+    text: &mut String,
+    out: &mut Vec<u8>,
+) -> Result<(), JsonErrorKind> {
+    text.clear();
+    match canonicalize(literal, plain, strict, scratch, text)? {
+        Canonical::Literal => out.extend_from_slice(literal.as_bytes()),
+        Canonical::Appended => out.extend_from_slice(text.as_bytes()),
+    }
+    Ok(())
+}
+
 /// (The specification of `scan`'s `plain`, kept for the tests.)
 ///
 /// Whether a grammatical literal is already in its canonical form without

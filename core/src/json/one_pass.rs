@@ -20,6 +20,7 @@ use core::cmp::Ordering;
 
 use super::CanonicalizeOptions;
 use super::Profile;
+use super::emit::skip_ws;
 use super::number::{self, NumberScratch};
 use super::strings::{cmp_names, skip_plain, string_end, write_string};
 
@@ -56,6 +57,8 @@ struct Member {
 /// Appends the canonical form of `input` to `out` and returns `true`, or
 /// returns `false` with `out` as it was when `input` is not accepted (or is
 /// larger than [`MAX_INPUT_BYTES`], or reorders more than the copy budget).
+/// The callers give `out` room for about the input's size, which is usually
+/// the output's.
 pub(crate) fn canonicalize_small(
     input: &[u8],
     opts: &CanonicalizeOptions,
@@ -88,7 +91,6 @@ struct Pass<'a, 'o> {
 
 impl<'a, 'o> Pass<'a, 'o> {
     fn new(bytes: &'a [u8], opts: &'o CanonicalizeOptions, out: &'o mut Vec<u8>) -> Self {
-        out.reserve(bytes.len());
         Pass {
             bytes,
             opts,
@@ -102,11 +104,8 @@ impl<'a, 'o> Pass<'a, 'o> {
         }
     }
 
-    fn skip_ws(&self, mut i: usize) -> usize {
-        while matches!(self.bytes.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            i += 1;
-        }
-        i
+    fn skip_ws(&self, i: usize) -> usize {
+        skip_ws(self.bytes, i)
     }
 
     /// `None` wherever the input is not accepted.
@@ -221,20 +220,15 @@ impl<'a, 'o> Pass<'a, 'o> {
             return None;
         }
         let literal = core::str::from_utf8(self.bytes.get(pos..end)?).ok()?;
-        self.number_text.clear();
-        let strict = self.opts.profile == Profile::Strict;
-        match number::canonicalize(
+        number::write_canonical(
             literal,
             plain,
-            strict,
+            self.opts.profile == Profile::Strict,
             &mut self.numbers,
             &mut self.number_text,
+            self.out,
         )
-        .ok()?
-        {
-            number::Canonical::Literal => self.out.extend_from_slice(literal.as_bytes()),
-            number::Canonical::Appended => self.out.extend_from_slice(self.number_text.as_bytes()),
-        }
+        .ok()?;
         Some(end)
     }
 
