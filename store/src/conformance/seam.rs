@@ -50,6 +50,10 @@ pub fn checks() -> Vec<SeamCheck> {
             "write_all_answers_each_write_alone",
             write_all_answers_each_write_alone,
         ),
+        (
+            "write_all_keeps_the_lease_index_exact",
+            write_all_keeps_the_lease_index_exact,
+        ),
     ]
 }
 
@@ -339,4 +343,45 @@ fn write_all_answers_each_write_alone(a: &dyn Adapter) {
     assert!(stored(a, &k2).is_some());
     assert!(stored(a, &k3).is_some());
     assert!(a.write_all(&[]).unwrap().is_empty());
+}
+
+/// Many leases end in one `write_all` (completions, a delete) beside a write
+/// that keeps its lease's expiry and one that is refused: the expired-lease
+/// scan lists exactly the records still running, and the adapter's own check
+/// (if it has one) finds its indexes in step with its records.
+fn write_all_keeps_the_lease_index_exact(a: &dyn Adapter) {
+    let keys: Vec<RecordId> = (0..8).map(|i| id(&format!("lease{i}"))).collect();
+    let mut reads = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        // Two claims per instant: entries that share an expiry.
+        a.insert(k, &running(at(i as u64 / 2), 0)).unwrap().unwrap();
+        reads.push(stored(a, k).unwrap());
+    }
+    let answers = a
+        .write_all(&[
+            Write::Update(keys[0].clone(), reads[0].clone(), completed(at(5))),
+            Write::Update(keys[3].clone(), reads[3].clone(), completed(at(5))),
+            // The same lease expiry, another token: its entry must stay.
+            Write::Update(keys[2].clone(), reads[2].clone(), running(at(1), 7)),
+            Write::Delete(keys[5].clone(), reads[5].clone()),
+            Write::Update(keys[6].clone(), reads[6].clone(), completed(at(5))),
+            // Refused (the record is there): its lease stays.
+            Write::Insert(keys[7].clone(), completed(at(5))),
+            Write::Update(keys[1].clone(), reads[1].clone(), completed(at(5))),
+        ])
+        .unwrap();
+    assert_eq!(
+        answers.iter().map(Option::is_some).collect::<Vec<_>>(),
+        [true, true, true, true, true, false, true]
+    );
+    let running_now = scan_ids(a, ScanBy::LeaseExpired(UnixMillis::MAX), 2);
+    let expected: Vec<Vec<u8>> = [2, 4, 7]
+        .iter()
+        .map(|&i| keys[i].as_bytes().to_vec())
+        .collect();
+    assert_eq!(running_now, expected);
+    if let Some(report) = a.verify() {
+        let (_, problems) = report.unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+    }
 }

@@ -116,6 +116,16 @@ impl Handle {
         }
     }
 
+    /// The token floor of the last commit, kept in memory by a database this
+    /// process holds alone; `None` for a file opened per transaction, whose
+    /// floor another process may raise.
+    pub(crate) fn token_floor(&self) -> Option<u64> {
+        match self {
+            Handle::Open(owned) => owned.token_floor(),
+            Handle::PerTransaction { .. } => None,
+        }
+    }
+
     pub(crate) fn path(&self) -> Option<&Path> {
         match self {
             Handle::Open(_) => None,
@@ -168,6 +178,7 @@ impl Handle {
             let mut in_txn = InTxn::new(&txn);
             let decided = f(&mut in_txn);
             if decided.is_ok() {
+                // A file opened per transaction keeps no floor in memory.
                 in_txn.close().map_err(E::from)?;
             }
             decided

@@ -106,6 +106,10 @@ pub(crate) trait WriteTarget: Sync {
     fn failed(&self, generation: u64, error: &RedbError);
     /// A transaction committed durably.
     fn committed(&self);
+    /// The group's transaction writes `floor` as the token floor: told after
+    /// the transaction closed and before it commits, so a read that sees the
+    /// commit sees this floor or a higher one.
+    fn token_floor_raised(&self, floor: u64);
 }
 
 /// Where a group writes: what [`WriteTarget::for_write`] gives.
@@ -322,7 +326,12 @@ impl GroupCommit {
                 continue;
             }
             let effects = match guarded(|| in_txn.close()) {
-                Ok(effects) => effects,
+                Ok(closed) => {
+                    if let Some(floor) = closed.token_floor {
+                        target.token_floor_raised(floor);
+                    }
+                    closed.effects
+                }
                 Err(e) => {
                     abort_quietly(txn);
                     target.failed(generation, &e);

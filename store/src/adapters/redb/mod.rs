@@ -578,9 +578,16 @@ impl Adapter for RedbAdapter {
     fn get(&self, id: &RecordId) -> Result<Read, AdapterError> {
         Ok(self.handle.read(|txn| {
             let records = txn.open_table(RECORDS)?;
+            let stored = load_from(&records, id.as_bytes())?;
+            // Taken after the snapshot began, so it is at least the floor the
+            // snapshot holds.
+            let token_floor = match self.handle.token_floor() {
+                Some(floor) => floor,
+                None => token_floor_in(&txn.open_table(META)?)?,
+            };
             Ok::<_, RedbError>(Read {
-                stored: load_from(&records, id.as_bytes())?,
-                token_floor: token_floor_in(&txn.open_table(META)?)?,
+                stored,
+                token_floor,
                 now: None,
             })
         })?)

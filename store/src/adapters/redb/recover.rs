@@ -32,14 +32,15 @@
 //! them is alive.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redb::{Database, Durability, StorageBackend};
+use redb::{Database, Durability, ReadableDatabase, StorageBackend};
 
 use super::error::RedbError;
 use super::group_commit::{ForWrite, GroupCommit, WriteTarget};
+use super::records::token_floor_in;
 use super::tables::{META, META_LAST_RECOVERY};
 use super::wal::{self, Wal};
 use crate::adapters::Health;
@@ -80,6 +81,15 @@ pub(crate) struct Owned {
     source: Source,
     /// When a commit last succeeded (Unix ms; 0: none yet).
     last_commit: AtomicU64,
+    /// The token floor, for a read not to open the meta table each time
+    /// (a tenth of a snapshot read's instructions): read at open, raised by
+    /// each group before it commits. Never below the floor of a commit a read
+    /// can see; above it only when a commit that raised it then failed, which
+    /// makes a new record's token skip numbers and nothing else.
+    token_floor: AtomicU64,
+    /// Whether `token_floor` was read at open (false: a read reads the meta
+    /// table, until a reopen reads the floor).
+    token_floor_known: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -125,6 +135,7 @@ impl Owned {
     /// `db`, which was opened from `source`.
     pub(crate) fn new(db: Database, source: Source) -> Owned {
         let wal = new_wal(&db, &source);
+        let floor = stored_token_floor(&db).ok();
         Owned {
             slot: Mutex::new(Slot {
                 db: Some(Arc::new(db)),
@@ -139,7 +150,16 @@ impl Owned {
             group: GroupCommit::default(),
             source,
             last_commit: AtomicU64::new(0),
+            token_floor: AtomicU64::new(floor.unwrap_or(0)),
+            token_floor_known: AtomicBool::new(floor.is_some()),
         }
+    }
+
+    /// The token floor kept in memory, if it is known.
+    pub(crate) fn token_floor(&self) -> Option<u64> {
+        self.token_floor_known
+            .load(Ordering::Acquire)
+            .then(|| self.token_floor.load(Ordering::Acquire))
     }
 
     /// The write-ahead log of the database now open (for tests that arm a
@@ -289,6 +309,10 @@ impl Owned {
         };
         let probed = probe(&db);
         let wal = new_wal(&db, &self.source);
+        if let Ok(floor) = stored_token_floor(&db) {
+            self.token_floor.fetch_max(floor, Ordering::AcqRel);
+            self.token_floor_known.store(true, Ordering::Release);
+        }
         let mut slot = lock(&self.slot);
         slot.wal = wal;
         slot.db = Some(Arc::new(db));
@@ -336,6 +360,16 @@ impl WriteTarget for Owned {
         self.last_commit
             .store(unix_millis(SystemTime::now()), Ordering::Relaxed);
     }
+
+    fn token_floor_raised(&self, floor: u64) {
+        self.token_floor.fetch_max(floor, Ordering::AcqRel);
+    }
+}
+
+/// The token floor as the last commit of `db` stored it.
+fn stored_token_floor(db: &Database) -> Result<u64, RedbError> {
+    let txn = db.begin_read()?;
+    token_floor_in(&txn.open_table(META)?)
 }
 
 /// A store closed while writable leaves no log: its last frames are made

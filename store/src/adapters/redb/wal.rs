@@ -381,6 +381,7 @@ pub(crate) fn replay(db_path: &Path, db: &Database) -> Result<(), OpenError> {
                 for frame in &missing {
                     apply_frame(&txn, &mut tables, frame)?;
                 }
+                tables.flush()?;
             }
             record_applied(&txn, last.seq)?;
             txn.commit()?;
@@ -845,6 +846,45 @@ mod tests {
         let read: Vec<u64> = frames(&log).iter().map(|f| f.seq).collect();
         assert_eq!(read, [1, 2]);
         assert_eq!(frames(&log)[1].payload, &effects(3).0[..]);
+    }
+
+    /// The token floor a delete raises is what a read reports at once (the
+    /// store keeps it in memory), and what a reopen reads: from the log
+    /// after a crash, from the file after a clean close.
+    #[test]
+    fn a_raised_token_floor_is_read_back_after_a_crash_and_a_reopen() {
+        use crate::adapters::{Adapter as _, Stored};
+        use idemkit_core::machine::{ClaimRequest, claim as decide};
+
+        let (dir, path, adapter, _store) = fresh();
+        let request = ClaimRequest {
+            fingerprint: Fingerprint::from_bytes([6; 32]).into(),
+            owner: "w".into(),
+        };
+        let record = decide(
+            None,
+            &request,
+            &Policy::default(),
+            idemkit_core::UnixMillis::from_millis(1_700_000_000_000),
+        )
+        .write
+        .unwrap();
+        let id = scope().record_id(&IdempotencyKey::new("k").unwrap());
+        let version = adapter.insert(&id, &record).unwrap().unwrap();
+        let token = record.last_token.get();
+        assert!(token > 0);
+        assert_eq!(adapter.get(&id).unwrap().token_floor, 0);
+        let read = Stored { record, version };
+        assert!(adapter.delete(&id, &read).unwrap());
+        assert_eq!(adapter.get(&id).unwrap().token_floor, token);
+
+        let image = dir.path().join("image.redb");
+        crash_image(&path, &image, true);
+        assert_eq!(open(&image).0.get(&id).unwrap().token_floor, token);
+        drop(_store);
+        drop(adapter);
+        assert!(!path_of(&path).exists(), "a clean close leaves no log");
+        assert_eq!(open(&path).0.get(&id).unwrap().token_floor, token);
     }
 
     /// A write or delete refused because the record is there, or moved on, or
