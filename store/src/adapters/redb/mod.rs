@@ -1,7 +1,9 @@
 //! The redb adapter: the embedded default, one file (or memory) per store.
 //!
 //! - **Reads** ([`Adapter::get`], [`Adapter::scan`]) are redb read transactions:
-//!   snapshots of the last commit, taken without waiting for the writer.
+//!   snapshots of the last commit, taken without waiting for the writer. On a
+//!   database kept open, the record reads between two commits share one
+//!   (`snapshot.rs`).
 //! - **Conditional writes** ([`Adapter::insert`], `update`, `delete`,
 //!   `write_all`) check their condition (no entry / the version read / the
 //!   token floor) inside redb's single write transaction and write only if it
@@ -35,6 +37,7 @@
 //! | `group_commit.rs` | group commit: concurrent writes share one durable transaction (leader/follower queue), [`CommitStats`] |
 //! | `wal.rs` | the write-ahead log of a file kept open: frames, checkpoints, replay at open |
 //! | `recover.rs` | a database kept open, and its reopening after an I/O error |
+//! | `snapshot.rs` | the records table of the last commit, shared by the reads until the next |
 //! | `users.rs` | the shared-use lock beside a file opened per transaction |
 //! | `records.rs` | reading and writing records with their index entries |
 //! | `error.rs` | [`OpenError`], [`RedbError`] |
@@ -57,11 +60,13 @@ mod group_commit;
 mod open;
 mod records;
 mod recover;
+mod snapshot;
 mod tables;
 mod users;
 mod wal;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -228,6 +233,29 @@ impl RedbAdapter {
     #[must_use]
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref().or(self.handle.path())
+    }
+
+    /// [`Adapter::get`] from the snapshot the reads since the last commit
+    /// share (`snapshot.rs`), on a database held open whose token floor is
+    /// known; `None`: the read takes a transaction of its own.
+    fn read_shared(&self, id: &RecordId) -> Option<Result<Read, AdapterError>> {
+        let Handle::Open(owned) = &self.handle else {
+            return None;
+        };
+        owned.token_floor()?;
+        let read = owned.records().and_then(|records| {
+            // Taken after the snapshot began: at least the floor it holds.
+            let token_floor = owned.token_floor().unwrap_or_default();
+            // redb documents panics on damaged pages; one must not take the reader down.
+            let stored = catch_unwind(AssertUnwindSafe(|| load_from(&*records, id.as_bytes())))
+                .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))?;
+            Ok(Read {
+                stored,
+                token_floor,
+                now: None,
+            })
+        });
+        Some(read.map_err(AdapterError::from))
     }
 
     /// A transient failure armed by a test, if the transaction starting now must fail.
@@ -576,6 +604,9 @@ fn apply(
 
 impl Adapter for RedbAdapter {
     fn get(&self, id: &RecordId) -> Result<Read, AdapterError> {
+        if let Some(read) = self.read_shared(id) {
+            return read;
+        }
         Ok(self.handle.read(|txn| {
             let records = txn.open_table(RECORDS)?;
             let stored = load_from(&records, id.as_bytes())?;

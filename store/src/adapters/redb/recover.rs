@@ -41,6 +41,7 @@ use redb::{Database, Durability, ReadableDatabase, StorageBackend};
 use super::error::RedbError;
 use super::group_commit::{ForWrite, GroupCommit, WriteTarget};
 use super::records::token_floor_in;
+use super::snapshot::{Records, SnapshotCache};
 use super::tables::{META, META_LAST_RECOVERY};
 use super::wal::{self, Wal};
 use crate::adapters::Health;
@@ -90,6 +91,8 @@ pub(crate) struct Owned {
     /// Whether `token_floor` was read at open (false: a read reads the meta
     /// table, until a reopen reads the floor).
     token_floor_known: AtomicBool,
+    /// The records table of the last commit, for reads (see `snapshot`).
+    snapshot: SnapshotCache,
 }
 
 #[derive(Debug)]
@@ -152,7 +155,13 @@ impl Owned {
             last_commit: AtomicU64::new(0),
             token_floor: AtomicU64::new(floor.unwrap_or(0)),
             token_floor_known: AtomicBool::new(floor.is_some()),
+            snapshot: SnapshotCache::default(),
         }
+    }
+
+    /// The records table as the last commit left it, for a read.
+    pub(crate) fn records(&self) -> Result<Arc<Records>, RedbError> {
+        self.snapshot.records(|| self.for_read())
     }
 
     /// The token floor kept in memory, if it is known.
@@ -290,6 +299,8 @@ impl Owned {
         if let Some(old) = lock(&self.slot).wal.take() {
             lock(&old).retire();
         }
+        // A shared snapshot keeps the old file open (and locked) in redb.
+        self.snapshot.commit_seen();
         let old = lock(&self.slot).db.take();
         if let Some(old) = old
             && let Err(still_used) = close(old)
@@ -317,6 +328,8 @@ impl Owned {
         slot.wal = wal;
         slot.db = Some(Arc::new(db));
         slot.generation += 1;
+        // Not one taken from the old database while this one opened.
+        self.snapshot.commit_seen();
         probed?;
         slot.broken = None;
         self.committed();
@@ -353,10 +366,13 @@ impl WriteTarget for Owned {
     }
 
     fn failed(&self, generation: u64, error: &RedbError) {
+        // A commit that failed may still have landed.
+        self.snapshot.commit_seen();
         self.note_failure(generation, error);
     }
 
     fn committed(&self) {
+        self.snapshot.commit_seen();
         self.last_commit
             .store(unix_millis(SystemTime::now()), Ordering::Relaxed);
     }
