@@ -243,12 +243,14 @@ impl RedbAdapter {
             return None;
         };
         owned.token_floor()?;
-        let read = owned.records().and_then(|records| {
+        let read = owned.records().and_then(|snapshot| {
             // Taken after the snapshot began: at least the floor it holds.
             let token_floor = owned.token_floor().unwrap_or_default();
             // redb documents panics on damaged pages; one must not take the reader down.
-            let stored = catch_unwind(AssertUnwindSafe(|| load_from(&*records, id.as_bytes())))
-                .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))?;
+            let stored = catch_unwind(AssertUnwindSafe(|| {
+                load_from(&snapshot.records, id.as_bytes())
+            }))
+            .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))?;
             Ok(Read {
                 stored,
                 token_floor,

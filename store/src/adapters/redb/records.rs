@@ -80,20 +80,19 @@ impl<'txn> Tables<'txn> {
             opened(&mut self.lease_expiry, self.txn, LEASE_EXPIRY)?.remove((*at, id.as_slice()))?;
             return Ok(());
         }
-        let (Some(first), Some(last)) = (
-            removals.iter().min().cloned(),
-            removals.iter().max().cloned(),
-        ) else {
+        removals.sort_unstable();
+        let (Some((first_at, first_id)), Some((last_at, last_id))) =
+            (removals.first(), removals.last())
+        else {
             return Ok(());
         };
-        removals.sort_unstable();
         let gone = |at: u64, id: &[u8]| {
             removals
                 .binary_search_by(|(r_at, r_id)| (*r_at, r_id.as_slice()).cmp(&(at, id)))
                 .is_ok()
         };
         opened(&mut self.lease_expiry, self.txn, LEASE_EXPIRY)?.retain_in(
-            (first.0, first.1.as_slice())..=(last.0, last.1.as_slice()),
+            (*first_at, first_id.as_slice())..=(*last_at, last_id.as_slice()),
             |(at, id), ()| !gone(at, id),
         )?;
         Ok(())

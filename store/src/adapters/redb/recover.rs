@@ -41,7 +41,7 @@ use redb::{Database, Durability, ReadableDatabase, StorageBackend};
 use super::error::RedbError;
 use super::group_commit::{ForWrite, GroupCommit, WriteTarget};
 use super::records::token_floor_in;
-use super::snapshot::{Records, SnapshotCache};
+use super::snapshot::{Snapshot, SnapshotCache};
 use super::tables::{META, META_LAST_RECOVERY};
 use super::wal::{self, Wal};
 use crate::adapters::Health;
@@ -160,7 +160,7 @@ impl Owned {
     }
 
     /// The records table as the last commit left it, for a read.
-    pub(crate) fn records(&self) -> Result<Arc<Records>, RedbError> {
+    pub(crate) fn records(&self) -> Result<Arc<Snapshot>, RedbError> {
         self.snapshot.records(|| self.for_read())
     }
 
@@ -299,7 +299,7 @@ impl Owned {
         if let Some(old) = lock(&self.slot).wal.take() {
             lock(&old).retire();
         }
-        // A shared snapshot keeps the old file open (and locked) in redb.
+        // A shared snapshot holds the old database: the close below waits for it.
         self.snapshot.commit_seen();
         let old = lock(&self.slot).db.take();
         if let Some(old) = old
@@ -393,6 +393,8 @@ fn stored_token_floor(db: &Database) -> Result<u64, RedbError> {
 /// the store is unwritable, the log stays for the next open to apply.
 impl Drop for Owned {
     fn drop(&mut self) {
+        // The database closes with the last read of it; none is left now.
+        self.snapshot.commit_seen();
         let slot = self.slot.get_mut().unwrap_or_else(PoisonError::into_inner);
         let (Some(db), Some(wal), None) = (&slot.db, &slot.wal, &slot.broken) else {
             return;

@@ -22,7 +22,8 @@
 //! A commit also drops the shared snapshot, and one begun across a commit is
 //! not stored, so none outlives the next commit and keeps redb from reusing
 //! the pages that commit freed (an import or a GC batch writes for long
-//! without reading).
+//! without reading). A snapshot holds its database, so a reopen waits for the
+//! reads still using one, as it waits for every other read.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,8 +34,12 @@ use redb::{Database, ReadOnlyTable, ReadableDatabase};
 use super::error::RedbError;
 use super::tables::RECORDS;
 
-/// The records table as one read transaction sees it.
-pub(crate) type Records = ReadOnlyTable<&'static [u8], &'static [u8]>;
+/// The records table as one read transaction sees it, and its database: redb
+/// closes the file when the database is dropped, whatever still reads it.
+pub(crate) struct Snapshot {
+    pub(crate) records: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    _database: Arc<Database>,
+}
 
 /// The shared snapshot of one open database, and the commits counted.
 #[derive(Default)]
@@ -46,7 +51,7 @@ pub(crate) struct SnapshotCache {
 struct Shared {
     /// The count it was begun under.
     commits: u64,
-    records: Arc<Records>,
+    snapshot: Arc<Snapshot>,
 }
 
 impl std::fmt::Debug for SnapshotCache {
@@ -63,29 +68,32 @@ impl SnapshotCache {
     pub(crate) fn records(
         &self,
         db: impl FnOnce() -> Result<Arc<Database>, RedbError>,
-    ) -> Result<Arc<Records>, RedbError> {
+    ) -> Result<Arc<Snapshot>, RedbError> {
         let commits = self.commits.load(Ordering::Acquire);
         if let Some(shared) = &*self.shared.read().unwrap_or_else(PoisonError::into_inner)
             && shared.commits == commits
         {
-            return Ok(Arc::clone(&shared.records));
+            return Ok(Arc::clone(&shared.snapshot));
         }
         let db = db()?;
         // redb documents panics on damaged pages; one must not take the reader down.
-        let records = catch_unwind(AssertUnwindSafe(|| -> Result<Records, RedbError> {
-            Ok(db.begin_read()?.open_table(RECORDS)?)
+        let records = catch_unwind(AssertUnwindSafe(|| {
+            Ok::<_, RedbError>(db.begin_read()?.open_table(RECORDS)?)
         }))
         .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))?;
-        let records = Arc::new(records);
+        let snapshot = Arc::new(Snapshot {
+            records,
+            _database: db,
+        });
         let mut shared = self.shared.write().unwrap_or_else(PoisonError::into_inner);
         // Begun across a commit, it could never be used: not kept.
         if self.commits.load(Ordering::Acquire) == commits {
             *shared = Some(Shared {
                 commits,
-                records: Arc::clone(&records),
+                snapshot: Arc::clone(&snapshot),
             });
         }
-        Ok(records)
+        Ok(snapshot)
     }
 
     /// A commit (or a reopen) made the shared snapshot old: counted before
