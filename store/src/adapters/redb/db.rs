@@ -13,7 +13,9 @@ use redb::{Database, Durability, ReadTransaction, ReadableDatabase, StorageBacke
 use super::FileOptions;
 use super::error::{OpenError, RedbError};
 use super::group_commit::CommitStats;
-use super::open::{Integrity, LockRetry, open_backend, open_file_once, open_file_with_retry};
+use super::open::{
+    Integrity, LockRetry, open_backend, open_file_once, open_file_with_retry, redb_open,
+};
 use super::records::InTxn;
 use super::recover::{Owned, Reused, Source};
 use super::users::SharedUse;
@@ -38,8 +40,9 @@ pub(crate) enum Handle {
 
 impl Handle {
     /// A handle on a database this process keeps open, opened from `source`.
-    pub(crate) fn owned(db: Database, source: Source) -> Handle {
-        Handle::Open(Arc::new(Owned::new(db, source)))
+    pub(crate) fn owned(db: Database, source: Source) -> Result<Handle, OpenError> {
+        let owned = Owned::new(db, source).map_err(redb_open)?;
+        Ok(Handle::Open(Arc::new(owned)))
     }
 
     /// The store file at `path`, created if absent, kept open.
@@ -49,14 +52,14 @@ impl Handle {
             path: path.to_owned(),
             write_ahead_log: options.write_ahead_log,
         };
-        Ok(Handle::owned(db, source))
+        Handle::owned(db, source)
     }
 
     /// A store on `backend`, kept open; a reopen opens the same backend again.
     pub(crate) fn open_backend(backend: impl StorageBackend) -> Result<Handle, OpenError> {
         let backend: Arc<dyn StorageBackend> = Arc::new(backend);
         let db = open_backend(Reused(Arc::clone(&backend)))?;
-        Ok(Handle::owned(db, Source::Backend(backend)))
+        Handle::owned(db, Source::Backend(backend))
     }
 
     /// Whether this process holds the database alone: kept open (redb locks
@@ -113,16 +116,6 @@ impl Handle {
     pub(crate) fn set_lock_budget(&self, budget: Duration) {
         if let Handle::PerTransaction { retry, .. } = self {
             retry.lock().unwrap_or_else(|p| p.into_inner()).budget = budget;
-        }
-    }
-
-    /// The token floor of the last commit, kept in memory by a database this
-    /// process holds alone; `None` for a file opened per transaction, whose
-    /// floor another process may raise.
-    pub(crate) fn token_floor(&self) -> Option<u64> {
-        match self {
-            Handle::Open(owned) => owned.token_floor(),
-            Handle::PerTransaction { .. } => None,
         }
     }
 

@@ -246,6 +246,13 @@ impl RedbError {
     }
 }
 
+/// `f`, with a panic inside it answered as [`RedbError::Corrupt`]: redb
+/// documents panics on damaged pages, and one must not take the caller down.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, RedbError>) -> Result<T, RedbError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))
+}
+
 impl From<RedbError> for AdapterError {
     fn from(e: RedbError) -> Self {
         AdapterError::new(e.kind(), e)

@@ -87,7 +87,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::{Database, Durability, WriteTransaction};
 
-use super::error::RedbError;
+use super::error::{RedbError, guarded};
 use super::records::InTxn;
 use super::wal::{self, Effects, Wal};
 
@@ -401,12 +401,6 @@ fn fail_all(jobs: &mut Vec<Box<dyn Job>>, error: RedbError) {
             cause: Arc::clone(&cause),
         });
     }
-}
-
-/// redb documents panics on damaged pages; one must not take the leader down.
-fn guarded<T>(f: impl FnOnce() -> Result<T, RedbError>) -> Result<T, RedbError> {
-    catch_unwind(AssertUnwindSafe(f))
-        .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))
 }
 
 fn begin(db: &Database) -> Result<WriteTransaction, RedbError> {

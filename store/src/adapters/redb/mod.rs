@@ -66,7 +66,6 @@ mod users;
 mod wal;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -74,6 +73,7 @@ use idemkit_core::RecordId;
 use idemkit_core::record::{Record, RecordState};
 use redb::{ReadableTable, ReadableTableMetadata};
 
+use error::guarded;
 pub use error::{OpenError, RedbError};
 #[cfg(any(test, feature = "testing"))]
 pub use fault::{FaultSwitch, FaultyBackend};
@@ -236,21 +236,16 @@ impl RedbAdapter {
     }
 
     /// [`Adapter::get`] from the snapshot the reads since the last commit
-    /// share (`snapshot.rs`), on a database held open whose token floor is
-    /// known; `None`: the read takes a transaction of its own.
+    /// share (`snapshot.rs`), on a database held open; `None`: the read takes
+    /// a transaction of its own.
     fn read_shared(&self, id: &RecordId) -> Option<Result<Read, AdapterError>> {
         let Handle::Open(owned) = &self.handle else {
             return None;
         };
-        owned.token_floor()?;
         let read = owned.records().and_then(|snapshot| {
             // Taken after the snapshot began: at least the floor it holds.
-            let token_floor = owned.token_floor().unwrap_or_default();
-            // redb documents panics on damaged pages; one must not take the reader down.
-            let stored = catch_unwind(AssertUnwindSafe(|| {
-                load_from(&snapshot.records, id.as_bytes())
-            }))
-            .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))?;
+            let token_floor = owned.token_floor();
+            let stored = guarded(|| load_from(&snapshot.records, id.as_bytes()))?;
             Ok(Read {
                 stored,
                 token_floor,
@@ -611,16 +606,9 @@ impl Adapter for RedbAdapter {
         }
         Ok(self.handle.read(|txn| {
             let records = txn.open_table(RECORDS)?;
-            let stored = load_from(&records, id.as_bytes())?;
-            // Taken after the snapshot began, so it is at least the floor the
-            // snapshot holds.
-            let token_floor = match self.handle.token_floor() {
-                Some(floor) => floor,
-                None => token_floor_in(&txn.open_table(META)?)?,
-            };
             Ok::<_, RedbError>(Read {
-                stored,
-                token_floor,
+                stored: load_from(&records, id.as_bytes())?,
+                token_floor: token_floor_in(&txn.open_table(META)?)?,
                 now: None,
             })
         })?)

@@ -183,7 +183,7 @@ fn open_error_from_database(e: DatabaseError) -> OpenError {
     }
 }
 
-fn redb_open(e: impl Into<redb::Error>) -> OpenError {
+pub(crate) fn redb_open(e: impl Into<redb::Error>) -> OpenError {
     match e.into() {
         redb::Error::Corrupted(detail) => OpenError::Corrupt { detail },
         other => OpenError::Redb(other),

@@ -453,7 +453,7 @@ impl Floors {
 /// transaction).
 pub(crate) fn token_floor_in(
     meta: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<u64, RedbError> {
+) -> Result<u64, redb::StorageError> {
     u64_in(meta, META_TOKEN_FLOOR)
 }
 
@@ -461,7 +461,7 @@ pub(crate) fn token_floor_in(
 pub(crate) fn u64_in(
     meta: &impl ReadableTable<&'static str, &'static [u8]>,
     key: &str,
-) -> Result<u64, RedbError> {
+) -> Result<u64, redb::StorageError> {
     let value = meta.get(key)?;
     Ok(value
         .and_then(|bytes| <[u8; 8]>::try_from(bytes.value()).ok())

@@ -32,7 +32,7 @@
 //! them is alive.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -83,14 +83,12 @@ pub(crate) struct Owned {
     /// When a commit last succeeded (Unix ms; 0: none yet).
     last_commit: AtomicU64,
     /// The token floor, for a read not to open the meta table each time
-    /// (a tenth of a snapshot read's instructions): read at open, raised by
-    /// each group before it commits. Never below the floor of a commit a read
-    /// can see; above it only when a commit that raised it then failed, which
-    /// makes a new record's token skip numbers and nothing else.
+    /// (a tenth of a snapshot read's instructions): read at open and at a
+    /// reopen, raised by each group before it commits. Never below the floor
+    /// of a commit a read can see; above it only when a commit that raised it
+    /// then failed, which makes a new record's token skip numbers and nothing
+    /// else.
     token_floor: AtomicU64,
-    /// Whether `token_floor` was read at open (false: a read reads the meta
-    /// table, until a reopen reads the floor).
-    token_floor_known: AtomicBool,
     /// The records table of the last commit, for reads (see `snapshot`).
     snapshot: SnapshotCache,
 }
@@ -135,11 +133,12 @@ fn unix_millis(at: SystemTime) -> u64 {
 }
 
 impl Owned {
-    /// `db`, which was opened from `source`.
-    pub(crate) fn new(db: Database, source: Source) -> Owned {
+    /// `db`, which was opened from `source`; an error when its token floor
+    /// cannot be read.
+    pub(crate) fn new(db: Database, source: Source) -> Result<Owned, redb::Error> {
+        let token_floor = AtomicU64::new(stored_token_floor(&db)?);
         let wal = new_wal(&db, &source);
-        let floor = stored_token_floor(&db).ok();
-        Owned {
+        Ok(Owned {
             slot: Mutex::new(Slot {
                 db: Some(Arc::new(db)),
                 generation: 0,
@@ -153,10 +152,9 @@ impl Owned {
             group: GroupCommit::default(),
             source,
             last_commit: AtomicU64::new(0),
-            token_floor: AtomicU64::new(floor.unwrap_or(0)),
-            token_floor_known: AtomicBool::new(floor.is_some()),
+            token_floor,
             snapshot: SnapshotCache::default(),
-        }
+        })
     }
 
     /// The records table as the last commit left it, for a read.
@@ -164,11 +162,9 @@ impl Owned {
         self.snapshot.records(|| self.for_read())
     }
 
-    /// The token floor kept in memory, if it is known.
-    pub(crate) fn token_floor(&self) -> Option<u64> {
-        self.token_floor_known
-            .load(Ordering::Acquire)
-            .then(|| self.token_floor.load(Ordering::Acquire))
+    /// The token floor kept in memory.
+    pub(crate) fn token_floor(&self) -> u64 {
+        self.token_floor.load(Ordering::Acquire)
     }
 
     /// The write-ahead log of the database now open (for tests that arm a
@@ -318,12 +314,10 @@ impl Owned {
             Source::File { path, .. } => super::open::open_existing_file(path)?,
             Source::Backend(backend) => super::open::open_backend(Reused(Arc::clone(backend)))?,
         };
+        let floor = stored_token_floor(&db)?;
+        self.token_floor.fetch_max(floor, Ordering::AcqRel);
         let probed = probe(&db);
         let wal = new_wal(&db, &self.source);
-        if let Ok(floor) = stored_token_floor(&db) {
-            self.token_floor.fetch_max(floor, Ordering::AcqRel);
-            self.token_floor_known.store(true, Ordering::Release);
-        }
         let mut slot = lock(&self.slot);
         slot.wal = wal;
         slot.db = Some(Arc::new(db));
@@ -383,9 +377,8 @@ impl WriteTarget for Owned {
 }
 
 /// The token floor as the last commit of `db` stored it.
-fn stored_token_floor(db: &Database) -> Result<u64, RedbError> {
-    let txn = db.begin_read()?;
-    token_floor_in(&txn.open_table(META)?)
+fn stored_token_floor(db: &Database) -> Result<u64, redb::Error> {
+    Ok(token_floor_in(&db.begin_read()?.open_table(META)?)?)
 }
 
 /// A store closed while writable leaves no log: its last frames are made

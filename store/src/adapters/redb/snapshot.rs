@@ -25,13 +25,12 @@
 //! without reading). A snapshot holds its database, so a reopen waits for the
 //! reads still using one, as it waits for every other read.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
-use super::error::RedbError;
+use super::error::{RedbError, guarded};
 use super::tables::RECORDS;
 
 /// The records table as one read transaction sees it, and its database: redb
@@ -76,11 +75,7 @@ impl SnapshotCache {
             return Ok(Arc::clone(&shared.snapshot));
         }
         let db = db()?;
-        // redb documents panics on damaged pages; one must not take the reader down.
-        let records = catch_unwind(AssertUnwindSafe(|| {
-            Ok::<_, RedbError>(db.begin_read()?.open_table(RECORDS)?)
-        }))
-        .unwrap_or_else(|payload| Err(RedbError::panicked(payload.as_ref())))?;
+        let records = guarded(|| Ok(db.begin_read()?.open_table(RECORDS)?))?;
         let snapshot = Arc::new(Snapshot {
             records,
             _database: db,

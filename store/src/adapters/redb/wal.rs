@@ -306,7 +306,7 @@ pub(crate) fn record_applied(txn: &WriteTransaction, applied: u64) -> Result<(),
 /// The last frame the database's durable state holds (0: none).
 pub(crate) fn applied_in(db: &Database) -> Result<u64, RedbError> {
     let read = db.begin_read()?;
-    u64_in(&read.open_table(META)?, META_WAL_APPLIED)
+    Ok(u64_in(&read.open_table(META)?, META_WAL_APPLIED)?)
 }
 
 /// One frame read back.
