@@ -464,6 +464,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
                       f"{fmt(redb['ops_per_s'])} vs {fmt(sq['ops_per_s'])} ops/s, {rx(y)} — "
                       f"{'met' if y is not None and y >= 1 else '**missed**'}.")
         w("")
+        render_group_commit(w, loadgen)
 
     if instructions:
         render_instructions(w, instructions, baseline)
@@ -655,6 +656,32 @@ COLORS = ["#8c8c8c", "#d08c3c", "#b85450", "#6c8ebf", "#2d6a4f", "#999999"]
 
 def esc(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_group_commit(w, loadgen) -> None:
+    """Where one group commit's time goes on its leader, per redb new-key row
+    (`RedbAdapter::commit_stats`, which the loadgen reports)."""
+    rows = sorted((r for r in loadgen if r["backend"] == "redb" and r.get("keys", "unique") == "unique"
+                   and r.get("group_commit")), key=lambda r: r["clients"])
+    if not rows:
+        return
+    w("### What one group commit spends (redb, new keys)")
+    w("")
+    w("Concurrent writes share one transaction and one sync (group commit): one caller leads each group "
+      "and runs its steps one after the other while the others wait, so the sum of a group's steps bounds "
+      "the groups a second. From `RedbAdapter::commit_stats` over each row above; µs per group "
+      "(transaction), logging being the part of committing spent writing and syncing the log's frame.")
+    w("")
+    w("| clients | groups/s | writes per group (largest) | beginning | running the writes | committing | of which logging | answering the callers | sum |")
+    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        g, us = r["group_commit"], r["group_commit"]["us_per_transaction"]
+        total = us["beginning"] + us["running"] + us["committing"] + us["answering"]
+        per_s = g["transactions"] / r["seconds"] if r.get("seconds") else None
+        w(f"| {r['clients']} | {fmt(per_s)} | {fmt(g['operations_per_transaction'])} ({g['largest_group']:,}) | "
+          f"{fmt(us['beginning'])} | {fmt(us['running'])} | {fmt(us['committing'])} | {fmt(us['logging'])} | "
+          f"{fmt(us['answering'])} | {fmt(total)} |")
+    w("")
 
 
 def chart(fp_rows, loadgen, durable, smoke: bool) -> str:

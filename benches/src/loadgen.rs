@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 #[cfg(feature = "postgres")]
 use idemkit::adapters::postgres::{PgOptions, PostgresAdapter};
+use idemkit::adapters::redb::{CommitStats, RedbAdapter};
 use idemkit::core::machine::Policy;
 use idemkit::core::record::{EffectKind, StoredResponse};
 use idemkit::store::{Claim, Store};
@@ -155,6 +156,8 @@ pub struct Report {
     pub latencies: Latencies,
     /// The latencies of the claims answered Replay alone.
     pub replay_latencies: Latencies,
+    /// How the redb store grouped its writes, and where each group's time went.
+    pub group_commit: Option<CommitStats>,
 }
 
 impl Report {
@@ -180,8 +183,32 @@ impl Report {
                 .then_some(!self.args.no_validate),
             "validate_every_checkout": (self.args.backend == Backend::Postgres)
                 .then_some(self.args.validate_every_checkout),
+            "group_commit": self.group_commit.as_ref().map(group_commit_json),
         })
     }
+}
+
+/// The store's group commit over the run: how many writes each group held,
+/// and the µs one group spent in each step on its leader (the steps run one
+/// after the other, so their sum bounds the groups a second).
+fn group_commit_json(stats: &CommitStats) -> serde_json::Value {
+    let groups = stats.transactions.max(1) as f64;
+    let per_group = |spent: Duration| round2(spent.as_secs_f64() * 1e6 / groups);
+    serde_json::json!({
+        "operations": stats.operations,
+        "transactions": stats.transactions,
+        "commits": stats.commits,
+        "logged": stats.logged,
+        "largest_group": stats.largest_group,
+        "operations_per_transaction": round2(stats.operations as f64 / groups),
+        "us_per_transaction": {
+            "beginning": per_group(stats.beginning),
+            "running": per_group(stats.running),
+            "committing": per_group(stats.committing),
+            "logging": per_group(stats.logging),
+            "answering": per_group(stats.answering),
+        },
+    })
 }
 
 #[derive(Default)]
@@ -246,6 +273,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
 
     let mut handles = Vec::with_capacity(clients);
     let mut pg_schema = None;
+    let mut redb = None;
     match args.backend {
         Backend::Postgres | Backend::Redb => {
             // The same clients over either store: only the store differs.
@@ -254,7 +282,13 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
                 pg_schema = Some(run);
                 store
             } else {
-                idemkit::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?
+                // `idemkit::open`, keeping the adapter for its commit statistics
+                // (a fresh file: no orphans to settle).
+                let adapter = Arc::new(
+                    RedbAdapter::open(dir.join("loadgen.redb")).map_err(|e| err("redb open", e))?,
+                );
+                redb = Some(Arc::clone(&adapter));
+                Store::new(adapter)
             };
             for c in 0..clients {
                 let store = store.clone();
@@ -299,6 +333,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
         elapsed: Duration::ZERO,
         latencies: Latencies::default(),
         replay_latencies: Latencies::default(),
+        group_commit: None,
     };
     let mut first_error = None;
     for h in handles {
@@ -316,6 +351,7 @@ pub fn run(args: &Args) -> Result<Report, LoadError> {
     }
     report.elapsed = start.elapsed();
     report.ops = report.executed + report.replayed + report.other;
+    report.group_commit = redb.map(|adapter| adapter.commit_stats());
     #[cfg(not(feature = "postgres"))]
     let _: Option<PgRun> = pg_schema; // never Some: nothing to clean up
     #[cfg(feature = "postgres")]

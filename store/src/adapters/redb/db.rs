@@ -226,6 +226,7 @@ mod tests {
 
     use std::sync::mpsc;
     use std::thread::JoinHandle;
+    use std::time::Duration;
 
     use redb::{ReadableTableMetadata, TableDefinition};
 
@@ -327,6 +328,32 @@ mod tests {
             .unwrap();
         let stats = handle.commit_stats();
         assert_eq!((stats.transactions, stats.commits), (2, 1));
+    }
+
+    /// A group's time is told step by step; a database without a log spends
+    /// none of it logging.
+    #[test]
+    fn a_groups_time_is_counted_by_step() {
+        let handle = in_memory();
+        assert_eq!(handle.commit_stats().committing, Duration::ZERO);
+        for key in ["a", "b"] {
+            handle
+                .write_if_changed(move |txn| {
+                    put(txn, key)?;
+                    Ok::<_, RedbError>(((), true))
+                })
+                .unwrap();
+        }
+        let stats = handle.commit_stats();
+        for (step, spent) in [
+            ("beginning", stats.beginning),
+            ("running", stats.running),
+            ("committing", stats.committing),
+            ("answering", stats.answering),
+        ] {
+            assert!(spent > Duration::ZERO, "{step}: {stats:?}");
+        }
+        assert_eq!(stats.logging, Duration::ZERO, "{stats:?}");
     }
 
     #[test]

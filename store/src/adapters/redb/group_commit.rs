@@ -84,6 +84,7 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use redb::{Database, Durability, WriteTransaction};
 
@@ -149,6 +150,25 @@ pub struct CommitStats {
     pub reruns: u64,
     /// The most operations taken into one group.
     pub largest_group: u64,
+    /// Time spent by leaders beginning the groups' transactions, in all.
+    ///
+    /// With the four durations after it, this is where a group's time goes
+    /// while its callers wait: divided by [`transactions`](Self::transactions),
+    /// what one group costs at this load. A group's steps run one after the
+    /// other on its leader's thread, so their sum per group bounds how many
+    /// groups a second the store can commit.
+    pub beginning: Duration,
+    /// Time spent running the operations in the transactions (the B-tree
+    /// writes) and closing the tables, in all.
+    pub running: Duration,
+    /// Time spent committing the transactions (or aborting the ones that
+    /// wrote nothing), in all: the log frames and their syncs included.
+    pub committing: Duration,
+    /// Of [`committing`](Self::committing), the time spent writing and
+    /// syncing the write-ahead log's frames.
+    pub logging: Duration,
+    /// Time spent handing the callers their answers (waking each), in all.
+    pub answering: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -159,10 +179,28 @@ struct Counters {
     logged: AtomicU64,
     reruns: AtomicU64,
     largest_group: AtomicU64,
+    /// Nanoseconds, as `CommitStats`' durations.
+    beginning: AtomicU64,
+    running: AtomicU64,
+    committing: AtomicU64,
+    logging: AtomicU64,
+    answering: AtomicU64,
 }
 
 fn count(counter: &AtomicU64, by: usize) {
     counter.fetch_add(u64::try_from(by).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+/// Adds the time since `since` to `counter` (nanoseconds) and returns now.
+fn time(counter: &AtomicU64, since: Instant) -> Instant {
+    let now = Instant::now();
+    let spent = now.saturating_duration_since(since).as_nanos();
+    counter.fetch_add(u64::try_from(spent).unwrap_or(u64::MAX), Ordering::Relaxed);
+    now
+}
+
+fn nanos(counter: &AtomicU64) -> Duration {
+    Duration::from_nanos(counter.load(Ordering::Relaxed))
 }
 
 /// The write queue of one open database.
@@ -247,6 +285,11 @@ impl GroupCommit {
             logged: c.logged.load(Ordering::Relaxed),
             reruns: c.reruns.load(Ordering::Relaxed),
             largest_group: c.largest_group.load(Ordering::Relaxed),
+            beginning: nanos(&c.beginning),
+            running: nanos(&c.running),
+            committing: nanos(&c.committing),
+            logging: nanos(&c.logging),
+            answering: nanos(&c.answering),
         }
     }
 
@@ -278,7 +321,9 @@ impl GroupCommit {
     /// Decides every job of the group in one transaction and answers each
     /// caller; a failed job is answered alone and the rest run again.
     fn run_group(&self, target: &dyn WriteTarget, jobs: &mut Vec<Box<dyn Job>>) {
+        let counters = &self.counters;
         while !jobs.is_empty() {
+            let began = Instant::now();
             let ForWrite {
                 db,
                 generation,
@@ -298,7 +343,8 @@ impl GroupCommit {
                     return fail_all(jobs, e);
                 }
             };
-            count(&self.counters.transactions, 1);
+            count(&counters.transactions, 1);
+            let running = time(&counters.beginning, began);
             let mut wrote = false;
             let mut failed = None;
             // idemkit's tables are opened once for the whole group (see `InTxn`).
@@ -322,7 +368,8 @@ impl GroupCommit {
                 abort_quietly(txn);
                 let mut job = jobs.remove(i);
                 job.deliver();
-                count(&self.counters.reruns, i);
+                count(&counters.reruns, i);
+                time(&counters.running, running);
                 continue;
             }
             let effects = match guarded(|| in_txn.close()) {
@@ -338,26 +385,31 @@ impl GroupCommit {
                     return fail_all(jobs, e);
                 }
             };
+            let committing = time(&counters.running, running);
             let ended = if wrote {
                 match &wal {
-                    Some(wal) => commit_with_log(txn, &mut lock(wal), effects.as_ref()),
+                    Some(wal) => {
+                        commit_with_log(txn, &mut lock(wal), effects.as_ref(), &counters.logging)
+                    }
                     None => commit(txn).map(|()| Committed::Durably),
                 }
             } else {
                 abort(txn).map(|()| Committed::Durably)
             };
+            let answering = time(&counters.committing, committing);
             match ended {
                 Ok(how) => {
                     if wrote {
-                        count(&self.counters.commits, 1);
+                        count(&counters.commits, 1);
                         if how == Committed::ThroughTheLog {
-                            count(&self.counters.logged, 1);
+                            count(&counters.logged, 1);
                         }
                         target.committed();
                     }
                     for mut job in jobs.drain(..) {
                         job.deliver();
                     }
+                    time(&counters.answering, answering);
                 }
                 Err(e) => {
                     target.failed(generation, &e);
@@ -432,6 +484,7 @@ fn commit_with_log(
     mut txn: WriteTransaction,
     wal: &mut Wal,
     effects: Option<&Effects>,
+    logging: &AtomicU64,
 ) -> Result<Committed, RedbError> {
     let logged = effects.filter(|effects| wal.takes(effects.len()));
     let Some(effects) = logged else {
@@ -452,7 +505,10 @@ fn commit_with_log(
     // durable one, and every durable commit records the last frame it holds.
     guarded(|| Ok(txn.set_durability(Durability::None)?))?;
     // The frame is durable before the transaction is visible to anyone.
-    if let Err(source) = wal.append(effects) {
+    let appending = Instant::now();
+    let appended = wal.append(effects);
+    time(logging, appending);
+    if let Err(source) = appended {
         abort_quietly(txn);
         return Err(RedbError::WriteAheadLog {
             path: wal.path().to_owned(),

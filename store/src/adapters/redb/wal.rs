@@ -541,6 +541,18 @@ mod tests {
         (dir, path, adapter, store)
     }
 
+    /// The log's frames are written and synced while the group commits: their
+    /// time is part of the commit's.
+    #[test]
+    fn logging_is_counted_within_committing() {
+        let (_dir, _path, adapter, store) = fresh();
+        complete(&store, "a");
+        let stats = adapter.commit_stats();
+        assert_eq!(stats.logged, 2, "{stats:?}");
+        assert!(stats.logging > std::time::Duration::ZERO, "{stats:?}");
+        assert!(stats.logging <= stats.committing, "{stats:?}");
+    }
+
     #[test]
     fn an_acknowledged_write_is_in_the_log_before_redb_holds_it_durably() {
         let (dir, path, adapter, store) = fresh();
