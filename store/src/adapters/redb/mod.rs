@@ -222,8 +222,42 @@ impl RedbAdapter {
         self.handle.set_lock_retry(retry);
     }
 
-    /// How durable writes were grouped into transactions so far (zeros unless
-    /// the database is kept open). See [`CommitStats`].
+    /// How durable writes were grouped into transactions so far, and where
+    /// the groups' time went (zeros unless the database is kept open). See
+    /// [`CommitStats`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    ///
+    /// use idemkit::adapters::redb::RedbAdapter;
+    /// use idemkit::core::machine::Policy;
+    /// use idemkit::core::record::StoredResponse;
+    /// use idemkit::core::{Fingerprint, IdempotencyKey, Scope};
+    /// use idemkit::store::{Claim, Store};
+    ///
+    /// let adapter = Arc::new(RedbAdapter::in_memory()?);
+    /// let store = Store::new(adapter.clone());
+    /// let (scope, key) = (Scope::new("acme", "charge")?, IdempotencyKey::new("k-1")?);
+    /// let fingerprint = Fingerprint::from_bytes([7; 32]);
+    /// if let Claim::Execute(guard) = store.claim(&scope, &key, fingerprint, "worker", &Policy::default())? {
+    ///     guard.complete(StoredResponse::new(201, b"{}".to_vec()))?;
+    /// }
+    ///
+    /// let stats = adapter.commit_stats();
+    /// assert_eq!(stats.commits, 2); // the claim and its completion
+    /// // What one group cost its leader, step by step.
+    /// let groups = u32::try_from(stats.transactions)?;
+    /// println!(
+    ///     "{} writes a group; per group: running {:?}, committing {:?} (logging {:?}), answering {:?}",
+    ///     stats.operations / stats.transactions,
+    ///     stats.running / groups,
+    ///     stats.committing / groups,
+    ///     stats.logging / groups,
+    ///     stats.answering / groups,
+    /// );
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn commit_stats(&self) -> CommitStats {
         self.handle.commit_stats()
