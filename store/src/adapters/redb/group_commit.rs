@@ -191,7 +191,8 @@ fn count(counter: &AtomicU64, by: usize) {
     counter.fetch_add(u64::try_from(by).unwrap_or(u64::MAX), Ordering::Relaxed);
 }
 
-/// Adds the time since `since` to `counter` (nanoseconds) and returns now.
+/// Adds the time since `since` to `counter` (nanoseconds) and returns now:
+/// where the next step's time starts.
 fn time(counter: &AtomicU64, since: Instant) -> Instant {
     let now = Instant::now();
     let spent = now.saturating_duration_since(since).as_nanos();
@@ -323,7 +324,7 @@ impl GroupCommit {
     fn run_group(&self, target: &dyn WriteTarget, jobs: &mut Vec<Box<dyn Job>>) {
         let counters = &self.counters;
         while !jobs.is_empty() {
-            let began = Instant::now();
+            let mut step = Instant::now();
             let ForWrite {
                 db,
                 generation,
@@ -344,7 +345,7 @@ impl GroupCommit {
                 }
             };
             count(&counters.transactions, 1);
-            let running = time(&counters.beginning, began);
+            step = time(&counters.beginning, step);
             let mut wrote = false;
             let mut failed = None;
             // idemkit's tables are opened once for the whole group (see `InTxn`).
@@ -369,7 +370,7 @@ impl GroupCommit {
                 let mut job = jobs.remove(i);
                 job.deliver();
                 count(&counters.reruns, i);
-                time(&counters.running, running);
+                time(&counters.running, step);
                 continue;
             }
             let effects = match guarded(|| in_txn.close()) {
@@ -385,7 +386,7 @@ impl GroupCommit {
                     return fail_all(jobs, e);
                 }
             };
-            let committing = time(&counters.running, running);
+            step = time(&counters.running, step);
             let ended = if wrote {
                 match &wal {
                     Some(wal) => {
@@ -396,7 +397,7 @@ impl GroupCommit {
             } else {
                 abort(txn).map(|()| Committed::Durably)
             };
-            let answering = time(&counters.committing, committing);
+            step = time(&counters.committing, step);
             match ended {
                 Ok(how) => {
                     if wrote {
@@ -409,7 +410,7 @@ impl GroupCommit {
                     for mut job in jobs.drain(..) {
                         job.deliver();
                     }
-                    time(&counters.answering, answering);
+                    time(&counters.answering, step);
                 }
                 Err(e) => {
                     target.failed(generation, &e);
