@@ -65,9 +65,10 @@ export function benchRounds() {
  * figure. Each figure's mean, p50, p99 and CPU µs are the medians of its rounds;
  * `rounds` keeps every round's mean and p50.
  *
- * Returns `{ results, paired }`: `paired(a, b, f)` is the median over rounds of
- * `f(round of a, round of b)`, a comparison made within each round (the two
- * figures measured minutes, not seconds, apart never enter one pair).
+ * Returns `{ results, paired, inRounds }`: `paired(a, b, f)` is the median over
+ * rounds of `f(round of a, round of b)`, a comparison made within each round (the
+ * two figures measured minutes, not seconds, apart never enter one pair);
+ * `inRounds([a, b, …], f)` is the same over any number of figures.
  */
 export async function measureInTurns(figures, seconds, rounds) {
   const names = Object.keys(figures);
@@ -92,9 +93,10 @@ export async function measureInTurns(figures, seconds, rounds) {
       rounds: runs.map((m) => ({ mean_us: m.mean_us, p50_us: m.p50_us })),
     };
   }
-  const paired = (a, b, f) => {
-    if (!(a in perRound) || !(b in perRound)) return null;
-    return median(perRound[a].map((m, r) => f(m, perRound[b][r])));
+  const inRounds = (which, f) => {
+    if (!which.every((name) => name in perRound)) return null;
+    return median(perRound[which[0]].map((_, r) => f(...which.map((name) => perRound[name][r]))));
   };
-  return { results, paired };
+  const paired = (a, b, f) => inRounds([a, b], f);
+  return { results, paired, inRounds };
 }

@@ -16,9 +16,15 @@
 //   bare_handler            a fetch handler on a new Request, its response body read
 //   handle_fresh            idem.handle(request, that handler) on a new key
 //   handle_replay           idem.handle on a key already answered (handler not run)
+//   fetch_copies            no idemkit code: the two fetch objects handle() makes on a
+//                           new key that the bare handler does not (the handler's
+//                           Request, carrying the bytes the fingerprint read from the
+//                           client's, and the client's Response, made from the bytes
+//                           recorded from the handler's), each made and read once
 // and derived, each the median over rounds of the pair measured in that round:
 // handle_*_added_us = handle_* − bare_handler, ratio_* = idemkit rate ÷ peer rate
-// (the *_p50 ones from the rounds' p50s).
+// (the *_p50 ones from the rounds' p50s), handle_fresh_own_us = handle_fresh −
+// bare_handler − fetch_copies (what idemkit's own steps add on a new key).
 //
 //   npm --prefix wasm run build && npm --prefix wasm/bench ci && node wasm/bench/overhead.mjs
 //
@@ -136,6 +142,19 @@ async function handleReplay() {
   await response.arrayBuffer();
 }
 
+// What Node's fetch objects cost handle() on a new key, without idemkit. The
+// client's stream was read for the fingerprint, so the handler gets a copy of the
+// Request with those bytes; the handler's Response was read to record it, so the
+// client gets a new one with those bytes (a copy's stream, not the bytes, is what
+// costs: `new Response(null)` is cheap).
+const spent = request(freshKey());
+await spent.arrayBuffer();
+const handlerHeaders = new Headers({ "content-type": "application/json" });
+async function fetchCopies() {
+  await new Request(spent, { body, signal: null }).arrayBuffer();
+  await new Response(responseBody, { status: 201, statusText: "", headers: handlerHeaders }).arrayBuffer();
+}
+
 const figures = {
   peer_fresh: peerFresh,
   peer_replay: peerReplay,
@@ -146,13 +165,16 @@ const figures = {
   bare_handler: bare,
   handle_fresh: handleFresh,
   handle_replay: handleReplay,
+  fetch_copies: fetchCopies,
 };
 const only = process.env.BENCH_ONLY?.split(",");
 const chosen = Object.fromEntries(Object.entries(figures).filter(([name]) => !only || only.includes(name)));
-const { results, paired } = await measureInTurns(chosen, SECONDS, ROUNDS);
+const { results, paired, inRounds } = await measureInTurns(chosen, SECONDS, ROUNDS);
 const rounded = (x, places) => (x === null ? null : Math.round(x * 10 ** places) / 10 ** places);
 // What `figure` adds to the bare handler, and idemkit's rate ÷ the peer's (its time ÷ idemkit's), by `field`.
 const added = (figure, field) => rounded(paired(figure, "bare_handler", (a, b) => a[field] - b[field]), 2);
+// What handle() adds on a new key beyond the fetch copies, by `field`.
+const own = (field) => rounded(inRounds(["handle_fresh", "bare_handler", "fetch_copies"], (h, b, c) => h[field] - b[field] - c[field]), 2);
 const rateRatio = (figure, peerFigure, field) => rounded(paired(figure, peerFigure, (a, b) => b[field] / a[field]), 3);
 
 console.log(JSON.stringify({
@@ -174,5 +196,7 @@ console.log(JSON.stringify({
     handle_replay_added_p50_us: added("handle_replay", "p50_us"),
     ratio_fresh_p50: rateRatio("idemkit_claim_complete", "peer_fresh", "p50_us"),
     ratio_replay_p50: rateRatio("idemkit_replay", "peer_replay", "p50_us"),
+    handle_fresh_own_us: own("mean_us"),
+    handle_fresh_own_p50_us: own("p50_us"),
   },
 }));

@@ -23,7 +23,7 @@ assert.equal(doc.figure, "npm_overhead");
 assert.equal(doc.body_bytes, 750);
 assert.equal(doc.peer.version, "1.0.11");
 const names = ["peer_fresh", "peer_replay", "idemkit_claim_complete", "idemkit_replay", "idemkit_fingerprint",
-  "idemkit_decode", "bare_handler", "handle_fresh", "handle_replay"];
+  "idemkit_decode", "bare_handler", "handle_fresh", "handle_replay", "fetch_copies"];
 assert.deepEqual(Object.keys(doc.results).sort(), [...names].sort());
 assert.equal(doc.rounds, 2);
 for (const name of names) {
@@ -37,7 +37,7 @@ for (const name of ["ratio_fresh", "ratio_replay"]) {
   assert.ok(Number.isFinite(doc.derived[name]) && doc.derived[name] > 0, `${name} = ${doc.derived[name]}`);
 }
 // An added time is a difference of two means (per round, then their median): finite, but its sign is not a property of the code.
-for (const name of ["handle_fresh_added_us", "handle_replay_added_us"]) assert.ok(Number.isFinite(doc.derived[name]), name);
+for (const name of ["handle_fresh_added_us", "handle_replay_added_us", "handle_fresh_own_us"]) assert.ok(Number.isFinite(doc.derived[name]), name);
 console.log(`bench smoke: ${names.length} figures, ratios ${doc.derived.ratio_fresh} / ${doc.derived.ratio_replay}`);
 
 const wrapper = JSON.parse(
