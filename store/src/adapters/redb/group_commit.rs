@@ -89,7 +89,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability, WriteTransaction};
 
 use super::error::{RedbError, guarded};
-use super::records::InTxn;
+use super::records::{Floors, InTxn};
 use super::wal::{self, Effects, Wal};
 
 /// The most operations one group transaction decides.
@@ -107,6 +107,11 @@ pub(crate) trait WriteTarget: Sync {
     fn failed(&self, generation: u64, error: &RedbError);
     /// A transaction committed durably.
     fn committed(&self);
+    /// A group's transaction on the database of `generation` committed and
+    /// left `floors` (`None`: not known), told before the next group begins:
+    /// its transaction may take them instead of reading them (see
+    /// [`ForWrite::floors`]).
+    fn floors_committed(&self, generation: u64, floors: Option<Floors>);
     /// The group's transaction writes `floor` as the token floor: told after
     /// the transaction closed and before it commits, so a read that sees the
     /// commit sees this floor or a higher one.
@@ -121,6 +126,10 @@ pub(crate) struct ForWrite {
     /// The database's write-ahead log (a file's: see `wal.rs`); without
     /// one, every group commits durably in redb.
     pub(crate) wal: Option<Arc<Mutex<Wal>>>,
+    /// The floors the last commit on `db` left, when known exactly: the
+    /// group's transaction then does not read them from the meta table (a
+    /// fiftieth of a claim + complete's instructions at one client).
+    pub(crate) floors: Option<Floors>,
 }
 
 /// How a store's durable writes were grouped into transactions
@@ -329,6 +338,7 @@ impl GroupCommit {
                 db,
                 generation,
                 wal,
+                floors,
             } = match target.for_write() {
                 Ok(found) => found,
                 Err(e) => return fail_all(jobs, e),
@@ -352,7 +362,8 @@ impl GroupCommit {
             let mut in_txn = match wal {
                 Some(_) => InTxn::logged(&txn),
                 None => InTxn::new(&txn),
-            };
+            }
+            .knowing(floors);
             for (i, job) in jobs.iter_mut().enumerate() {
                 match job.run(&mut in_txn) {
                     Ran::Decided { wrote: w } => wrote |= w,
@@ -373,12 +384,12 @@ impl GroupCommit {
                 time(&counters.running, step);
                 continue;
             }
-            let effects = match guarded(|| in_txn.close()) {
+            let (effects, floors) = match guarded(|| in_txn.close()) {
                 Ok(closed) => {
                     if let Some(floor) = closed.token_floor {
                         target.token_floor_raised(floor);
                     }
-                    closed.effects
+                    (closed.effects, closed.floors)
                 }
                 Err(e) => {
                     abort_quietly(txn);
@@ -406,6 +417,9 @@ impl GroupCommit {
                             count(&counters.logged, 1);
                         }
                         target.committed();
+                        // Before the callers are answered, so before the next
+                        // leader begins.
+                        target.floors_committed(generation, floors);
                     }
                     for mut job in jobs.drain(..) {
                         job.deliver();

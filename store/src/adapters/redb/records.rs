@@ -327,6 +327,10 @@ pub(crate) struct InTxn<'txn> {
     /// Local completion's): the log cannot describe those, so it must be
     /// committed durably in redb.
     handed_out: Cell<bool>,
+    /// The floors of the commit this transaction builds on, when the store
+    /// knows them exactly (see [`knowing`](InTxn::knowing)); else they are
+    /// read from the meta table.
+    known: Option<Floors>,
 }
 
 struct Opened<'txn> {
@@ -342,6 +346,18 @@ impl<'txn> InTxn<'txn> {
             opened: None,
             logged: false,
             handed_out: Cell::new(false),
+            known: None,
+        }
+    }
+
+    /// Takes `floors`, when given, as the floors the transaction begins with
+    /// instead of reading them from the meta table. They must be exactly what
+    /// the last commit of its database left: lower ones would let a delete
+    /// write a lower floor than the one stored, and fencing tokens repeat.
+    pub(crate) fn knowing(self, floors: Option<Floors>) -> Self {
+        InTxn {
+            known: floors,
+            ..self
         }
     }
 
@@ -366,7 +382,10 @@ impl<'txn> InTxn<'txn> {
         let opened = match self.opened.take() {
             Some(opened) => opened,
             None => {
-                let read = Floors::read(self.txn)?;
+                let read = match self.known {
+                    Some(known) => known,
+                    None => Floors::read(self.txn)?,
+                };
                 let mut tables = Tables::open(self.txn)?;
                 if self.logged {
                     tables.effects = Some(Effects::default());
@@ -395,6 +414,7 @@ impl<'txn> InTxn<'txn> {
             return Ok(Closed {
                 effects: loggable.then(Effects::default),
                 token_floor: None,
+                floors: self.known,
             });
         };
         tables.flush()?;
@@ -410,6 +430,7 @@ impl<'txn> InTxn<'txn> {
         Ok(Closed {
             effects: effects.filter(|_| loggable),
             token_floor: raised.then_some(floors.token),
+            floors: Some(floors),
         })
     }
 }
@@ -422,6 +443,9 @@ pub(crate) struct Closed {
     pub(crate) effects: Option<Effects>,
     /// The token floor the transaction writes, when a delete raised it.
     pub(crate) token_floor: Option<u64>,
+    /// The floors the transaction leaves, when they are known (it read them,
+    /// or was told them and left them as they were).
+    pub(crate) floors: Option<Floors>,
 }
 
 /// The two floors a delete raises (see [`META_TOKEN_FLOOR`] and

@@ -40,7 +40,7 @@ use redb::{Database, Durability, ReadableDatabase, StorageBackend};
 
 use super::error::RedbError;
 use super::group_commit::{ForWrite, GroupCommit, WriteTarget};
-use super::records::token_floor_in;
+use super::records::{Floors, token_floor_in};
 use super::snapshot::{Snapshot, SnapshotCache};
 use super::tables::{META, META_LAST_RECOVERY};
 use super::wal::{self, Wal};
@@ -103,6 +103,11 @@ struct Slot {
     broken: Option<Broken>,
     /// The write-ahead log of `db` (a file's; see `wal.rs`).
     wal: Option<Arc<Mutex<Wal>>>,
+    /// The floors the last commit on `db` left, exactly, when known: set by
+    /// each group that commits, cleared by any failure (a commit that failed
+    /// may still have landed) and by a reopen. `None` makes the next group
+    /// read them from the meta table.
+    floors: Option<Floors>,
 }
 
 #[derive(Clone, Debug)]
@@ -144,6 +149,7 @@ impl Owned {
                 generation: 0,
                 broken: None,
                 wal,
+                floors: None,
             }),
             recovery: Mutex::new(Recovery {
                 next_attempt: Instant::now(),
@@ -322,6 +328,7 @@ impl Owned {
         slot.wal = wal;
         slot.db = Some(Arc::new(db));
         slot.generation += 1;
+        slot.floors = None;
         // Not one taken from the old database while this one opened.
         self.snapshot.commit_seen();
         probed?;
@@ -354,6 +361,7 @@ impl WriteTarget for Owned {
                 db: Arc::clone(db),
                 generation: slot.generation,
                 wal: slot.wal.clone(),
+                floors: slot.floors,
             }),
             (_, broken) => Err(unwritable(broken.as_ref())),
         }
@@ -362,6 +370,7 @@ impl WriteTarget for Owned {
     fn failed(&self, generation: u64, error: &RedbError) {
         // A commit that failed may still have landed.
         self.snapshot.commit_seen();
+        lock(&self.slot).floors = None;
         self.note_failure(generation, error);
     }
 
@@ -373,6 +382,14 @@ impl WriteTarget for Owned {
 
     fn token_floor_raised(&self, floor: u64) {
         self.token_floor.fetch_max(floor, Ordering::AcqRel);
+    }
+
+    fn floors_committed(&self, generation: u64, floors: Option<Floors>) {
+        let mut slot = lock(&self.slot);
+        // Only for the database open now, and not once it is broken.
+        if slot.generation == generation && slot.broken.is_none() {
+            slot.floors = floors;
+        }
     }
 }
 

@@ -899,6 +899,85 @@ mod tests {
         assert_eq!(open(&path).0.get(&id).unwrap().token_floor, token);
     }
 
+    /// A store held open keeps the floors its last commit left for the next
+    /// group's transaction instead of reading them again. A delete of an older
+    /// record in a later group keeps the floor a delete raised before it, and a
+    /// new record's version starts above every deleted one's, in the store as
+    /// it runs and in a crash image.
+    #[test]
+    fn the_next_group_builds_on_the_floors_the_last_one_left() {
+        use crate::adapters::redb::group_commit::WriteTarget as _;
+        use crate::adapters::{Adapter as _, Stored};
+        use idemkit_core::machine::{ClaimRequest, claim as decide};
+
+        let (dir, path, adapter, _store) = fresh();
+        let request = ClaimRequest {
+            fingerprint: Fingerprint::from_bytes([7; 32]).into(),
+            owner: "w".into(),
+        };
+        let record = |ms: u64| {
+            let at = idemkit_core::UnixMillis::from_millis(1_700_000_000_000 + ms);
+            decide(None, &request, &Policy::default(), at)
+                .write
+                .unwrap()
+        };
+        let id = |key: &str| scope().record_id(&IdempotencyKey::new(key).unwrap());
+        let insert = |key: &str| {
+            let version = adapter.insert(&id(key), &record(0)).unwrap().unwrap();
+            Stored {
+                record: record(0),
+                version,
+            }
+        };
+
+        let older = insert("older");
+        let mut moved = insert("moved");
+        for ms in 1..=5 {
+            let next = record(ms);
+            let version = adapter
+                .update(&id("moved"), &moved, &next)
+                .unwrap()
+                .unwrap();
+            moved = Stored {
+                record: next,
+                version,
+            };
+        }
+        assert!(moved.version.0 > older.version.0);
+        // Each call is a group of its own: this delete raises the version floor
+        // to `moved`'s version, and the store knows it without reading it...
+        assert!(adapter.delete(&id("moved"), &moved).unwrap());
+        let Handle::Open(owned) = &adapter.handle else {
+            panic!("a file's store is held open")
+        };
+        let known = owned.for_write().unwrap().floors;
+        assert_eq!(known.map(|f| f.version), Some(moved.version.0));
+        // ...and the next group's delete of the older record leaves it there.
+        assert!(adapter.delete(&id("older"), &older).unwrap());
+        assert_eq!(
+            owned.for_write().unwrap().floors.map(|f| f.version),
+            Some(moved.version.0)
+        );
+
+        let image = dir.path().join("image.redb");
+        crash_image(&path, &image, true);
+        // A new record's token is above the floor, as a claim makes it.
+        let token = moved.record.last_token.get();
+        let above = idemkit_core::machine::claim_above(
+            None,
+            &request,
+            &Policy::default(),
+            idemkit_core::UnixMillis::from_millis(1_700_000_000_009),
+            token,
+        )
+        .write
+        .unwrap();
+        let new_version =
+            |adapter: &RedbAdapter| adapter.insert(&id("new"), &above).unwrap().unwrap().0;
+        assert!(new_version(&adapter) > moved.version.0);
+        assert!(new_version(&open(&image).0) > moved.version.0);
+    }
+
     /// A write or delete refused because the record is there, or moved on, or
     /// absent puts the record tree back as it was (the record is written or
     /// removed before its version is compared) and logs nothing, though the
