@@ -541,6 +541,19 @@ mod tests {
         (dir, path, adapter, store)
     }
 
+    /// The record a fresh claim of the body `fingerprint` writes `ms` after a
+    /// fixed instant, its token above `token_floor`.
+    fn claimed(fingerprint: u8, ms: u64, token_floor: u64) -> idemkit_core::record::Record {
+        let request = idemkit_core::machine::ClaimRequest {
+            fingerprint: Fingerprint::from_bytes([fingerprint; 32]).into(),
+            owner: "w".into(),
+        };
+        let at = idemkit_core::UnixMillis::from_millis(1_700_000_000_000 + ms);
+        idemkit_core::machine::claim_above(None, &request, &Policy::default(), at, token_floor)
+            .write
+            .unwrap()
+    }
+
     /// The log's frames are written and synced while the group commits: their
     /// time is part of the commit's.
     #[test]
@@ -866,21 +879,9 @@ mod tests {
     #[test]
     fn a_raised_token_floor_is_read_back_after_a_crash_and_a_reopen() {
         use crate::adapters::{Adapter as _, Stored};
-        use idemkit_core::machine::{ClaimRequest, claim as decide};
 
         let (dir, path, adapter, _store) = fresh();
-        let request = ClaimRequest {
-            fingerprint: Fingerprint::from_bytes([6; 32]).into(),
-            owner: "w".into(),
-        };
-        let record = decide(
-            None,
-            &request,
-            &Policy::default(),
-            idemkit_core::UnixMillis::from_millis(1_700_000_000_000),
-        )
-        .write
-        .unwrap();
+        let record = claimed(6, 0, 0);
         let id = scope().record_id(&IdempotencyKey::new("k").unwrap());
         let version = adapter.insert(&id, &record).unwrap().unwrap();
         let token = record.last_token.get();
@@ -908,19 +909,9 @@ mod tests {
     fn the_next_group_builds_on_the_floors_the_last_one_left() {
         use crate::adapters::redb::group_commit::WriteTarget as _;
         use crate::adapters::{Adapter as _, Stored};
-        use idemkit_core::machine::{ClaimRequest, claim as decide};
 
         let (dir, path, adapter, _store) = fresh();
-        let request = ClaimRequest {
-            fingerprint: Fingerprint::from_bytes([7; 32]).into(),
-            owner: "w".into(),
-        };
-        let record = |ms: u64| {
-            let at = idemkit_core::UnixMillis::from_millis(1_700_000_000_000 + ms);
-            decide(None, &request, &Policy::default(), at)
-                .write
-                .unwrap()
-        };
+        let record = |ms: u64| claimed(7, ms, 0);
         let id = |key: &str| scope().record_id(&IdempotencyKey::new(key).unwrap());
         let insert = |key: &str| {
             let version = adapter.insert(&id(key), &record(0)).unwrap().unwrap();
@@ -962,16 +953,7 @@ mod tests {
         let image = dir.path().join("image.redb");
         crash_image(&path, &image, true);
         // A new record's token is above the floor, as a claim makes it.
-        let token = moved.record.last_token.get();
-        let above = idemkit_core::machine::claim_above(
-            None,
-            &request,
-            &Policy::default(),
-            idemkit_core::UnixMillis::from_millis(1_700_000_000_009),
-            token,
-        )
-        .write
-        .unwrap();
+        let above = claimed(7, 9, moved.record.last_token.get());
         let new_version =
             |adapter: &RedbAdapter| adapter.insert(&id("new"), &above).unwrap().unwrap().0;
         assert!(new_version(&adapter) > moved.version.0);
@@ -986,19 +968,9 @@ mod tests {
     #[test]
     fn refused_writes_leave_the_store_and_its_log_as_they_were() {
         use crate::adapters::{Adapter as _, Stored, Version, Write};
-        use idemkit_core::machine::{ClaimRequest, claim as decide};
 
         let (dir, path, adapter, _store) = fresh();
-        let at = |ms: u64| idemkit_core::UnixMillis::from_millis(1_700_000_000_000 + ms);
-        let request = ClaimRequest {
-            fingerprint: Fingerprint::from_bytes([5; 32]).into(),
-            owner: "w".into(),
-        };
-        let record = |ms| {
-            decide(None, &request, &Policy::default(), at(ms))
-                .write
-                .unwrap()
-        };
+        let record = |ms| claimed(5, ms, 0);
         let id = |key: &str| scope().record_id(&IdempotencyKey::new(key).unwrap());
 
         let first = record(0);
