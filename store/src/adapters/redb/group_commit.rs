@@ -127,8 +127,8 @@ pub(crate) struct ForWrite {
     /// one, every group commits durably in redb.
     pub(crate) wal: Option<Arc<Mutex<Wal>>>,
     /// The floors the last commit on `db` left, when known exactly: the
-    /// group's transaction then does not read them from the meta table (a
-    /// fiftieth of a claim + complete's instructions at one client).
+    /// group's transaction then does not open the meta table to read them
+    /// (about a twentieth of a claim + complete's instructions at one client).
     pub(crate) floors: Option<Floors>,
 }
 
