@@ -384,7 +384,7 @@ impl GroupCommit {
                 time(&counters.running, step);
                 continue;
             }
-            let (effects, floors) = match guarded(|| in_txn.close()) {
+            let (effects, floors_left) = match guarded(|| in_txn.close()) {
                 Ok(closed) => {
                     if let Some(floor) = closed.token_floor {
                         target.token_floor_raised(floor);
@@ -419,7 +419,7 @@ impl GroupCommit {
                         target.committed();
                         // Before the callers are answered, so before the next
                         // leader begins.
-                        target.floors_committed(generation, floors);
+                        target.floors_committed(generation, floors_left);
                     }
                     for mut job in jobs.drain(..) {
                         job.deliver();
