@@ -224,6 +224,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     w("| PostgreSQL vs pgbench on idemkit's statements and on a hand-written `INSERT … ON CONFLICT` | `benches/postgres/run.sh OUT.json` (PostgreSQL and pgbench from Debian) | `postgres.json` |")
     w("| what the idempotency layer adds to a request | `benches/http/run.sh OUT.json` (wrk from Debian) | `http.json` |")
     w("| the npm package vs `@node-idempotency/core` | `node wasm/bench/overhead.mjs` (after `npm --prefix wasm/bench ci`) | `npm.json` |")
+    w("| the same on Node 22 | `store/tests/mcp/node_modules/.bin/node wasm/bench/overhead.mjs` (after `npm --prefix store/tests/mcp ci`) | `npm_node22.json` |")
     w("| the operator console's first load | `benches/console/run.sh OUT.json` (Debian's chromium, store/tests/console's playwright-core) | `console.json` |")
     w("")
     w("Binaries: `cargo build --release -p idemkit-benches` → `target/release/idemkit-{loadgen,latency,bodies}`. "

@@ -1,7 +1,9 @@
 """The npm package against @node-idempotency/core: a section of the benchmark report.
 
 Reads `results / "npm.json"`, the one JSON document `node wasm/bench/overhead.mjs`
-prints, and renders it as markdown. Standard library only.
+prints, and renders it as markdown; `npm_node22.json`, the same script run by Node 22
+(the `node@22` package store/tests/mcp installs), when present, as a second table.
+The targets are the first run's: the machine's own Node. Standard library only.
 
     render(results) -> list[str]    the section's markdown lines ([] when npm.json is missing)
     targets(results) -> list[(name, measured, needed, higher_is_better, what)]
@@ -96,23 +98,10 @@ def _fetch_split(doc: dict) -> str | None:
     )
 
 
-def render(results: Path) -> list[str]:
-    doc = load(results, "npm.json")
-    if doc is None:
-        return []
+def _figures(doc: dict) -> list[str]:
+    """The figures of one run of overhead.mjs, a row per operation, then the split of a fresh handle()."""
     res = doc.get("results", {})
-    peer = doc.get("peer", {})
     out = [
-        SECTION,
-        "",
-        f"One Node process ({doc.get('node', '?')}, {doc.get('cpu', '?')}), the same "
-        f"{doc.get('body_bytes', '?')}-byte JSON body on both sides, in-memory stores on both sides "
-        f"(`{peer.get('package', '@node-idempotency/core')}@{peer.get('version', '?')}` with "
-        f"`{peer.get('adapter', '?')}`; idemkit's `memoryAdapter`), "
-        f"{doc.get('seconds_per_measurement', '?')} s per figure{_method(doc)} "
-        "Command: `npm --prefix wasm run build && npm --prefix wasm/bench ci && node wasm/bench/overhead.mjs`. "
-        "The peer is given the body parsed (`JSON.parse` counted in its figure), idemkit the bytes.",
-        "",
         "| operation | mean µs | p50 µs | ops/s | against the peer (rate) | added to the bare handler |",
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -134,6 +123,43 @@ def render(results: Path) -> list[str]:
     if split is not None:
         out.append(split)
         out.append("")
+    return out
+
+
+def _on_node22(results: Path, first: dict) -> list[str]:
+    """The same script run by Node 22, beside the first run's Node ([] when it did not run)."""
+    doc = load(results, "npm_node22.json")
+    if doc is None:
+        return []
+    out = [
+        f"**The same script on {doc.get('node', 'Node 22')}** (`store/tests/mcp/node_modules/.bin/node "
+        "wasm/bench/overhead.mjs`: the `node@22` package the test command installs for the MCP conformance "
+        f"suite), right after the run above on {first.get('node', '?')}, the same build and settings. "
+        "It shows what of the figures above is the Node release's: the targets below stay the run above's.",
+        "",
+    ]
+    return out + _figures(doc)
+
+
+def render(results: Path) -> list[str]:
+    doc = load(results, "npm.json")
+    if doc is None:
+        return []
+    peer = doc.get("peer", {})
+    out = [
+        SECTION,
+        "",
+        f"One Node process ({doc.get('node', '?')}, {doc.get('cpu', '?')}), the same "
+        f"{doc.get('body_bytes', '?')}-byte JSON body on both sides, in-memory stores on both sides "
+        f"(`{peer.get('package', '@node-idempotency/core')}@{peer.get('version', '?')}` with "
+        f"`{peer.get('adapter', '?')}`; idemkit's `memoryAdapter`), "
+        f"{doc.get('seconds_per_measurement', '?')} s per figure{_method(doc)} "
+        "Command: `npm --prefix wasm run build && npm --prefix wasm/bench ci && node wasm/bench/overhead.mjs`. "
+        "The peer is given the body parsed (`JSON.parse` counted in its figure), idemkit the bytes.",
+        "",
+    ]
+    out += _figures(doc)
+    out += _on_node22(results, doc)
     out.append("| target | measured | needed | verdict |")
     out.append("|---|---:|---:|---|")
     for name, measured, need, higher, what in targets(results):

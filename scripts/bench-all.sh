@@ -127,6 +127,20 @@ else
   echo "npm: wasm/bench/overhead.mjs did not run (needs the built package: npm --prefix wasm run build)" >>"$OUT/skipped.txt"
 fi
 
+# The same script on Node 22 (the node@22 package of store/tests/mcp, which the
+# test command installs for the MCP conformance suite): what of the figures above
+# is the Node release's. The targets stay the machine's own Node's.
+step "the npm package vs @node-idempotency/core (Node 22)"
+NODE22=store/tests/mcp/node_modules/.bin/node
+if [ -f "$OUT/npm.json" ] \
+  && { [ -x "$NODE22" ] || npm --prefix store/tests/mcp ci >&2; } \
+  && BENCH_SECONDS=$WASM_SECONDS "$NODE22" wasm/bench/overhead.mjs >"$OUT/npm_node22.json"; then
+  :
+else
+  rm -f "$OUT/npm_node22.json"
+  echo "npm_node22: wasm/bench/overhead.mjs did not run on store/tests/mcp's Node 22 (npm --prefix store/tests/mcp ci)" >>"$OUT/skipped.txt"
+fi
+
 step "what the npm package's MCP server and agent tool wrappers add to a tool call (Node)"
 if command -v node >/dev/null && [ -f wasm/pkg/package.json ] \
   && { [ -d wasm/bench/node_modules/@modelcontextprotocol/server ] || npm --prefix wasm/bench ci >&2; } \
