@@ -6,6 +6,8 @@ Python 3.11, standard library only. Subcommands:
   report.py machine DIR OUT.json          describe this machine and the disk holding DIR
   report.py criterion TARGET/criterion OUT.json
                                           gather criterion's estimates into one file
+  report.py loadgen LOADGEN.jsonl OUT.json
+                                          gather idemkit-loadgen's rounds: one row per point
   report.py render [RESULTS] [--md BENCHMARKS.md] [--svg RESULTS/chart.svg]
                                           write the report (default: benches/results)
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +108,39 @@ def criterion(dir_: str, out: str) -> None:
             }
         )
     Path(out).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def loadgen_rounds(lines: list[dict]) -> list[dict]:
+    """`idemkit-loadgen` rows measured over rounds (the points taking turns, in
+    order) → one row per point (backend, clients, keys): the round with the
+    median rate, so its latencies and commit statistics are that round's, with
+    `rounds` the rate of every round in the order measured. A shared machine's
+    slow minute falls on one round of every point, not on one point."""
+    points: dict[tuple, list[dict]] = {}
+    for row in lines:
+        points.setdefault((row["backend"], row["clients"], row.get("keys", "unique")), []).append(row)
+    out = []
+    for rows in points.values():
+        rates = [r["ops_per_s"] for r in rows]
+        middle = sorted(rows, key=lambda r: r["ops_per_s"])[(len(rows) - 1) // 2]
+        out.append({**middle, "rounds": rates})
+    return out
+
+
+def loadgen(src: str, out: str) -> None:
+    lines = [json.loads(line) for line in Path(src).read_text().splitlines() if line.strip()]
+    Path(out).write_text(json.dumps(loadgen_rounds(lines), indent=1) + "\n")
+
+
+def paired_ratio(a: dict | None, b: dict | None) -> float | None:
+    """a's rate ÷ b's: the median over rounds of the two measured in the same
+    round when both have the same rounds, else the quotient of their rows."""
+    if a is None or b is None:
+        return None
+    ra, rb = a.get("rounds"), b.get("rounds")
+    if ra and rb and len(ra) == len(rb) and all(rb):
+        return statistics.median(x / y for x, y in zip(ra, rb))
+    return ratio(a["ops_per_s"], b["ops_per_s"])
 
 
 # ---------------------------------------------------------------- rendering
@@ -214,7 +250,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     w("| canonicalize / fingerprint throughput | `cargo bench -p idemkit-benches --bench fingerprint` | `criterion.json` |")
     w("| pure claim decision | `cargo bench -p idemkit-benches --bench machine` | `criterion.json` |")
     w("| durable claim + complete vs raw fdatasync | `idemkit-latency --dir D durable --ops 2000` | `durable.json` |")
-    w("| throughput vs clients | `idemkit-loadgen --backend redb\\|sqlite\\|fsync --clients N --seconds S --dir D [--keys hot\\|mixed]` | `loadgen.json` |")
+    w("| throughput vs clients | `idemkit-loadgen --backend redb\\|sqlite\\|fsync --clients N --seconds S --dir D [--keys hot\\|mixed]`, every point once per round, then `report.py loadgen` | `loadgen.json` |")
     w("| claim latency at 10k and 10M records | `idemkit-latency --dir D scale --records 10000 --records 10000000 --cache C` | `scale.json` |")
     w("| GC while claims continue | `idemkit-latency --dir D gc --records N` | `gc.json` |")
     w("| wasm fingerprint in Node | `npm --prefix wasm run build && node wasm/bench/fingerprint.mjs` | `wasm.json` |")
@@ -281,8 +317,8 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
     clients_seen = sorted({r["clients"] for r in loadgen})
     top = max(clients_seen) if clients_seen else None
     r1, rtop, stop = lg("redb", 1), (lg("redb", top) if top else None), (lg("sqlite", top) if top else None)
-    scale_ratio = ratio(rtop and rtop["ops_per_s"], r1 and r1["ops_per_s"])
-    vs_sqlite = ratio(rtop and rtop["ops_per_s"], stop and stop["ops_per_s"])
+    scale_ratio = paired_ratio(rtop, r1)
+    vs_sqlite = paired_ratio(rtop, stop)
     big_ratio = ratio(big and big["claim"]["p50_us"], small and small["claim"]["p50_us"])
     wasm64 = [r for r in (wasm or {}).get("results", []) if r["size"] == "64KB"]
     wasm_min = min((r["ratio"] for r in wasm64), default=None)
@@ -293,10 +329,11 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
             "throughput, worst of 9 bodies")
     t.check("durable claim + complete p50 / raw fdatasync p50", dur_ratio, DURABLE_VS_FSYNC, False,
             "two commits vs one `write(128 B) + fdatasync` (append), same disk, same run")
+    paired = ", the median over rounds of the two measured in the same round" if len((rtop or {}).get("rounds") or []) > 1 else ""
     t.check(f"redb {top} clients / redb 1 client (unique keys)", scale_ratio, SCALE_64_VS_1, True,
-            f"ops/s; target is stated for 64 clients{'' if top == 64 else f' (this run went up to {top})'}")
+            f"ops/s{paired}; target is stated for 64 clients{'' if top == 64 else f' (this run went up to {top})'}")
     t.check(f"redb / SQLite at {top} clients (unique keys)", vs_sqlite, REDB_VS_SQLITE_64, True,
-            "ops/s, SQLite WAL + synchronous=FULL")
+            f"ops/s{paired}, SQLite WAL + synchronous=FULL")
     t.check(f"claim p50 at {big['records'] if big else '?':,} / at {small['records'] if small else '?':,} records"
             if big and small else "claim p50 at 10M / at 10k records", big_ratio, BIG_VS_SMALL, False,
             "durable claim transaction alone, p50; both stores probed in turn in one run"
@@ -425,6 +462,14 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
           "per thread, WAL, `synchronous=FULL`; fsync: 128-byte append + fdatasync to its own file). "
           "Hot keys: all clients on 16 keys (mostly replays; `executed`/`replayed` split shown). "
           "Mixed: the even clients write unique keys while the odd ones replay the 16 hot keys.")
+        rounds = max((len(r.get("rounds") or []) for r in loadgen), default=0)
+        if rounds > 1:
+            w("")
+            w(f"The points took turns over {rounds} rounds (every point once per round: by clients, then "
+              "fsync, redb and SQLite; then the hot and mixed keys). Each row is its round with the median "
+              "rate, its latencies that round's; `rounds` lists every round's rate in the order measured. "
+              "Each ratio is the median over rounds of the two rates measured in the same round, so a slow "
+              "minute of the machine moves both sides of it.")
         remeasured = sorted({r["measured"] for r in loadgen if "measured" in r})
         if remeasured:
             w("")
@@ -436,8 +481,9 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
               "the version read with each record); unique keys at 64 clients 7,859 / 8,838 ops/s before, "
               "9,021 / 8,839 after.")
         w("")
-        w("| backend | keys | clients | ops/s | p50 µs | p99 µs | × own 1-client | ÷ fsync same clients | ÷ SQLite same clients |")
-        w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        shown = " rounds (ops/s) |" if rounds > 1 else ""
+        w(f"| backend | keys | clients | ops/s | p50 µs | p99 µs | × own 1-client | ÷ fsync same clients | ÷ SQLite same clients |{shown}")
+        w("|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if rounds > 1 else ""))
         for r in sorted(loadgen, key=lambda r: (r.get("keys", "unique"), r["backend"], r["clients"])):
             keys = r.get("keys", "unique")
             one = lg(r["backend"], 1, keys)
@@ -447,9 +493,10 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
                      f"p99 {fmt(r['replay_p99_us'])} µs)") if keys in ("hot", "mixed") and "replay_p50_us" in r else (
                 f" ({r['executed']:,} exec / {r['replayed']:,} replay)" if keys == "hot" else "")
             w(f"| {r['backend']} | {keys}{extra} | {r['clients']} | {fmt(r['ops_per_s'])} | {fmt(r['p50_us'])} | "
-              f"{fmt(r['p99_us'])} | {rx(ratio(r['ops_per_s'], one and one['ops_per_s']))} | "
-              f"{rx(ratio(r['ops_per_s'], fs and fs['ops_per_s'])) if r['backend'] != 'fsync' else '—'} | "
-              f"{rx(ratio(r['ops_per_s'], sq and sq['ops_per_s'])) if r['backend'] == 'redb' else '—'} |")
+              f"{fmt(r['p99_us'])} | {rx(paired_ratio(r, one))} | "
+              f"{rx(paired_ratio(r, fs)) if r['backend'] != 'fsync' else '—'} | "
+              f"{rx(paired_ratio(r, sq)) if r['backend'] == 'redb' else '—'} |"
+              + (f" {' / '.join(fmt(x) for x in r.get('rounds') or [])} |" if rounds > 1 else ""))
         w("")
         for keys in ("hot", "mixed"):
             top = max((r["clients"] for r in loadgen if r.get("keys") == keys), default=None)
@@ -460,7 +507,7 @@ def render(results: Path, md_path: Path, svg_path: Path) -> None:
                   f"{fmt(redb['replay_p50_us'])} µs vs {fmt(sq['replay_p50_us'])} µs, {rx(x)} — "
                   f"{'met' if x is not None and x <= 2 else '**missed**'}.")
                 if keys == "hot":
-                    y = ratio(redb["ops_per_s"], sq["ops_per_s"])
+                    y = paired_ratio(redb, sq)
                     w(f"- Target: `--keys hot` at {top} clients, redb's throughput at least SQLite's: "
                       f"{fmt(redb['ops_per_s'])} vs {fmt(sq['ops_per_s'])} ops/s, {rx(y)} — "
                       f"{'met' if y is not None and y >= 1 else '**missed**'}.")
@@ -765,6 +812,9 @@ def main(argv: list[str]) -> int:
     c = sub.add_parser("criterion")
     c.add_argument("dir")
     c.add_argument("out")
+    lg = sub.add_parser("loadgen")
+    lg.add_argument("src")
+    lg.add_argument("out")
     r = sub.add_parser("render")
     r.add_argument("results", nargs="?", default=str(ROOT / "benches" / "results"))
     r.add_argument("--md", default=str(ROOT / "BENCHMARKS.md"))
@@ -774,6 +824,8 @@ def main(argv: list[str]) -> int:
         machine(a.dir, a.out)
     elif a.cmd == "criterion":
         criterion(a.dir, a.out)
+    elif a.cmd == "loadgen":
+        loadgen(a.src, a.out)
     else:
         results = Path(a.results)
         render(results, Path(a.md), Path(a.svg) if a.svg else results / "chart.svg")

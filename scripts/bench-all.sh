@@ -12,6 +12,7 @@
 #
 # Knobs: IDEMKIT_BENCH_RECORDS (big store, default 10000000), IDEMKIT_BENCH_DIR (the disk measured, default target/bench-tmp),
 # IDEMKIT_BENCH_SECONDS (per loadgen point, default 5), IDEMKIT_BENCH_CLIENTS (default "1 4 16 64"),
+# IDEMKIT_BENCH_LOADGEN_ROUNDS (the loadgen points take turns this many times, default 3; each row the median),
 # IDEMKIT_BENCH_CACHE (filled stores kept between runs, default target/bench-cache),
 # IDEMKIT_BENCH_OUT (default benches/results), IDEMKIT_BENCH_MD (default BENCHMARKS.md).
 set -euo pipefail
@@ -22,6 +23,7 @@ SMOKE=${IDEMKIT_BENCH_SMOKE:-0}
 if [ "$SMOKE" = 1 ]; then
   RECORDS=${IDEMKIT_BENCH_RECORDS:-200000}
   SECONDS_PER=${IDEMKIT_BENCH_SECONDS:-1}
+  LOADGEN_ROUNDS=${IDEMKIT_BENCH_LOADGEN_ROUNDS:-1}
   CLIENTS=${IDEMKIT_BENCH_CLIENTS:-"1 4 16 64"}
   CRIT=(--warm-up-time 0.2 --measurement-time 0.5 --sample-size 10)
   DURABLE_OPS=300 SCALE_OPS=300 GC_RECORDS=20000 GC_BASE=1 WASM_SECONDS=0.3
@@ -29,6 +31,7 @@ else
   # 10M records: the fill writes them with Store::import (about 45 s here, once; cached).
   RECORDS=${IDEMKIT_BENCH_RECORDS:-10000000}
   SECONDS_PER=${IDEMKIT_BENCH_SECONDS:-5}
+  LOADGEN_ROUNDS=${IDEMKIT_BENCH_LOADGEN_ROUNDS:-3}
   CLIENTS=${IDEMKIT_BENCH_CLIENTS:-"1 4 16 64"}
   CRIT=(--warm-up-time 0.5 --measurement-time 2)
   DURABLE_OPS=2000 SCALE_OPS=2000 GC_RECORDS=500000 GC_BASE=3 WASM_SECONDS=2
@@ -60,23 +63,27 @@ python3 benches/report.py criterion target/criterion "$OUT/criterion.json"
 step "durable claim + complete vs raw fdatasync"
 "$BIN/idemkit-latency" --dir "$DIR" durable --ops "$DURABLE_OPS" >"$OUT/durable.json"
 
-step "loadgen"
+step "loadgen ($LOADGEN_ROUNDS rounds)"
+# Every point once per round, the points taking turns: a slow minute of a shared
+# machine falls on one round of each, and each ratio pairs two rates of one round.
 : >"$OUT/loadgen.jsonl"
-for clients in $CLIENTS; do
-  for backend in fsync redb sqlite; do
-    "$BIN/idemkit-loadgen" --backend "$backend" --clients "$clients" --seconds "$SECONDS_PER" \
-      --dir "$DIR" | tee -a "$OUT/loadgen.jsonl" >&2
-  done
-done
 TOP=$(echo "$CLIENTS" | tr ' ' '\n' | sort -n | tail -1)
-for keys in hot mixed; do
-  for backend in redb sqlite; do
-    "$BIN/idemkit-loadgen" --backend "$backend" --clients "$TOP" --seconds "$SECONDS_PER" \
-      --dir "$DIR" --keys "$keys" | tee -a "$OUT/loadgen.jsonl" >&2
+for round in $(seq "$LOADGEN_ROUNDS"); do
+  echo "-- loadgen round $round of $LOADGEN_ROUNDS" >&2
+  for clients in $CLIENTS; do
+    for backend in fsync redb sqlite; do
+      "$BIN/idemkit-loadgen" --backend "$backend" --clients "$clients" --seconds "$SECONDS_PER" \
+        --dir "$DIR" | tee -a "$OUT/loadgen.jsonl" >&2
+    done
+  done
+  for keys in hot mixed; do
+    for backend in redb sqlite; do
+      "$BIN/idemkit-loadgen" --backend "$backend" --clients "$TOP" --seconds "$SECONDS_PER" \
+        --dir "$DIR" --keys "$keys" | tee -a "$OUT/loadgen.jsonl" >&2
+    done
   done
 done
-python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1]) if l.strip()], indent=1))' \
-  "$OUT/loadgen.jsonl" >"$OUT/loadgen.json"
+python3 benches/report.py loadgen "$OUT/loadgen.jsonl" "$OUT/loadgen.json"
 rm "$OUT/loadgen.jsonl"
 
 step "claim latency with 10 thousand and $RECORDS records (the big store filled once, cached in $CACHE)"

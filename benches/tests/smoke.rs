@@ -323,6 +323,101 @@ fn report_renders_the_fixture() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
 }
 
+/// `report.py loadgen` keeps, for each point, the round with the median rate
+/// (its latencies with it) and every round's rate in order; the report's ratios
+/// pair the two rates of each round and take the median, which differs here
+/// from the quotient of the median rows (a round where SQLite was slow is not
+/// paired with redb's best one).
+#[test]
+fn loadgen_rounds_keep_the_median_round_and_pair_the_ratios() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("python3 not found: skipping the report check");
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let row = |backend: &str, clients: u32, ops: f64, p50: f64| {
+        format!(
+            r#"{{"backend":"{backend}","clients":{clients},"keys":"unique","ops_per_s":{ops},"p50_us":{p50},"p99_us":1.0,"executed":1,"replayed":0,"group_commit":null}}"#
+        )
+    };
+    // Three rounds, the points in turn: redb at 1 and 64 clients, SQLite at 64.
+    let rounds = [
+        (3000.0, 24000.0, 2000.0),
+        (3300.0, 20000.0, 2600.0),
+        (2900.0, 26000.0, 2400.0),
+    ];
+    let mut lines = String::new();
+    for (i, (one, top, sqlite)) in rounds.iter().enumerate() {
+        let p50 = 10.0 + i as f64;
+        for line in [
+            row("redb", 1, *one, p50),
+            row("redb", 64, *top, p50),
+            row("sqlite", 64, *sqlite, p50),
+        ] {
+            lines.push_str(&line);
+            lines.push('\n');
+        }
+    }
+    let results = dir.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    std::fs::write(dir.path().join("loadgen.jsonl"), lines).unwrap();
+    let status = Command::new("python3")
+        .arg(here.join("report.py"))
+        .arg("loadgen")
+        .arg(dir.path().join("loadgen.jsonl"))
+        .arg(results.join("loadgen.json"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rows: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(results.join("loadgen.json")).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "one row per point: {rows:?}");
+    let point = |backend: &str, clients: u64| {
+        rows.iter()
+            .find(|r| r["backend"] == backend && r["clients"] == clients)
+            .unwrap()
+    };
+    // redb at 64: rates 24,000 / 20,000 / 26,000, the median is the first round's.
+    assert_eq!(point("redb", 64)["ops_per_s"], 24000.0);
+    assert_eq!(point("redb", 64)["p50_us"], 10.0);
+    let rates: Vec<f64> = point("redb", 64)["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(rates, [24000.0, 20000.0, 26000.0]);
+    // SQLite at 64: 2,000 / 2,600 / 2,400, the median is the third round's.
+    assert_eq!(point("sqlite", 64)["ops_per_s"], 2400.0);
+    assert_eq!(point("sqlite", 64)["p50_us"], 12.0);
+
+    let md = dir.path().join("BENCHMARKS.md");
+    let status = Command::new("python3")
+        .arg(here.join("report.py"))
+        .arg("render")
+        .arg(&results)
+        .arg("--md")
+        .arg(&md)
+        .arg("--svg")
+        .arg(dir.path().join("chart.svg"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&md).unwrap();
+    // Paired: 24,000 ÷ 2,000, 20,000 ÷ 2,600, 26,000 ÷ 2,400 → 12.00, 7.69, 10.83: 10.83×
+    // (the median rows' quotient would be 24,000 ÷ 2,400 = 10.00×); 64 ÷ 1: 8.00, 6.06, 8.97 → 8.00×.
+    for needle in [
+        "The points took turns over 3 rounds",
+        "| redb / SQLite at 64 clients (unique keys) | 10.83× |",
+        "| redb 64 clients / redb 1 client (unique keys) | 8.00× |",
+        "| 24,000 / 20,000 / 26,000 |",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+}
+
 /// Every benchmark script still parses (`bash -n`): the ones bench-all.sh runs
 /// need Debian tools (valgrind, wrk, nginx, PostgreSQL) that a test run may not
 /// have, so their syntax at least is checked everywhere.
