@@ -267,28 +267,40 @@ fn bodies_binary_prints_every_body() {
     assert_eq!(v.as_array().unwrap().len(), 9);
 }
 
+/// Whether python3 runs here (the report is Python); a test that needs it says so and skips.
+fn python_present() -> bool {
+    let present = Command::new("python3").arg("--version").output().is_ok();
+    if !present {
+        eprintln!("python3 not found: skipping the report check");
+    }
+    present
+}
+
+/// `report.py render RESULTS` into `out`: BENCHMARKS.md's text (chart.svg beside it).
+fn render_report(results: &Path, out: &Path) -> String {
+    let md = out.join("BENCHMARKS.md");
+    let status = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("report.py"))
+        .arg("render")
+        .arg(results)
+        .arg("--md")
+        .arg(&md)
+        .arg("--svg")
+        .arg(out.join("chart.svg"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::read_to_string(&md).unwrap()
+}
+
 #[test]
 fn report_renders_the_fixture() {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("python3 not found: skipping the report check");
+    if !python_present() {
         return;
     }
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = tempfile::tempdir().unwrap();
-    let md = out.path().join("BENCHMARKS.md");
-    let svg = out.path().join("chart.svg");
-    let status = Command::new("python3")
-        .arg(here.join("report.py"))
-        .arg("render")
-        .arg(here.join("tests/fixture"))
-        .arg("--md")
-        .arg(&md)
-        .arg("--svg")
-        .arg(&svg)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let text = std::fs::read_to_string(&md).unwrap();
+    let text = render_report(&here.join("tests/fixture"), out.path());
     for needle in [
         "## Targets",
         "fingerprint vs `serde_json::from_slice::<Value>`",
@@ -319,7 +331,7 @@ fn report_renders_the_fixture() {
     ] {
         assert!(text.contains(needle), "{needle} missing");
     }
-    let svg = std::fs::read_to_string(&svg).unwrap();
+    let svg = std::fs::read_to_string(out.path().join("chart.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
 }
 
@@ -330,8 +342,7 @@ fn report_renders_the_fixture() {
 /// paired with redb's best one).
 #[test]
 fn loadgen_rounds_keep_the_median_round_and_pair_the_ratios() {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("python3 not found: skipping the report check");
+    if !python_present() {
         return;
     }
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -393,19 +404,7 @@ fn loadgen_rounds_keep_the_median_round_and_pair_the_ratios() {
     assert_eq!(point("sqlite", 64)["ops_per_s"], 2400.0);
     assert_eq!(point("sqlite", 64)["p50_us"], 12.0);
 
-    let md = dir.path().join("BENCHMARKS.md");
-    let status = Command::new("python3")
-        .arg(here.join("report.py"))
-        .arg("render")
-        .arg(&results)
-        .arg("--md")
-        .arg(&md)
-        .arg("--svg")
-        .arg(dir.path().join("chart.svg"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let text = std::fs::read_to_string(&md).unwrap();
+    let text = render_report(&results, dir.path());
     // Paired: 24,000 ÷ 2,000, 20,000 ÷ 2,600, 26,000 ÷ 2,400 → 12.00, 7.69, 10.83: 10.83×
     // (the median rows' quotient would be 24,000 ÷ 2,400 = 10.00×); 64 ÷ 1: 8.00, 6.06, 8.97 → 8.00×.
     for needle in [
