@@ -113,7 +113,7 @@ def criterion(dir_: str, out: str) -> None:
 def loadgen_rounds(lines: list[dict]) -> list[dict]:
     """`idemkit-loadgen` rows measured over rounds (the points taking turns, in
     order) → one row per point (backend, clients, keys): the round with the
-    median rate, so its latencies and commit statistics are that round's, with
+    median rate (of an even count, the lower middle), so its latencies and commit statistics are that round's, with
     `rounds` the rate of every round in the order measured. A shared machine's
     slow minute falls on one round of every point, not on one point."""
     points: dict[tuple, list[dict]] = {}
@@ -127,7 +127,8 @@ def loadgen_rounds(lines: list[dict]) -> list[dict]:
     return out
 
 
-def loadgen(src: str, out: str) -> None:
+def gather_loadgen(src: str, out: str) -> None:
+    """`report.py loadgen`: the loadgen's JSON lines, as run, → loadgen.json."""
     lines = [json.loads(line) for line in Path(src).read_text().splitlines() if line.strip()]
     Path(out).write_text(json.dumps(loadgen_rounds(lines), indent=1) + "\n")
 
@@ -812,9 +813,9 @@ def main(argv: list[str]) -> int:
     c = sub.add_parser("criterion")
     c.add_argument("dir")
     c.add_argument("out")
-    lg = sub.add_parser("loadgen")
-    lg.add_argument("src")
-    lg.add_argument("out")
+    rounds = sub.add_parser("loadgen")
+    rounds.add_argument("src")
+    rounds.add_argument("out")
     r = sub.add_parser("render")
     r.add_argument("results", nargs="?", default=str(ROOT / "benches" / "results"))
     r.add_argument("--md", default=str(ROOT / "BENCHMARKS.md"))
@@ -825,7 +826,7 @@ def main(argv: list[str]) -> int:
     elif a.cmd == "criterion":
         criterion(a.dir, a.out)
     elif a.cmd == "loadgen":
-        loadgen(a.src, a.out)
+        gather_loadgen(a.src, a.out)
     else:
         results = Path(a.results)
         render(results, Path(a.md), Path(a.svg) if a.svg else results / "chart.svg")
