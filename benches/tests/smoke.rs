@@ -348,9 +348,11 @@ fn loadgen_rounds_keep_the_median_round_and_pair_the_ratios() {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let row = |backend: &str, clients: u32, ops: f64, p50: f64| {
-        format!(
-            r#"{{"backend":"{backend}","clients":{clients},"keys":"unique","ops_per_s":{ops},"p50_us":{p50},"p99_us":1.0,"executed":1,"replayed":0,"group_commit":null}}"#
-        )
+        serde_json::json!({
+            "backend": backend, "clients": clients, "keys": "unique", "ops_per_s": ops,
+            "p50_us": p50, "p99_us": 1.0, "executed": 1, "replayed": 0, "group_commit": null,
+        })
+        .to_string()
     };
     // Three rounds, the points in turn: redb at 1 and 64 clients, SQLite at 64.
     let rounds = [
