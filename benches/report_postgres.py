@@ -12,6 +12,7 @@ hand-written table and on idemkit's own statements and schema.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from report_common import load
@@ -20,6 +21,10 @@ SECTION = "## PostgreSQL: idemkit against pgbench, on idemkit's statements and o
 
 # idemkit's rate at least this fraction of pgbench's, at every client count.
 RATIO_NEED = 0.8
+
+# Cores busy, as a share of the machine's, from which the machine's time per op
+# bounds the rate.
+SATURATED = 0.9
 
 # The sides of a point, in the order the table lists them.
 SIDES = (
@@ -74,10 +79,21 @@ def render(results: Path) -> list[str]:
         "pg_stat_database.xact_commit, which also counts read-only statements, a separate prepare "
         "and the pool's connection check, an empty query, each as one transaction); only the two "
         "writes of each side wait for a WAL flush.",
-        "",
-        "| clients | round | side | ops/s | p50 µs | p99 µs | statements / op | transactions / op | idemkit ÷ this side |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
+    cpu = any(p.get("machine_us_per_op") is not None for p in points)
+    if cpu:
+        lines[-1] += (
+            " The machine's columns come from `benches/postgres/cpu_of.py` around each side's "
+            "whole command (set-up included): the client's own CPU per op, the whole machine's busy "
+            "CPU per op (the client, the server and the kernel's network work; /proc/stat), and how "
+            f"many of the machine's {doc.get('cpus', '?')} cores were busy on average."
+        )
+    head = "| clients | round | side | ops/s | p50 µs | p99 µs | statements / op | transactions / op | idemkit ÷ this side |"
+    rule = "|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+    if cpu:
+        head += " client CPU µs / op | machine CPU µs / op | cores busy |"
+        rule += "---:|---:|---:|"
+    lines += ["", head, rule]
     for n in doc.get("clients", []):
         for r in range(1, int(doc.get("rounds", 1)) + 1):
             idk = by.get((n, r, "idemkit"))
@@ -88,11 +104,17 @@ def render(results: Path) -> list[str]:
                 ratio = None
                 if side != "idemkit" and idk and p.get("ops_per_s"):
                     ratio = idk["ops_per_s"] / p["ops_per_s"]
-                lines.append(
+                row = (
                     f"| {n} | {r} | {label} | {_num(p.get('ops_per_s'))} | "
                     f"{_us(p.get('p50_us'))} | {_us(p.get('p99_us'))} | {_num(p.get('statements_per_op'), 2)} | "
                     f"{_num(p.get('commits_per_op'), 2)} | {_ratio(ratio)} |"
                 )
+                if cpu:
+                    row += (
+                        f" {_us(p.get('client_cpu_us_per_op'))} | {_us(p.get('machine_us_per_op'))} | "
+                        f"{_num(p.get('cores_busy'), 2)} |"
+                    )
+                lines.append(row)
     lines.append("")
     for t in targets(results):
         name, measured, need, _, what = t
@@ -107,6 +129,8 @@ def render(results: Path) -> list[str]:
                 f"pgbench on them does {_ratio(row['statements_cost'])} the hand-written table's ops/s "
                 "(median of the rounds' quotients)."
             )
+    if cpu:
+        lines += _machine_bound(doc, points)
     top = next((p for p in points if p["side"] == "idemkit" and p.get("top_statements")), None)
     if top:
         n = top["clients"]
@@ -117,6 +141,45 @@ def render(results: Path) -> list[str]:
             lines.append(f"- {_num(s.get('calls_per_op'), 2)} × `{s['query']}`")
         lines += ["", "</details>"]
     lines.append("")
+    return lines
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _machine_bound(doc: dict, points: list[dict]) -> list[str]:
+    """One line per client count: what idemkit and pgbench on its statements spent
+    of the machine per op (medians over the rounds), and what the target's ratio
+    needs of idemkit's side at the same pace of the machine."""
+    lines = []
+    for n in doc.get("clients", []):
+
+        def med(side: str, field: str) -> float | None:
+            return _median(
+                [p[field] for p in points if p["clients"] == n and p["side"] == side and p.get(field) is not None]
+            )
+
+        idk, same = med("idemkit", "machine_us_per_op"), med("pgbench_same_statements", "machine_us_per_op")
+        idk_busy, same_busy = med("idemkit", "cores_busy"), med("pgbench_same_statements", "cores_busy")
+        if None in (idk, same, idk_busy, same_busy):
+            continue
+        line = (
+            f"- The machine at {n} client{'s' if n != 1 else ''} (medians of the rounds): idemkit kept "
+            f"{_num(idk_busy, 2)} cores busy and spent {_us(idk)} µs of them per op, "
+            f"{_us(med('idemkit', 'client_cpu_us_per_op'))} µs of it in its own client; pgbench on idemkit's "
+            f"statements kept {_num(same_busy, 2)} busy and spent {_us(same)} µs, "
+            f"{_us(med('pgbench_same_statements', 'client_cpu_us_per_op'))} µs in its client."
+        )
+        cpus = doc.get("cpus")
+        if cpus and min(idk_busy, same_busy) >= SATURATED * cpus:
+            line += (
+                f" Both nearly filled the {cpus} cores, so the rates follow the machine's time per op: "
+                f"{_ratio(RATIO_NEED)} needs idemkit's side at or under {_us(same / RATIO_NEED)} µs per op."
+            )
+        else:
+            line += " The cores were not both full, so each op's wait, not the machine's time, set the pace."
+        lines.append(line)
     return lines
 
 

@@ -26,9 +26,11 @@
 # must be durable before the work runs, the completion after it), on the same
 # server with the same settings (fsync and synchronous_commit on).
 #
-# Per point: ops/s, p50/p99 (pgbench from its per-transaction log), and from
+# Per point: ops/s, p50/p99 (pgbench from its per-transaction log), from
 # the server: statements per op (pg_stat_statements), commits per op
-# (pg_stat_database), and the top statements. The JSON also gives, per N and
+# (pg_stat_database), and the top statements; and from the machine (cpu_of.py,
+# over the whole command): the client's CPU per op, the whole machine's busy CPU
+# per op and the cores busy, which say whether the shared cores bound the rate. The JSON also gives, per N and
 # round, idemkit ÷ each pgbench side and the one pgbench side ÷ the other.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,6 +55,7 @@ SECS=${BENCH_SECONDS:-5}
 CLIENTS=${BENCH_PG_CLIENTS:-1 16 64}
 ROUNDS=${BENCH_ROUNDS:-1}
 TMP=$(mktemp -d)
+CPU_OF=$PWD/$HERE/cpu_of.py # what each side's command costs the machine
 trap 'rm -rf "$TMP"' EXIT
 # pgbench's per-transaction logs are written in the working directory's terms;
 # the server runs as another user, the logs are ours.
@@ -77,7 +80,8 @@ reset_stats() { psql -c "SELECT pg_stat_statements_reset()" >/dev/null; sleep 1.
 run_idemkit() { # N ROUND
   local f="$TMP/idemkit-$1-$2"
   reset_stats "$f.before"
-  "$IDEMKIT_LOADGEN" --backend postgres --postgres "$URL" --clients "$1" --seconds "$SECS" ${LOADGEN_FLAGS:-} >"$f.json"
+  python3 "$CPU_OF" "$f.cpu" -- \
+    "$IDEMKIT_LOADGEN" --backend postgres --postgres "$URL" --clients "$1" --seconds "$SECS" ${LOADGEN_FLAGS:-} >"$f.json"
   server_stats "$f.server"
   echo "  idemkit  N=$1: $(cat "$f.json")" >&2
 }
@@ -85,7 +89,7 @@ pgbench_point() { # SCRIPT PREFIX N ROUND LABEL: one pgbench point on a fresh ta
   local f="$TMP/$2-$3-$4"
   reset_stats "$f.before"
   mkdir -p "$f.logs"
-  (cd "$f.logs" && pgbench -n -f "$1" -c "$3" -j 2 -T "$SECS" -M prepared -l "$URL") >"$f.out" 2>"$f.err" \
+  (cd "$f.logs" && python3 "$CPU_OF" "$f.cpu" -- pgbench -n -f "$1" -c "$3" -j 2 -T "$SECS" -M prepared -l "$URL") >"$f.out" 2>"$f.err" \
     || { cat "$f.err" "$f.out" >&2; exit 1; }
   server_stats "$f.server"
   echo "  $5  N=$3: $(grep -E '^tps' "$f.out")" >&2
@@ -111,7 +115,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 python3 - "$TMP" "$OUT" "$SECS" "$ROUNDS" "$started" "$(pgbench --version)" "$(psql -c 'SHOW server_version')" $CLIENTS <<'PY'
-import json, pathlib, statistics, sys
+import json, os, pathlib, statistics, sys
 tmp, out, secs, rounds, started, pgbench_version, server_version = sys.argv[1:8]
 clients = [int(c) for c in sys.argv[8:]]
 tmp = pathlib.Path(tmp)
@@ -121,6 +125,15 @@ def quantile(sorted_us, q):
         return None
     rank = max(1, -(-len(sorted_us) * q // 1))  # nearest rank
     return float(sorted_us[int(rank) - 1])
+
+def machine(prefix, ops):
+    path = tmp / f"{prefix}.cpu"
+    if not path.exists() or not ops:
+        return {}
+    m = json.loads(path.read_text())
+    return {"client_cpu_us_per_op": round(m["client_cpu_s"] / ops * 1e6, 1),
+            "machine_us_per_op": round(m["machine_busy_s"] / ops * 1e6, 1),
+            "cores_busy": round(m["machine_busy_s"] / m["wall_s"], 2) if m["wall_s"] else None}
 
 def server(prefix, ops):
     before = int((tmp / f"{prefix}.before").read_text().strip())
@@ -139,7 +152,8 @@ for r in range(1, int(rounds) + 1):
         lg = json.loads((tmp / f"idemkit-{n}-{r}.json").read_text())
         idk = {"side": "idemkit", "clients": n, "round": r, "ops": lg["ops"], "seconds": lg["seconds"],
                "ops_per_s": lg["ops_per_s"], "p50_us": lg["p50_us"], "p99_us": lg["p99_us"],
-               "validate_connections": lg.get("validate_connections"), **server(f"idemkit-{n}-{r}", lg["ops"])}
+               "validate_connections": lg.get("validate_connections"), **server(f"idemkit-{n}-{r}", lg["ops"]),
+               **machine(f"idemkit-{n}-{r}", lg["ops"])}
         def pgbench(prefix, side):
             text = (tmp / f"{prefix}-{n}-{r}.out").read_text()
             fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -148,7 +162,7 @@ for r in range(1, int(rounds) + 1):
             lat = sorted(int(l.split()[2]) for f in (tmp / f"{prefix}-{n}-{r}.logs").iterdir() for l in f.read_text().splitlines())
             return {"side": side, "clients": n, "round": r, "ops": ops, "seconds": float(secs),
                     "ops_per_s": round(tps, 2), "p50_us": quantile(lat, 0.50), "p99_us": quantile(lat, 0.99),
-                    **server(f"{prefix}-{n}-{r}", ops)}
+                    **server(f"{prefix}-{n}-{r}", ops), **machine(f"{prefix}-{n}-{r}", ops)}
         pgb, same = pgbench("pgbench", "pgbench"), pgbench("same", "pgbench_same_statements")
         points += [idk, same, pgb]
         ratios.append({"clients": n, "round": r, "idemkit_over_pgbench": round(idk["ops_per_s"] / pgb["ops_per_s"], 3),
@@ -165,7 +179,7 @@ for n in clients:
                     "ratio_same_statements": round(statistics.median(same), 3), "ratios_same_statements": same,
                     "statements_cost": round(statistics.median(of("same_over_pgbench")), 3)})
 doc = {"started": started, "seconds_per_point": float(secs), "rounds": int(rounds), "clients": clients,
-       "server": server_version, "pgbench": pgbench_version,
+       "server": server_version, "pgbench": pgbench_version, "cpus": os.cpu_count(),
        "commands": {"idemkit": "idemkit-loadgen --backend postgres --postgres URL --clients N --seconds S",
                     "pgbench": "pgbench -n -f benches/postgres/claim_complete.sql -c N -j 2 -T S -M prepared -l URL",
                     "pgbench_same_statements": "idemkit-loadgen --backend postgres --postgres URL --pgbench-script same.sql; "

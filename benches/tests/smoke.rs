@@ -419,6 +419,96 @@ fn loadgen_rounds_keep_the_median_round_and_pair_the_ratios() {
     }
 }
 
+/// `cpu_of.py` runs what benches/postgres/run.sh measures: a command's own CPU
+/// time must be counted, and fit inside the machine's busy time over the same span.
+#[test]
+fn cpu_of_counts_a_commands_cpu_inside_the_machines() {
+    if !python_present() || !Path::new("/proc/stat").exists() {
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cpu.json");
+    let busy_loop =
+        "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass";
+    let status = Command::new("python3")
+        .arg(here.join("postgres/cpu_of.py"))
+        .arg(&out)
+        .args(["--", "python3", "-c", busy_loop])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let (client, machine, wall) = (
+        m["client_cpu_s"].as_f64().unwrap(),
+        m["machine_busy_s"].as_f64().unwrap(),
+        m["wall_s"].as_f64().unwrap(),
+    );
+    assert!(client >= 0.35, "the loop's 0.4 s of CPU: {m}");
+    // /proc/stat counts in ticks (10 ms here), the child's own time more finely.
+    assert!(
+        machine >= client - 0.05,
+        "the machine's busy time holds the command's: {m}"
+    );
+    assert!(wall >= 0.35 && m["cpus"].as_u64().unwrap() >= 1, "{m}");
+
+    // The command's exit status is the script's.
+    let status = Command::new("python3")
+        .arg(here.join("postgres/cpu_of.py"))
+        .arg(dir.path().join("failed.json"))
+        .args(["--", "python3", "-c", "raise SystemExit(3)"])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3));
+}
+
+/// The PostgreSQL section gives each side's CPU per op, and at a client count
+/// where both sides filled the cores, what the target needs of idemkit's side.
+#[test]
+fn postgres_report_gives_the_machines_time_per_op() {
+    if !python_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let point = |side: &str, clients: u32, ops: f64, client_cpu: f64, machine: f64, busy: f64| {
+        serde_json::json!({
+            "side": side, "clients": clients, "round": 1, "ops": 1000, "seconds": 5.0,
+            "ops_per_s": ops, "p50_us": 100.0, "p99_us": 200.0, "statements_per_op": 2.0,
+            "commits_per_op": 2.0, "client_cpu_us_per_op": client_cpu,
+            "machine_us_per_op": machine, "cores_busy": busy,
+        })
+    };
+    let doc = serde_json::json!({
+        "started": "2026-12-07T00:00:00Z", "seconds_per_point": 5.0, "rounds": 1,
+        "clients": [1, 64], "server": "15", "pgbench": "pgbench 15", "cpus": 2,
+        "commands": {"idemkit": "idemkit-loadgen", "pgbench": "pgbench", "pgbench_same_statements": "pgbench"},
+        "transactions": "autocommit",
+        "points": [
+            point("idemkit", 1, 1800.0, 75.0, 350.0, 0.63),
+            point("pgbench_same_statements", 1, 2100.0, 43.0, 296.0, 0.62),
+            point("pgbench", 1, 2400.0, 38.0, 256.0, 0.60),
+            point("idemkit", 64, 6000.0, 66.0, 329.0, 1.94),
+            point("pgbench_same_statements", 64, 8000.0, 26.0, 240.0, 1.89),
+            point("pgbench", 64, 9400.0, 25.0, 192.0, 1.74),
+        ],
+        "ratios": [],
+    });
+    let results = dir.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    std::fs::write(results.join("postgres.json"), doc.to_string()).unwrap();
+    let text = render_report(&results, dir.path());
+    for needle in [
+        "| client CPU µs / op | machine CPU µs / op | cores busy |",
+        "| 64 | 1 | **idemkit** | 6,000 | 100 | 200 | 2.00 | 2.00 | — | 66.0 | 329 | 1.94 |",
+        // 240 µs ÷ 0.8: the machine's time per op idemkit may spend at 64 clients.
+        "0.80× needs idemkit's side at or under 300 µs per op.",
+        "- The machine at 1 client (medians of the rounds): idemkit kept 0.63 cores busy",
+        "The cores were not both full, so each op's wait, not the machine's time, set the pace.",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+}
+
 /// Every benchmark script still parses (`bash -n`): the ones bench-all.sh runs
 /// need Debian tools (valgrind, wrk, nginx, PostgreSQL) that a test run may not
 /// have, so their syntax at least is checked everywhere.
