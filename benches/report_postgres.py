@@ -172,10 +172,14 @@ def _machine_bound(doc: dict, points: list[dict]) -> list[str]:
             f"{_us(med('pgbench_same_statements', 'client_cpu_us_per_op'))} µs in its client."
         )
         cpus = doc.get("cpus")
-        if cpus and min(idk_busy, same_busy) >= SATURATED * cpus:
+        if cpus and min(idk_busy, same_busy) >= SATURATED * cpus and idk:
+            # A rate is the cores kept busy over the machine's time per op.
+            busier = idk_busy / same_busy
             line += (
                 f" Both nearly filled the {cpus} cores, so the rates follow the machine's time per op: "
-                f"{_ratio(RATIO_NEED)} needs idemkit's side at or under {_us(same / RATIO_NEED)} µs per op."
+                f"idemkit ÷ pgbench ≈ ({_us(same)} ÷ {_us(idk)}) × ({_num(idk_busy, 2)} ÷ {_num(same_busy, 2)} cores) "
+                f"= {_ratio(same / idk * busier)}, and {_ratio(RATIO_NEED)} needs idemkit's side at or under "
+                f"{_us(same * busier / RATIO_NEED)} µs per op."
             )
         else:
             line += " The cores were not both full, so each op's wait, not the machine's time, set the pace."
