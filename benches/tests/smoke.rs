@@ -276,6 +276,13 @@ fn python_present() -> bool {
     present
 }
 
+/// Every needle is in the rendered text, which is shown when one is not.
+fn assert_contains_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+}
+
 /// `report.py render RESULTS` into `out`: BENCHMARKS.md's text (chart.svg beside it).
 fn render_report(results: &Path, out: &Path) -> String {
     let md = out.join("BENCHMARKS.md");
@@ -301,36 +308,37 @@ fn report_renders_the_fixture() {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = tempfile::tempdir().unwrap();
     let text = render_report(&here.join("tests/fixture"), out.path());
-    for needle in [
-        "## Targets",
-        "fingerprint vs `serde_json::from_slice::<Value>`",
-        // The sections kept in their own modules (fixture files copied from the 2026-12-02 run).
-        "## Instructions per claim + complete (callgrind)",
-        "## PostgreSQL: idemkit against pgbench, on idemkit's statements and on a hand-written table",
-        "## What the idempotency layer adds to a request (wrk)",
-        "## The npm package against @node-idempotency/core (Node)",
-        // npm.json from a run whose figures took turns over rounds: its ratios are paired.
-        "each ratio and added µs the median over rounds of the two figures measured in that round",
-        "| npm replay rate vs peer: idemkit replayed claim ÷ @node-idempotency/core replayed onRequest (ops/s) | 1.27× |",
-        // npm.json's fetch copies and idemkit's own share of a fresh handle() (added from a later run than the rest).
-        "Node's two fetch copies take 31.1 µs",
-        // npm_node22.json: the same script run by Node 22 (0.2 s per figure), its own table.
-        "**The same script on v22.23.3**",
-        "Of the 37.8 µs `handle()` adds on a new key, Node's two fetch copies take 15.4 µs",
-        "idempotency layer, replay: µs added to the bare route's p50",
-        "## Durable claim + complete vs raw fdatasync",
-        "## Throughput vs clients",
-        // loadgen.json's redb rows carry the store's commit statistics (added from a later run than the rest).
-        "### What one group commit spends (redb, new keys)",
-        "| 64 | ",
-        "## Claim latency vs records in the store",
-        "## GC while claims continue",
-        "## wasm fingerprint in Node",
-        "## The canonicalize command against jq",
-        "idemkit canonicalize ÷ jq -cS . (3 MiB API document, whole process)",
-    ] {
-        assert!(text.contains(needle), "{needle} missing");
-    }
+    assert_contains_all(
+        &text,
+        &[
+            "## Targets",
+            "fingerprint vs `serde_json::from_slice::<Value>`",
+            // The sections kept in their own modules (fixture files copied from the 2026-12-02 run).
+            "## Instructions per claim + complete (callgrind)",
+            "## PostgreSQL: idemkit against pgbench, on idemkit's statements and on a hand-written table",
+            "## What the idempotency layer adds to a request (wrk)",
+            "## The npm package against @node-idempotency/core (Node)",
+            // npm.json from a run whose figures took turns over rounds: its ratios are paired.
+            "each ratio and added µs the median over rounds of the two figures measured in that round",
+            "| npm replay rate vs peer: idemkit replayed claim ÷ @node-idempotency/core replayed onRequest (ops/s) | 1.27× |",
+            // npm.json's fetch copies and idemkit's own share of a fresh handle() (added from a later run than the rest).
+            "Node's two fetch copies take 31.1 µs",
+            // npm_node22.json: the same script run by Node 22 (0.2 s per figure), its own table.
+            "**The same script on v22.23.3**",
+            "Of the 37.8 µs `handle()` adds on a new key, Node's two fetch copies take 15.4 µs",
+            "idempotency layer, replay: µs added to the bare route's p50",
+            "## Durable claim + complete vs raw fdatasync",
+            "## Throughput vs clients",
+            // loadgen.json's redb rows carry the store's commit statistics (added from a later run than the rest).
+            "### What one group commit spends (redb, new keys)",
+            "| 64 | ",
+            "## Claim latency vs records in the store",
+            "## GC while claims continue",
+            "## wasm fingerprint in Node",
+            "## The canonicalize command against jq",
+            "idemkit canonicalize ÷ jq -cS . (3 MiB API document, whole process)",
+        ],
+    );
     let svg = std::fs::read_to_string(out.path().join("chart.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
 }
@@ -409,14 +417,15 @@ fn loadgen_rounds_keep_the_median_round_and_pair_the_ratios() {
     let text = render_report(&results, dir.path());
     // Paired: 24,000 ÷ 2,000, 20,000 ÷ 2,600, 26,000 ÷ 2,400 → 12.00, 7.69, 10.83: 10.83×
     // (the median rows' quotient would be 24,000 ÷ 2,400 = 10.00×); 64 ÷ 1: 8.00, 6.06, 8.97 → 8.00×.
-    for needle in [
-        "The points took turns over 3 rounds",
-        "| redb / SQLite at 64 clients (unique keys) | 10.83× |",
-        "| redb 64 clients / redb 1 client (unique keys) | 8.00× |",
-        "| 24,000 / 20,000 / 26,000 |",
-    ] {
-        assert!(text.contains(needle), "{needle} missing from:\n{text}");
-    }
+    assert_contains_all(
+        &text,
+        &[
+            "The points took turns over 3 rounds",
+            "| redb / SQLite at 64 clients (unique keys) | 10.83× |",
+            "| redb 64 clients / redb 1 client (unique keys) | 8.00× |",
+            "| 24,000 / 20,000 / 26,000 |",
+        ],
+    );
 }
 
 /// `cpu_of.py` runs what benches/postgres/run.sh measures: a command's own CPU
@@ -497,18 +506,19 @@ fn postgres_report_gives_the_machines_time_per_op() {
     std::fs::create_dir(&results).unwrap();
     std::fs::write(results.join("postgres.json"), doc.to_string()).unwrap();
     let text = render_report(&results, dir.path());
-    for needle in [
-        "| client CPU µs / op | machine CPU µs / op | cores busy |",
-        "| 64 | 1 | **idemkit** | 6,000 | 100 | 200 | 2.00 | 2.00 | — | 66.0 | 329 | 1.94 |",
-        // (240 ÷ 329) × (1.94 ÷ 1.89); and 240 × (1.94 ÷ 1.89) ÷ 0.8: the machine's
-        // time per op idemkit may spend at 64 clients, as busy as it kept the cores.
-        "idemkit ÷ pgbench ≈ (240 ÷ 329) × (1.94 ÷ 1.89 cores) = 0.75×",
-        "0.80× needs idemkit's side at or under 308 µs per op.",
-        "- The machine at 1 client (medians of the rounds): idemkit kept 0.63 cores busy",
-        "The cores were not both full, so each op's wait, not the machine's time, set the pace.",
-    ] {
-        assert!(text.contains(needle), "{needle} missing from:\n{text}");
-    }
+    assert_contains_all(
+        &text,
+        &[
+            "| client CPU µs / op | machine CPU µs / op | cores busy |",
+            "| 64 | 1 | **idemkit** | 6,000 | 100 | 200 | 2.00 | 2.00 | — | 66.0 | 329 | 1.94 |",
+            // (240 ÷ 329) × (1.94 ÷ 1.89); and 240 × (1.94 ÷ 1.89) ÷ 0.8: the machine's
+            // time per op idemkit may spend at 64 clients, as busy as it kept the cores.
+            "idemkit ÷ pgbench ≈ (240 ÷ 329) × (1.94 ÷ 1.89 cores) = 0.75×",
+            "0.80× needs idemkit's side at or under 308 µs per op.",
+            "- The machine at 1 client (medians of the rounds): idemkit kept 0.63 cores busy",
+            "The cores were not both full, so each op's wait, not the machine's time, set the pace.",
+        ],
+    );
 }
 
 /// Every benchmark script still parses (`bash -n`): the ones bench-all.sh runs
