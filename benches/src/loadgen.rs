@@ -106,6 +106,12 @@ pub struct Args {
     /// The PostgreSQL server of `--backend postgres` (`postgres://user@host:port/db`).
     #[arg(long, env = "IDEMKIT_TEST_POSTGRES_URL", hide_env_values = true)]
     pub postgres: Option<String>,
+    /// `--backend postgres`: the connection pool's size (`PgOptions::pool_size`);
+    /// default: one connection per client. With fewer, the clients beyond the
+    /// pool wait for a connection, as they would behind a store left at the
+    /// default of 16.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pool_size: Option<u32>,
     /// `--backend postgres`: skip the pool's check of a connection (one empty
     /// query) before each adapter call (`PgOptions::validate_connections = false`).
     #[arg(long)]
@@ -183,6 +189,8 @@ impl Report {
                 .then_some(!self.args.no_validate),
             "validate_every_checkout": (self.args.backend == Backend::Postgres)
                 .then_some(self.args.validate_every_checkout),
+            "pool_size": (self.args.backend == Backend::Postgres)
+                .then(|| self.args.pool_size.unwrap_or(self.args.clients)),
             "group_commit": self.group_commit.as_ref().map(group_commit_json),
         })
     }
@@ -495,7 +503,8 @@ fn without_postgres() -> LoadError {
     )
 }
 
-/// A migrated `PostgresAdapter` in a fresh schema, its pool sized to the clients.
+/// A migrated `PostgresAdapter` in a fresh schema, its pool sized to the clients
+/// unless `--pool-size` says otherwise.
 #[cfg(feature = "postgres")]
 fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
     let url = postgres_url(args)?;
@@ -505,7 +514,7 @@ fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
     let schema = format!("loadgen_{}_{nanos}", std::process::id());
     let options = PgOptions {
         schema: Some(schema.clone()),
-        pool_size: args.clients,
+        pool_size: args.pool_size.unwrap_or(args.clients),
         connect_timeout: Duration::from_secs(10),
         validate_connections: !args.no_validate,
         validate_after_idle: if args.validate_every_checkout {

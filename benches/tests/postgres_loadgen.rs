@@ -28,6 +28,7 @@ fn postgres_loadgen_runs_two_clients_and_prints_its_json() {
         &[][..],
         &["--no-validate"][..],
         &["--validate-every-checkout"][..],
+        &["--pool-size", "1"][..],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_idemkit-loadgen"))
             .args([
@@ -58,6 +59,9 @@ fn postgres_loadgen_runs_two_clients_and_prints_its_json() {
             extra == ["--validate-every-checkout"],
             "{v}"
         );
+        // One connection shared by the two clients, or one each.
+        let pool = if extra == ["--pool-size", "1"] { 1 } else { 2 };
+        assert_eq!(v["pool_size"], pool, "{v}");
         let ops = v["ops"].as_u64().unwrap();
         assert!(ops > 0, "{v}");
         // Every op a new key, claimed and completed.

@@ -54,8 +54,22 @@ fn loadgen_arguments_parse() {
         p.postgres.as_deref(),
         Some("postgres://u@127.0.0.1:5432/db")
     );
-    assert_eq!((p.clients, p.no_validate), (16, true));
+    assert_eq!((p.clients, p.no_validate, p.pool_size), (16, true, None));
     assert!(!p.validate_every_checkout);
+    let pooled = parse(&[
+        "--backend",
+        "postgres",
+        "--clients",
+        "64",
+        "--pool-size",
+        "16",
+    ])
+    .unwrap();
+    assert_eq!(pooled.pool_size, Some(16));
+    assert!(
+        parse(&["--backend", "postgres", "--pool-size", "0"]).is_err(),
+        "a pool of no connections is refused"
+    );
     let every = parse(&["--backend", "postgres", "--validate-every-checkout"]).unwrap();
     assert!(every.validate_every_checkout);
     assert!(
