@@ -151,6 +151,11 @@ pub struct PgOptions {
     /// which tables a store reads and writes.
     pub schema: Option<String>,
     /// Connections in the pool (default 16).
+    ///
+    /// Each call to the adapter takes a connection for its statement and
+    /// returns it, so callers beyond the pool sleep until one is returned.
+    /// With more threads calling the store at once than this, size it to
+    /// those threads, within the server's `max_connections`.
     pub pool_size: u32,
     /// How long to wait for a connection (connect or pool) before
     /// [`PgError::Unavailable`] (default 2 s).
