@@ -26,12 +26,13 @@
 # must be durable before the work runs, the completion after it), on the same
 # server with the same settings (fsync and synchronous_commit on).
 #
-# Per point: ops/s, p50/p99 (pgbench from its per-transaction log), from
-# the server: statements per op (pg_stat_statements), commits per op
-# (pg_stat_database), and the top statements; and from the machine (cpu_of.py,
-# over the whole command): the client's CPU per op, the whole machine's busy CPU
-# per op and the cores busy, which say whether the shared cores bound the rate. The JSON also gives, per N and
-# round, idemkit ÷ each pgbench side and the one pgbench side ÷ the other.
+# Per point: ops/s, p50/p99 (pgbench from its per-transaction log); from the
+# server: statements per op (pg_stat_statements), commits per op
+# (pg_stat_database) and the top statements; and from the machine (cpu_of.py,
+# over the whole command): the client's CPU per op, the whole machine's busy
+# CPU per op and the cores busy, which say whether the shared cores bound the
+# rate. The JSON also gives, per N and round, idemkit ÷ each pgbench side and
+# the one pgbench side ÷ the other.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:?usage: benches/postgres/run.sh OUT.json}
