@@ -132,6 +132,13 @@ pub struct Args {
     pub pgbench_schema: String,
 }
 
+impl Args {
+    /// The PostgreSQL pool's size: `--pool-size`, else one connection per client.
+    pub fn postgres_pool_size(&self) -> u32 {
+        self.pool_size.unwrap_or(self.clients)
+    }
+}
+
 fn parse_seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .parse()
@@ -190,7 +197,7 @@ impl Report {
             "validate_every_checkout": (self.args.backend == Backend::Postgres)
                 .then_some(self.args.validate_every_checkout),
             "pool_size": (self.args.backend == Backend::Postgres)
-                .then(|| self.args.pool_size.unwrap_or(self.args.clients)),
+                .then(|| self.args.postgres_pool_size()),
             "group_commit": self.group_commit.as_ref().map(group_commit_json),
         })
     }
@@ -514,7 +521,7 @@ fn postgres_store(args: &Args) -> Result<(Store, PgRun), LoadError> {
     let schema = format!("loadgen_{}_{nanos}", std::process::id());
     let options = PgOptions {
         schema: Some(schema.clone()),
-        pool_size: args.pool_size.unwrap_or(args.clients),
+        pool_size: args.postgres_pool_size(),
         connect_timeout: Duration::from_secs(10),
         validate_connections: !args.no_validate,
         validate_after_idle: if args.validate_every_checkout {

@@ -66,6 +66,10 @@ fn loadgen_arguments_parse() {
     ])
     .unwrap();
     assert_eq!(pooled.pool_size, Some(16));
+    assert_eq!(
+        (pooled.postgres_pool_size(), p.postgres_pool_size()),
+        (16, 16)
+    );
     assert!(
         parse(&["--backend", "postgres", "--pool-size", "0"]).is_err(),
         "a pool of no connections is refused"
