@@ -75,15 +75,46 @@
 //! claims of one key in one group see each other (the second sees the first's
 //! lease), so there is still exactly one `Execute` (invariant 1).
 //!
+//! ## Carrying a transaction on
+//!
+//! On a store file with a write-ahead log (`wal.rs`), a group's writes are
+//! durable once its log frame is synced; redb's commit only makes them visible
+//! to redb's read transactions. That commit (without a sync) still costs about
+//! a fifth of a group at 64 clients: the freed-page bookkeeping, the table
+//! roots and the checksums of every page the group changed, and the next
+//! group then copies those pages again. So a group whose frame was written
+//! does not commit: its transaction is *carried on*, and the next group runs in
+//! it. redb commits once per [`CARRY_GROUPS`] groups, at a checkpoint, when a
+//! caller needs a snapshot that holds everything acknowledged
+//! ([`GroupCommit::make_visible`]: scans, `verify`, reads of the caller's own
+//! tables), and at close.
+//!
+//! Until then the carried records are kept in memory, by id, and a point read
+//! of a record asks there first ([`GroupCommit::unseen_record`]), so a read
+//! sees every acknowledged write as before. The map is emptied only after the
+//! commit that holds its records was counted (`SnapshotCache`): a read that no
+//! longer finds a record there takes a snapshot that has it.
+//!
+//! Each carried group's effects (its frame's payload) are kept as well. When a
+//! later job fails and the transaction must be aborted, the next transaction
+//! writes them again before anything else, so no decision is ever taken on a
+//! state without them, and a checkpoint never records frames as applied that
+//! the database lacks. When the database fails and is marked for reopening,
+//! the carry is dropped (an open transaction would keep the database from
+//! closing): the reopen applies the log, which holds every carried frame, and
+//! only then are the in-memory records forgotten. A crash loses the open
+//! transaction and nothing else: the log's replay at open applies its frames.
+//!
 //! Only a database this process keeps open ([`super::RedbAdapter::open`],
 //! `in_memory`, `with_backend`) batches; a store shared between processes
 //! (`open_shared`) and PostgreSQL keep one transaction per operation.
 
-use std::collections::VecDeque;
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use redb::{Database, Durability, WriteTransaction};
@@ -94,6 +125,10 @@ use super::wal::{self, Effects, Wal};
 
 /// The most operations one group transaction decides.
 pub(crate) const MAX_BATCH: usize = 256;
+
+/// The most groups one transaction holds before redb commits it (see
+/// "Carrying a transaction on").
+pub(crate) const CARRY_GROUPS: usize = 16;
 
 /// Where a group's leader gets the database to write in, and what it tells
 /// of how the group's transaction ended (`recover.rs`: an I/O error makes the
@@ -116,6 +151,9 @@ pub(crate) trait WriteTarget: Sync {
     /// the transaction closed and before it commits, so a read that sees the
     /// commit sees this floor or a higher one.
     fn token_floor_raised(&self, floor: u64);
+    /// Whether the database of `generation` is the one open and writable: only
+    /// then may a transaction on it be carried on to the next group.
+    fn holds(&self, generation: u64) -> bool;
 }
 
 /// Where a group writes: what [`WriteTarget::for_write`] gives.
@@ -145,8 +183,10 @@ pub struct CommitStats {
     /// Write operations submitted (claims, completions, releases, renewals,
     /// steps, resolutions, GC batches), whatever their outcome.
     pub operations: u64,
-    /// Write transactions begun: committed, aborted because nobody in the group
-    /// wrote anything, or aborted because an operation in the group failed.
+    /// Groups run, each in a write transaction: one begun for it (then
+    /// committed, aborted because nobody in the group wrote anything, or
+    /// aborted because an operation in the group failed), or the one the
+    /// group before carried on.
     pub transactions: u64,
     /// Transactions committed durably (one fsync each). Fewer than the
     /// operations that wrote when concurrent writes were grouped.
@@ -154,6 +194,11 @@ pub struct CommitStats {
     /// Of those, the ones made durable by a frame of the store's write-ahead
     /// log (an fsync of the log) rather than by redb's own sync.
     pub logged: u64,
+    /// Of the logged ones, those whose transaction was carried on into the
+    /// next group's instead of being committed in redb (see
+    /// [`RedbAdapter::open`](super::RedbAdapter::open)): under load, redb
+    /// commits once for up to 16 groups.
+    pub carried: u64,
     /// Operation runs repeated because another operation in their group failed
     /// and the group's transaction was aborted.
     pub reruns: u64,
@@ -186,6 +231,7 @@ struct Counters {
     transactions: AtomicU64,
     commits: AtomicU64,
     logged: AtomicU64,
+    carried: AtomicU64,
     reruns: AtomicU64,
     largest_group: AtomicU64,
     /// Nanoseconds, as `CommitStats`' durations.
@@ -218,6 +264,25 @@ fn nanos(counter: &AtomicU64) -> Duration {
 pub(crate) struct GroupCommit {
     queue: Mutex<Queue>,
     counters: Counters,
+    /// What the last group left uncommitted in redb, for the next group.
+    carried: Mutex<Option<Carried>>,
+    /// The records the carried groups wrote (id → stored value, `None`:
+    /// deleted), for reads: redb's snapshots do not hold them yet.
+    unseen: RwLock<HashMap<Vec<u8>, Option<Vec<u8>>>>,
+    /// Whether `unseen` may hold anything: reads skip its lock otherwise.
+    carrying: AtomicBool,
+}
+
+/// Groups whose writes are durable in the log but not committed in redb.
+struct Carried {
+    /// The transaction that holds them, to carry on; `None` once it was
+    /// aborted (a job of a later group failed): the next transaction writes
+    /// `effects` again before anything else.
+    txn: Option<WriteTransaction>,
+    /// The database they were written on.
+    generation: u64,
+    /// Each group's writes, as its log frame holds them.
+    effects: Vec<Effects>,
 }
 
 impl fmt::Debug for GroupCommit {
@@ -253,6 +318,108 @@ impl GroupCommit {
         E: From<RedbError> + Send + 'static,
     {
         count(&self.counters.operations, 1);
+        self.submit(target, f, false)
+    }
+
+    /// Makes every write acknowledged so far visible to a read transaction
+    /// begun after this returns: redb commits a carried transaction (see
+    /// "Carrying a transaction on"). Point reads of records need not call this
+    /// ([`GroupCommit::unseen_record`] answers them); scans and reads of other
+    /// tables do.
+    pub(crate) fn make_visible(&self, target: &dyn WriteTarget) -> Result<(), RedbError> {
+        // A read made by a job of the group running (the caller's own writes
+        // reading its tables) would wait for itself: it sees the last commit.
+        if !self.carrying.load(Ordering::Acquire) || LEADING.with(Cell::get) {
+            return Ok(());
+        }
+        self.submit(
+            target,
+            |_: &mut InTxn<'_>| Ok::<_, RedbError>(((), false)),
+            true,
+        )
+    }
+
+    /// A record a carried group wrote: `Some(None)` if it deleted it, `None`
+    /// if no carried group wrote it (redb's snapshot then has it as it is).
+    /// A read asks this before it takes its snapshot: a carried transaction
+    /// that commits meanwhile is counted (`SnapshotCache`) before its records
+    /// leave this map.
+    pub(crate) fn unseen_record(&self, id: &[u8]) -> Option<Option<Vec<u8>>> {
+        if !self.carrying.load(Ordering::Acquire) {
+            return None;
+        }
+        self.unseen
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
+    }
+
+    /// Drops what the groups carried: the database of their transaction
+    /// failed, and the reopen applies their log frames. Reads keep finding
+    /// their records here until then ([`GroupCommit::reopened`]).
+    pub(crate) fn drop_carried(&self) {
+        drop(lock(&self.carried).take());
+    }
+
+    /// The database was reopened and has applied the log: what the groups
+    /// carried is in it.
+    pub(crate) fn reopened(&self) {
+        drop(lock(&self.carried).take());
+        self.seen();
+    }
+
+    /// The transaction to close the database of `generation` with: the
+    /// carried one (or one that writes the carried groups again), else a new one.
+    pub(crate) fn closing_transaction(
+        &self,
+        db: &Database,
+        generation: u64,
+    ) -> Result<WriteTransaction, RedbError> {
+        match lock(&self.carried).take() {
+            Some(Carried {
+                txn: Some(txn),
+                generation: g,
+                ..
+            }) if g == generation => Ok(txn),
+            Some(Carried {
+                txn: None,
+                generation: g,
+                effects,
+            }) if g == generation => {
+                let txn = begin(db)?;
+                guarded(|| wal::apply_effects(&txn, &effects))?;
+                Ok(txn)
+            }
+            _ => begin(db),
+        }
+    }
+
+    /// The carried groups' records are in redb's snapshots now.
+    fn seen(&self) {
+        self.unseen
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.carrying.store(false, Ordering::Release);
+    }
+
+    /// `effects`' records, for reads until redb commits them.
+    fn unseen_until_committed(&self, effects: &Effects) {
+        let mut unseen = self.unseen.write().unwrap_or_else(PoisonError::into_inner);
+        for (id, value) in effects.records() {
+            unseen.insert(id.to_vec(), value.map(<[u8]>::to_vec));
+        }
+        drop(unseen);
+        self.carrying.store(true, Ordering::Release);
+    }
+
+    fn submit<F, T, E>(&self, target: &dyn WriteTarget, f: F, visible: bool) -> Result<T, E>
+    where
+        F: FnMut(&mut InTxn<'_>) -> Result<(T, bool), E> + Send + 'static,
+        T: Send + 'static,
+        E: From<RedbError> + Send + 'static,
+    {
         let slot = Arc::new(Slot {
             state: Mutex::new(SlotState::Queued),
             caller: std::thread::current(),
@@ -261,6 +428,7 @@ impl GroupCommit {
             f,
             result: None,
             slot: Arc::clone(&slot),
+            visible,
         });
         let mut group = {
             let mut queue = lock(&self.queue);
@@ -293,6 +461,7 @@ impl GroupCommit {
             transactions: c.transactions.load(Ordering::Relaxed),
             commits: c.commits.load(Ordering::Relaxed),
             logged: c.logged.load(Ordering::Relaxed),
+            carried: c.carried.load(Ordering::Relaxed),
             reruns: c.reruns.load(Ordering::Relaxed),
             largest_group: c.largest_group.load(Ordering::Relaxed),
             beginning: nanos(&c.beginning),
@@ -325,12 +494,32 @@ impl GroupCommit {
         // Closures and redb calls are each guarded; this only catches a bug in
         // the leader itself. Whatever is left in `jobs` then was not answered,
         // and dropping it answers those callers with an error (see `Pending`).
+        let _leading = Leading::now();
         let _ = catch_unwind(AssertUnwindSafe(|| self.run_group(target, &mut jobs)));
     }
 
     /// Decides every job of the group in one transaction and answers each
-    /// caller; a failed job is answered alone and the rest run again.
+    /// caller; a failed job is answered alone and the rest run again. What
+    /// the group leaves uncommitted in redb waits for the next group.
     fn run_group(&self, target: &dyn WriteTarget, jobs: &mut Vec<Box<dyn Job>>) {
+        let mut carry = lock(&self.carried).take();
+        self.run_carrying(target, jobs, &mut carry);
+        if let Some(left) = carry {
+            let mut carried = lock(&self.carried);
+            // Under the lock that a failure takes to drop a carry (see
+            // `drop_carried`): a database marked broken keeps none.
+            if target.holds(left.generation) {
+                *carried = Some(left);
+            }
+        }
+    }
+
+    fn run_carrying(
+        &self,
+        target: &dyn WriteTarget,
+        jobs: &mut Vec<Box<dyn Job>>,
+        carry: &mut Option<Carried>,
+    ) {
         let counters = &self.counters;
         while !jobs.is_empty() {
             let mut step = Instant::now();
@@ -343,17 +532,41 @@ impl GroupCommit {
                 Ok(found) => found,
                 Err(e) => return fail_all(jobs, e),
             };
-            let begun = begin(&db);
+            // Carried on a database since reopened: the reopen applied its log.
+            if carry.as_ref().is_some_and(|c| c.generation != generation) {
+                *carry = None;
+            }
+            let txn = match carry.as_mut().and_then(|c| c.txn.take()) {
+                Some(txn) => txn,
+                None => {
+                    let again = carry.as_ref().map_or(&[][..], |c| &c.effects[..]);
+                    let begun = begin(&db).and_then(|txn| {
+                        // The carried groups' writes, lost with an aborted
+                        // transaction: before anything else.
+                        if again.is_empty() {
+                            return Ok(txn);
+                        }
+                        match guarded(|| wal::apply_effects(&txn, again)) {
+                            Ok(()) => Ok(txn),
+                            Err(e) => {
+                                abort_quietly(txn);
+                                Err(e)
+                            }
+                        }
+                    });
+                    match begun {
+                        Ok(txn) => txn,
+                        Err(e) => {
+                            target.failed(generation, &e);
+                            return fail_all(jobs, e);
+                        }
+                    }
+                }
+            };
             // The transaction holds what it needs; a reopen must not wait for
             // this group to let go of the database.
             drop(db);
-            let txn = match begun {
-                Ok(txn) => txn,
-                Err(e) => {
-                    target.failed(generation, &e);
-                    return fail_all(jobs, e);
-                }
-            };
+            let carried_groups = carry.as_ref().map_or(0, |c| c.effects.len());
             count(&counters.transactions, 1);
             step = time(&counters.beginning, step);
             let mut wrote = false;
@@ -375,7 +588,8 @@ impl GroupCommit {
             }
             if let Some(i) = failed {
                 // Nothing of this transaction may survive: not the failed job's
-                // partial writes, not the others' (they run again below).
+                // partial writes, not the others' (they run again below). The
+                // carried groups' writes are written again first.
                 drop(in_txn);
                 abort_quietly(txn);
                 let mut job = jobs.remove(i);
@@ -398,25 +612,83 @@ impl GroupCommit {
                 }
             };
             step = time(&counters.running, step);
+            // Carried on up to CARRY_GROUPS groups (each then costs no redb
+            // commit), never for a caller that reads next with a snapshot of
+            // its own.
+            let carry_on = wal.is_some()
+                && carried_groups + 1 < CARRY_GROUPS
+                && !jobs.iter().any(|job| job.wants_visible());
             let ended = if wrote {
                 match &wal {
                     Some(wal) => {
-                        commit_with_log(txn, &mut lock(wal), effects.as_ref(), &counters.logging)
+                        let mut wal = lock(wal);
+                        let fits = effects.as_ref().is_some_and(|e| wal.takes(e.len()));
+                        match effects {
+                            Some(effects) if carry_on && fits => {
+                                log_and_carry(txn, &mut wal, effects, &counters.logging).map(
+                                    |(txn, effects)| {
+                                        self.unseen_until_committed(&effects);
+                                        let c = carry.get_or_insert_with(|| Carried {
+                                            txn: None,
+                                            generation,
+                                            effects: Vec::new(),
+                                        });
+                                        c.txn = Some(txn);
+                                        c.effects.push(effects);
+                                        Ended::Carried
+                                    },
+                                )
+                            }
+                            effects => {
+                                commit_with_log(txn, &mut wal, effects.as_ref(), &counters.logging)
+                                    .map(Ended::Committed)
+                            }
+                        }
                     }
-                    None => commit(txn).map(|()| Committed::Durably),
+                    None => commit(txn).map(|()| Ended::Committed(Committed::Durably)),
+                }
+            } else if carried_groups > 0 {
+                // Nothing new, but the carried groups are in this transaction:
+                // carried on again, or committed (their frames are durable).
+                if carry_on {
+                    if let Some(c) = carry.as_mut() {
+                        c.txn = Some(txn);
+                    }
+                    Ok(Ended::Carried)
+                } else {
+                    commit_undurably(txn).map(|()| Ended::Committed(Committed::ThroughTheLog))
                 }
             } else {
-                abort(txn).map(|()| Committed::Durably)
+                abort(txn).map(|()| Ended::Aborted)
             };
             step = time(&counters.committing, step);
             match ended {
-                Ok(how) => {
+                Ok(ended) => {
                     if wrote {
                         count(&counters.commits, 1);
-                        if how == Committed::ThroughTheLog {
-                            count(&counters.logged, 1);
+                    }
+                    match ended {
+                        Ended::Committed(how) => {
+                            if wrote && how == Committed::ThroughTheLog {
+                                count(&counters.logged, 1);
+                            }
+                            target.committed();
+                            if carried_groups > 0 {
+                                // Counted as a commit first: a read that no
+                                // longer finds them here takes a new snapshot.
+                                *carry = None;
+                                self.seen();
+                            }
                         }
-                        target.committed();
+                        Ended::Carried => {
+                            if wrote {
+                                count(&counters.logged, 1);
+                                count(&counters.carried, 1);
+                            }
+                        }
+                        Ended::Aborted => {}
+                    }
+                    if wrote {
                         // Before the callers are answered, so before the next
                         // leader begins.
                         target.floors_committed(generation, floors_left);
@@ -433,6 +705,37 @@ impl GroupCommit {
             }
             return;
         }
+    }
+}
+
+/// How a group's transaction ended.
+enum Ended {
+    /// Committed in redb.
+    Committed(Committed),
+    /// Left open for the next group, its writes durable in the log.
+    Carried,
+    /// Nothing was written.
+    Aborted,
+}
+
+thread_local! {
+    /// Whether this thread is leading a group (see [`GroupCommit::make_visible`]).
+    static LEADING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as leading a group until dropped.
+struct Leading;
+
+impl Leading {
+    fn now() -> Leading {
+        LEADING.with(|leading| leading.set(true));
+        Leading
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        LEADING.with(|leading| leading.set(false));
     }
 }
 
@@ -537,6 +840,36 @@ fn commit_with_log(
     Ok(Committed::ThroughTheLog)
 }
 
+/// Writes and syncs a group's frame and keeps its transaction open for the
+/// next group: its writes are durable, and only reads through
+/// [`GroupCommit::unseen_record`] see them until redb commits.
+fn log_and_carry(
+    txn: WriteTransaction,
+    wal: &mut Wal,
+    effects: Effects,
+    logging: &AtomicU64,
+) -> Result<(WriteTransaction, Effects), RedbError> {
+    let appending = Instant::now();
+    let appended = wal.append(&effects);
+    time(logging, appending);
+    match appended {
+        Ok(()) => Ok((txn, effects)),
+        Err(source) => {
+            abort_quietly(txn);
+            Err(RedbError::WriteAheadLog {
+                path: wal.path().to_owned(),
+                source,
+            })
+        }
+    }
+}
+
+/// Commits without a sync: what the transaction holds is durable in the log.
+fn commit_undurably(mut txn: WriteTransaction) -> Result<(), RedbError> {
+    guarded(|| Ok(txn.set_durability(Durability::None)?))?;
+    commit(txn)
+}
+
 fn abort(txn: WriteTransaction) -> Result<(), RedbError> {
     guarded(|| Ok(txn.abort()?))
 }
@@ -565,12 +898,16 @@ trait Job: Send {
     fn fail(&mut self, error: RedbError);
     /// Tells the waiting caller to lead the next group.
     fn promote(&self);
+    /// Whether the caller needs the group's transaction committed in redb
+    /// (not carried on): it reads next with a transaction of its own.
+    fn wants_visible(&self) -> bool;
 }
 
 struct Pending<F, T, E> {
     f: F,
     result: Option<Result<T, E>>,
     slot: Arc<Slot<T, E>>,
+    visible: bool,
 }
 
 impl<F, T, E> Job for Pending<F, T, E>
@@ -606,6 +943,10 @@ where
 
     fn promote(&self) {
         self.slot.promote();
+    }
+
+    fn wants_visible(&self) -> bool {
+        self.visible
     }
 }
 
@@ -692,5 +1033,226 @@ impl<T, E> Slot<T, E> {
             drop(state);
             self.caller.unpark();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Carrying a transaction on: a leader is held inside its job while the
+    //! next caller queues, so the group that carries is known.
+
+    use std::path::Path;
+    use std::sync::mpsc;
+    use std::thread::JoinHandle;
+
+    use idemkit_core::machine::{ClaimRequest, Policy, claim_above};
+    use idemkit_core::record::Record;
+    use idemkit_core::{Fingerprint, IdempotencyKey, RecordId, Scope, UnixMillis};
+    use redb::ReadableDatabase;
+
+    use super::*;
+    use crate::adapters::redb::db::Handle;
+    use crate::adapters::redb::tables::RECORDS;
+    use crate::adapters::redb::{FileOptions, Prepared, RedbAdapter, apply};
+    use crate::adapters::{Adapter, Scan, ScanBy};
+
+    fn every_record() -> Scan {
+        Scan {
+            by: ScanBy::All,
+            limit: 100,
+            after: None,
+        }
+    }
+
+    fn id(key: &str) -> RecordId {
+        RecordId::new(
+            &Scope::new("acme", "charge").unwrap(),
+            &IdempotencyKey::new(key).unwrap(),
+        )
+    }
+
+    fn claimed() -> Record {
+        let request = ClaimRequest {
+            fingerprint: Fingerprint::from_bytes([3; 32]).into(),
+            owner: "w".into(),
+        };
+        let at = UnixMillis::from_millis(1_700_000_000_000);
+        claim_above(None, &request, &Policy::default(), at, 0)
+            .write
+            .unwrap()
+    }
+
+    fn open(path: &Path) -> Arc<RedbAdapter> {
+        Arc::new(RedbAdapter::open_with(path, FileOptions::default()).unwrap())
+    }
+
+    fn group(adapter: &RedbAdapter) -> &GroupCommit {
+        match &adapter.handle {
+            Handle::Open(owned) => &owned.group,
+            Handle::PerTransaction { .. } => panic!("not a file kept open"),
+        }
+    }
+
+    /// Whether redb's own read transactions see `key` (not the carried records).
+    fn in_redb(adapter: &RedbAdapter, key: &str) -> bool {
+        let Handle::Open(owned) = &adapter.handle else {
+            panic!("not a file kept open");
+        };
+        let db = owned.for_write().unwrap().db;
+        let txn = db.begin_read().unwrap();
+        let records = txn.open_table(RECORDS).unwrap();
+        records.get(id(key).as_bytes()).unwrap().is_some()
+    }
+
+    /// Starts a caller whose job inserts `key`, or fails when `key` is `None`,
+    /// and then waits for the returned sender; answers once it is in the queue
+    /// or running its job.
+    fn writer(
+        adapter: &Arc<RedbAdapter>,
+        key: Option<&'static str>,
+    ) -> (mpsc::Sender<()>, JoinHandle<Result<bool, RedbError>>) {
+        let (running_tx, running) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let go_rx = Mutex::new(go_rx);
+        let a = Arc::clone(adapter);
+        let before = group(adapter).waiting();
+        let joined = std::thread::spawn(move || {
+            a.handle.write_if_changed(move |in_txn| {
+                let _ = running_tx.send(());
+                let _ = go_rx.lock().unwrap().recv();
+                let Some(key) = key else {
+                    return Err(RedbError::Corrupt {
+                        detail: "this job fails".to_owned(),
+                    });
+                };
+                let (tables, floors) = in_txn.tables()?;
+                let written = apply(tables, floors, &mut Prepared::insert(&id(key), &claimed()))?;
+                Ok((written.is_some(), true))
+            })
+        });
+        // Running (it leads) or queued behind a leader.
+        loop {
+            if running.try_recv().is_ok() || group(adapter).waiting() > before {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        (go, joined)
+    }
+
+    fn found(adapter: &RedbAdapter, key: &str) -> bool {
+        adapter.get(&id(key)).unwrap().stored.is_some()
+    }
+
+    #[test]
+    fn a_carried_groups_records_are_read_before_redb_commits_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let adapter = open(&path);
+        let (go_a, a) = writer(&adapter, Some("a"));
+        let (go_b, b) = writer(&adapter, Some("b"));
+        go_a.send(()).unwrap();
+        assert!(a.join().unwrap().unwrap());
+        // Acknowledged and carried on into b's group, which is running: redb's
+        // snapshots lack it, a read finds it.
+        assert!(!in_redb(&adapter, "a"));
+        assert!(found(&adapter, "a"));
+        assert!(!found(&adapter, "b"));
+        let stats = adapter.commit_stats();
+        assert_eq!((stats.logged, stats.carried), (1, 1), "{stats:?}");
+
+        go_b.send(()).unwrap();
+        assert!(b.join().unwrap().unwrap());
+        // Nobody asked for a snapshot: both carried, both read.
+        assert!(!in_redb(&adapter, "b"));
+        assert!(found(&adapter, "a") && found(&adapter, "b"));
+
+        // A scan needs redb to hold them: it has it commit first.
+        let page = adapter.scan(&every_record()).unwrap();
+        assert_eq!(page.entries.len(), 2, "{page:?}");
+        assert!(in_redb(&adapter, "a") && in_redb(&adapter, "b"));
+        assert!(found(&adapter, "a") && found(&adapter, "b"));
+        assert!(group(&adapter).unseen_record(id("a").as_bytes()).is_none());
+    }
+
+    #[test]
+    fn a_failed_job_after_a_carried_group_keeps_that_groups_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let adapter = open(&path);
+        let (go_a, a) = writer(&adapter, Some("a"));
+        let (go_fail, fail) = writer(&adapter, None);
+        go_a.send(()).unwrap();
+        assert!(a.join().unwrap().unwrap());
+        go_fail.send(()).unwrap();
+        let failed = fail.join().unwrap().unwrap_err().to_string();
+        assert!(failed.contains("this job fails"), "{failed}");
+        // The failed job's transaction held a's writes and was aborted: a is
+        // still read, and the next transaction writes it again first.
+        assert!(found(&adapter, "a"));
+        let (go_c, c) = writer(&adapter, Some("c"));
+        go_c.send(()).unwrap();
+        assert!(c.join().unwrap().unwrap());
+        // A second insert of a is refused: the carried write is there.
+        let again = adapter.insert(&id("a"), &claimed()).unwrap();
+        assert_eq!(again, None);
+        assert_eq!(adapter.scan(&every_record()).unwrap().entries.len(), 2);
+        assert!(adapter.verify().unwrap().1.is_empty());
+    }
+
+    /// The caller's own writes run inside a group: a read they make there
+    /// cannot wait for a commit of that group.
+    #[test]
+    fn a_read_inside_a_group_after_a_carried_one_does_not_wait_for_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let adapter = open(&path);
+        let (go_a, a) = writer(&adapter, Some("a"));
+        let before = group(&adapter).waiting();
+        let reader = Arc::clone(&adapter);
+        let local = std::thread::spawn(move || {
+            let inner = Arc::clone(&reader);
+            let local: crate::adapters::redb::LocalWrites =
+                Arc::new(Mutex::new(move |_: &WriteTransaction| {
+                    inner.read_local(|_| ()).map(drop)
+                }));
+            reader.write_local(&local)
+        });
+        while group(&adapter).waiting() == before {
+            std::thread::yield_now();
+        }
+        go_a.send(()).unwrap();
+        assert!(a.join().unwrap().unwrap());
+        local.join().unwrap().unwrap();
+        assert!(found(&adapter, "a"));
+    }
+
+    #[test]
+    fn a_store_closed_while_carrying_keeps_every_acknowledged_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let adapter = open(&path);
+        for key in ["a", "b", "c"] {
+            let (go, w) = writer(&adapter, Some(key));
+            go.send(()).unwrap();
+            assert!(w.join().unwrap().unwrap());
+        }
+        assert!(adapter.commit_stats().carried >= 1);
+        assert!(!in_redb(&adapter, "c"));
+
+        // A crash now: the file and its log as the disk holds them.
+        let crashed = dir.path().join("crashed.redb");
+        std::fs::copy(&path, &crashed).unwrap();
+        std::fs::copy(wal::path_of(&path), wal::path_of(&crashed)).unwrap();
+        let after_crash = open(&crashed);
+        assert!(["a", "b", "c"].iter().all(|k| found(&after_crash, k)));
+        drop(after_crash);
+
+        // A close commits the carried transaction durably and removes the log.
+        drop(adapter);
+        assert!(!wal::path_of(&path).exists());
+        let reopened = open(&path);
+        assert!(["a", "b", "c"].iter().all(|k| in_redb(&reopened, k)));
+        assert!(reopened.verify().unwrap().1.is_empty());
     }
 }

@@ -13,9 +13,11 @@
 //! - **Durability**: a write is answered only after it is durable. On a file
 //!   this process keeps open, a group's writes go first to the store's
 //!   write-ahead log, `<file>.wal` (one frame, one `fdatasync` of bytes the
-//!   log has already allocated), and redb then commits them without a sync;
-//!   every so often, and at close, a durable redb commit takes them all and
-//!   the log starts again (`wal.rs`). Every open of the file applies what the
+//!   log has already allocated). redb commits them without a sync only once
+//!   for up to 16 groups: a group's transaction is carried on into the next
+//!   group's, and reads find its records in memory until then
+//!   (`group_commit.rs`). Every so often, and at close, a durable redb commit
+//!   takes them all and the log starts again (`wal.rs`). Every open of the file applies what the
 //!   log holds first. Elsewhere (a file shared between processes, memory, a
 //!   custom backend, or with the log turned off: [`FileOptions`]) every
 //!   transaction commits with `Durability::Immediate`.
@@ -276,6 +278,19 @@ impl RedbAdapter {
         let Handle::Open(owned) = &self.handle else {
             return None;
         };
+        // A record a carried group wrote is not in redb's snapshots yet
+        // (`group_commit.rs`); asked before the snapshot is taken.
+        if let Some(value) = owned.group.unseen_record(id.as_bytes()) {
+            let read = value
+                .map(|value| decode(id.as_bytes(), &value))
+                .transpose()
+                .map(|stored| Read {
+                    stored,
+                    token_floor: owned.token_floor(),
+                    now: None,
+                });
+            return Some(read.map_err(|e| AdapterError::from(RedbError::from(e))));
+        }
         let read = owned.records().and_then(|snapshot| {
             // Taken after the snapshot began: at least the floor it holds.
             let token_floor = owned.token_floor();
@@ -287,6 +302,15 @@ impl RedbAdapter {
             })
         });
         Some(read.map_err(AdapterError::from))
+    }
+
+    /// Makes every acknowledged write visible to the read transactions begun
+    /// after this (a transaction carried between groups is committed).
+    fn make_visible(&self) -> Result<(), RedbError> {
+        match &self.handle {
+            Handle::Open(owned) => owned.group.make_visible(&**owned),
+            Handle::PerTransaction { .. } => Ok(()),
+        }
     }
 
     /// A transient failure armed by a test, if the transaction starting now must fail.
@@ -314,6 +338,7 @@ impl RedbAdapter {
     /// exactly the entries the records imply: one line per problem, empty when
     /// the database is consistent. Used after crashes and I/O faults.
     pub fn verify(&self) -> Result<(u64, Vec<String>), RedbError> {
+        self.make_visible()?;
         self.handle.read(|txn| {
             let records = txn.open_table(RECORDS)?;
             let mut checked = 0;
@@ -462,6 +487,7 @@ impl RedbAdapter {
         &self,
         f: impl FnOnce(&redb::ReadTransaction) -> T,
     ) -> Result<T, RedbError> {
+        self.make_visible()?;
         self.handle.read(|txn| Ok(f(txn)))
     }
 }
@@ -668,6 +694,7 @@ impl Adapter for RedbAdapter {
     }
 
     fn scan(&self, scan: &Scan) -> Result<ScanPage, AdapterError> {
+        self.make_visible()?;
         Ok(self.handle.read(|txn| scan_in(txn, scan))?)
     }
 

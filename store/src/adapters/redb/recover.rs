@@ -234,6 +234,9 @@ impl Owned {
             last_attempt: None,
         });
         drop(slot);
+        // Its writes are in the log, which the reopen applies; a transaction
+        // kept open would keep the database from closing.
+        self.group.drop_carried();
         // The first reopen is due at once. A caller already reopening holds the
         // lock (and may be waiting for this caller's database to be released):
         // its own schedule stands.
@@ -331,8 +334,12 @@ impl Owned {
         slot.floors = None;
         // Not one taken from the old database while this one opened.
         self.snapshot.commit_seen();
+        drop(slot);
+        // The new database applied the log: it holds what groups carried.
+        // (A group takes the carry's lock before the slot's.)
+        self.group.reopened();
         probed?;
-        slot.broken = None;
+        lock(&self.slot).broken = None;
         self.committed();
         Ok(())
     }
@@ -384,6 +391,11 @@ impl WriteTarget for Owned {
         self.token_floor.fetch_max(floor, Ordering::AcqRel);
     }
 
+    fn holds(&self, generation: u64) -> bool {
+        let slot = lock(&self.slot);
+        slot.generation == generation && slot.broken.is_none() && slot.db.is_some()
+    }
+
     fn floors_committed(&self, generation: u64, floors: Option<Floors>) {
         let mut slot = lock(&self.slot);
         // Only for the database open now, and not once it is broken.
@@ -413,8 +425,16 @@ impl Drop for Owned {
         if wal.is_retired() {
             return;
         }
-        if wal.has_undurable_frames() && checkpoint(db, wal.applied()).is_err() {
-            return;
+        if wal.has_undurable_frames() {
+            // A transaction carried from the last group holds writes of
+            // frames the checkpoint records: it is the one committed.
+            let closing = self.group.closing_transaction(db, slot.generation);
+            if closing
+                .and_then(|txn| checkpoint(txn, wal.applied()))
+                .is_err()
+            {
+                return;
+            }
         }
         if let Err(error) = wal.remove() {
             tracing::warn!(%error, "removing the store's write-ahead log at close failed");
@@ -424,8 +444,7 @@ impl Drop for Owned {
 
 /// A durable commit that records `applied` as the last log frame the
 /// database holds (every earlier non-durable commit becomes durable with it).
-fn checkpoint(db: &Database, applied: u64) -> Result<(), RedbError> {
-    let mut txn = db.begin_write()?;
+fn checkpoint(mut txn: redb::WriteTransaction, applied: u64) -> Result<(), RedbError> {
     txn.set_durability(Durability::Immediate)?;
     wal::record_applied(&txn, applied)?;
     txn.commit()?;

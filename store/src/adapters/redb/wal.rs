@@ -7,9 +7,10 @@
 //! changed, as data, to this log first: one frame, written in place into
 //! space the log has already written (zeros at first), and one
 //! `fdatasync`. Only then is redb's transaction committed, *without* a sync
-//! (`Durability::None`), and only then are the callers answered. So nothing is
-//! acknowledged before it is durable (invariant 2): a frame is durable before
-//! its writes are visible to anyone.
+//! (`Durability::None`), or carried on into the next group's
+//! (`group_commit.rs`), and only then are the callers answered. So nothing is acknowledged
+//! before it is durable (invariant 2): a frame is durable before its writes
+//! are visible to anyone.
 //!
 //! ## Checkpoints
 //!
@@ -115,6 +116,16 @@ impl Effects {
 
     pub(crate) fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// The records these effects leave: each id with its stored value, or
+    /// `None` where the record is gone, in the order written.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        entries(&self.0).filter_map(|entry| match entry {
+            Ok(Entry::Put(id, value)) => Some((id, Some(value))),
+            Ok(Entry::Remove(id)) => Some((id, None)),
+            Ok(Entry::Floors { .. }) | Err(_) => None,
+        })
     }
 }
 
@@ -420,32 +431,90 @@ fn apply_frame(
     tables: &mut Tables<'_>,
     frame: &Frame<'_>,
 ) -> Result<(), RedbError> {
-    let bad = |what: &str| RedbError::Corrupt {
-        detail: format!("write-ahead log frame {}: {what}", frame.seq),
-    };
-    let mut rest = frame.payload;
-    while let Some((&tag, after)) = rest.split_first() {
-        rest = after;
-        match tag {
-            PUT => {
-                let id = take_bytes(&mut rest).ok_or_else(|| bad("a put's id is cut short"))?;
-                let value =
-                    take_bytes(&mut rest).ok_or_else(|| bad("a put's value is cut short"))?;
-                tables.put_value(id, value)?;
-            }
-            REMOVE => {
-                let id = take_bytes(&mut rest).ok_or_else(|| bad("a remove's id is cut short"))?;
-                tables.remove_id(id)?;
-            }
-            FLOORS => {
-                let token = take_u64(&mut rest).ok_or_else(|| bad("the floors are cut short"))?;
-                let version = take_u64(&mut rest).ok_or_else(|| bad("the floors are cut short"))?;
+    apply_payload(txn, tables, frame.payload, || {
+        format!("write-ahead log frame {}", frame.seq)
+    })
+}
+
+/// Writes `effects` again, in order, in `txn`: the groups a transaction
+/// carried (see `group_commit.rs`) when it had to be aborted.
+pub(crate) fn apply_effects(txn: &WriteTransaction, effects: &[Effects]) -> Result<(), RedbError> {
+    let mut tables = Tables::open(txn)?;
+    for (n, one) in effects.iter().enumerate() {
+        apply_payload(txn, &mut tables, &one.0, || {
+            format!("the writes of carried group {n}")
+        })?;
+    }
+    tables.flush()
+}
+
+/// Applies a payload's entries; `source` names it in an error.
+fn apply_payload(
+    txn: &WriteTransaction,
+    tables: &mut Tables<'_>,
+    payload: &[u8],
+    source: impl Fn() -> String,
+) -> Result<(), RedbError> {
+    for entry in entries(payload) {
+        let entry = entry.map_err(|what| RedbError::Corrupt {
+            detail: format!("{}: {what}", source()),
+        })?;
+        match entry {
+            Entry::Put(id, value) => tables.put_value(id, value)?,
+            Entry::Remove(id) => tables.remove_id(id)?,
+            Entry::Floors { token, version } => {
                 super::records::Floors { token, version }.write(txn)?;
             }
-            other => return Err(bad(&format!("unknown entry tag {other}"))),
         }
     }
     Ok(())
+}
+
+/// One entry of a payload.
+enum Entry<'a> {
+    Put(&'a [u8], &'a [u8]),
+    Remove(&'a [u8]),
+    Floors { token: u64, version: u64 },
+}
+
+/// The entries of `payload`, in order; an entry that cannot be read ends
+/// them with what is wrong with it.
+fn entries(payload: &[u8]) -> impl Iterator<Item = Result<Entry<'_>, String>> {
+    let mut rest = payload;
+    std::iter::from_fn(move || {
+        let (&tag, after) = rest.split_first()?;
+        rest = after;
+        let cut = |what: &str| Some(Err(format!("{what} is cut short")));
+        let entry = match tag {
+            PUT => {
+                let Some(id) = take_bytes(&mut rest) else {
+                    return cut("a put's id");
+                };
+                let Some(value) = take_bytes(&mut rest) else {
+                    return cut("a put's value");
+                };
+                Entry::Put(id, value)
+            }
+            REMOVE => {
+                let Some(id) = take_bytes(&mut rest) else {
+                    return cut("a remove's id");
+                };
+                Entry::Remove(id)
+            }
+            FLOORS => {
+                let (Some(token), Some(version)) = (take_u64(&mut rest), take_u64(&mut rest))
+                else {
+                    return cut("the floors");
+                };
+                Entry::Floors { token, version }
+            }
+            other => {
+                rest = &[];
+                return Some(Err(format!("unknown entry tag {other}")));
+            }
+        };
+        Some(Ok(entry))
+    })
 }
 
 fn take_u64(rest: &mut &[u8]) -> Option<u64> {
