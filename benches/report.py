@@ -721,15 +721,19 @@ def render_group_commit(w, loadgen) -> None:
       "the groups a second. From `RedbAdapter::commit_stats` over each row above; µs per group "
       "(transaction), logging being the part of committing spent writing and syncing the log's frame.")
     w("")
-    w("| clients | groups/s | writes per group (largest) | beginning | running the writes | committing | of which logging | answering the callers | sum |")
-    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    # Results from before groups could carry their transaction on have no such count.
+    carrying = any("carried" in r["group_commit"] for r in rows)
+    w("| clients | groups/s | writes per group (largest) | beginning | running the writes | committing | of which logging | answering the callers | sum |"
+      + (" carried on (no redb commit) |" if carrying else ""))
+    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if carrying else ""))
     for r in rows:
         g, us = r["group_commit"], r["group_commit"]["us_per_transaction"]
         total = us["beginning"] + us["running"] + us["committing"] + us["answering"]
         per_s = g["transactions"] / r["seconds"] if r.get("seconds") else None
+        carried = (f" {100 * g.get('carried', 0) / max(g['transactions'], 1):.0f}% |" if carrying else "")
         w(f"| {r['clients']} | {fmt(per_s)} | {fmt(g['operations_per_transaction'])} ({g['largest_group']:,}) | "
           f"{fmt(us['beginning'])} | {fmt(us['running'])} | {fmt(us['committing'])} | {fmt(us['logging'])} | "
-          f"{fmt(us['answering'])} | {fmt(total)} |")
+          f"{fmt(us['answering'])} | {fmt(total)} |" + carried)
     w("")
 
 

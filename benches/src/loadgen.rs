@@ -214,6 +214,7 @@ fn group_commit_json(stats: &CommitStats) -> serde_json::Value {
         "transactions": stats.transactions,
         "commits": stats.commits,
         "logged": stats.logged,
+        "carried": stats.carried,
         "largest_group": stats.largest_group,
         "operations_per_transaction": round2(stats.operations as f64 / groups),
         "us_per_transaction": {

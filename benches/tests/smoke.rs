@@ -539,6 +539,38 @@ fn postgres_report_gives_the_machines_time_per_op() {
     );
 }
 
+/// A redb row whose groups carried their transaction on: the group commit
+/// table says which share of the groups left redb's commit to a later one.
+#[test]
+fn group_commit_report_gives_the_groups_carried_on() {
+    if !python_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let row = serde_json::json!({
+        "backend": "redb", "clients": 64, "keys": "unique", "ops_per_s": 29000.0,
+        "p50_us": 2000.0, "p99_us": 5000.0, "executed": 1, "replayed": 0, "seconds": 4.0,
+        "group_commit": {
+            "commits": 2000, "carried": 1875, "largest_group": 64, "logged": 2000,
+            "operations": 120000, "operations_per_transaction": 60.0, "transactions": 2000,
+            "us_per_transaction": {"answering": 420.0, "beginning": 1.0, "committing": 300.0,
+                                   "logging": 230.0, "running": 270.0},
+        },
+    });
+    let results = dir.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    std::fs::write(results.join("loadgen.json"), format!("[{row}]")).unwrap();
+    let text = render_report(&results, dir.path());
+    assert_contains_all(
+        &text,
+        &[
+            "| answering the callers | sum | carried on (no redb commit) |",
+            // 1,875 of 2,000 groups.
+            "| 64 | 500 | 60.0 (64) | 1.00 | 270 | 300 | 230 | 420 | 991 | 94% |",
+        ],
+    );
+}
+
 /// Every benchmark script still parses (`bash -n`): the ones bench-all.sh runs
 /// need Debian tools (valgrind, wrk, nginx, PostgreSQL) that a test run may not
 /// have, so their syntax at least is checked everywhere.
