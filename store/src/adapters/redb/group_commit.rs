@@ -195,9 +195,9 @@ pub struct CommitStats {
     /// log (an fsync of the log) rather than by redb's own sync.
     pub logged: u64,
     /// Of the logged ones, those whose transaction was carried on into the
-    /// next group's instead of being committed in redb (see
-    /// [`RedbAdapter::open`](super::RedbAdapter::open)): under load, redb
-    /// commits once for up to 16 groups.
+    /// next group's instead of being committed in redb: redb commits once for
+    /// up to 16 groups, and reads find the carried records in memory until
+    /// then.
     pub carried: u64,
     /// Operation runs repeated because another operation in their group failed
     /// and the group's transaction was aborted.

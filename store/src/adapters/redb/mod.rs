@@ -482,7 +482,8 @@ impl RedbAdapter {
     }
 
     /// Runs `f` on a read transaction of this database: a snapshot of the last
-    /// commit, for the caller's own tables (the store's are `idemkit.*`).
+    /// commit, which holds every write acknowledged before this call, for the
+    /// caller's own tables (the store's are `idemkit.*`).
     pub fn read_local<T>(
         &self,
         f: impl FnOnce(&redb::ReadTransaction) -> T,
