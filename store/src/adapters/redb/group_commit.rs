@@ -1086,6 +1086,14 @@ mod tests {
         Arc::new(RedbAdapter::open_with(path, FileOptions::default()).unwrap())
     }
 
+    /// A new store file `s.redb` in a directory of its own, kept open.
+    fn fresh() -> (tempfile::TempDir, std::path::PathBuf, Arc<RedbAdapter>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let adapter = open(&path);
+        (dir, path, adapter)
+    }
+
     fn group(adapter: &RedbAdapter) -> &GroupCommit {
         match &adapter.handle {
             Handle::Open(owned) => &owned.group,
@@ -1146,9 +1154,7 @@ mod tests {
 
     #[test]
     fn a_carried_groups_records_are_read_before_redb_commits_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let adapter = open(&path);
+        let (_dir, _path, adapter) = fresh();
         let (go_a, a) = writer(&adapter, Some("a"));
         let (go_b, b) = writer(&adapter, Some("b"));
         go_a.send(()).unwrap();
@@ -1177,9 +1183,7 @@ mod tests {
 
     #[test]
     fn a_failed_job_after_a_carried_group_keeps_that_groups_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let adapter = open(&path);
+        let (_dir, _path, adapter) = fresh();
         let (go_a, a) = writer(&adapter, Some("a"));
         let (go_fail, fail) = writer(&adapter, None);
         go_a.send(()).unwrap();
@@ -1204,9 +1208,7 @@ mod tests {
     /// cannot wait for a commit of that group.
     #[test]
     fn a_read_inside_a_group_after_a_carried_one_does_not_wait_for_itself() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let adapter = open(&path);
+        let (_dir, _path, adapter) = fresh();
         let (go_a, a) = writer(&adapter, Some("a"));
         let before = group(&adapter).waiting();
         let reader = Arc::clone(&adapter);
@@ -1229,9 +1231,7 @@ mod tests {
 
     #[test]
     fn a_store_closed_while_carrying_keeps_every_acknowledged_write() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let adapter = open(&path);
+        let (dir, path, adapter) = fresh();
         for key in ["a", "b", "c"] {
             let (go, w) = writer(&adapter, Some(key));
             go.send(()).unwrap();
