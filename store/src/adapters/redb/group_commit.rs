@@ -265,7 +265,7 @@ pub(crate) struct GroupCommit {
     queue: Mutex<Queue>,
     counters: Counters,
     /// What the last group left uncommitted in redb, for the next group.
-    carried: Mutex<Option<Carried>>,
+    carry: Mutex<Option<Carried>>,
     /// The records the carried groups wrote (id → stored value, `None`:
     /// deleted), for reads: redb's snapshots do not hold them yet.
     unseen: RwLock<HashMap<Vec<u8>, Option<Vec<u8>>>>,
@@ -359,13 +359,13 @@ impl GroupCommit {
     /// failed, and the reopen applies their log frames. Reads keep finding
     /// their records here until then ([`GroupCommit::reopened`]).
     pub(crate) fn drop_carried(&self) {
-        drop(lock(&self.carried).take());
+        drop(lock(&self.carry).take());
     }
 
     /// The database was reopened and has applied the log: what the groups
     /// carried is in it.
     pub(crate) fn reopened(&self) {
-        drop(lock(&self.carried).take());
+        drop(lock(&self.carry).take());
         self.seen();
     }
 
@@ -376,7 +376,7 @@ impl GroupCommit {
         db: &Database,
         generation: u64,
     ) -> Result<WriteTransaction, RedbError> {
-        match lock(&self.carried).take() {
+        match lock(&self.carry).take() {
             Some(Carried {
                 txn: Some(txn),
                 generation: g,
@@ -386,11 +386,7 @@ impl GroupCommit {
                 txn: None,
                 generation: g,
                 effects,
-            }) if g == generation => {
-                let txn = begin(db)?;
-                guarded(|| wal::apply_effects(&txn, &effects))?;
-                Ok(txn)
-            }
+            }) if g == generation => begin_with(db, &effects),
             _ => begin(db),
         }
     }
@@ -502,14 +498,14 @@ impl GroupCommit {
     /// caller; a failed job is answered alone and the rest run again. What
     /// the group leaves uncommitted in redb waits for the next group.
     fn run_group(&self, target: &dyn WriteTarget, jobs: &mut Vec<Box<dyn Job>>) {
-        let mut carry = lock(&self.carried).take();
+        let mut carry = lock(&self.carry).take();
         self.run_carrying(target, jobs, &mut carry);
         if let Some(left) = carry {
-            let mut carried = lock(&self.carried);
+            let mut kept = lock(&self.carry);
             // Under the lock that a failure takes to drop a carry (see
             // `drop_carried`): a database marked broken keeps none.
             if target.holds(left.generation) {
-                *carried = Some(left);
+                *kept = Some(left);
             }
         }
     }
@@ -539,22 +535,10 @@ impl GroupCommit {
             let txn = match carry.as_mut().and_then(|c| c.txn.take()) {
                 Some(txn) => txn,
                 None => {
+                    // The carried groups' writes, lost with an aborted
+                    // transaction, are written again before anything else.
                     let again = carry.as_ref().map_or(&[][..], |c| &c.effects[..]);
-                    let begun = begin(&db).and_then(|txn| {
-                        // The carried groups' writes, lost with an aborted
-                        // transaction: before anything else.
-                        if again.is_empty() {
-                            return Ok(txn);
-                        }
-                        match guarded(|| wal::apply_effects(&txn, again)) {
-                            Ok(()) => Ok(txn),
-                            Err(e) => {
-                                abort_quietly(txn);
-                                Err(e)
-                            }
-                        }
-                    });
-                    match begun {
+                    match begin_with(&db, again) {
                         Ok(txn) => txn,
                         Err(e) => {
                             target.failed(generation, &e);
@@ -779,6 +763,22 @@ fn begin(db: &Database) -> Result<WriteTransaction, RedbError> {
         txn.set_durability(Durability::Immediate)?;
         Ok(txn)
     })
+}
+
+/// A new transaction holding `carried` (groups' writes whose carried
+/// transaction was aborted or is gone), written before anything else.
+fn begin_with(db: &Database, carried: &[Effects]) -> Result<WriteTransaction, RedbError> {
+    let txn = begin(db)?;
+    if carried.is_empty() {
+        return Ok(txn);
+    }
+    match guarded(|| wal::apply_effects(&txn, carried)) {
+        Ok(()) => Ok(txn),
+        Err(e) => {
+            abort_quietly(txn);
+            Err(e)
+        }
+    }
 }
 
 fn commit(txn: WriteTransaction) -> Result<(), RedbError> {
