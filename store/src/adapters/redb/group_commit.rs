@@ -93,7 +93,9 @@
 //! of a record asks there first ([`GroupCommit::unseen_record`]), so a read
 //! sees every acknowledged write as before. The map is emptied only after the
 //! commit that holds its records was counted (`SnapshotCache`): a read that no
-//! longer finds a record there takes a snapshot that has it.
+//! longer finds a record there takes a snapshot that has it. A bit per hash of
+//! each carried id (`IdFilter`) lets a read of any other record (a replay,
+//! mostly) skip the map's lock, which the leader takes to fill it.
 //!
 //! Each carried group's effects (its frame's payload) are kept as well. When a
 //! later job fails and the transaction must be aborted, the next transaction
@@ -271,6 +273,71 @@ pub(crate) struct GroupCommit {
     unseen: RwLock<HashMap<Vec<u8>, Option<Vec<u8>>>>,
     /// Whether `unseen` may hold anything: reads skip its lock otherwise.
     carrying: AtomicBool,
+    /// Which ids `unseen` may hold: a replay of a record no carried group
+    /// wrote skips the lock that every group's leader takes too.
+    unseen_ids: IdFilter,
+}
+
+/// A bit per hash of an id, set for every id in [`GroupCommit::unseen`] (and,
+/// rarely, for others sharing its bit), cleared when the map is emptied. Only
+/// the leader sets and clears bits, so the two never race.
+struct IdFilter {
+    words: Box<[AtomicU64]>,
+}
+
+/// 2^16 bits (8 KiB): [`CARRY_GROUPS`] full groups (`MAX_BATCH` writes each)
+/// set at most 4,096 of them, so a replay meets a set bit rarely.
+const FILTER_BITS: u32 = 16;
+
+impl Default for IdFilter {
+    fn default() -> IdFilter {
+        IdFilter {
+            words: (0..(1 << FILTER_BITS) / 64)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+}
+
+impl IdFilter {
+    /// The word and the bit of `id`.
+    fn bit(id: &[u8]) -> (usize, u64) {
+        // Ids of one store share long prefixes (tenant, operation): every
+        // byte is mixed in, eight at a time.
+        let mut hash = 0xcbf2_9ce4_8422_2325_u64 ^ id.len() as u64;
+        for chunk in id.chunks(8) {
+            let word = chunk
+                .iter()
+                .rev()
+                .fold(0_u64, |word, &byte| word << 8 | u64::from(byte));
+            hash = (hash.rotate_left(23) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        let bit = (hash >> (64 - FILTER_BITS)) as usize;
+        (bit / 64, 1 << (bit % 64))
+    }
+
+    fn insert(&self, id: &[u8]) {
+        let (word, mask) = IdFilter::bit(id);
+        if let Some(word) = self.words.get(word) {
+            word.fetch_or(mask, Ordering::Release);
+        }
+    }
+
+    /// Whether `id` may have been inserted since the last `clear`.
+    fn may_hold(&self, id: &[u8]) -> bool {
+        let (word, mask) = IdFilter::bit(id);
+        self.words
+            .get(word)
+            .is_none_or(|word| word.load(Ordering::Acquire) & mask != 0)
+    }
+
+    fn clear(&self) {
+        for word in &self.words {
+            if word.load(Ordering::Relaxed) != 0 {
+                word.store(0, Ordering::Release);
+            }
+        }
+    }
 }
 
 /// Groups whose writes are durable in the log but not committed in redb.
@@ -345,7 +412,7 @@ impl GroupCommit {
     /// that commits meanwhile is counted (`SnapshotCache`) before its records
     /// leave this map.
     pub(crate) fn unseen_record(&self, id: &[u8]) -> Option<Option<Vec<u8>>> {
-        if !self.carrying.load(Ordering::Acquire) {
+        if !self.carrying.load(Ordering::Acquire) || !self.unseen_ids.may_hold(id) {
             return None;
         }
         self.unseen
@@ -397,6 +464,9 @@ impl GroupCommit {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+        // After the map: a read that still finds a bit finds no record and
+        // takes a snapshot, which holds the commit.
+        self.unseen_ids.clear();
         self.carrying.store(false, Ordering::Release);
     }
 
@@ -404,6 +474,7 @@ impl GroupCommit {
     fn unseen_until_committed(&self, effects: &Effects) {
         let mut unseen = self.unseen.write().unwrap_or_else(PoisonError::into_inner);
         for (id, value) in effects.records() {
+            self.unseen_ids.insert(id);
             unseen.insert(id.to_vec(), value.map(<[u8]>::to_vec));
         }
         drop(unseen);
@@ -1254,5 +1325,32 @@ mod tests {
         let reopened = open(&path);
         assert!(["a", "b", "c"].iter().all(|k| in_redb(&reopened, k)));
         assert!(reopened.verify().unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn the_id_filter_holds_what_was_inserted_and_little_else_until_cleared() {
+        let filter = IdFilter::default();
+        // As many ids as the carried groups of a busy store hold, sharing
+        // their tenant and operation as a store's ids do.
+        let carried: Vec<RecordId> = (0..1024).map(|i| id(&format!("order-{i}"))).collect();
+        for id in &carried {
+            filter.insert(id.as_bytes());
+        }
+        assert!(carried.iter().all(|id| filter.may_hold(id.as_bytes())));
+        // Spread over the bits (about 8 pairs of 1,024 share one by chance).
+        let set: u32 = filter
+            .words
+            .iter()
+            .map(|word| word.load(Ordering::Relaxed).count_ones())
+            .sum();
+        assert!(set > 990, "1,024 ids set {set} bits");
+        // A bit per hash of the whole id: a replay of another key meets a set
+        // bit about once in 64 (1,024 of 65,536 bits).
+        let others = (0..10_000)
+            .filter(|i| filter.may_hold(id(&format!("replayed-{i}")).as_bytes()))
+            .count();
+        assert!(others < 500, "{others} of 10,000 other ids met a set bit");
+        filter.clear();
+        assert!(!carried.iter().any(|id| filter.may_hold(id.as_bytes())));
     }
 }
