@@ -279,14 +279,16 @@ pub(crate) struct GroupCommit {
 }
 
 /// A bit per hash of an id, set for every id in [`GroupCommit::unseen`] (and,
-/// rarely, for others sharing its bit), cleared when the map is emptied. Only
-/// the leader sets and clears bits, so the two never race.
+/// rarely, for others sharing its bit), cleared when the map is emptied. A
+/// group's leader sets bits; they are cleared by a leader or by a reopen,
+/// while no group can write: never at once.
 struct IdFilter {
     words: Box<[AtomicU64]>,
 }
 
-/// 2^16 bits (8 KiB): [`CARRY_GROUPS`] full groups (`MAX_BATCH` writes each)
-/// set at most 4,096 of them, so a replay meets a set bit rarely.
+/// 2^16 bits (8 KiB): the carried groups of a store at 64 clients set about
+/// 1,000 of them ([`CARRY_GROUPS`] groups of about 60 writes), so a replay
+/// meets a set bit about once in 64.
 const FILTER_BITS: u32 = 16;
 
 impl Default for IdFilter {
